@@ -1,0 +1,150 @@
+package caddymodule
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// Log levels of the per-request line (log_level).
+const (
+	// LogAuto logs at info when something worth a look happened (a hedge or
+	// retry started, a hedge was denied, or the outcome is not ok), else at
+	// debug, so a healthy route adds nothing to an info log.
+	LogAuto  = "auto"
+	LogInfo  = "info"
+	LogDebug = "debug"
+)
+
+// logMessage is the message of the per-request line.
+const logMessage = "llm_hedge request"
+
+// logReport writes the one structured line of a request.
+func (h *Handler) logReport(r *http.Request, rep *core.Report) {
+	level := zapcore.DebugLevel
+	switch h.LogLevel {
+	case LogInfo:
+		level = zapcore.InfoLevel
+	case LogDebug:
+	default:
+		if rep.HedgesStarted > 0 || len(rep.Denials) > 0 || rep.Outcome != core.OutcomeOK {
+			level = zapcore.InfoLevel
+		}
+	}
+	ce := h.logger.Check(level, logMessage)
+	if ce == nil {
+		return
+	}
+	fields := []zap.Field{
+		zap.String("route", rep.Route),
+		zap.String("method", r.Method),
+		// The path only: a query may carry credentials.
+		zap.String("path", r.URL.Path),
+		zap.String("outcome", rep.Outcome),
+		zap.Int("status", rep.Status),
+		zap.Bool("hedged", rep.Hedged),
+		zap.Int("attempts", len(rep.Attempts)),
+		zap.Int("hedges_started", rep.HedgesStarted),
+		zap.Duration("delay", rep.Delay),
+		zap.Duration("total", rep.Total),
+	}
+	if w := winner(rep); w != nil {
+		fields = append(fields,
+			zap.String("winner", w.Upstream),
+			zap.Int("winner_index", w.Index),
+			zap.Duration("ttft", rep.TTFT))
+	}
+	if len(rep.Denials) > 0 {
+		fields = append(fields, zap.Strings("denials", rep.Denials))
+	}
+	if rep.WastedPromptTokens > 0 {
+		fields = append(fields, zap.Int64("wasted_prompt_tokens", rep.WastedPromptTokens))
+	}
+	fields = append(fields, zap.Array("attempt_details", attemptList{rep.Attempts, h.secrets}))
+	ce.Write(fields...)
+}
+
+// attemptList logs the attempts as an array of objects.
+type attemptList struct {
+	attempts []core.AttemptReport
+	secrets  []string
+}
+
+// MarshalLogArray implements zapcore.ArrayMarshaler.
+func (l attemptList) MarshalLogArray(enc zapcore.ArrayEncoder) error {
+	for i := range l.attempts {
+		if err := enc.AppendObject(attemptEntry{&l.attempts[i], l.secrets}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+type attemptEntry struct {
+	a       *core.AttemptReport
+	secrets []string
+}
+
+// MarshalLogObject implements zapcore.ObjectMarshaler.
+func (e attemptEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
+	a := e.a
+	enc.AddInt("index", a.Index)
+	enc.AddString("upstream", a.Upstream)
+	enc.AddString("role", a.Role)
+	enc.AddString("result", a.Result)
+	if a.Status != 0 {
+		enc.AddInt("status", a.Status)
+	}
+	enc.AddDuration("started", a.Started)
+	if a.TTFT > 0 {
+		enc.AddDuration("ttft", a.TTFT)
+	}
+	if a.CancelLatency > 0 {
+		enc.AddDuration("cancel_latency", a.CancelLatency)
+	}
+	if a.Error != "" {
+		enc.AddString("error", redact(a.Error, e.secrets))
+	}
+	return nil
+}
+
+var (
+	// urlQuery matches the query of a URL inside an error message.
+	urlQuery = regexp.MustCompile(`(https?://[^\s"'?]*)\?[^\s"']*`)
+	// urlUserinfo matches user:password@ in a URL.
+	urlUserinfo = regexp.MustCompile(`(https?://)[^\s"'/@]*@`)
+)
+
+// redact removes what may be a credential from an error message: URL
+// queries and userinfo, and any configured header value (API keys).
+func redact(msg string, secrets []string) string {
+	msg = urlQuery.ReplaceAllString(msg, "$1?REDACTED")
+	msg = urlUserinfo.ReplaceAllString(msg, "${1}REDACTED@")
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			msg = strings.ReplaceAll(msg, s, "REDACTED")
+		}
+	}
+	return msg
+}
+
+// secretsOf lists the values set on upstream requests: the adapter never
+// logs them, even if an error message should quote one. A "Bearer <key>"
+// value contributes the key too.
+func secretsOf(cfg core.Config) []string {
+	var out []string
+	for _, u := range cfg.Upstreams {
+		for _, v := range u.SetHeaders {
+			out = append(out, v)
+			if _, key, ok := strings.Cut(v, " "); ok {
+				out = append(out, strings.TrimSpace(key))
+			}
+		}
+	}
+	return out
+}

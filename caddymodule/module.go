@@ -1,0 +1,258 @@
+// Package caddymodule is the Caddy v2 module http.handlers.llm_hedge and its
+// Caddyfile directive llm_hedge: first-token hedging of LLM API requests
+// inside Caddy. See README.md for the configuration, metrics, placeholders
+// and log fields.
+package caddymodule
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
+	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
+	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
+	"go.uber.org/zap"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+func init() {
+	caddy.RegisterModule(Handler{})
+	httpcaddyfile.RegisterHandlerDirective("llm_hedge", parseCaddyfile)
+	httpcaddyfile.RegisterDirectiveOrder("llm_hedge", httpcaddyfile.Before, "reverse_proxy")
+}
+
+// Handler hedges LLM API requests: it sends each request to its first
+// upstream and, if no model output has arrived when the hedge delay passes
+// (or the attempt failed in a retryable way), the same request to the next
+// upstream; the first attempt with a real output event wins and is streamed
+// to the client, the others are cancelled.
+//
+// The handler is terminal, like reverse_proxy: it answers every request it
+// gets (requests it may not hedge are proxied once to the first healthy
+// upstream) and never calls the next handler. Attempts go through the
+// handler's own HTTP transport, never through Caddy's next handler.
+type Handler struct {
+	// Route names this route in metrics, logs and placeholders, and keys
+	// the state kept across config reloads. Default "default".
+	Route string `json:"route,omitempty"`
+
+	// Upstreams, in order. At least one is required.
+	Upstreams []*Upstream `json:"upstreams,omitempty"`
+
+	// Delay before a hedge starts. Default: fixed 1s.
+	Delay *Delay `json:"delay,omitempty"`
+
+	// MaxAttempts bounds the race, the first attempt included. Default 2.
+	MaxAttempts int `json:"max_attempts,omitempty"`
+
+	// Timeout is the shared deadline of all attempts, the streamed answer
+	// included; 504 when it passes before a winner. Default 0: none beyond
+	// the client's.
+	Timeout caddy.Duration `json:"timeout,omitempty"`
+
+	// MinTimeLeft: no hedge starts when less time than this is left before
+	// the deadline. Default: the hedge delay in force.
+	MinTimeLeft caddy.Duration `json:"min_time_left,omitempty"`
+
+	// MaxBody is the largest request body (bytes) that is buffered and
+	// hedged; larger bodies are forwarded once, unhedged, never cut.
+	// Default 4 MiB.
+	MaxBody int64 `json:"max_body,omitempty"`
+
+	// MaxPrefix bounds the bytes (bytes) an attempt may send before its first
+	// output event, and the size of a buffered non-streaming answer.
+	// Default 1 MiB.
+	MaxPrefix int `json:"max_prefix,omitempty"`
+
+	// MaxLine bounds one SSE or NDJSON line (bytes) while looking for the
+	// first output event. Default 256 KiB.
+	MaxLine int `json:"max_line,omitempty"`
+
+	// Methods that may be hedged; others are proxied once. Default ["POST"].
+	Methods []string `json:"methods,omitempty"`
+
+	// PathPrefixes that may be hedged; other paths are proxied once.
+	// Default: every path.
+	PathPrefixes []string `json:"path_prefixes,omitempty"`
+
+	// FirstEvent is the rule that decides which event carries model output:
+	// auto, openai-chat, openai-responses, anthropic or any. Default "auto".
+	FirstEvent string `json:"first_event,omitempty"`
+
+	// Idempotency keys, joins and replays. Default: see Idempotency.
+	Idempotency *Idempotency `json:"idempotency,omitempty"`
+
+	// Budget rations hedges. Default: see Budget.
+	Budget *Budget `json:"budget,omitempty"`
+
+	// ReportHeader names a response header that reports the race in
+	// Server-Timing style (attempts, winner, TTFT, delay). Default: none.
+	ReportHeader string `json:"report_header,omitempty"`
+
+	// StreamErrorEvent ends an SSE answer whose upstream failed after the
+	// answer started with a final `event: error` instead of a cut stream.
+	// Default false.
+	StreamErrorEvent bool `json:"stream_error_event,omitempty"`
+
+	// Transport sends the attempts. Default: see Transport.
+	Transport *Transport `json:"transport,omitempty"`
+
+	// LogLevel of the per-request log line: auto, info or debug. Default
+	// "auto" (info when a hedge started or was denied or the request did
+	// not end ok, else debug).
+	LogLevel string `json:"log_level,omitempty"`
+
+	cfg          core.Config
+	cfgErr       error
+	transport    Transport
+	hedger       *core.Hedger
+	httpTrans    *http.Transport
+	stateKey     string
+	transportKey string
+	metrics      *hedgeMetrics
+	secrets      []string
+	logger       *zap.Logger
+}
+
+// CaddyModule returns the Caddy module information.
+func (Handler) CaddyModule() caddy.ModuleInfo {
+	return caddy.ModuleInfo{
+		ID:  "http.handlers.llm_hedge",
+		New: func() caddy.Module { return new(Handler) },
+	}
+}
+
+// Provision sets up the handler: the core configuration (global
+// placeholders replaced), the pooled transport and state, and the metrics.
+// A configuration core rejects is reported by Validate.
+func (h *Handler) Provision(ctx caddy.Context) error {
+	h.logger = ctx.Logger()
+	h.cfg = h.coreConfig(caddy.NewReplacer())
+	h.secrets = secretsOf(h.cfg)
+	h.transport = h.Transport.withDefaults()
+	h.cfgErr = h.cfg.Validate()
+	if h.cfgErr != nil || h.transport.validate() != nil {
+		return nil // Validate reports every problem
+	}
+	caPEM, err := readCACerts(h.transport)
+	if err != nil {
+		return err
+	}
+	h.transportKey, h.httpTrans, err = acquireTransport(h.transport, caPEM)
+	if err != nil {
+		return err
+	}
+	var state *core.State
+	h.stateKey, state, err = acquireState(h.cfg)
+	if err != nil {
+		return err
+	}
+	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state})
+	if err != nil {
+		return err
+	}
+	h.cfg = h.hedger.Config()
+	h.metrics = processMetrics()
+	if err := h.metrics.register(ctx.GetMetricsRegistry()); err != nil {
+		return fmt.Errorf("registering metrics: %v", err)
+	}
+	h.metrics.live.add(h.hedger)
+	return nil
+}
+
+// Validate reports what is wrong with the configuration, in core's words
+// (every problem, joined).
+func (h *Handler) Validate() error {
+	var errs []error
+	if h.cfgErr != nil {
+		errs = append(errs, h.cfgErr)
+	}
+	if err := h.transport.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	switch h.LogLevel {
+	case "", LogAuto, LogInfo, LogDebug:
+	default:
+		errs = append(errs, fmt.Errorf("log_level %q: want auto, info or debug", h.LogLevel))
+	}
+	if len(errs) == 0 && h.hedger == nil {
+		errs = append(errs, errors.New("not provisioned"))
+	}
+	return errors.Join(errs...)
+}
+
+// Cleanup releases the pooled state and transport; they are destroyed when
+// no loaded config uses them any more.
+func (h *Handler) Cleanup() error {
+	if h.hedger != nil && h.metrics != nil {
+		h.metrics.live.remove(h.hedger)
+	}
+	var errs []error
+	for _, key := range []string{h.stateKey, h.transportKey} {
+		if key == "" {
+			continue
+		}
+		if _, err := shared.Delete(key); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	h.stateKey, h.transportKey = "", ""
+	return errors.Join(errs...)
+}
+
+// ServeHTTP hedges r. It never calls next: the handler is terminal.
+//
+// When the winning upstream fails after the answer has started, the client
+// must see a broken response, not a clean end: like reverse_proxy, the
+// handler flushes what it has and panics with http.ErrAbortHandler, which
+// net/http turns into an aborted connection (HTTP/1.1) or a reset stream
+// (HTTP/2) without logging a stack.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
+	var rep *core.Report
+	hedger, err := h.requestHedger(func(x *core.Report) { rep = x })
+	if err != nil {
+		return caddyhttp.Error(http.StatusInternalServerError, err)
+	}
+	err = hedger.Handle(w, r)
+	if rep != nil {
+		h.metrics.observe(rep)
+		setPlaceholders(r, rep)
+		h.logReport(r, rep)
+	}
+	if errors.Is(err, core.ErrStreamAborted) {
+		//nolint:bodyclose // not a response body
+		_ = http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler)
+	}
+	return nil
+}
+
+// requestHedger returns a Hedger for one request whose Observer is observe.
+// It shares the route's state and transport; only the observer differs.
+//
+// core reports a request to the Hedger's Observer without saying which
+// request it was, so the adapter binds an observer per request to set that
+// request's placeholders. core.New with a ready state is cheap (a config
+// check, about 2 µs).
+func (h *Handler) requestHedger(observe core.ObserverFunc) (*core.Hedger, error) {
+	return core.New(h.cfg, core.Options{Transport: h.httpTrans, State: h.hedger.State(), Observer: observe})
+}
+
+// parseCaddyfile unmarshals the llm_hedge directive.
+func parseCaddyfile(h httpcaddyfile.Helper) (caddyhttp.MiddlewareHandler, error) {
+	handler := new(Handler)
+	err := handler.UnmarshalCaddyfile(h.Dispenser)
+	return handler, err
+}
+
+// Interface guards.
+var (
+	_ caddy.Provisioner           = (*Handler)(nil)
+	_ caddy.Validator             = (*Handler)(nil)
+	_ caddy.CleanerUpper          = (*Handler)(nil)
+	_ caddyhttp.MiddlewareHandler = (*Handler)(nil)
+	_ caddyfile.Unmarshaler       = (*Handler)(nil)
+)

@@ -1,0 +1,72 @@
+package caddymodule
+
+import (
+	"net/http"
+
+	"github.com/caddyserver/caddy/v2"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// shared holds what must survive a config reload: each route's core.State
+// (TTFT estimators, hedge budget, cool-downs and breakers, the idempotency
+// store) and the upstream transports with their keep-alive pools. Caddy
+// provisions the new config before it cleans up the old one, so a value in
+// use by both is never destroyed in between: the reload keeps the learned
+// delay, the spent budget and the warm connections.
+var shared = caddy.NewUsagePool()
+
+// stateKey is the pool key of a route's state: the route's name plus
+// core.StateKey, which changes when the state no longer fits the config
+// (different upstreams, windows or budgets), so such a reload starts afresh.
+func stateKey(cfg core.Config) string {
+	return "state|" + cfg.WithDefaults().Route + "|" + core.StateKey(cfg)
+}
+
+// pooledState is a core.State in the usage pool.
+type pooledState struct{ state *core.State }
+
+// Destruct implements caddy.Destructor. The state holds no goroutines or
+// connections; dropping the reference is enough.
+func (*pooledState) Destruct() error { return nil }
+
+// pooledTransport is an upstream transport in the usage pool.
+type pooledTransport struct{ transport *http.Transport }
+
+// Destruct closes the idle connections when the last config using the
+// transport is unloaded. Requests still streaming keep their connections
+// until they end.
+func (p *pooledTransport) Destruct() error {
+	p.transport.CloseIdleConnections()
+	return nil
+}
+
+// acquireState returns the pooled state for cfg, creating it on first use.
+// The caller must release key with shared.Delete.
+func acquireState(cfg core.Config) (key string, st *core.State, err error) {
+	key = stateKey(cfg)
+	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
+		return &pooledState{state: core.NewState(cfg, nil)}, nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return key, v.(*pooledState).state, nil
+}
+
+// acquireTransport returns the pooled transport for t, creating it on first
+// use. The caller must release key with shared.Delete.
+func acquireTransport(t Transport, caPEM []byte) (key string, tr *http.Transport, err error) {
+	key = transportKey(t, caPEM)
+	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
+		tr, err := newHTTPTransport(t, caPEM)
+		if err != nil {
+			return nil, err
+		}
+		return &pooledTransport{transport: tr}, nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return key, v.(*pooledTransport).transport, nil
+}

@@ -1,0 +1,228 @@
+package core
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// slowPrimaryRequest runs one request whose primary never produces output
+// before the delay; it returns how many attempts were sent and the report.
+func slowPrimaryRequest(t *testing.T, hs *harness, r *harnessRequest) (*Report, int) {
+	t.Helper()
+	before := hs.tr.count()
+	out := hs.serve(r.build())
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(roleChunk)
+	hs.clock.waitArmed(t, 1)
+	hs.clock.Advance(hs.h.CurrentDelay())
+	winner := a
+	if r.expectHedge {
+		winner = hs.tr.next(t)
+		winner.respond(200, "text/event-stream")
+	}
+	winner.write(tokenChunk("t"))
+	winner.end()
+	<-out
+	rep := <-hs.reports
+	return rep, hs.tr.count() - before
+}
+
+type harnessRequest struct {
+	tenant      string
+	expectHedge bool
+}
+
+func (r *harnessRequest) build() *http.Request {
+	req := chatRequest("")
+	if r.tenant != "" {
+		req.Header.Set("X-Tenant", r.tenant)
+	}
+	return req
+}
+
+// The extra-load bucket allows `burst` hedges, then one per 1/ratio requests.
+func TestBudgetExhaustion(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget.Ratio = 0.5
+	cfg.Budget.Burst = 1
+	hs := newHarness(t, cfg)
+	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{expectHedge: true})
+	if n != 2 || rep.HedgesStarted != 1 {
+		t.Fatalf("first request: %d attempts", n)
+	}
+	// The bucket is empty (1 + 0.5 deposited - 1 taken = 0.5 < 1).
+	rep, n = slowPrimaryRequest(t, hs, &harnessRequest{})
+	if n != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyBudget {
+		t.Fatalf("second request: %d attempts, denials %v", n, rep.Denials)
+	}
+	// Another request's deposit refills it to 1.
+	if _, n = slowPrimaryRequest(t, hs, &harnessRequest{expectHedge: true}); n != 2 {
+		t.Fatalf("third request: %d attempts", n)
+	}
+}
+
+// A tenant's extra prompt tokens per minute are capped.
+func TestTenantCap(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget.TenantHeader = "X-Tenant"
+	cfg.Budget.TenantTokensPerMinute = 25 // one hedge of this ~76-byte body (19 tokens)
+	hs := newHarness(t, cfg)
+	if _, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1", expectHedge: true}); n != 2 {
+		t.Fatalf("first: %d attempts", n)
+	}
+	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1"})
+	if n != 1 || rep.Denials[0] != DenyTenant {
+		t.Fatalf("second: %d attempts %v", n, rep.Denials)
+	}
+	if _, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t2", expectHedge: true}); n != 2 {
+		t.Fatalf("other tenant: %d attempts", n)
+	}
+	hs.clock.Advance(time.Minute)
+	if _, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1", expectHedge: true}); n != 2 {
+		t.Fatalf("next minute: %d attempts", n)
+	}
+}
+
+// A 429 with Retry-After cools its upstream down: the retry and the next
+// requests go to the other upstream until the time passes.
+func TestCoolDownAfter429(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	out := hs.serve(chatRequest(""))
+	a := hs.tr.next(t)
+	a.respond(429, "application/json", "Retry-After", "2")
+	a.write(`{"error":{"message":"rate limited"}}`)
+	a.end()
+	b := hs.tr.next(t)
+	b.respond(200, "text/event-stream")
+	b.write(tokenChunk("x"))
+	b.end()
+	<-out
+	<-hs.reports
+	next := func() string {
+		out := hs.serve(chatRequest(""))
+		c := hs.tr.next(t)
+		c.respond(200, "text/event-stream")
+		c.write(tokenChunk("x"))
+		c.end()
+		<-out
+		<-hs.reports
+		return c.req.URL.Host
+	}
+	if host := next(); host != "b.test" {
+		t.Fatalf("during cool-down the primary went to %s", host)
+	}
+	hs.clock.Advance(2 * time.Second)
+	if host := next(); host != "a.test" {
+		t.Fatalf("after cool-down the primary went to %s", host)
+	}
+}
+
+// A high recent 429/503 rate stops hedging altogether.
+func TestOverloadStopsHedging(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget.OverloadWindow = 4
+	cfg.Budget.OverloadRate = 0.5
+	cfg.Budget.CoolDown = time.Millisecond
+	hs := newHarness(t, cfg)
+	for i := 0; i < 4; i++ {
+		out := hs.serve(chatRequest(""))
+		for j := 0; j < 2; j++ {
+			c := hs.tr.next(t)
+			c.respond(503, "application/json")
+			c.write(`{"error":{"message":"overloaded"}}`)
+			c.end()
+		}
+		<-out
+		<-hs.reports
+		hs.clock.Advance(time.Second)
+	}
+	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{})
+	if n != 1 || len(rep.Denials) == 0 || rep.Denials[0] != DenyOverload {
+		t.Fatalf("%d attempts, denials %v", n, rep.Denials)
+	}
+}
+
+// Consecutive failures open an upstream's circuit; it is skipped until
+// breaker_open passes.
+func TestCircuitBreakerOpens(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget.BreakerFailures = 2
+	cfg.Budget.BreakerOpen = 5 * time.Second
+	cfg.MaxAttempts = 1
+	hs := newHarness(t, cfg)
+	for i := 0; i < 2; i++ {
+		out := hs.serve(chatRequest(""))
+		c := hs.tr.next(t)
+		if c.req.URL.Host != "a.test" {
+			t.Fatalf("request %d went to %s", i, c.req.URL.Host)
+		}
+		c.respond(500, "application/json")
+		c.end()
+		<-out
+		<-hs.reports
+	}
+	out := hs.serve(chatRequest(""))
+	c := hs.tr.next(t)
+	if c.req.URL.Host != "b.test" {
+		t.Fatalf("open circuit: went to %s", c.req.URL.Host)
+	}
+	c.respond(200, "text/event-stream")
+	c.write(tokenChunk("x"))
+	c.end()
+	<-out
+	<-hs.reports
+	if !strings.Contains(hs.h.Config().Upstreams[0].Name, "A") {
+		t.Fatal("names")
+	}
+}
+
+// The adaptive delay follows the primary's TTFT quantile within [min, max],
+// using the fixed delay until enough samples exist.
+func TestAdaptiveDelayEstimator(t *testing.T) {
+	cfg := testConfig()
+	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: time.Second, Quantile: 0.9, Min: 10 * time.Millisecond, Max: 500 * time.Millisecond, Window: 100, MinSamples: 10}
+	cfg = cfg.WithDefaults()
+	st := NewState(cfg, newFakeClock())
+	if d := st.delay(&cfg, 0); d != time.Second {
+		t.Fatalf("before samples: %v", d)
+	}
+	for i := 1; i <= 100; i++ {
+		st.estimators[0].Add(time.Duration(i) * time.Millisecond)
+	}
+	if d := st.delay(&cfg, 0); d != 90*time.Millisecond {
+		t.Fatalf("p90 of 1..100ms: %v", d)
+	}
+	// The window forgets old samples: 100 samples of 2s clamp to max.
+	for i := 0; i < 100; i++ {
+		st.estimators[0].Add(2 * time.Second)
+	}
+	if d := st.delay(&cfg, 0); d != 500*time.Millisecond {
+		t.Fatalf("clamped: %v", d)
+	}
+}
+
+// Retry-After accepts seconds and HTTP dates and is capped.
+func TestCoolDownFor(t *testing.T) {
+	cfg := testConfig().WithDefaults()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cases := []struct {
+		status int
+		header string
+		want   time.Duration
+	}{
+		{429, "", time.Second},
+		{503, "3", 3 * time.Second},
+		{429, now.Add(10 * time.Second).Format(time.RFC1123), 10 * time.Second},
+		{429, "99999", time.Minute},
+		{429, "garbage", time.Second},
+		{500, "5", 0},
+	}
+	for _, c := range cases {
+		if got := coolDownFor(c.status, c.header, now, &cfg.Budget); got != c.want {
+			t.Errorf("%d %q: got %v want %v", c.status, c.header, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,26 @@
+package core
+
+import "time"
+
+// Clock is the time source of the engine. Tests inject a fake one; adapters
+// use SystemClock.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc runs f in its own goroutine after d, like time.AfterFunc.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending AfterFunc call.
+type Timer interface {
+	// Stop prevents the call if it has not started; it reports whether it did.
+	Stop() bool
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// AfterFunc wraps time.AfterFunc.
+func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }

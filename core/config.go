@@ -1,0 +1,385 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Config is the one configuration schema of a hedged route. Each adapter
+// spells it in its host's convention and converts to this struct; Validate
+// says what is wrong in plain words, and WithDefaults fills every zero field.
+type Config struct {
+	// Route names the route in metrics and logs. Default "default".
+	Route string
+	// Upstreams are tried in order: attempt 0 goes to the first healthy one,
+	// each hedge to the next. At least one is required.
+	Upstreams []UpstreamConfig
+	// Delay decides when a hedge starts if no output event has arrived.
+	Delay DelayConfig
+	// MaxAttempts bounds the race, the first attempt included. Default 2.
+	MaxAttempts int
+	// Timeout is the shared deadline of all attempts, the streamed answer
+	// included. Zero means no deadline beyond the client's own.
+	Timeout time.Duration
+	// MinTimeLeft: a hedge is not started when less time than this is left
+	// before the deadline. Default: the hedge delay in force.
+	MinTimeLeft time.Duration
+	// MaxBody is the largest request body that is buffered and hedged.
+	// Larger bodies are forwarded once, unhedged, never cut. Default 4 MiB.
+	MaxBody int64
+	// MaxPrefix bounds the bytes an attempt may produce before its first
+	// output event (and the size of a buffered non-streaming answer).
+	// Default 1 MiB.
+	MaxPrefix int
+	// MaxLine bounds one SSE/NDJSON line while looking for the first event.
+	// Default 256 KiB.
+	MaxLine int
+	// Methods that may be hedged. Default POST.
+	Methods []string
+	// PathPrefixes that may be hedged. Default: every path.
+	PathPrefixes []string
+	// FirstEvent is the rule that says which event carries model output:
+	// auto (default), openai-chat, openai-responses, anthropic, any.
+	FirstEvent string
+	// Idempotency configures keys, joins and replays.
+	Idempotency IdempotencyConfig
+	// Budget rations hedges.
+	Budget BudgetConfig
+	// ReportHeader, when set, names a response header that reports the race
+	// (attempts, winner, ttft). Default off.
+	ReportHeader string
+	// StreamErrorEvent: a failure after commit ends an SSE answer with a
+	// final `event: error` instead of a cut stream. Default false.
+	StreamErrorEvent bool
+}
+
+// UpstreamConfig is one place an attempt can go.
+type UpstreamConfig struct {
+	// Name in metrics and logs. Default: the URL's host.
+	Name string
+	// URL is the base URL; the request path and query are appended to its path.
+	URL string
+	// SetHeaders are set on every attempt to this upstream (e.g. its API key).
+	SetHeaders map[string]string
+	// DeleteHeaders are removed from every attempt to this upstream.
+	DeleteHeaders []string
+	// Model, when set, replaces the top-level JSON "model" field of the body.
+	Model string
+}
+
+// Delay modes.
+const (
+	DelayFixed    = "fixed"
+	DelayAdaptive = "adaptive"
+)
+
+// DelayConfig says how long to wait for a first output event before hedging.
+type DelayConfig struct {
+	// Mode is fixed (default) or adaptive.
+	Mode string
+	// Fixed is the delay in fixed mode, and in adaptive mode until enough
+	// samples exist. Default 1s.
+	Fixed time.Duration
+	// Quantile of the primary upstream's TTFT in adaptive mode. Default 0.95.
+	Quantile float64
+	// Min and Max clamp the adaptive delay. Defaults 50ms and 10s.
+	Min time.Duration
+	Max time.Duration
+	// Window is how many recent TTFT samples the estimator keeps. Default 1000.
+	Window int
+	// MinSamples before the adaptive delay replaces Fixed. Default 50.
+	MinSamples int
+}
+
+// IdempotencyConfig configures keys, in-flight joins and replays.
+type IdempotencyConfig struct {
+	// Header carries the client's key and is sent to every attempt.
+	// Default "Idempotency-Key".
+	Header string
+	// TTL a completed response is replayed for. Default 10m. Negative
+	// disables joins and replays (keys are still generated and sent).
+	TTL time.Duration
+	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
+	// 64 MiB.
+	MaxEntries int
+	MaxBytes   int64
+	// MaxResponseBytes is the largest response recorded for joins and
+	// replays. Default 1 MiB.
+	MaxResponseBytes int
+}
+
+// BudgetConfig rations hedges (the extra load).
+type BudgetConfig struct {
+	// Ratio of requests that may start a hedge, as a token bucket refilled by
+	// every request. Default 0.1. A negative value means no budget.
+	Ratio float64
+	// Burst is the bucket's size in hedges. Default 10.
+	Burst float64
+	// MaxConcurrentHedges caps hedges in flight. Default 100; negative: no cap.
+	MaxConcurrentHedges int
+	// CoolDown is how long an upstream is avoided after a 429/503 without a
+	// Retry-After header. Default 1s. Retry-After is capped by MaxCoolDown
+	// (default 60s).
+	CoolDown    time.Duration
+	MaxCoolDown time.Duration
+	// OverloadRate of 429/503 answers among the last OverloadWindow answers
+	// above which no hedge starts. Defaults 0.2 and 100 (20 answers at least).
+	OverloadRate   float64
+	OverloadWindow int
+	// BreakerFailures consecutive failures open an upstream's circuit for
+	// BreakerOpen. Defaults 5 and 10s.
+	BreakerFailures int
+	BreakerOpen     time.Duration
+	// TenantHeader names the header that identifies a tenant; with
+	// TenantTokensPerMinute > 0 each tenant may spend at most that many
+	// estimated extra prompt tokens (body bytes / 4) per minute on hedges.
+	TenantHeader          string
+	TenantTokensPerMinute int64
+}
+
+// First-event rules.
+const (
+	RuleAuto            = "auto"
+	RuleOpenAIChat      = "openai-chat"
+	RuleOpenAIResponses = "openai-responses"
+	RuleAnthropic       = "anthropic"
+	RuleAny             = "any"
+)
+
+// WithDefaults returns a copy of c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.Route == "" {
+		c.Route = "default"
+	}
+	ups := make([]UpstreamConfig, len(c.Upstreams))
+	copy(ups, c.Upstreams)
+	for i := range ups {
+		if ups[i].Name == "" {
+			if u, err := url.Parse(ups[i].URL); err == nil && u.Host != "" {
+				ups[i].Name = u.Host
+			} else {
+				ups[i].Name = fmt.Sprintf("upstream%d", i)
+			}
+		}
+	}
+	c.Upstreams = ups
+	if c.Delay.Mode == "" {
+		c.Delay.Mode = DelayFixed
+	}
+	if c.Delay.Fixed == 0 {
+		c.Delay.Fixed = time.Second
+	}
+	if c.Delay.Quantile == 0 {
+		c.Delay.Quantile = 0.95
+	}
+	if c.Delay.Min == 0 {
+		c.Delay.Min = 50 * time.Millisecond
+	}
+	if c.Delay.Max == 0 {
+		c.Delay.Max = 10 * time.Second
+	}
+	if c.Delay.Window == 0 {
+		c.Delay.Window = 1000
+	}
+	if c.Delay.MinSamples == 0 {
+		c.Delay.MinSamples = 50
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 2
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 4 << 20
+	}
+	if c.MaxPrefix == 0 {
+		c.MaxPrefix = 1 << 20
+	}
+	if c.MaxLine == 0 {
+		c.MaxLine = 256 << 10
+	}
+	if len(c.Methods) == 0 {
+		c.Methods = []string{http.MethodPost}
+	}
+	if c.FirstEvent == "" {
+		c.FirstEvent = RuleAuto
+	}
+	if c.Idempotency.Header == "" {
+		c.Idempotency.Header = "Idempotency-Key"
+	}
+	if c.Idempotency.TTL == 0 {
+		c.Idempotency.TTL = 10 * time.Minute
+	}
+	if c.Idempotency.MaxEntries == 0 {
+		c.Idempotency.MaxEntries = 10000
+	}
+	if c.Idempotency.MaxBytes == 0 {
+		c.Idempotency.MaxBytes = 64 << 20
+	}
+	if c.Idempotency.MaxResponseBytes == 0 {
+		c.Idempotency.MaxResponseBytes = 1 << 20
+	}
+	b := &c.Budget
+	if b.Ratio == 0 {
+		b.Ratio = 0.1
+	}
+	if b.Burst == 0 {
+		b.Burst = 10
+	}
+	if b.MaxConcurrentHedges == 0 {
+		b.MaxConcurrentHedges = 100
+	}
+	if b.CoolDown == 0 {
+		b.CoolDown = time.Second
+	}
+	if b.MaxCoolDown == 0 {
+		b.MaxCoolDown = time.Minute
+	}
+	if b.OverloadRate == 0 {
+		b.OverloadRate = 0.2
+	}
+	if b.OverloadWindow == 0 {
+		b.OverloadWindow = 100
+	}
+	if b.BreakerFailures == 0 {
+		b.BreakerFailures = 5
+	}
+	if b.BreakerOpen == 0 {
+		b.BreakerOpen = 10 * time.Second
+	}
+	return c
+}
+
+// Validate reports every problem of c (after defaults), joined, or nil.
+func (c Config) Validate() error {
+	c = c.WithDefaults()
+	var errs []error
+	bad := func(format string, args ...interface{}) {
+		errs = append(errs, fmt.Errorf(format, args...))
+	}
+	if len(c.Upstreams) == 0 {
+		bad("at least one upstream is required")
+	}
+	for i, u := range c.Upstreams {
+		parsed, err := url.Parse(u.URL)
+		switch {
+		case u.URL == "":
+			bad("upstream %d: url is required", i)
+		case err != nil:
+			bad("upstream %d: url %q: %v", i, u.URL, err)
+		case parsed.Scheme != "http" && parsed.Scheme != "https":
+			bad("upstream %d: url %q: scheme must be http or https", i, u.URL)
+		case parsed.Host == "":
+			bad("upstream %d: url %q has no host", i, u.URL)
+		case parsed.RawQuery != "" || parsed.Fragment != "":
+			bad("upstream %d: url %q must not have a query or fragment", i, u.URL)
+		}
+		for name, value := range u.SetHeaders {
+			if !validHeaderName(name) {
+				bad("upstream %d: header name %q is not a valid token", i, name)
+			}
+			if strings.ContainsAny(value, "\r\n\x00") {
+				bad("upstream %d: header %q has a control character in its value", i, name)
+			}
+		}
+		for _, name := range u.DeleteHeaders {
+			if !validHeaderName(name) {
+				bad("upstream %d: header name %q is not a valid token", i, name)
+			}
+		}
+	}
+	d := c.Delay
+	if d.Mode != DelayFixed && d.Mode != DelayAdaptive {
+		bad("delay mode %q: want fixed or adaptive", d.Mode)
+	}
+	if d.Fixed < 0 {
+		bad("delay %v must not be negative", d.Fixed)
+	}
+	if d.Quantile <= 0 || d.Quantile >= 1 {
+		bad("delay quantile %v must be between 0 and 1", d.Quantile)
+	}
+	if d.Min < 0 || d.Max < d.Min {
+		bad("delay min %v and max %v: want 0 <= min <= max", d.Min, d.Max)
+	}
+	if d.Window < 1 || d.Window > 100000 {
+		bad("delay window %d: want 1..100000 samples", d.Window)
+	}
+	if d.MinSamples < 1 || d.MinSamples > d.Window {
+		bad("delay min_samples %d: want 1..window (%d)", d.MinSamples, d.Window)
+	}
+	if c.MaxAttempts < 1 || c.MaxAttempts > 10 {
+		bad("max_attempts %d: want 1..10", c.MaxAttempts)
+	}
+	if c.Timeout < 0 || c.MinTimeLeft < 0 {
+		bad("timeout and min_time_left must not be negative")
+	}
+	if c.MaxBody < 0 || c.MaxPrefix < 1024 || c.MaxLine < 1024 {
+		bad("max_body must be >= 0, max_prefix and max_line >= 1024 bytes")
+	}
+	for _, m := range c.Methods {
+		if !validHeaderName(m) {
+			bad("method %q is not a valid token", m)
+		}
+	}
+	for _, p := range c.PathPrefixes {
+		if !strings.HasPrefix(p, "/") {
+			bad("path prefix %q must start with /", p)
+		}
+	}
+	switch c.FirstEvent {
+	case RuleAuto, RuleOpenAIChat, RuleOpenAIResponses, RuleAnthropic, RuleAny:
+	default:
+		bad("first_event %q: want auto, openai-chat, openai-responses, anthropic or any", c.FirstEvent)
+	}
+	if !validHeaderName(c.Idempotency.Header) {
+		bad("idempotency header %q is not a valid token", c.Idempotency.Header)
+	}
+	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 {
+		bad("idempotency max_entries, max_bytes and max_response_bytes must be positive")
+	}
+	b := c.Budget
+	if b.Ratio > 1 {
+		bad("budget ratio %v must be at most 1", b.Ratio)
+	}
+	if b.Burst < 1 {
+		bad("budget burst %v must be at least 1", b.Burst)
+	}
+	if b.CoolDown < 0 || b.MaxCoolDown < b.CoolDown {
+		bad("budget cool_down %v and max_cool_down %v: want 0 <= cool_down <= max", b.CoolDown, b.MaxCoolDown)
+	}
+	if b.OverloadRate <= 0 || b.OverloadRate > 1 || b.OverloadWindow < 1 {
+		bad("budget overload_rate must be in (0,1] and overload_window positive")
+	}
+	if b.BreakerFailures < 1 || b.BreakerOpen <= 0 {
+		bad("budget breaker_failures and breaker_open must be positive")
+	}
+	if b.TenantTokensPerMinute < 0 {
+		bad("budget tenant_tokens_per_minute must not be negative")
+	}
+	if b.TenantTokensPerMinute > 0 && !validHeaderName(b.TenantHeader) {
+		bad("budget tenant_tokens_per_minute needs a valid tenant_header")
+	}
+	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
+		bad("report header %q is not a valid token", c.ReportHeader)
+	}
+	return errors.Join(errs...)
+}
+
+// validHeaderName reports whether s is an RFC 9110 token.
+func validHeaderName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(ch)) {
+			return false
+		}
+	}
+	return true
+}

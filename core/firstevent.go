@@ -1,0 +1,575 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"mime"
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// This file decides when an attempt has produced its first output event
+// (SPEC §4, "The first output event decides"). The detector is fed the
+// upstream body incrementally, keeps at most one line and one event's data
+// (each bounded by maxLine), and parses JSON only for complete events before
+// the first output, so its cost ends when the race is decided.
+
+// verdict is what the bytes of an attempt seen so far say about it.
+type verdict int
+
+const (
+	verdictPending verdict = iota // no output event yet
+	verdictOutput                 // the bytes fed so far complete the first output event
+	verdictFailure                // the stream failed before any output
+)
+
+// streamFormat is the framing of a streamed response body.
+type streamFormat int
+
+// Explicit values, not iota+1: Yaegi v0.16.1 gives typed constants declared
+// with `iota + 1` a value that compares unequal to the same constant stored
+// in a variable.
+const (
+	formatSSE    streamFormat = 1 // text/event-stream
+	formatNDJSON streamFormat = 2 // application/x-ndjson, application/jsonl (not application/json-seq)
+)
+
+// streamFormatOf returns the stream format of a response Content-Type
+// (parameters and case ignored); ok=false for anything that is not a stream,
+// e.g. application/json.
+func streamFormatOf(contentType string) (streamFormat, bool) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		// Be lenient with broken parameters: the media type alone decides.
+		mt = strings.ToLower(strings.TrimSpace(strings.SplitN(contentType, ";", 2)[0]))
+	}
+	switch mt {
+	case "text/event-stream":
+		return formatSSE, true
+	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonl", "application/jsonlines":
+		return formatNDJSON, true
+	}
+	return 0, false
+}
+
+const (
+	reasonEnded = "stream ended before the first output event"
+	// maxReason bounds upstream text quoted in a reason (logs, headers).
+	maxReason = 160
+)
+
+var utf8BOM = []byte("\xEF\xBB\xBF")
+
+// firstEventDetector finds the first output event of one attempt's body.
+type firstEventDetector struct {
+	format  streamFormat
+	rule    string
+	maxLine int
+
+	line    []byte // the current unterminated line (only when it spans Feed calls)
+	skipLF  bool   // SSE: the last line ended in \r, so a leading \n is part of that line end
+	started bool   // the first line was seen (a UTF-8 BOM is stripped from it)
+
+	// SSE event being accumulated (WHATWG EventSource data and event buffers).
+	data    []byte
+	hasData bool
+	event   string
+
+	done   verdict // sticky non-pending verdict
+	reason string
+}
+
+// newFirstEventDetector returns a detector for a body of the given format.
+// rule is one of RuleAuto, RuleOpenAIChat, RuleOpenAIResponses, RuleAnthropic,
+// RuleAny ("" means auto); maxLine bounds a single line and one event's
+// accumulated data, in bytes (<= 0 means the 256 KiB default).
+func newFirstEventDetector(format streamFormat, rule string, maxLine int) *firstEventDetector {
+	if rule == "" {
+		rule = RuleAuto
+	}
+	if maxLine <= 0 {
+		maxLine = 256 << 10
+	}
+	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine}
+}
+
+// Feed consumes the next bytes read from the upstream body. It returns
+// verdictOutput as soon as an event carrying model output has been completely
+// received (SSE: its terminating blank line; NDJSON: its newline),
+// verdictFailure with a short reason when the stream failed before output,
+// else verdictPending. p is not retained. Once a verdict is reached it is
+// returned again by any later call.
+func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
+	if d.done != verdictPending {
+		return d.done, d.reason
+	}
+	for len(p) > 0 {
+		if d.skipLF {
+			d.skipLF = false
+			if p[0] == '\n' {
+				p = p[1:]
+				continue
+			}
+		}
+		var i int
+		if d.format == formatSSE {
+			i = bytes.IndexAny(p, "\r\n")
+		} else {
+			i = bytes.IndexByte(p, '\n')
+		}
+		if i < 0 {
+			if len(d.line)+len(p) > d.maxLine {
+				return d.finish(verdictFailure, d.tooLong())
+			}
+			d.line = appendBounded(d.line, p, d.maxLine)
+			return verdictPending, ""
+		}
+		if len(d.line)+i > d.maxLine {
+			return d.finish(verdictFailure, d.tooLong())
+		}
+		line := p[:i]
+		if len(d.line) > 0 {
+			d.line = appendBounded(d.line, line, d.maxLine)
+			line = d.line
+		}
+		d.skipLF = p[i] == '\r'
+		p = p[i+1:]
+		v, reason := d.onLine(line)
+		d.line = d.line[:0]
+		if v != verdictPending {
+			return d.finish(v, reason)
+		}
+	}
+	return verdictPending, ""
+}
+
+// End is called when the body hit EOF while the verdict was still pending.
+// It never returns verdictPending. SSE: an unterminated event is discarded
+// (EventSource rules), so the result is a failure. NDJSON: a last line
+// without a newline is still classified, so End may return verdictOutput
+// (with an empty reason) or a failure of that line; otherwise a failure.
+func (d *firstEventDetector) End() (verdict, string) {
+	if d.done != verdictPending {
+		return d.done, d.reason
+	}
+	if d.format == formatNDJSON && len(d.line) > 0 {
+		v, reason := d.onLine(d.line)
+		d.line = d.line[:0]
+		if v != verdictPending {
+			return d.finish(v, reason)
+		}
+	}
+	return d.finish(verdictFailure, reasonEnded)
+}
+
+func (d *firstEventDetector) finish(v verdict, reason string) (verdict, string) {
+	d.done = v
+	d.reason = reason
+	// Nothing more is parsed: release the buffers. (Separate statements: Yaegi
+	// v0.16.1 panics on `a, b = nil, nil`.)
+	d.line = nil
+	d.data = nil
+	return v, reason
+}
+
+func (d *firstEventDetector) tooLong() string {
+	if d.format == formatSSE {
+		return "SSE line exceeds " + strconv.Itoa(d.maxLine) + " bytes"
+	}
+	return "NDJSON line exceeds " + strconv.Itoa(d.maxLine) + " bytes"
+}
+
+// onLine handles one complete line (without its line end).
+func (d *firstEventDetector) onLine(line []byte) (verdict, string) {
+	if !d.started {
+		d.started = true
+		line = bytes.TrimPrefix(line, utf8BOM)
+	}
+	if d.format == formatNDJSON {
+		return d.ndjsonLine(line)
+	}
+	return d.sseLine(line)
+}
+
+// sseLine applies the WHATWG EventSource line rules.
+func (d *firstEventDetector) sseLine(line []byte) (verdict, string) {
+	if len(line) == 0 {
+		// A blank line dispatches the event; one without data is ignored.
+		hasData, event := d.hasData, d.event
+		d.hasData = false
+		d.event = ""
+		if !hasData {
+			d.data = d.data[:0]
+			return verdictPending, ""
+		}
+		v, reason := classifySSE(d.rule, string(d.data), event)
+		d.data = d.data[:0]
+		return v, reason
+	}
+	if line[0] == ':' {
+		return verdictPending, "" // comment, e.g. ": ping"
+	}
+	field, value := line, []byte(nil)
+	if i := bytes.IndexByte(line, ':'); i >= 0 {
+		field, value = line[:i], line[i+1:]
+		if len(value) > 0 && value[0] == ' ' {
+			value = value[1:]
+		}
+	}
+	switch string(field) {
+	case "data":
+		n := len(d.data) + len(value)
+		if d.hasData {
+			n++ // the \n joining data lines
+		}
+		if n > d.maxLine {
+			return verdictFailure, "SSE event data exceeds " + strconv.Itoa(d.maxLine) + " bytes"
+		}
+		if d.hasData {
+			d.data = appendBounded(d.data, []byte{'\n'}, d.maxLine)
+		}
+		d.data = appendBounded(d.data, value, d.maxLine)
+		d.hasData = true
+	case "event":
+		d.event = string(value)
+	}
+	// id, retry and unknown fields do not matter here.
+	return verdictPending, ""
+}
+
+// appendBounded appends p to b, growing b to at most limit bytes of capacity
+// (append's own growth could reach about twice the limit). The caller has
+// checked len(b)+len(p) <= limit.
+func appendBounded(b, p []byte, limit int) []byte {
+	n := len(b) + len(p)
+	if n > cap(b) {
+		c := 2 * cap(b)
+		if c < n {
+			c = n
+		}
+		if c > limit {
+			c = limit
+		}
+		nb := make([]byte, len(b), c)
+		copy(nb, b)
+		b = nb
+	}
+	return append(b, p...)
+}
+
+// Event kinds (JSON "type" or SSE event name) of the Anthropic Messages
+// stream; only content_block_delta carries output.
+var anthropicKinds = map[string]bool{
+	"message_start":       true,
+	"content_block_start": true,
+	"content_block_delta": true,
+	"content_block_stop":  true,
+	"message_delta":       true,
+	"message_stop":        true,
+	"ping":                true,
+}
+
+// classifySSE classifies one dispatched SSE event.
+func classifySSE(rule, data, event string) (verdict, string) {
+	s := strings.TrimSpace(data)
+	var val interface{}
+	isJSON := false
+	if s != "" && (s[0] == '{' || s[0] == '[') {
+		isJSON = json.Unmarshal([]byte(s), &val) == nil
+	}
+	obj, _ := val.(map[string]interface{})
+	if event == "error" {
+		msg := s
+		if obj != nil {
+			msg = errorMessage(obj)
+		}
+		return verdictFailure, withDetail("upstream error event", msg)
+	}
+	if s == "" {
+		return verdictPending, "" // empty data is a keep-alive, never output
+	}
+	if s == "[DONE]" {
+		return verdictFailure, "stream ended ([DONE]) before the first output event"
+	}
+	if !isJSON {
+		val = s // plain text: output for auto/any unless its event name is a known control
+	}
+	kind := event
+	if t, ok := obj["type"].(string); ok && t != "" {
+		kind = t
+	}
+	return classifyJSON(rule, val, obj, kind)
+}
+
+// classifyJSON classifies one event (SSE data or an NDJSON line that is not
+// in Ollama's shape) given its decoded JSON value (or its text when it is
+// not JSON); obj is val when it is an object, kind its "type" or SSE event
+// name.
+func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind string) (verdict, string) {
+	if obj != nil {
+		if e, ok := obj["error"]; ok && e != nil && e != false {
+			return verdictFailure, withDetail("upstream error", errorMessage(obj))
+		}
+	}
+	if kind == "error" {
+		return verdictFailure, withDetail("upstream error event", errorMessage(obj))
+	}
+	family := rule
+	if rule == RuleAuto || rule == RuleAny {
+		_, isChat := obj["choices"].([]interface{})
+		switch {
+		case isChat:
+			family = RuleOpenAIChat
+		case strings.HasPrefix(kind, "response."):
+			family = RuleOpenAIResponses
+		case anthropicKinds[kind]:
+			family = RuleAnthropic
+		default:
+			// Unknown event: output for auto/any unless it carries nothing.
+			return outputIf(!isEmptyJSON(val))
+		}
+	}
+	switch family {
+	case RuleOpenAIChat:
+		choices, _ := obj["choices"].([]interface{})
+		if rule == RuleAny {
+			// Lenient: anything but role-only or empty choices is output.
+			return outputIf(!choicesEmpty(choices))
+		}
+		return outputIf(chatOutput(choices))
+	case RuleOpenAIResponses:
+		return classifyResponses(kind, obj)
+	case RuleAnthropic:
+		switch kind {
+		case "content_block_delta":
+			return verdictOutput, ""
+		case "message_stop":
+			return verdictFailure, "stream ended (message_stop) before the first output event"
+		}
+	}
+	return verdictPending, "" // not recognised by an explicit rule: control
+}
+
+func outputIf(ok bool) (verdict, string) {
+	if ok {
+		return verdictOutput, ""
+	}
+	return verdictPending, ""
+}
+
+// chatTextFields are the delta members whose non-empty text is output.
+var chatTextFields = []string{"content", "refusal", "reasoning_content", "reasoning"}
+
+// chatOutput reports whether a Chat Completions chunk carries model output.
+func chatOutput(choices []interface{}) bool {
+	for _, c := range choices {
+		ch, _ := c.(map[string]interface{})
+		if s, _ := ch["text"].(string); s != "" { // legacy completions
+			return true
+		}
+		delta, _ := ch["delta"].(map[string]interface{})
+		if delta == nil {
+			continue
+		}
+		for _, k := range chatTextFields {
+			if s, _ := delta[k].(string); s != "" {
+				return true
+			}
+		}
+		// Some providers send content as an array of parts; function_call is
+		// the legacy form of tool_calls.
+		if a, _ := delta["content"].([]interface{}); len(a) > 0 {
+			return true
+		}
+		if a, _ := delta["tool_calls"].([]interface{}); len(a) > 0 {
+			return true
+		}
+		if f, _ := delta["function_call"].(map[string]interface{}); len(f) > 0 {
+			return true
+		}
+		if a, _ := delta["audio"].(map[string]interface{}); a != nil {
+			if !isEmptyJSON(a["data"]) || !isEmptyJSON(a["transcript"]) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// choicesEmpty reports whether every choice is role-only or empty: nothing
+// but index, finish_reason, logprobs, and a delta/message with nothing but a
+// role.
+func choicesEmpty(choices []interface{}) bool {
+	for _, c := range choices {
+		ch, ok := c.(map[string]interface{})
+		if !ok {
+			if !isEmptyJSON(c) {
+				return false
+			}
+			continue
+		}
+		for k, v := range ch {
+			switch k {
+			case "index", "finish_reason", "logprobs":
+				continue
+			case "delta", "message":
+				if m, ok := v.(map[string]interface{}); ok {
+					for mk, mv := range m {
+						if mk != "role" && !isEmptyJSON(mv) {
+							return false
+						}
+					}
+					continue
+				}
+			}
+			if !isEmptyJSON(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// classifyResponses classifies an OpenAI Responses API event.
+func classifyResponses(kind string, obj map[string]interface{}) (verdict, string) {
+	switch kind {
+	case "response.failed", "response.incomplete", "response.completed":
+		resp, _ := obj["response"].(map[string]interface{})
+		msg := errorMessage(resp)
+		if d, ok := resp["incomplete_details"].(map[string]interface{}); ok && msg == "" {
+			msg, _ = d["reason"].(string)
+		}
+		if msg != "" {
+			return verdictFailure, withDetail(kind, msg)
+		}
+		return verdictFailure, "stream ended (" + kind + ") before the first output event"
+	}
+	if strings.HasPrefix(kind, "response.") && strings.HasSuffix(kind, ".delta") {
+		return outputIf(!isEmptyJSON(obj["delta"]))
+	}
+	return verdictPending, "" // response.created, response.in_progress, ...added, ...done
+}
+
+// ndjsonLine classifies one NDJSON line.
+func (d *firstEventDetector) ndjsonLine(line []byte) (verdict, string) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return verdictPending, ""
+	}
+	var val interface{}
+	if json.Unmarshal(line, &val) != nil {
+		return verdictFailure, "malformed NDJSON line"
+	}
+	obj, _ := val.(map[string]interface{})
+	if obj == nil {
+		return outputIf(!isEmptyJSON(val) && (d.rule == RuleAuto || d.rule == RuleAny))
+	}
+	if e, ok := obj["error"]; ok && e != nil && e != false {
+		return verdictFailure, withDetail("upstream error", errorMessage(obj))
+	}
+	_, hasMessage := obj["message"]
+	_, hasResponse := obj["response"]
+	_, hasDone := obj["done"]
+	if !hasMessage && !hasResponse && !hasDone {
+		kind, _ := obj["type"].(string)
+		return classifyJSON(d.rule, val, obj, kind)
+	}
+	// Ollama's shape (chat: message, generate: response/thinking), whatever
+	// the rule: the rules name SSE dialects.
+	msg, _ := obj["message"].(map[string]interface{})
+	if s, _ := msg["content"].(string); s != "" {
+		return verdictOutput, ""
+	}
+	if s, _ := msg["thinking"].(string); s != "" {
+		return verdictOutput, ""
+	}
+	if a, _ := msg["tool_calls"].([]interface{}); len(a) > 0 {
+		return verdictOutput, ""
+	}
+	if s, _ := obj["response"].(string); s != "" {
+		return verdictOutput, ""
+	}
+	if s, _ := obj["thinking"].(string); s != "" {
+		return verdictOutput, ""
+	}
+	if done, _ := obj["done"].(bool); done {
+		return verdictFailure, "stream ended (done) before the first output event"
+	}
+	return verdictPending, ""
+}
+
+// isEmptyJSON reports whether a decoded JSON value carries nothing: null,
+// false, "", [], {} or an object whose members all carry nothing.
+func isEmptyJSON(v interface{}) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case bool:
+		return !x
+	case string:
+		return x == ""
+	case []interface{}:
+		return len(x) == 0
+	case map[string]interface{}:
+		for _, m := range x {
+			if !isEmptyJSON(m) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// errorMessage digs the message out of an error-carrying JSON object: the
+// OpenAI/Anthropic {"error":{"message"}} shape, Ollama's {"error":"..."}, or
+// a top-level "message" (Responses API error events).
+func errorMessage(obj map[string]interface{}) string {
+	if obj == nil {
+		return ""
+	}
+	switch e := obj["error"].(type) {
+	case string:
+		return e
+	case map[string]interface{}:
+		if m, _ := e["message"].(string); m != "" {
+			return m
+		}
+		if t, _ := e["type"].(string); t != "" {
+			return t
+		}
+		if c, _ := e["code"].(string); c != "" {
+			return c
+		}
+	}
+	m, _ := obj["message"].(string)
+	return m
+}
+
+// withDetail returns prefix, followed by ": " and msg made short and
+// single-line when msg is not empty. (A plain loop, not strings.Map: no
+// interpreted callback is handed to compiled code under Yaegi.)
+func withDetail(prefix, msg string) string {
+	var b strings.Builder
+	space := false
+	for _, r := range msg {
+		if unicode.IsSpace(r) || unicode.IsControl(r) {
+			space = b.Len() > 0
+			continue
+		}
+		if b.Len() >= maxReason {
+			b.WriteString("…")
+			break
+		}
+		if space {
+			b.WriteByte(' ')
+			space = false
+		}
+		b.WriteRune(r)
+	}
+	if b.Len() == 0 {
+		return prefix
+	}
+	return prefix + ": " + b.String()
+}

@@ -1,0 +1,131 @@
+package core
+
+import (
+	"errors"
+	"net/http"
+)
+
+// ErrStreamAborted is returned by Handle when the winner failed after its
+// answer had started; the client's response is incomplete and the adapter
+// should end it abruptly (e.g. panic(http.ErrAbortHandler) in net/http).
+var ErrStreamAborted = errors.New("llmhedge: upstream stream failed after commit")
+
+// Options are the parts an adapter supplies.
+type Options struct {
+	// Transport sends every upstream attempt. Default http.DefaultTransport.
+	Transport http.RoundTripper
+	// Clock drives delays, deadlines and budgets. Default SystemClock.
+	Clock Clock
+	// Observer receives one Report per request. Optional.
+	Observer Observer
+	// State holds what outlives one configuration (TTFT estimators, budgets,
+	// breakers, the idempotency store). Default: a new State for cfg.
+	// Adapters that reload configuration keep it to carry the learning over.
+	State *State
+	// Store replaces the in-memory store of completed idempotent responses.
+	Store Store
+}
+
+// Hedger runs hedged requests for one route. It is safe for concurrent use.
+type Hedger struct {
+	cfg   Config
+	opts  Options
+	state *State
+}
+
+// New validates cfg and returns a Hedger for it.
+func New(cfg Config, opts Options) (*Hedger, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.WithDefaults()
+	if opts.Transport == nil {
+		opts.Transport = http.DefaultTransport
+	}
+	if opts.Clock == nil {
+		opts.Clock = SystemClock{}
+	}
+	if opts.State == nil || !opts.State.fits(cfg) {
+		opts.State = NewState(cfg, opts.Clock)
+	}
+	if opts.Store != nil {
+		opts.State.idem.store = opts.Store
+	}
+	return &Hedger{cfg: cfg, opts: opts, state: opts.State}, nil
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (h *Hedger) Config() Config { return h.cfg }
+
+// State returns the shared state, to keep across reloads.
+func (h *Hedger) State() *State { return h.state }
+
+// ServeHTTP hedges r and writes the winner to w. A failure after the answer
+// started aborts the response with http.ErrAbortHandler, as net/http expects.
+func (h *Hedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := h.Handle(w, r); errors.Is(err, ErrStreamAborted) {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// Handle hedges r and writes the answer to w. It returns ErrStreamAborted
+// when the winner failed after its answer started (the response is then
+// incomplete), else nil: every other failure is answered to the client.
+func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
+	start := h.opts.Clock.Now()
+	rep := &Report{Route: h.cfg.Route, Winner: -1}
+	defer func() {
+		if h.opts.Observer != nil {
+			h.opts.Observer.Observe(rep)
+		}
+	}()
+	h.state.bucket.deposit()
+	p, err := h.prepare(r)
+	if err != nil {
+		// A type assertion, not errors.As: under Yaegi compiled errors.As
+		// cannot see that an interpreted type implements error.
+		if bad, ok := err.(*badRequest); ok {
+			rep.Outcome = OutcomeRejected
+			rep.Status = bad.status
+			writeJSONError(w, bad.status, bad.code, bad.msg)
+			return nil
+		}
+		rep.Outcome = OutcomeClientGone
+		rep.Status = 499
+		return nil
+	}
+	rep.Key = p.key
+	idem := &h.cfg.Idempotency
+	if !p.hedgeable || !p.clientKey || idem.TTL < 0 {
+		return h.newRace(p, rep, start).run(w)
+	}
+	replay, follow, lead, conflict := h.state.idem.claim(p.key, p.fingerprint(), idem.MaxResponseBytes)
+	switch {
+	case conflict:
+		rep.Outcome = OutcomeRejected
+		rep.Status = http.StatusUnprocessableEntity
+		writeJSONError(w, http.StatusUnprocessableEntity, "idempotency_key_reused",
+			"this idempotency key was already used with a different request")
+		return nil
+	case replay != nil:
+		rep.Outcome = OutcomeReplayed
+		rep.Status = replay.Status
+		copyHeader(w.Header(), replay.Header)
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(replay.Status)
+		w.Write(replay.Body)
+		return nil
+	case follow != nil:
+		status, complete := follow.follow(r.Context(), w)
+		rep.Outcome = OutcomeJoined
+		rep.Status = status
+		if !complete && status != http.StatusConflict && r.Context().Err() == nil {
+			return ErrStreamAborted
+		}
+		return nil
+	}
+	rc := h.newRace(p, rep, start)
+	err = rc.run(&flightWriter{w: w, f: lead})
+	h.state.idem.finish(p.key, lead, err == nil && rep.Outcome == OutcomeOK, idem.TTL)
+	return err
+}

@@ -1,0 +1,183 @@
+package core
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func keyed(body, key string) *http.Request {
+	r := chatRequest(body)
+	r.Header.Set("Idempotency-Key", key)
+	return r
+}
+
+// A second request with the same key while the first is in flight joins the
+// same race: one set of upstream attempts, the same bytes for both.
+func TestIdempotentJoinSharesOneRace(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	first := hs.serve(keyed("", "k1"))
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("one"))
+	second := hs.serve(keyed("", "k1"))
+	// The follower is attached once it reports; the leader's stream goes on.
+	a.write(tokenChunk("two"))
+	a.end()
+	r1, r2 := <-first, <-second
+	want := tokenChunk("one") + tokenChunk("two")
+	if bodyOf(r1) != want || bodyOf(r2) != want || r2.rec.Code != 200 {
+		t.Fatalf("leader %q follower %d %q", bodyOf(r1), r2.rec.Code, bodyOf(r2))
+	}
+	if n := hs.tr.count(); n != 1 {
+		t.Fatalf("%d upstream attempts, want 1", n)
+	}
+	outcomes := map[string]bool{}
+	outcomes[(<-hs.reports).Outcome] = true
+	outcomes[(<-hs.reports).Outcome] = true
+	if !outcomes[OutcomeOK] || !(outcomes[OutcomeJoined] || outcomes[OutcomeReplayed]) {
+		t.Fatalf("outcomes %v", outcomes)
+	}
+}
+
+// A follower that attaches while the leader's stream is open receives the
+// rest as it comes (it is streamed, not held until the end).
+func TestIdempotentFollowerStreams(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	first := hs.serve(keyed("", "k2"))
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("one"))
+	f := hs.h.state.idem
+	f.mu.Lock()
+	fl := f.flights["k2"]
+	f.mu.Unlock()
+	if fl == nil {
+		t.Fatal("no flight for k2")
+	}
+	pw := newPipeWriter()
+	done := make(chan struct{})
+	go func() {
+		fl.follow(context.Background(), pw)
+		close(done)
+	}()
+	if got := <-pw.writes; got != tokenChunk("one") {
+		t.Fatalf("follower first write %q", got)
+	}
+	a.write(tokenChunk("two"))
+	if got := <-pw.writes; got != tokenChunk("two") {
+		t.Fatalf("follower second write %q", got)
+	}
+	a.end()
+	<-first
+	<-done
+}
+
+// The same key with another body is rejected with 422 and a JSON error, both
+// while in flight and after completion.
+func TestIdempotentConflict(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	first := hs.serve(keyed("", "k3"))
+	a := hs.tr.next(t)
+	res := <-hs.serve(keyed(`{"model":"other","stream":true}`, "k3"))
+	if res.rec.Code != 422 || !strings.Contains(bodyOf(res), `"code":"idempotency_key_reused"`) {
+		t.Fatalf("in flight: %d %q", res.rec.Code, bodyOf(res))
+	}
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("x"))
+	a.end()
+	<-first
+	res = <-hs.serve(keyed(`{"model":"other","stream":true}`, "k3"))
+	if res.rec.Code != 422 {
+		t.Fatalf("after completion: %d", res.rec.Code)
+	}
+}
+
+// A completed response is replayed within the TTL without an upstream call,
+// and not after it.
+func TestIdempotentReplayWithinTTL(t *testing.T) {
+	cfg := testConfig()
+	cfg.Idempotency.TTL = time.Minute
+	hs := newHarness(t, cfg)
+	first := hs.serve(keyed("", "k4"))
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream", "X-Upstream", "A")
+	a.write(tokenChunk("x"))
+	a.end()
+	r1 := <-first
+	r2 := <-hs.serve(keyed("", "k4"))
+	if bodyOf(r2) != bodyOf(r1) || r2.rec.Header().Get("Idempotent-Replayed") != "true" || r2.rec.Header().Get("X-Upstream") != "A" {
+		t.Fatalf("replay %q %v", bodyOf(r2), r2.rec.Header())
+	}
+	if hs.tr.count() != 1 {
+		t.Fatalf("replay called upstream")
+	}
+	hs.clock.Advance(time.Minute)
+	out := hs.serve(keyed("", "k4"))
+	c := hs.tr.next(t)
+	c.respond(200, "text/event-stream")
+	c.write(tokenChunk("y"))
+	c.end()
+	<-out
+}
+
+// Errors are not stored: a retry with the same key tries again.
+func TestIdempotentErrorsAreNotReplayed(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxAttempts = 1
+	hs := newHarness(t, cfg)
+	out := hs.serve(keyed("", "k5"))
+	a := hs.tr.next(t)
+	a.respond(500, "application/json")
+	a.end()
+	<-out
+	out = hs.serve(keyed("", "k5"))
+	b := hs.tr.next(t)
+	b.respond(200, "text/event-stream")
+	b.write(tokenChunk("ok"))
+	b.end()
+	if res := <-out; bodyOf(res) != tokenChunk("ok") {
+		t.Fatalf("got %q", bodyOf(res))
+	}
+}
+
+// The store is bounded by entries and bytes (least recently used goes).
+func TestMemoryStoreBounds(t *testing.T) {
+	c := newFakeClock()
+	s := newMemoryStore(2, 1<<20, c)
+	for _, k := range []string{"a", "b", "c"} {
+		s.Put(k, &StoredResponse{Status: 200, Body: []byte(k)}, time.Minute)
+	}
+	if _, ok := s.Get("a"); ok {
+		t.Fatal("oldest entry kept past max_entries")
+	}
+	small := newMemoryStore(100, 300, c)
+	small.Put("x", &StoredResponse{Body: make([]byte, 200)}, time.Minute)
+	small.Put("y", &StoredResponse{Body: make([]byte, 200)}, time.Minute)
+	if _, ok := small.Get("x"); ok || small.bytes > 300 {
+		t.Fatalf("byte bound broken: %d bytes", small.bytes)
+	}
+	small.Put("huge", &StoredResponse{Body: make([]byte, 400)}, time.Minute)
+	if _, ok := small.Get("huge"); ok {
+		t.Fatal("entry larger than the store kept")
+	}
+}
+
+// pipeWriter is a ResponseWriter that hands each Write to the test.
+type pipeWriter struct {
+	h      http.Header
+	writes chan string
+}
+
+func newPipeWriter() *pipeWriter {
+	return &pipeWriter{h: make(http.Header), writes: make(chan string, 16)}
+}
+
+func (p *pipeWriter) Header() http.Header { return p.h }
+func (p *pipeWriter) WriteHeader(int)     {}
+func (p *pipeWriter) Write(b []byte) (int, error) {
+	p.writes <- string(b)
+	return len(b), nil
+}

@@ -1,0 +1,88 @@
+package core
+
+import "time"
+
+// Outcomes of a request, as reported in Report.Outcome.
+const (
+	OutcomeOK            = "ok"             // a winner's answer was delivered in full
+	OutcomeUpstreamError = "upstream_error" // every attempt failed; the best error was returned
+	OutcomeFatal         = "fatal"          // a fatal client error (4xx) was passed through
+	OutcomeTimeout       = "timeout"        // the shared deadline passed (504)
+	OutcomeClientGone    = "client_gone"    // the client went away
+	OutcomeStreamFailed  = "stream_failed"  // the winner failed after commit
+	OutcomeRejected      = "rejected"       // bad input (e.g. idempotency conflict)
+	OutcomeReplayed      = "replayed"       // answered from the idempotency store
+	OutcomeJoined        = "joined"         // joined an in-flight race with the same key
+)
+
+// Attempt roles and results, as reported in AttemptReport.
+const (
+	RolePrimary = "primary"
+	RoleHedge   = "hedge"  // started because the delay passed
+	RoleRetry   = "retry"  // started at once because an attempt failed
+	RoleSingle  = "single" // an unhedged request (ineligible, opted out, large body)
+
+	ResultWon       = "won"
+	ResultLost      = "lost"      // cancelled because another attempt won
+	ResultFailed    = "failed"    // failed on its own
+	ResultCancelled = "cancelled" // cancelled by the client, the deadline or a fatal answer
+)
+
+// Reasons a hedge was not started, as reported in Report.Denials.
+const (
+	DenyBudget        = "budget"         // the extra-load token bucket is empty
+	DenyConcurrency   = "concurrency"    // too many hedges in flight
+	DenyOverload      = "overload"       // the recent 429/503 rate is high
+	DenyNoUpstream    = "no_upstream"    // every other upstream cools down or is open-circuit
+	DenyDeadline      = "deadline"       // too little time left
+	DenyTenant        = "tenant"         // the tenant's extra-token cap is spent
+	DenyMaxAttempts   = "max_attempts"   // the race is full
+	DenyNotIdempotent = "not_idempotent" // the request may change state and has no key
+)
+
+// AttemptReport describes one upstream attempt.
+type AttemptReport struct {
+	Index    int
+	Upstream string // the upstream's name; never a credential
+	Role     string
+	Result   string
+	Status   int           // HTTP status, 0 when none arrived
+	Error    string        // why it failed, when it did
+	Started  time.Duration // since the request started
+	TTFT     time.Duration // time from this attempt's start to its first output event; 0 if none
+	// CancelLatency is the time from the winner's commit to this loser's
+	// connection being closed, for lost attempts.
+	CancelLatency time.Duration
+}
+
+// Report is everything the engine knows about one request when it ends.
+type Report struct {
+	Route    string
+	Key      string // the idempotency key (client's or generated)
+	Hedged   bool   // the request was eligible for a race
+	Outcome  string
+	Status   int // status sent to the client
+	Attempts []AttemptReport
+	Winner   int           // index into Attempts, -1 when none
+	TTFT     time.Duration // request start to the winner's first output event
+	Total    time.Duration
+	Delay    time.Duration // the hedge delay in force
+	// HedgesStarted counts attempts started beyond the first.
+	HedgesStarted int
+	Denials       []string
+	// WastedPromptTokens estimates the prompt tokens spent on attempts that
+	// did not win (body bytes / 4 each).
+	WastedPromptTokens int64
+}
+
+// Observer receives a Report when each request ends. It is called on the
+// request's goroutine and must not block.
+type Observer interface {
+	Observe(r *Report)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(r *Report)
+
+// Observe calls f(r).
+func (f ObserverFunc) Observe(r *Report) { f(r) }

@@ -1,0 +1,62 @@
+package core
+
+import (
+	"encoding/json"
+	"net/http"
+)
+
+// errorBody is the OpenAI error shape every error of ours uses.
+type errorBody struct {
+	Error errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Message string `json:"message"`
+	Type    string `json:"type"`
+	Code    string `json:"code"`
+}
+
+// writeJSONError answers with an OpenAI-shaped JSON error.
+func writeJSONError(w http.ResponseWriter, status int, code, message string) {
+	typ := "llmhedge_error"
+	if status >= 400 && status < 500 {
+		typ = "invalid_request_error"
+	}
+	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: message, Type: typ, Code: code}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// writeStreamErrorEvent ends an SSE answer that failed after commit.
+func writeStreamErrorEvent(w http.ResponseWriter, message string) {
+	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: message, Type: "llmhedge_error", Code: "stream_failed"}})
+	w.Write([]byte("event: error\ndata: " + string(body) + "\n\n"))
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vv := range src {
+		dst[k] = append([]string(nil), vv...)
+	}
+}
+
+// flusher is checked in interpreted code on purpose: under Yaegi an
+// interpreted writer handed to compiled code (http.NewResponseController)
+// loses its Flush method.
+type flusher interface{ Flush() }
+
+type flushErrorer interface{ FlushError() error }
+
+func flush(w http.ResponseWriter) {
+	if f, ok := w.(flushErrorer); ok {
+		f.FlushError()
+		return
+	}
+	if f, ok := w.(flusher); ok {
+		f.Flush()
+		return
+	}
+	http.NewResponseController(w).Flush()
+}

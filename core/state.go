@@ -1,0 +1,138 @@
+package core
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// State is what a route learns and rations across requests: TTFT estimators,
+// the hedge budget, upstream health, the overload window, tenant caps and the
+// idempotency table. Adapters keep it across configuration reloads (Caddy in
+// a UsagePool) so a reload neither forgets the delay nor refills budgets.
+type State struct {
+	shape      string
+	clock      Clock
+	estimators []*ttftEstimator
+	health     []*upstreamHealth
+	bucket     *hedgeBucket
+	overload   *overloadWindow
+	tenants    *tenantBudget
+	idem       *idempotencyTable
+	// hedgesInFlight counts hedge attempts running now (atomic).
+	hedgesInFlight int64
+}
+
+// NewState returns fresh state for cfg (defaults applied), on clock.
+func NewState(cfg Config, clock Clock) *State {
+	cfg = cfg.WithDefaults()
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	s := &State{
+		shape:    stateShape(cfg),
+		clock:    clock,
+		bucket:   newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
+		overload: newOverloadWindow(cfg.Budget.OverloadWindow),
+		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
+		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, cfg.Idempotency.MaxBytes, clock)),
+	}
+	for i := 0; i < len(cfg.Upstreams); i++ {
+		s.estimators = append(s.estimators, newTTFTEstimator(cfg.Delay.Window, cfg.Delay.Quantile))
+		s.health = append(s.health, &upstreamHealth{})
+	}
+	return s
+}
+
+// stateShape is what must match for State to be reused by a new config.
+func stateShape(cfg Config) string {
+	s := fmt.Sprintf("%d|%v|%v|%v|%d|%d|%d", len(cfg.Upstreams), cfg.Delay.Window, cfg.Delay.Quantile,
+		cfg.Budget.Ratio, cfg.Budget.OverloadWindow, cfg.Idempotency.MaxEntries, cfg.Idempotency.MaxBytes)
+	for _, u := range cfg.Upstreams {
+		s += "|" + u.URL
+	}
+	return s
+}
+
+// StateKey is a key adapters can use to share State between configurations
+// it fits (same upstreams, windows and budgets).
+func StateKey(cfg Config) string { return stateShape(cfg.WithDefaults()) }
+
+func (s *State) fits(cfg Config) bool { return s.shape == stateShape(cfg) }
+
+// delay returns the hedge delay in force for attempts whose primary is
+// upstream `up`.
+func (s *State) delay(cfg *Config, up int) time.Duration {
+	if cfg.Delay.Mode != DelayAdaptive {
+		return cfg.Delay.Fixed
+	}
+	q, n := s.estimators[up].Quantile()
+	if n < cfg.Delay.MinSamples {
+		return cfg.Delay.Fixed
+	}
+	if q < cfg.Delay.Min {
+		q = cfg.Delay.Min
+	}
+	if q > cfg.Delay.Max {
+		q = cfg.Delay.Max
+	}
+	return q
+}
+
+// CurrentDelay returns the hedge delay that a request starting now would use.
+func (h *Hedger) CurrentDelay() time.Duration {
+	return h.state.delay(&h.cfg, h.pickUpstream(nil, h.opts.Clock.Now()))
+}
+
+// HedgesInFlight returns the number of hedge attempts running now.
+func (h *Hedger) HedgesInFlight() int64 { return atomic.LoadInt64(&h.state.hedgesInFlight) }
+
+// pickUpstream returns the upstream for the next attempt: the first in order
+// that is not used yet and is available, else the first unused one, else
+// (more attempts than upstreams) the least used available one in order.
+// used[i] counts attempts already sent to upstream i.
+func (h *Hedger) pickUpstream(used []int, now time.Time) int {
+	n := len(h.cfg.Upstreams)
+	uses := func(i int) int {
+		if used == nil {
+			return 0
+		}
+		return used[i]
+	}
+	best := -1
+	for round := 0; round < 3 && best < 0; round++ {
+		least := int(^uint(0) >> 1)
+		for i := 0; i < n; i++ {
+			if uses(i) < least {
+				least = uses(i)
+			}
+		}
+		for i := 0; i < n; i++ {
+			ok := uses(i) == least
+			if round < 2 {
+				ok = ok && h.state.health[i].available(now)
+			}
+			if round == 1 {
+				ok = h.state.health[i].available(now)
+			}
+			if ok {
+				best = i
+				break
+			}
+		}
+	}
+	if best < 0 {
+		best = 0
+	}
+	return best
+}
+
+// hedgeUpstream returns the upstream for a hedge, or -1 when every upstream
+// that could take it cools down or is open-circuit.
+func (h *Hedger) hedgeUpstream(used []int, now time.Time) int {
+	i := h.pickUpstream(used, now)
+	if !h.state.health[i].available(now) {
+		return -1
+	}
+	return i
+}

@@ -1,0 +1,297 @@
+package traefikplugin
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// Config is the middleware's dynamic configuration, spelled in Traefik's
+// camelCase. Durations are strings such as "250ms" because Traefik hands
+// plugins plain strings and does not decode time.Duration. CreateConfig
+// fills every field with its default, so a configuration only names what it
+// changes. The minimal form is
+//
+//	upstreams:
+//	  - url: http://127.0.0.1:9001
+//	  - url: http://127.0.0.1:9002
+//	delay: 50ms
+type Config struct {
+	// Route names the route in log lines. Default: the Traefik middleware's
+	// name (e.g. "hedge@file").
+	Route string `json:"route,omitempty" yaml:"route,omitempty"`
+	// Upstreams are tried in order: attempt 0 goes to the first healthy one,
+	// each hedge to the next. At least one is required.
+	Upstreams []Upstream `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+	// Delay is how long to wait for a first output event before hedging
+	// (fixed mode), and the delay used in adaptive mode until enough samples
+	// exist. Default "1s".
+	Delay string `json:"delay,omitempty" yaml:"delay,omitempty"`
+	// DelayMode is "fixed" (default) or "adaptive": a quantile of the
+	// primary upstream's observed time to first token.
+	DelayMode string `json:"delayMode,omitempty" yaml:"delayMode,omitempty"`
+	// DelayQuantile is the quantile used in adaptive mode. Default 0.95.
+	DelayQuantile float64 `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty"`
+	// DelayMin and DelayMax clamp the adaptive delay. Defaults "50ms" and "10s".
+	DelayMin string `json:"delayMin,omitempty" yaml:"delayMin,omitempty"`
+	DelayMax string `json:"delayMax,omitempty" yaml:"delayMax,omitempty"`
+	// DelayWindow is how many recent samples the estimator keeps. Default 1000.
+	DelayWindow int `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty"`
+	// DelayMinSamples is how many samples adaptive mode needs before it
+	// replaces Delay. Default 50.
+	DelayMinSamples int `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty"`
+	// MaxAttempts bounds the race, the first attempt included. Default 2.
+	MaxAttempts int `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty"`
+	// Timeout is the shared deadline of all attempts, the streamed answer
+	// included. Default "" (none beyond the client's own).
+	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	// MinTimeLeft: no hedge starts when less than this is left before the
+	// deadline. Default "" (the hedge delay in force).
+	MinTimeLeft string `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty"`
+	// MaxBody is the largest request body in bytes that is buffered and
+	// hedged; larger bodies are forwarded once, unhedged, never cut.
+	// Default 4194304 (4 MiB).
+	MaxBody int64 `json:"maxBody,omitempty" yaml:"maxBody,omitempty"`
+	// MaxPrefix bounds the bytes an attempt may send before its first output
+	// event (and a buffered non-streaming answer). Default 1048576 (1 MiB).
+	MaxPrefix int `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty"`
+	// MaxLine bounds one SSE/NDJSON line while the first event is awaited.
+	// Default 262144 (256 KiB).
+	MaxLine int `json:"maxLine,omitempty" yaml:"maxLine,omitempty"`
+	// Methods that may be hedged. Default ["POST"].
+	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty"`
+	// PathPrefixes that may be hedged. Default: every path.
+	PathPrefixes []string `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty"`
+	// FirstEvent says which event carries model output: "auto" (default),
+	// "openai-chat", "openai-responses", "anthropic" or "any".
+	FirstEvent string `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty"`
+	// Idempotency configures keys, in-flight joins and replays.
+	Idempotency Idempotency `json:"idempotency,omitempty" yaml:"idempotency,omitempty"`
+	// Budget rations hedges.
+	Budget Budget `json:"budget,omitempty" yaml:"budget,omitempty"`
+	// ReportHeader, when set (e.g. "Server-Timing"), names a response header
+	// that reports the race: attempts, winner, upstream, delay, and the TTFT
+	// as dur. Default "" (off).
+	ReportHeader string `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty"`
+	// StreamErrorEvent ends an SSE answer whose upstream failed after the
+	// answer started with a final "event: error" instead of a cut
+	// connection. Default false.
+	StreamErrorEvent bool `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty"`
+	// PassThrough sends requests that are not eligible for hedging (method
+	// or path not allowed, or the client's "X-LLM-Hedge: off") to the
+	// router's service instead of the first upstream. Default false.
+	PassThrough bool `json:"passThrough,omitempty" yaml:"passThrough,omitempty"`
+	// Log says where the one line per request goes: "stdout" (default;
+	// Traefik shows it at DEBUG level), "stderr" (Traefik shows it at ERROR
+	// level, so it is visible at the default level) or "off".
+	Log string `json:"log,omitempty" yaml:"log,omitempty"`
+}
+
+// Upstream is one place an attempt can go.
+type Upstream struct {
+	// Name in log lines. Default: the URL's host.
+	Name string `json:"name,omitempty" yaml:"name,omitempty"`
+	// URL is the base URL; the request's path and query are appended to its
+	// path. Required.
+	URL string `json:"url,omitempty" yaml:"url,omitempty"`
+	// SetHeaders are set on every attempt to this upstream (e.g. its own
+	// Authorization). They are never logged.
+	SetHeaders map[string]string `json:"setHeaders,omitempty" yaml:"setHeaders,omitempty"`
+	// DeleteHeaders are removed from every attempt to this upstream.
+	DeleteHeaders []string `json:"deleteHeaders,omitempty" yaml:"deleteHeaders,omitempty"`
+	// Model, when set, replaces the JSON body's top-level "model" field.
+	Model string `json:"model,omitempty" yaml:"model,omitempty"`
+}
+
+// Idempotency configures idempotency keys, joins and replays.
+type Idempotency struct {
+	// Header carries the client's key and is sent on every attempt.
+	// Default "Idempotency-Key".
+	Header string `json:"header,omitempty" yaml:"header,omitempty"`
+	// TTL a completed response is replayed for. Default "10m". "off"
+	// disables joins and replays (keys are still generated and sent).
+	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
+	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
+	// 67108864 (64 MiB).
+	MaxEntries int   `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty"`
+	MaxBytes   int64 `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty"`
+	// MaxResponseBytes is the largest response recorded for joins and
+	// replays. Default 1048576 (1 MiB).
+	MaxResponseBytes int `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty"`
+}
+
+// Budget rations hedges, which are extra load.
+type Budget struct {
+	// Ratio of requests that may start a hedge (a token bucket refilled by
+	// every request). Default 0.1. A negative value means no budget.
+	Ratio float64 `json:"ratio,omitempty" yaml:"ratio,omitempty"`
+	// Burst is the bucket's size in hedges. Default 10.
+	Burst float64 `json:"burst,omitempty" yaml:"burst,omitempty"`
+	// MaxConcurrentHedges caps hedges in flight. Default 100; negative: no cap.
+	MaxConcurrentHedges int `json:"maxConcurrentHedges,omitempty" yaml:"maxConcurrentHedges,omitempty"`
+	// CoolDown is how long an upstream is avoided after a 429/503 without
+	// Retry-After. Default "1s". Retry-After is capped by MaxCoolDown
+	// (default "1m").
+	CoolDown    string `json:"coolDown,omitempty" yaml:"coolDown,omitempty"`
+	MaxCoolDown string `json:"maxCoolDown,omitempty" yaml:"maxCoolDown,omitempty"`
+	// OverloadRate of 429/503 answers among the last OverloadWindow answers
+	// above which no hedge starts. Defaults 0.2 and 100.
+	OverloadRate   float64 `json:"overloadRate,omitempty" yaml:"overloadRate,omitempty"`
+	OverloadWindow int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty"`
+	// BreakerFailures consecutive failures open an upstream's circuit for
+	// BreakerOpen. Defaults 5 and "10s".
+	BreakerFailures int    `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty"`
+	BreakerOpen     string `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty"`
+	// TenantHeader names the header that identifies a tenant; with
+	// TenantTokensPerMinute > 0 each tenant may spend at most that many
+	// estimated extra prompt tokens per minute on hedges. Default off.
+	TenantHeader          string `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty"`
+	TenantTokensPerMinute int64  `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty"`
+}
+
+// Log destinations.
+const (
+	logStdout = "stdout"
+	logStderr = "stderr"
+	logOff    = "off"
+)
+
+// ttlOff is the Idempotency.TTL value that disables joins and replays.
+const ttlOff = "off"
+
+// CreateConfig returns the configuration with every default filled in, as
+// Traefik expects; the dynamic configuration is decoded on top of it. The
+// defaults come from core so the two can never disagree.
+func CreateConfig() *Config {
+	d := core.Config{}.WithDefaults()
+	return &Config{
+		Delay:           d.Delay.Fixed.String(),
+		DelayMode:       d.Delay.Mode,
+		DelayQuantile:   d.Delay.Quantile,
+		DelayMin:        d.Delay.Min.String(),
+		DelayMax:        d.Delay.Max.String(),
+		DelayWindow:     d.Delay.Window,
+		DelayMinSamples: d.Delay.MinSamples,
+		MaxAttempts:     d.MaxAttempts,
+		MaxBody:         d.MaxBody,
+		MaxPrefix:       d.MaxPrefix,
+		MaxLine:         d.MaxLine,
+		Methods:         append([]string(nil), d.Methods...),
+		FirstEvent:      d.FirstEvent,
+		Idempotency: Idempotency{
+			Header:           d.Idempotency.Header,
+			TTL:              d.Idempotency.TTL.String(),
+			MaxEntries:       d.Idempotency.MaxEntries,
+			MaxBytes:         d.Idempotency.MaxBytes,
+			MaxResponseBytes: d.Idempotency.MaxResponseBytes,
+		},
+		Budget: Budget{
+			Ratio:               d.Budget.Ratio,
+			Burst:               d.Budget.Burst,
+			MaxConcurrentHedges: d.Budget.MaxConcurrentHedges,
+			CoolDown:            d.Budget.CoolDown.String(),
+			MaxCoolDown:         d.Budget.MaxCoolDown.String(),
+			OverloadRate:        d.Budget.OverloadRate,
+			OverloadWindow:      d.Budget.OverloadWindow,
+			BreakerFailures:     d.Budget.BreakerFailures,
+			BreakerOpen:         d.Budget.BreakerOpen.String(),
+		},
+		Log: logStdout,
+	}
+}
+
+// coreConfig converts c to the engine's configuration. It reports every
+// problem at once, each naming the option as it is spelled in Traefik.
+func (c *Config) coreConfig(route string) (core.Config, error) {
+	var errs []error
+	dur := func(option, value string) time.Duration {
+		value = strings.TrimSpace(value)
+		if value == "" {
+			return 0
+		}
+		d, err := time.ParseDuration(value)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s %q is not a duration (write e.g. \"250ms\" or \"2s\")", option, value))
+			return 0
+		}
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %q must not be negative", option, value))
+			return 0
+		}
+		return d
+	}
+	if c.Route != "" {
+		route = c.Route
+	}
+	out := core.Config{
+		Route: route,
+		Delay: core.DelayConfig{
+			Mode:       c.DelayMode,
+			Fixed:      dur("delay", c.Delay),
+			Quantile:   c.DelayQuantile,
+			Min:        dur("delayMin", c.DelayMin),
+			Max:        dur("delayMax", c.DelayMax),
+			Window:     c.DelayWindow,
+			MinSamples: c.DelayMinSamples,
+		},
+		MaxAttempts:  c.MaxAttempts,
+		Timeout:      dur("timeout", c.Timeout),
+		MinTimeLeft:  dur("minTimeLeft", c.MinTimeLeft),
+		MaxBody:      c.MaxBody,
+		MaxPrefix:    c.MaxPrefix,
+		MaxLine:      c.MaxLine,
+		Methods:      c.Methods,
+		PathPrefixes: c.PathPrefixes,
+		FirstEvent:   c.FirstEvent,
+		Idempotency: core.IdempotencyConfig{
+			Header:           c.Idempotency.Header,
+			MaxEntries:       c.Idempotency.MaxEntries,
+			MaxBytes:         c.Idempotency.MaxBytes,
+			MaxResponseBytes: c.Idempotency.MaxResponseBytes,
+		},
+		Budget: core.BudgetConfig{
+			Ratio:                 c.Budget.Ratio,
+			Burst:                 c.Budget.Burst,
+			MaxConcurrentHedges:   c.Budget.MaxConcurrentHedges,
+			CoolDown:              dur("budget.coolDown", c.Budget.CoolDown),
+			MaxCoolDown:           dur("budget.maxCoolDown", c.Budget.MaxCoolDown),
+			OverloadRate:          c.Budget.OverloadRate,
+			OverloadWindow:        c.Budget.OverloadWindow,
+			BreakerFailures:       c.Budget.BreakerFailures,
+			BreakerOpen:           dur("budget.breakerOpen", c.Budget.BreakerOpen),
+			TenantHeader:          c.Budget.TenantHeader,
+			TenantTokensPerMinute: c.Budget.TenantTokensPerMinute,
+		},
+		ReportHeader:     c.ReportHeader,
+		StreamErrorEvent: c.StreamErrorEvent,
+	}
+	if strings.EqualFold(strings.TrimSpace(c.Idempotency.TTL), ttlOff) {
+		out.Idempotency.TTL = -1
+	} else {
+		out.Idempotency.TTL = dur("idempotency.ttl", c.Idempotency.TTL)
+	}
+	for _, u := range c.Upstreams {
+		out.Upstreams = append(out.Upstreams, core.UpstreamConfig{
+			Name:          u.Name,
+			URL:           strings.TrimSpace(u.URL),
+			SetHeaders:    u.SetHeaders,
+			DeleteHeaders: u.DeleteHeaders,
+			Model:         u.Model,
+		})
+	}
+	switch c.Log {
+	case "", logStdout, logStderr, logOff:
+	default:
+		errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off", c.Log))
+	}
+	if err := out.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return core.Config{}, errors.Join(errs...)
+	}
+	return out, nil
+}

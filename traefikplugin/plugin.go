@@ -1,0 +1,130 @@
+// Package traefikplugin is llmhedge as a Traefik middleware plugin: it races
+// a second upstream attempt against a slow first one, decides the race on
+// the first real output token of an LLM stream (not on response headers),
+// cancels the loser and streams the winner to the client.
+//
+// Traefik runs plugins in the Yaegi interpreter, so this package and core/
+// use the standard library only, avoid `select` (unsafe under concurrent
+// interpretation in Yaegi v0.16.1) and start nothing in New: Traefik calls New
+// per router and on every reload and never closes a handler.
+package traefikplugin
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// Hedge is the middleware's handler.
+type Hedge struct {
+	name        string
+	next        http.Handler
+	cfg         core.Config
+	passThrough bool
+	logOut      io.Writer // nil: no log lines
+
+	mu     sync.Mutex
+	hedger *core.Hedger // built on the first request
+}
+
+// New validates config and returns the middleware. It starts no goroutine
+// and opens nothing: the transport and the route's shared state are taken
+// on the first request.
+func New(ctx context.Context, next http.Handler, config *Config, name string) (http.Handler, error) {
+	if config == nil {
+		config = CreateConfig()
+	}
+	cfg, err := config.coreConfig(name)
+	if err != nil {
+		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: %w", name, err)
+	}
+	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough}
+	switch config.Log {
+	case "", logStdout:
+		h.logOut = os.Stdout
+	case logStderr:
+		h.logOut = os.Stderr
+	}
+	return h, nil
+}
+
+// ServeHTTP hedges r, or hands it to the next handler once when it is not
+// eligible and PassThrough is set.
+func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.passThrough && !h.eligible(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
+	engine, err := h.engine()
+	if err != nil {
+		http.Error(w, "llmhedge: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	// w is Traefik's own (compiled) writer. The engine flushes it after
+	// every chunk it copies by asserting Flush in interpreted code, which
+	// sees the writer's real methods; only wrappers handed the other way
+	// (interpreted to compiled) lose Flush under Yaegi.
+	if err := engine.Handle(w, r); errors.Is(err, core.ErrStreamAborted) {
+		// The answer started and its upstream failed: end the response
+		// abruptly so the client sees a broken stream, not a complete one.
+		// net/http (and Traefik's recovery middleware, which re-panics with
+		// it once headers are out) closes the connection without logging.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// eligible mirrors the engine's hedging rules that do not need the body:
+// method, path and the client's opt-out.
+func (h *Hedge) eligible(r *http.Request) bool {
+	if strings.EqualFold(strings.TrimSpace(r.Header.Get(core.HeaderHedge)), "off") {
+		return false
+	}
+	methodOK := false
+	for _, m := range h.cfg.Methods {
+		if strings.EqualFold(m, r.Method) {
+			methodOK = true
+		}
+	}
+	if !methodOK {
+		return false
+	}
+	if len(h.cfg.PathPrefixes) == 0 {
+		return true
+	}
+	for _, p := range h.cfg.PathPrefixes {
+		if strings.HasPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// engine returns the hedger, building it on first use with the shared
+// transport and the route's shared state.
+func (h *Hedge) engine() (*core.Hedger, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.hedger != nil {
+		return h.hedger, nil
+	}
+	opts := core.Options{
+		Transport: shared.roundTripper(),
+		State:     shared.state(h.cfg.Route, h.cfg),
+	}
+	if h.logOut != nil {
+		opts.Observer = &logObserver{middleware: h.name, out: h.logOut}
+	}
+	engine, err := core.New(h.cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	h.hedger = engine
+	return engine, nil
+}
