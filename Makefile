@@ -37,7 +37,7 @@ yaegi: $(YAEGI)
 	for pkg in core traefikplugin; do \
 		if ls $$pkg/*.go >/dev/null 2>&1; then \
 			echo "yaegi test ./$$pkg"; \
-			GOPATH=$$gopath GOFLAGS= $(YAEGI) test github.com/llmhedge/llmhedge/$$pkg; \
+			GOPATH=$$gopath GOFLAGS= timeout 900 $(YAEGI) test github.com/llmhedge/llmhedge/$$pkg; \
 		fi; \
 	done
 

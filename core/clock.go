@@ -23,4 +23,9 @@ type SystemClock struct{}
 func (SystemClock) Now() time.Time { return time.Now() }
 
 // AfterFunc wraps time.AfterFunc.
-func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+func (SystemClock) AfterFunc(d time.Duration, f func()) Timer {
+	// Through a typed local: under Yaegi v0.16.1 a compiled value returned
+	// directly as an interpreted interface breaks later nil comparisons.
+	var t Timer = time.AfterFunc(d, f)
+	return t
+}

@@ -39,11 +39,15 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
+	// Through typed locals: under Yaegi v0.16.1 assigning a composite
+	// literal or a compiled value straight to an interface-typed field panics.
 	if opts.Transport == nil {
-		opts.Transport = http.DefaultTransport
+		var t http.RoundTripper = http.DefaultTransport
+		opts.Transport = t
 	}
 	if opts.Clock == nil {
-		opts.Clock = SystemClock{}
+		var c Clock = SystemClock{}
+		opts.Clock = c
 	}
 	if opts.State == nil || !opts.State.fits(cfg) {
 		opts.State = NewState(cfg, opts.Clock)
@@ -73,7 +77,7 @@ func (h *Hedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // incomplete), else nil: every other failure is answered to the client.
 func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
 	start := h.opts.Clock.Now()
-	rep := &Report{Route: h.cfg.Route, Winner: -1}
+	rep := &Report{Request: r, Route: h.cfg.Route, Winner: -1, Start: start}
 	defer func() {
 		if h.opts.Observer != nil {
 			h.opts.Observer.Observe(rep)

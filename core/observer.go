@@ -1,6 +1,9 @@
 package core
 
-import "time"
+import (
+	"net/http"
+	"time"
+)
 
 // Outcomes of a request, as reported in Report.Outcome.
 const (
@@ -57,6 +60,9 @@ type AttemptReport struct {
 
 // Report is everything the engine knows about one request when it ends.
 type Report struct {
+	// Request is the client's request, so an observer can attach results
+	// to it (e.g. Caddy placeholders). Observers must not read its body.
+	Request  *http.Request
 	Route    string
 	Key      string // the idempotency key (client's or generated)
 	Hedged   bool   // the request was eligible for a race
@@ -64,6 +70,8 @@ type Report struct {
 	Status   int // status sent to the client
 	Attempts []AttemptReport
 	Winner   int           // index into Attempts, -1 when none
+	Start    time.Time     // when the request arrived
+	CommitAt time.Time     // when the winner was committed; zero when none
 	TTFT     time.Duration // request start to the winner's first output event
 	Total    time.Duration
 	Delay    time.Duration // the hedge delay in force

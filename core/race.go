@@ -12,12 +12,14 @@ import (
 
 type eventKind int
 
+// Explicit values: Yaegi v0.16.1 compares a typed `iota + 1` constant
+// unequal to a variable holding the same value.
 const (
-	evReady      eventKind = iota + 1 // an attempt has its first output event
-	evFailed                          // an attempt ended without one
-	evHedgeTimer                      // the hedge delay passed
-	evClientGone                      // the client's context ended
-	evDeadline                        // the shared deadline passed
+	evReady      eventKind = 1 // an attempt has its first output event
+	evFailed     eventKind = 2 // an attempt ended without one
+	evHedgeTimer eventKind = 3 // the hedge delay passed
+	evClientGone eventKind = 4 // the client's context ended
+	evDeadline   eventKind = 5 // the shared deadline passed
 )
 
 // event is the only way anything reaches a race loop. Attempts, timers and
@@ -432,6 +434,7 @@ func errorRank(a *attempt) int {
 func (rc *race) deliver(w http.ResponseWriter) error {
 	h, a := rc.h, rc.winner
 	rc.commitAt = h.opts.Clock.Now()
+	rc.rep.CommitAt = rc.commitAt
 	// Losers are cancelled at once; their goroutines end on their own and
 	// are collected by drain.
 	for _, other := range rc.attempts {

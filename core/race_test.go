@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -337,5 +338,34 @@ func TestStatefulRequestNeedsIdempotencyKey(t *testing.T) {
 	rep := <-hs.reports
 	if hs.tr.count() != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyNotIdempotent {
 		t.Fatalf("attempts %d denials %v", hs.tr.count(), rep.Denials)
+	}
+}
+
+// The default options (real clock, no observer) work: this is the path the
+// Traefik plugin takes under Yaegi, which the fake-clock tests do not cover.
+func TestDefaultOptionsRealClock(t *testing.T) {
+	tr := newScriptTransport()
+	cfg := testConfig()
+	cfg.Delay.Fixed = time.Millisecond
+	h, err := New(cfg, Options{Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make(chan string, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		h.Handle(rec, chatRequest(""))
+		out <- rec.Body.String()
+	}()
+	a := tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(roleChunk)
+	b := tr.next(t) // the real 1ms timer fired
+	b.respond(200, "text/event-stream")
+	b.write(tokenChunk("b"))
+	b.end()
+	a.waitCancelled()
+	if got := <-out; got != tokenChunk("b") {
+		t.Fatalf("got %q", got)
 	}
 }

@@ -288,9 +288,11 @@ func (h *Hedger) attemptRequest(ctx context.Context, p *preparedRequest, up, ind
 		body = io.MultiReader(bytes.NewReader(p.body), p.rest)
 		length = p.orig.ContentLength
 	case p.bodies != nil && p.bodies[up] != nil:
-		body, length = bytes.NewReader(p.bodies[up]), int64(len(p.bodies[up]))
+		body = bytes.NewReader(p.bodies[up])
+		length = int64(len(p.bodies[up]))
 	case len(p.body) > 0:
-		body, length = bytes.NewReader(p.body), int64(len(p.body))
+		body = bytes.NewReader(p.body)
+		length = int64(len(p.body))
 	}
 	req, err := http.NewRequestWithContext(ctx, p.orig.Method, target.String(), body)
 	if err != nil {

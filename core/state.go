@@ -46,8 +46,10 @@ func NewState(cfg Config, clock Clock) *State {
 
 // stateShape is what must match for State to be reused by a new config.
 func stateShape(cfg Config) string {
-	s := fmt.Sprintf("%d|%v|%v|%v|%d|%d|%d", len(cfg.Upstreams), cfg.Delay.Window, cfg.Delay.Quantile,
-		cfg.Budget.Ratio, cfg.Budget.OverloadWindow, cfg.Idempotency.MaxEntries, cfg.Idempotency.MaxBytes)
+	// Every field NewState reads.
+	s := fmt.Sprintf("%d|%v|%v|%v|%v|%d|%d|%d|%d", len(cfg.Upstreams), cfg.Delay.Window, cfg.Delay.Quantile,
+		cfg.Budget.Ratio, cfg.Budget.Burst, cfg.Budget.OverloadWindow, cfg.Budget.TenantTokensPerMinute,
+		cfg.Idempotency.MaxEntries, cfg.Idempotency.MaxBytes)
 	for _, u := range cfg.Upstreams {
 		s += "|" + u.URL
 	}

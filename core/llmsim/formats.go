@@ -146,13 +146,13 @@ func (c Call) ContentType() string {
 type script struct {
 	contentType string
 	tokens      int
-	preamble    []byte            // sent with the headers, before any wait
-	ping        []byte            // keep-alive while waiting; nil for none
+	preamble    []byte             // sent with the headers, before any wait
+	ping        []byte             // keep-alive while waiting; nil for none
 	token       func(i int) []byte // token i (0-based)
-	trailer     []byte            // after the last token
-	doneEarly   []byte            // the end of a stream that has no output
-	errorEvent  []byte            // a failure event instead of the first token
-	full        func() []byte     // the non-streaming answer
+	trailer     []byte             // after the last token
+	doneEarly   []byte             // the end of a stream that has no output
+	errorEvent  []byte             // a failure event instead of the first token
+	full        func() []byte      // the non-streaming answer
 }
 
 func (c Call) script() script {

@@ -123,6 +123,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		At:             start,
 	})
 
+	w.Header().Set(HeaderUpstream, s.Name)
+	w.Header().Set(HeaderRequest, id)
 	wl := s.Workload.WithDefaults()
 	x := &exchange{
 		w:       w,
@@ -173,8 +175,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if wl.PingEvery > 0 && !b.NoPings && sc.ping != nil {
 		x.pingEvery = wl.Scaled(wl.PingEvery)
 	}
-	w.Header().Set(HeaderUpstream, s.Name)
-	w.Header().Set(HeaderRequest, id)
 	if stream {
 		x.stream(sc, b)
 	} else {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -153,7 +154,7 @@ func parseText(t *testing.T, f Format, stream bool, body []byte) string {
 			Output []struct {
 				Content []struct{ Text string } `json:"content"`
 			} `json:"output"`
-			Content []struct{ Text string } `json:"content"`
+			Content []struct{ Text string }  `json:"content"`
 			Message struct{ Content string } `json:"message"`
 		}
 		if err := json.Unmarshal(body, &v); err != nil {
@@ -330,7 +331,7 @@ func TestPreambleAndPingsBeforeTokens(t *testing.T) {
 			if pings < 2 {
 				t.Fatalf("%d pings before the first token, want several", pings)
 			}
-			rest, err := io.ReadAll(resp.Body)
+			rest, err := io.ReadAll(er.r)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -646,6 +647,12 @@ func TestCloseCancelsInFlight(t *testing.T) {
 	resp.Body.Close()
 	if run.InFlight() != 0 || run.Cancelled() != 1 {
 		t.Fatalf("in flight %d cancelled %d", run.InFlight(), run.Cancelled())
+	}
+	// No handler goroutine outlives Close.
+	buf := make([]byte, 1<<20)
+	if stacks := string(buf[:runtime.Stack(buf, true)]); strings.Contains(stacks, "llmsim.(*exchange)") ||
+		strings.Contains(stacks, "llmsim.(*Server).ServeHTTP") {
+		t.Fatalf("handler still running after Close:\n%s", stacks)
 	}
 }
 

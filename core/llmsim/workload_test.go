@@ -186,7 +186,7 @@ func TestTrueQuantile(t *testing.T) {
 func TestPeers(t *testing.T) {
 	ms := time.Millisecond
 	cases := []struct {
-		a, b, d                        time.Duration
+		a, b, d                      time.Duration
 		noHedge, ideal, seq, raceAll time.Duration
 	}{
 		{a: 500 * ms, b: 400 * ms, d: 800 * ms, noHedge: 500 * ms, ideal: 500 * ms, seq: 500 * ms, raceAll: 400 * ms},
