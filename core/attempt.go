@@ -111,7 +111,8 @@ func (h *Hedger) run(a *attempt, p *preparedRequest, events chan<- event, passth
 // whole body (non-stream), keeping every byte in a.prefix. It reports whether
 // the attempt is ready to win.
 func (h *Hedger) readUntilDecided(a *attempt, resp *http.Response, format streamFormat) bool {
-	buf := make([]byte, 32<<10)
+	buf := getBuffer()
+	defer putBuffer(buf)
 	var det *firstEventDetector
 	if a.streaming {
 		det = newFirstEventDetector(format, h.cfg.FirstEvent, h.cfg.MaxLine)

@@ -471,7 +471,9 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 	if a.complete {
 		return nil
 	}
-	buf := make([]byte, 32<<10)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	flushW := flusherFor(w) // resolved once: type checks are costly under Yaegi
 	for {
 		n, err := a.resp.Body.Read(buf)
 		if n > 0 {
@@ -479,7 +481,7 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 				rep.Outcome = OutcomeClientGone
 				return nil
 			}
-			flush(w)
+			flushW()
 		}
 		if err == nil {
 			continue

@@ -369,3 +369,16 @@ func TestDefaultOptionsRealClock(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+// The state check cannot be dodged by escaping a key.
+func TestMayChangeStateEscapedKey(t *testing.T) {
+	if !mayChangeState([]byte(`{"st\u006fre":true}`), "/v1/chat/completions") {
+		t.Fatal("escaped store key not seen")
+	}
+	if mayChangeState([]byte(`{"model":"m","messages":[]}`), "/v1/chat/completions") {
+		t.Fatal("plain chat request judged stateful")
+	}
+	if !mayChangeState([]byte(`{"model":"m"}`), "/v1/responses") || mayChangeState([]byte(`{"store":false}`), "/v1/responses") {
+		t.Fatal("responses default store")
+	}
+}

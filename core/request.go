@@ -177,6 +177,11 @@ func looksJSON(contentType string) bool {
 // "store": false (the API stores by default), or server-side tools that act
 // (MCP, code interpreter, computer use, shell).
 func mayChangeState(body []byte, path string) bool {
+	isResponses := strings.HasSuffix(strings.TrimRight(path, "/"), "/responses")
+	if !isResponses && !bytes.Contains(body, []byte(`"store"`)) && !bytes.Contains(body, []byte(`"background"`)) &&
+		!bytes.Contains(body, []byte(`"tools"`)) && !bytes.Contains(body, []byte(`\u`)) {
+		return false // cheap and common: nothing to decode (escaped keys are decoded)
+	}
 	var doc struct {
 		Store      *bool             `json:"store"`
 		Background bool              `json:"background"`
@@ -188,7 +193,7 @@ func mayChangeState(body []byte, path string) bool {
 	if doc.Store != nil && *doc.Store || doc.Background {
 		return true
 	}
-	if doc.Store == nil && strings.HasSuffix(strings.TrimRight(path, "/"), "/responses") {
+	if doc.Store == nil && isResponses {
 		return true
 	}
 	for _, raw := range doc.Tools {

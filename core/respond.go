@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/json"
 	"net/http"
+	"sync"
 )
 
 // errorBody is the OpenAI error shape every error of ours uses.
@@ -49,14 +50,23 @@ type flusher interface{ Flush() }
 
 type flushErrorer interface{ FlushError() error }
 
-func flush(w http.ResponseWriter) {
+func flush(w http.ResponseWriter) { flusherFor(w)() }
+
+// flusherFor returns the function that flushes w.
+func flusherFor(w http.ResponseWriter) func() {
 	if f, ok := w.(flushErrorer); ok {
-		f.FlushError()
-		return
+		return func() { f.FlushError() }
 	}
 	if f, ok := w.(flusher); ok {
-		f.Flush()
-		return
+		return f.Flush
 	}
-	http.NewResponseController(w).Flush()
+	rc := http.NewResponseController(w)
+	return func() { rc.Flush() }
 }
+
+// Read buffers are pooled: a streamed answer needs one per attempt and one
+// to deliver, and garbage is a large share of the cost under Yaegi.
+var buffers = sync.Pool{New: func() interface{} { return make([]byte, 32<<10) }}
+
+func getBuffer() []byte  { return buffers.Get().([]byte) }
+func putBuffer(b []byte) { buffers.Put(b) } //nolint:staticcheck // a slice header is small
