@@ -1,7 +1,6 @@
 package caddymodule
 
 import (
-	"net/http"
 	"regexp"
 	"strings"
 
@@ -25,7 +24,7 @@ const (
 const logMessage = "llm_hedge request"
 
 // logReport writes the one structured line of a request.
-func (h *Handler) logReport(r *http.Request, rep *core.Report) {
+func (h *Handler) logReport(rep *core.Report) {
 	level := zapcore.DebugLevel
 	switch h.LogLevel {
 	case LogInfo:
@@ -40,11 +39,13 @@ func (h *Handler) logReport(r *http.Request, rep *core.Report) {
 	if ce == nil {
 		return
 	}
-	fields := []zap.Field{
-		zap.String("route", rep.Route),
-		zap.String("method", r.Method),
+	fields := make([]zap.Field, 0, 18)
+	fields = append(fields, zap.String("route", rep.Route))
+	if r := rep.Request; r != nil {
 		// The path only: a query may carry credentials.
-		zap.String("path", r.URL.Path),
+		fields = append(fields, zap.String("method", r.Method), zap.String("path", r.URL.Path))
+	}
+	fields = append(fields,
 		zap.String("outcome", rep.Outcome),
 		zap.Int("status", rep.Status),
 		zap.Bool("hedged", rep.Hedged),
@@ -52,7 +53,7 @@ func (h *Handler) logReport(r *http.Request, rep *core.Report) {
 		zap.Int("hedges_started", rep.HedgesStarted),
 		zap.Duration("delay", rep.Delay),
 		zap.Duration("total", rep.Total),
-	}
+	)
 	if w := winner(rep); w != nil {
 		fields = append(fields,
 			zap.String("winner", w.Upstream),

@@ -62,7 +62,7 @@ type Handler struct {
 	// Default 4 MiB.
 	MaxBody int64 `json:"max_body,omitempty"`
 
-	// MaxPrefix bounds the bytes (bytes) an attempt may send before its first
+	// MaxPrefix bounds the bytes an attempt may send before its first
 	// output event, and the size of a buffered non-streaming answer.
 	// Default 1 MiB.
 	MaxPrefix int `json:"max_prefix,omitempty"`
@@ -150,12 +150,12 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	if err != nil {
 		return err
 	}
-	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state})
+	h.metrics = processMetrics()
+	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe)})
 	if err != nil {
 		return err
 	}
 	h.cfg = h.hedger.Config()
-	h.metrics = processMetrics()
 	if err := h.metrics.register(ctx.GetMetricsRegistry()); err != nil {
 		return fmt.Errorf("registering metrics: %v", err)
 	}
@@ -209,20 +209,10 @@ func (h *Handler) Cleanup() error {
 // must see a broken response, not a clean end: like reverse_proxy, the
 // handler flushes what it has and panics with http.ErrAbortHandler, which
 // net/http turns into an aborted connection (HTTP/1.1) or a reset stream
-// (HTTP/2) without logging a stack.
+// (HTTP/2) without logging a stack. The request has been observed (metrics,
+// placeholders, log line) before Handle returns.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.Handler) error {
-	var rep *core.Report
-	hedger, err := h.requestHedger(func(x *core.Report) { rep = x })
-	if err != nil {
-		return caddyhttp.Error(http.StatusInternalServerError, err)
-	}
-	err = hedger.Handle(w, r)
-	if rep != nil {
-		h.metrics.observe(rep)
-		setPlaceholders(r, rep)
-		h.logReport(r, rep)
-	}
-	if errors.Is(err, core.ErrStreamAborted) {
+	if err := h.hedger.Handle(w, r); errors.Is(err, core.ErrStreamAborted) {
 		//nolint:bodyclose // not a response body
 		_ = http.NewResponseController(w).Flush()
 		panic(http.ErrAbortHandler)
@@ -230,15 +220,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 	return nil
 }
 
-// requestHedger returns a Hedger for one request whose Observer is observe.
-// It shares the route's state and transport; only the observer differs.
-//
-// core reports a request to the Hedger's Observer without saying which
-// request it was, so the adapter binds an observer per request to set that
-// request's placeholders. core.New with a ready state is cheap (a config
-// check, about 2 µs).
-func (h *Handler) requestHedger(observe core.ObserverFunc) (*core.Hedger, error) {
-	return core.New(h.cfg, core.Options{Transport: h.httpTrans, State: h.hedger.State(), Observer: observe})
+// observe is the Hedger's Observer: core calls it on the request's
+// goroutine when the request ends, with the request in the report.
+func (h *Handler) observe(rep *core.Report) {
+	h.metrics.observe(rep)
+	if rep.Request != nil {
+		setPlaceholders(rep.Request, rep)
+	}
+	h.logReport(rep)
 }
 
 // parseCaddyfile unmarshals the llm_hedge directive.

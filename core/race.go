@@ -474,6 +474,7 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 	buf := getBuffer()
 	defer putBuffer(buf)
 	flushW := flusherFor(w) // resolved once: type checks are costly under Yaegi
+	tail := keepTail(nil, a.prefix)
 	for {
 		n, err := a.resp.Body.Read(buf)
 		if n > 0 {
@@ -482,6 +483,7 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 				return nil
 			}
 			flushW()
+			tail = keepTail(tail, buf[:n])
 		}
 		if err == nil {
 			continue
@@ -490,7 +492,12 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 			return nil
 		}
 		if rc.clientCtx.Err() != nil && atomic.LoadInt32(&rc.timedOut) == 0 {
-			rep.Outcome = OutcomeClientGone
+			// A client (e.g. the OpenAI SDK) may close as soon as it reads
+			// the stream's end marker, before the upstream's EOF arrives:
+			// that answer was delivered in full.
+			if !a.streaming || !streamFinished(tail) {
+				rep.Outcome = OutcomeClientGone
+			}
 			return nil
 		}
 		rep.Outcome = OutcomeStreamFailed

@@ -382,3 +382,23 @@ func TestMayChangeStateEscapedKey(t *testing.T) {
 		t.Fatal("responses default store")
 	}
 }
+
+// A client that closes right after the end marker got the whole answer: the
+// outcome is ok, not client_gone.
+func TestClientClosingAtEndMarkerIsOK(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	ctx, cancel := context.WithCancel(context.Background())
+	out := hs.serve(chatRequest("").WithContext(ctx))
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("x"))
+	a.write("data: [DONE]\n\n")
+	cancel() // the upstream's EOF never arrives before the client leaves
+	<-out
+	if rep := <-hs.reports; rep.Outcome != OutcomeOK {
+		t.Fatalf("outcome %s", rep.Outcome)
+	}
+	if !streamFinished([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")) || streamFinished([]byte(tokenChunk("x"))) {
+		t.Fatal("streamFinished")
+	}
+}

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -70,3 +71,34 @@ var buffers = sync.Pool{New: func() interface{} { return make([]byte, 32<<10) }}
 
 func getBuffer() []byte  { return buffers.Get().([]byte) }
 func putBuffer(b []byte) { buffers.Put(b) } //nolint:staticcheck // a slice header is small
+
+// tailSize is how much of the end of a streamed answer is kept to recognise
+// its end marker.
+const tailSize = 256
+
+// keepTail appends p to tail and keeps the last tailSize bytes.
+func keepTail(tail, p []byte) []byte {
+	if len(p) >= tailSize {
+		return append(tail[:0], p[len(p)-tailSize:]...)
+	}
+	tail = append(tail, p...)
+	if len(tail) > tailSize {
+		tail = append(tail[:0], tail[len(tail)-tailSize:]...)
+	}
+	return tail
+}
+
+// streamFinished reports whether a stream's last bytes hold its end marker:
+// OpenAI Chat `data: [DONE]`, Responses `response.completed`, Anthropic
+// `message_stop`, Ollama `"done":true`.
+func streamFinished(tail []byte) bool {
+	end := bytes.TrimRight(tail, "\r\n")
+	if bytes.HasSuffix(end, []byte("data: [DONE]")) || bytes.HasSuffix(end, []byte("data:[DONE]")) {
+		return true
+	}
+	if i := bytes.LastIndex(end, []byte("\n\n")); i >= 0 {
+		end = end[i:]
+	}
+	return bytes.Contains(end, []byte(`"response.completed"`)) || bytes.Contains(end, []byte("message_stop")) ||
+		bytes.Contains(end, []byte(`"done":true`))
+}

@@ -72,11 +72,7 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// sees the writer's real methods; only wrappers handed the other way
 	// (interpreted to compiled) lose Flush under Yaegi.
 	if err := engine.Handle(w, r); errors.Is(err, core.ErrStreamAborted) {
-		// The answer started and its upstream failed: end the response
-		// abruptly so the client sees a broken stream, not a complete one.
-		// net/http (and Traefik's recovery middleware, which re-panics with
-		// it once headers are out) closes the connection without logging.
-		panic(http.ErrAbortHandler)
+		abortResponse(w)
 	}
 }
 
@@ -115,6 +111,9 @@ func (h *Hedge) engine() (*core.Hedger, error) {
 		return h.hedger, nil
 	}
 	opts := core.Options{
+		// Set explicitly: under Yaegi v0.16.1 core.New's own default
+		// (assigning SystemClock{} to the interface field) panics.
+		Clock:     core.SystemClock{},
 		Transport: shared.roundTripper(),
 		State:     shared.state(h.cfg.Route, h.cfg),
 	}

@@ -1,6 +1,7 @@
 package traefikplugin
 
 import (
+	"context"
 	"net"
 	"net/http"
 	"sync"
@@ -41,8 +42,12 @@ func (g *registry) roundTripper() http.RoundTripper {
 	if g.transport == nil {
 		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
 		g.transport = &http.Transport{
-			Proxy:                 http.ProxyFromEnvironment,
-			DialContext:           dialer.DialContext,
+			Proxy: http.ProxyFromEnvironment,
+			// A closure, not the method value dialer.DialContext: Yaegi
+			// v0.16.1 types a compiled method value as a method expression.
+			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+				return dialer.DialContext(ctx, network, addr)
+			},
 			ForceAttemptHTTP2:     true,
 			MaxIdleConns:          1024,
 			MaxIdleConnsPerHost:   256, // LLM traffic is many long streams to few hosts

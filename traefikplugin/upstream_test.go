@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -40,13 +41,44 @@ type testUpstream struct {
 	gone   int // requests whose client went away before the end
 	heads  []http.Header
 	bodies []string
+	// changed gets a token (when it has room) on every change of served
+	// or gone; tests wait on it instead of polling.
+	changed chan struct{}
 }
 
 func startUpstream(t *testing.T, name string, plan func(r *http.Request) script) *testUpstream {
-	u := &testUpstream{name: name, plan: plan}
+	u := &testUpstream{name: name, plan: plan, changed: make(chan struct{}, 64)}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
-	t.Cleanup(u.srv.Close)
+	t.Cleanup(func() { u.srv.Close() }) // a closure: Yaegi mistypes compiled method values
 	return u
+}
+
+// notifyLocked signals a change; u.mu is held, so senders never race for
+// the last slot and never block.
+func (u *testUpstream) notifyLocked() {
+	if len(u.changed) < cap(u.changed) {
+		u.changed <- struct{}{}
+	}
+}
+
+// await waits until cond holds, re-checking it after every change of u, and
+// fails the test after 10s.
+func (u *testUpstream) await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	var timedOut int32
+	timer := time.AfterFunc(10*time.Second, func() {
+		atomic.StoreInt32(&timedOut, 1)
+		u.mu.Lock()
+		u.notifyLocked()
+		u.mu.Unlock()
+	})
+	defer timer.Stop()
+	for !cond() {
+		<-u.changed
+		if atomic.LoadInt32(&timedOut) == 1 && !cond() {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
 }
 
 func (u *testUpstream) counts() (served, gone int) {
@@ -109,6 +141,7 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.served++
 	u.heads = append(u.heads, r.Header.Clone())
 	u.bodies = append(u.bodies, string(body))
+	u.notifyLocked()
 	u.mu.Unlock()
 	sc := u.plan(r)
 	if sc.tokens == 0 {
@@ -121,6 +154,7 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		if !completed {
 			u.mu.Lock()
 			u.gone++
+			u.notifyLocked()
 			u.mu.Unlock()
 		}
 	}()
@@ -155,7 +189,8 @@ func (u *testUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			<-sc.gate
 		}
 		if sc.abortAfter > 0 && i == sc.abortAfter {
-			panic(http.ErrAbortHandler)
+			abortResponse(w) // closes the connection mid-stream
+			return
 		}
 		if _, err := io.WriteString(w, chunk(u.name, id, `{"content":"`+tokenText(id, i)+`"}`)); err != nil {
 			return

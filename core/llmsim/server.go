@@ -171,7 +171,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ttft = b.TTFT
 	}
 	x.firstAt = start.Add(ttft)
-	x.gap = wl.Scaled(wl.TokenGap)
+	x.gap = wl.Scaled(wl.gap())
 	if wl.PingEvery > 0 && !b.NoPings && sc.ping != nil {
 		x.pingEvery = wl.Scaled(wl.PingEvery)
 	}

@@ -64,8 +64,8 @@ func Reference(seed int64, scale float64) Workload {
 	}
 }
 
-// WithDefaults returns w with every zero field set to its default and every
-// negative "off" value set to zero (PingEvery stays negative: no pings).
+// WithDefaults returns w with every zero field set to its default; negative
+// "off" values stay negative (read as none), so WithDefaults is idempotent.
 // Durations are not scaled.
 func (w Workload) WithDefaults() Workload {
 	d := Reference(w.Seed, w.Scale)
@@ -74,13 +74,13 @@ func (w Workload) WithDefaults() Workload {
 	}
 	switch {
 	case w.Sigma < 0:
-		d.Sigma = 0
+		d.Sigma = w.Sigma // stays "off", so that WithDefaults is idempotent
 	case w.Sigma > 0:
 		d.Sigma = w.Sigma
 	}
 	switch {
 	case w.StallProb < 0:
-		d.StallProb = 0
+		d.StallProb = w.StallProb
 	case w.StallProb > 0:
 		d.StallProb = w.StallProb
 	}
@@ -98,7 +98,7 @@ func (w Workload) WithDefaults() Workload {
 	}
 	switch {
 	case w.TokenGap < 0:
-		d.TokenGap = 0
+		d.TokenGap = w.TokenGap
 	case w.TokenGap > 0:
 		d.TokenGap = w.TokenGap
 	}
@@ -106,6 +106,14 @@ func (w Workload) WithDefaults() Workload {
 		d.PingEvery = w.PingEvery
 	}
 	return d
+}
+
+// gap is the token gap with "off" (negative) read as none.
+func (w Workload) gap() time.Duration {
+	if w.TokenGap < 0 {
+		return 0
+	}
+	return w.TokenGap
 }
 
 // Scaled returns d multiplied by the workload's time scale.
@@ -135,7 +143,7 @@ func (w Workload) Stalled(upstream, requestID string) bool {
 // (Tokens-1) * TokenGap.
 func (w Workload) StreamTime() time.Duration {
 	d := w.WithDefaults()
-	return d.Scaled(time.Duration(d.Tokens-1) * d.TokenGap)
+	return d.Scaled(time.Duration(d.Tokens-1) * d.gap())
 }
 
 // Total returns the time from the request to its last token, scaled:
@@ -159,7 +167,7 @@ func (w Workload) draw(upstream, requestID string) (time.Duration, bool) {
 	if stalled {
 		ttft = d.StallMin + time.Duration(u*float64(d.StallMax-d.StallMin))
 	} else {
-		ttft = time.Duration(float64(d.MedianTTFT) * math.Exp(d.Sigma*z))
+		ttft = time.Duration(float64(d.MedianTTFT) * math.Exp(math.Max(d.Sigma, 0)*z))
 	}
 	return d.Scaled(ttft), stalled
 }

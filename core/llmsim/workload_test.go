@@ -153,8 +153,14 @@ func TestWithDefaults(t *testing.T) {
 		t.Fatalf("zero workload defaults to %+v, want %+v", got, Reference(0, 1))
 	}
 	off := Workload{Sigma: -1, StallProb: -1, TokenGap: -1, PingEvery: -1, MedianTTFT: time.Second}.WithDefaults()
-	if off.Sigma != 0 || off.StallProb != 0 || off.TokenGap != 0 || off.PingEvery >= 0 {
-		t.Fatalf("negative values did not switch off: %+v", off)
+	if off.Sigma >= 0 || off.StallProb >= 0 || off.TokenGap >= 0 || off.PingEvery >= 0 {
+		t.Fatalf("negative values did not stay off: %+v", off)
+	}
+	if again := off.WithDefaults(); again != off {
+		t.Fatalf("WithDefaults is not idempotent: %+v then %+v", off, again)
+	}
+	if off.StreamTime() != 0 {
+		t.Fatalf("no token gap: stream time %v", off.StreamTime())
 	}
 	if d := (Workload{Sigma: -1, StallProb: -1, MedianTTFT: time.Second}).TTFT("A", "x"); d != time.Second {
 		t.Fatalf("TTFT without jitter %v, want 1s", d)

@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/llmhedge/llmhedge/core/llmsim"
+)
+
+// TestRetryableUpstreamFailures: a primary that fails before its first
+// token (5xx, 429 with Retry-After, a reset, an error event, [DONE] without
+// output) is retried on B at once, and the client gets B's whole answer.
+func TestRetryableUpstreamFailures(t *testing.T) {
+	a, b := startSims(t)
+	// Short cool-downs and a lenient breaker: each case starts on A again.
+	c := startCaddy(t, "", hedgeSite(a, b, "\t\tbudget {\n\t\t\tcool_down 1ms\n\t\t\tmax_cool_down 1ms\n\t\t\tbreaker_failures 100\n\t\t}"))
+	ctx := testContext(t)
+	for _, tc := range []struct{ id, behavior string }{
+		{"fail-500", "A=status:500"},
+		{"fail-503", "A=status:503"},
+		{"fail-429", "A=status:429,retry_after:1"},
+		{"fail-reset", "A=reset_after:0"},
+		{"fail-error-event", "A=error_event"},
+		{"fail-done-early", "A=done_early"},
+	} {
+		t.Run(tc.behavior, func(t *testing.T) {
+			got := streamChat(ctx, sdkClient(c.url(0), tc.id, tc.behavior))
+			if err := got.fromOnly("B", tc.id); err != nil {
+				t.Fatal(err)
+			}
+			if a.Attempts(tc.id) != 1 || b.Attempts(tc.id) != 1 {
+				t.Fatalf("attempts A %d, B %d: want one each", a.Attempts(tc.id), b.Attempts(tc.id))
+			}
+		})
+	}
+	lines := c.waitLog("llm_hedge request", 6, nil)
+	for _, line := range lines {
+		if line["winner"] != "B" {
+			t.Errorf("log line %v: want B as winner", line)
+		}
+	}
+}
+
+// TestEveryAttemptFails: when both upstreams fail, the client gets the most
+// useful upstream error: its status and its JSON body.
+func TestEveryAttemptFails(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	ctx := testContext(t)
+
+	got := streamChat(ctx, sdkClient(c.url(0), "both-429", "A=status:500;B=status:429"))
+	if status := apiStatus(got.err); status != http.StatusTooManyRequests {
+		t.Fatalf("error %v (status %d), want the 429", got.err, status)
+	}
+	var apiErr *openai.Error
+	if !errors.As(got.err, &apiErr) || !strings.Contains(apiErr.Message, "simulated 429 from upstream B") {
+		t.Fatalf("error %#v does not carry the upstream's message", got.err)
+	}
+}
+
+// TestRetryAfterCoolsUpstreamDown: a 429 with Retry-After cools A down, so
+// the next request starts on B without trying A.
+func TestRetryAfterCoolsUpstreamDown(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	ctx := testContext(t)
+	if err := streamChat(ctx, sdkClient(c.url(0), "cool-1", "A=status:429,retry_after:30")).fromOnly("B", "cool-1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := streamChat(ctx, sdkClient(c.url(0), "cool-2", "")).fromOnly("B", "cool-2"); err != nil {
+		t.Fatal(err)
+	}
+	if n := a.Attempts("cool-2"); n != 0 {
+		t.Fatalf("A got %d attempts while cooling down after its 429", n)
+	}
+}
+
+// TestFatalClientErrorPassthrough: a 4xx that no other upstream would
+// answer better goes to the client at once, unhedged.
+func TestFatalClientErrorPassthrough(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	ctx := testContext(t)
+	for _, status := range []string{"400", "401", "404", "422"} {
+		t.Run(status, func(t *testing.T) {
+			id := "fatal-" + status
+			got := streamChat(ctx, sdkClient(c.url(0), id, "A=status:"+status))
+			if s := apiStatus(got.err); strconv.Itoa(s) != status {
+				t.Fatalf("error %v (status %d), want %s", got.err, s, status)
+			}
+			if b.Attempts(id) != 0 {
+				t.Fatalf("B got %d attempts of a request A rejected with %s", b.Attempts(id), status)
+			}
+		})
+	}
+}
+
+// TestBrokenStreamAfterCommit: when the winner breaks after its first
+// tokens went out, the client must see a broken stream, not a clean end,
+// and never bytes from another upstream.
+func TestBrokenStreamAfterCommit(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+
+	// Through the SDK: the stream ends with an error.
+	got := streamChat(testContext(t), sdkClient(c.url(0), "broken-1", "A=reset_after:2;B=stall"))
+	if got.err == nil {
+		t.Fatalf("the SDK saw a clean end of a broken stream (text %q)", got.text)
+	}
+	if got.text != llmsim.TokenText("broken-1", 0)+llmsim.TokenText("broken-1", 1) || len(got.ids) != 1 || !got.ids["chatcmpl-A-broken-1"] {
+		t.Fatalf("text %q from %v: want A's first two tokens only", got.text, got.ids)
+	}
+
+	// On the wire: the chunked body ends without its terminator.
+	req, _ := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
+	req.Header.Set(llmsim.HeaderRequest, "broken-2")
+	req.Header.Set(llmsim.HeaderBehavior, "A=reset_after:2;B=stall")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != io.ErrUnexpectedEOF {
+		t.Fatalf("read error %v after %q, want io.ErrUnexpectedEOF (a cut chunked stream)", err, body)
+	}
+	line := c.waitLog("llm_hedge request", 2, nil)[1]
+	if line["outcome"] != "stream_failed" {
+		t.Fatalf("outcome %v, want stream_failed", line["outcome"])
+	}
+}
+
+// TestStreamErrorEvent: with stream_error_event the same failure ends the
+// stream with an SSE error event, which the SDK reports as an error.
+func TestStreamErrorEvent(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, "\t\tstream_error_event"))
+	got := streamChat(testContext(t), sdkClient(c.url(0), "event-1", "A=reset_after:2;B=stall"))
+	if got.err == nil || !strings.Contains(got.err.Error(), "upstream stream failed") {
+		t.Fatalf("error %v, want the final error event's message", got.err)
+	}
+}

@@ -1,0 +1,66 @@
+package e2e
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestExampleCaddyfile runs examples/caddy/Caddyfile as written, with its
+// upstreams, keys and ports from the environment: each upstream gets its
+// own API key and model, the hedge wins over a stalled primary, the keys
+// stay out of the logs, and the metrics endpoint serves llm_hedge_*.
+func TestExampleCaddyfile(t *testing.T) {
+	a, b := startSims(t)
+	c := &caddyProc{t: t, dir: t.TempDir(), admin: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+	c.ports = []int{freePort(t), freePort(t)}
+	config, err := filepath.Abs(filepath.Join("..", "..", "examples", "caddy", "Caddyfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = c.launch(config, []string{
+		"LLMHEDGE_ADMIN=" + strings.TrimPrefix(c.admin, "http://"),
+		fmt.Sprintf("LLMHEDGE_LISTEN=http://127.0.0.1:%d", c.ports[0]),
+		fmt.Sprintf("LLMHEDGE_METRICS_LISTEN=http://127.0.0.1:%d", c.ports[1]),
+		"PRIMARY_URL=" + a.URL, "PRIMARY_API_KEY=sk-primary-secret", "PRIMARY_MODEL=gpt-primary",
+		"HEDGE_URL=" + b.URL, "HEDGE_API_KEY=sk-hedge-secret", "HEDGE_MODEL=hedge/gpt",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testContext(t)
+
+	got := streamChat(ctx, sdkClient(c.url(0), "example-1", "A=ttft:3s"))
+	if err := got.fromOnly("B", "example-1"); err != nil {
+		t.Fatal(err)
+	}
+	ra, rb := a.Requests(), b.Requests()
+	if len(ra) != 1 || len(rb) != 1 {
+		t.Fatalf("primary got %d requests, hedge %d", len(ra), len(rb))
+	}
+	if ra[0].Authorization != "Bearer sk-primary-secret" || ra[0].Model != "gpt-primary" ||
+		rb[0].Authorization != "Bearer sk-hedge-secret" || rb[0].Model != "hedge/gpt" {
+		t.Fatalf("primary got %q %q, hedge got %q %q", ra[0].Authorization, ra[0].Model, rb[0].Authorization, rb[0].Model)
+	}
+
+	access := c.waitLog("handled request", 1, nil)[0]
+	if access["llm_hedge_winner"] != "hedge" || fmt.Sprint(access["llm_hedge_attempts"]) != "2" {
+		t.Fatalf("access log %v", access)
+	}
+	if logs := c.logs(); strings.Contains(logs, "sk-primary-secret") || strings.Contains(logs, "sk-hedge-secret") {
+		t.Fatal("an upstream API key is in Caddy's log")
+	}
+
+	resp, err := http.Get(c.url(1) + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if v, ok := metricValue(t, string(body), "llm_hedge_hedge_wins_total", map[string]string{"route": "openai", "upstream": "hedge"}); !ok || v != 1 {
+		t.Fatalf("llm_hedge_hedge_wins_total{route=openai,upstream=hedge} = %v (present %v)", v, ok)
+	}
+}

@@ -1,0 +1,278 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core/llmsim"
+)
+
+// TestHedgeWinsOnFirstToken: A answers 200 at once, sends a role-only chunk
+// and pings, then stalls before its first token (the case header racing
+// misses). The hedge to B must start after the delay, win, and A must be
+// cancelled. Each upstream gets its own key and model, both the same
+// idempotency key.
+func TestHedgeWinsOnFirstToken(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	ctx := testContext(t)
+
+	got := streamChat(ctx, sdkClient(c.url(0), "hedge-1", "A=stall"))
+	if err := got.fromOnly("B", "hedge-1"); err != nil {
+		t.Fatal(err)
+	}
+	if !got.models["model-b"] || len(got.models) != 1 {
+		t.Fatalf("models %v, want B's model-b only", got.models)
+	}
+	if err := a.WaitFor(ctx, func() bool { return a.Cancelled() == 1 }); err != nil {
+		t.Fatalf("A's stalled attempt was not cancelled: %v", err)
+	}
+	ra, rb := a.Requests(), b.Requests()
+	if len(ra) != 1 || len(rb) != 1 {
+		t.Fatalf("A got %d requests, B %d: want one each", len(ra), len(rb))
+	}
+	if ra[0].Authorization != "Bearer sk-A-secret" || rb[0].Authorization != "Bearer sk-B-secret" {
+		t.Errorf("authorization A %q, B %q: each upstream must get its own key", ra[0].Authorization, rb[0].Authorization)
+	}
+	if ra[0].Model != "model-a" || rb[0].Model != "model-b" {
+		t.Errorf("models A %q, B %q", ra[0].Model, rb[0].Model)
+	}
+	if ra[0].IdempotencyKey == "" || ra[0].IdempotencyKey != rb[0].IdempotencyKey {
+		t.Errorf("idempotency keys A %q, B %q: want one key on both", ra[0].IdempotencyKey, rb[0].IdempotencyKey)
+	}
+	if ra[0].Attempt != "0" || rb[0].Attempt != "1" {
+		t.Errorf("attempt headers A %q, B %q", ra[0].Attempt, rb[0].Attempt)
+	}
+
+	// One structured line per request, at info, without credentials. (The
+	// outcome may read client_gone: the SDK closes the stream at [DONE],
+	// sometimes before core has read the upstream's end; reported in
+	// /tmp/core-bugs.md.)
+	line := c.waitLog("llm_hedge request", 1, nil)[0]
+	if line["winner"] != "B" || line["attempts"] != float64(2) || line["level"] != "info" || line["status"] != float64(200) {
+		t.Errorf("log line %v", line)
+	}
+	for _, secret := range []string{"sk-A-secret", "sk-B-secret", "sk-client-key"} {
+		if strings.Contains(c.logs(), secret) {
+			t.Errorf("caddy's log contains %q", secret)
+		}
+	}
+}
+
+// TestNoHedgeWhenFast: a primary that answers before the delay wins alone.
+func TestNoHedgeWhenFast(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	got := streamChat(testContext(t), sdkClient(c.url(0), "fast-1", ""))
+	if err := got.fromOnly("A", "fast-1"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Served() != 0 {
+		t.Fatalf("B served %d requests; no hedge should start before the delay", b.Served())
+	}
+}
+
+// gatedUpstream streams a chat completion whose first token is sent at
+// once and whose rest waits until release is closed: a client that sees
+// the first token before release proves the gateway flushes per event.
+func gatedUpstream(t *testing.T, release <-chan struct{}) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		chunk := func(delta string) {
+			fmt.Fprintf(w, "data: {\"id\":\"gated\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":null}]}\n\n", delta)
+			rc.Flush()
+		}
+		chunk(`{"role":"assistant","content":""}`)
+		fmt.Fprint(w, llmsim.Ping)
+		chunk(`{"content":"first "}`)
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		chunk(`{"content":"second"}`)
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestSSEFlushedPerEvent: the client sees the first token while the
+// upstream still holds the rest of the stream.
+func TestSSEFlushedPerEvent(t *testing.T) {
+	release := make(chan struct{})
+	up := gatedUpstream(t, release)
+	c := startCaddy(t, "", fmt.Sprintf("\tllm_hedge %s {\n\t\tdelay 1s\n\t}", up.URL))
+	ctx := testContext(t)
+
+	// If the gateway buffered, the first token would only arrive after
+	// release; this guard releases late so that the test fails instead of
+	// hanging.
+	guard := time.AfterFunc(10*time.Second, func() { close(release) })
+	defer guard.Stop()
+	released := false
+
+	client := sdkClient(c.url(0), "flush-1", "")
+	stream := client.Chat.Completions.NewStreaming(ctx, chatParams())
+	defer stream.Close()
+	var text strings.Builder
+	for stream.Next() {
+		for _, ch := range stream.Current().Choices {
+			text.WriteString(ch.Delta.Content)
+			if ch.Delta.Content == "first " && !released {
+				if !guard.Stop() {
+					t.Fatal("the first token arrived only after the upstream's stream was released: not flushed per event")
+				}
+				close(release)
+				released = true
+			}
+		}
+	}
+	if err := stream.Err(); err != nil || text.String() != "first second" || !released {
+		t.Fatalf("text %q, err %v, released %v", text.String(), err, released)
+	}
+}
+
+// TestNonStreamingJSON: a non-streaming request is hedged on the complete
+// JSON answer; the SDK decodes the winner's.
+func TestNonStreamingJSON(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	ctx := testContext(t)
+	client := sdkClient(c.url(0), "json-1", "A=stall")
+	resp, err := client.Chat.Completions.New(ctx, chatParams())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ID != "chatcmpl-B-json-1" || len(resp.Choices) != 1 ||
+		resp.Choices[0].Message.Content != llmsim.ExpectedChatText("json-1", simTokens) || resp.Model != "model-b" {
+		t.Fatalf("response %+v", resp)
+	}
+	if err := a.WaitFor(ctx, func() bool { return a.Cancelled() == 1 }); err != nil {
+		t.Fatalf("A was not cancelled: %v", err)
+	}
+}
+
+// TestPlaceholdersAndReportHeader: {http.llm_hedge.*} reach the access log
+// through log_append, and report_header reports the race to the client.
+func TestPlaceholdersAndReportHeader(t *testing.T) {
+	a, b := startSims(t)
+	site := "\tlog\n" +
+		"\tlog_append hedge_winner {http.llm_hedge.winner}\n" +
+		"\tlog_append hedge_attempts {http.llm_hedge.attempts}\n" +
+		"\tlog_append hedge_ttft_ms {http.llm_hedge.ttft_ms}\n" +
+		hedgeSite(a, b, "\t\treport_header X-LLM-Hedge-Report")
+	c := startCaddy(t, "", site)
+
+	req, err := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(llmsim.HeaderRequest, "ph-1")
+	req.Header.Set(llmsim.HeaderBehavior, "A=stall")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	report := resp.Header.Get("X-LLM-Hedge-Report")
+	if !strings.Contains(report, "attempts=2") || !strings.Contains(report, "upstream=B") {
+		t.Fatalf("report header %q", report)
+	}
+	access := c.waitLog("handled request", 1, nil)[0]
+	if access["hedge_winner"] != "B" || fmt.Sprint(access["hedge_attempts"]) != "2" {
+		t.Fatalf("access log %v", access)
+	}
+	// B starts after the 50ms delay: the client's TTFT cannot be less.
+	if ttft, err := strconv.Atoi(fmt.Sprint(access["hedge_ttft_ms"])); err != nil || ttft < 50 {
+		t.Fatalf("hedge_ttft_ms %v, want >= 50", access["hedge_ttft_ms"])
+	}
+}
+
+// TestClientDisconnectCancelsAttempts: a client that goes away while both
+// attempts wait for their first token cancels both upstream requests.
+func TestClientDisconnectCancelsAttempts(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	ctx := testContext(t)
+	clientCtx, cancel := context.WithCancel(ctx)
+	done := make(chan streamed, 1)
+	go func() { done <- streamChat(clientCtx, sdkClient(c.url(0), "gone-1", "*=stall")) }()
+
+	// Both attempts are running (the hedge started after the delay)...
+	both := func() bool { return a.Served() == 1 && b.Served() == 1 }
+	if err := a.WaitFor(ctx, func() bool { return a.Served() == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitFor(ctx, both); err != nil {
+		t.Fatalf("the hedge to B never started: %v", err)
+	}
+	// ...then the client goes away: every attempt must be cancelled.
+	cancel()
+	if got := <-done; got.err == nil {
+		t.Fatal("the client's stream ended without an error after its cancellation")
+	}
+	for _, up := range []*llmsim.Running{a, b} {
+		if err := up.WaitFor(ctx, func() bool { return up.Cancelled() == 1 && up.InFlight() == 0 }); err != nil {
+			t.Fatalf("upstream %s still has the attempt: cancelled %d, in flight %d", up.Name, up.Cancelled(), up.InFlight())
+		}
+	}
+	line := c.waitLog("llm_hedge request", 1, nil)[0]
+	if line["outcome"] != "client_gone" {
+		t.Fatalf("outcome %v, want client_gone", line["outcome"])
+	}
+}
+
+// TestIdempotencyJoinAndReplay: two requests with one Idempotency-Key
+// arriving together make one race (the second joins it) and get the same
+// bytes; a third after the end is replayed from the gateway's store.
+func TestIdempotencyJoinAndReplay(t *testing.T) {
+	a, b := startSims(t)
+	c := startCaddy(t, "", hedgeSite(a, b, ""))
+	post := func() (*http.Response, string) {
+		req, _ := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
+			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "idem-1")
+		req.Header.Set(llmsim.HeaderRequest, "idem-1")
+		req.Header.Set(llmsim.HeaderBehavior, "A=ttft:200ms")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			return nil, ""
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		return resp, string(llmsim.StripPings(body))
+	}
+	bodies := make(chan string, 2)
+	for i := 0; i < 2; i++ {
+		go func() { _, body := post(); bodies <- body }()
+	}
+	first, second := <-bodies, <-bodies
+	want := string(llmsim.ExpectedStream("B", "model-b", "idem-1", simTokens))
+	if first != want || second != want {
+		t.Fatalf("bodies\n%s\n%s\nwant both\n%s", first, second, want)
+	}
+	resp, third := post()
+	if third != want || resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("third request: replayed %q, body\n%s", resp.Header.Get("Idempotent-Replayed"), third)
+	}
+	if a.Attempts("idem-1") != 1 || b.Attempts("idem-1") != 1 {
+		t.Fatalf("attempts A %d, B %d: want one race for the three requests", a.Attempts("idem-1"), b.Attempts("idem-1"))
+	}
+}

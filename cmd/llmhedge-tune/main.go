@@ -1,0 +1,178 @@
+// Command llmhedge-tune measures real LLM endpoints and recommends a hedge
+// delay for llmhedge.
+//
+// It sends the same streaming requests to every endpoint (request i goes to
+// each one, so the samples pair up), measures the time to the first output
+// event (by the same rules llmhedge races on, not the response headers) and
+// the total time, and reports:
+//
+//   - p50/p95/p99/max of TTFT and total time per endpoint, and the errors;
+//   - the hedge delay that meets the target extra load: the primary's TTFT
+//     quantile at 1 - target (target 5 % gives its p95);
+//   - the TTFT and total time to expect with that delay, computed from the
+//     paired samples as min(TTFT_A, d + TTFT_B) (SPEC §6), next to no hedge
+//     and race-all;
+//   - a chart of the CDFs (ttft-cdf.svg) and ready configuration snippets
+//     for Caddy, Traefik and the Envoy ext_proc server, all in -out.
+//
+// Usage:
+//
+//	llmhedge-tune -endpoint name=openai,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini \
+//	              -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY,model=llama-3.1-8b \
+//	              -n 300 -concurrency 4 -price-per-mtok 0.15
+//
+// Flags:
+//
+//	-endpoint name=...,url=...,key_env=...,format=openai|anthropic[,model=...]
+//	    An endpoint; repeat it. The first is the primary. url is the base URL,
+//	    with or without a trailing /v1. format openai (default) posts to
+//	    <url>/v1/chat/completions with "Authorization: Bearer $KEY"; anthropic
+//	    posts to <url>/v1/messages with "x-api-key: $KEY" and
+//	    "anthropic-version: 2023-06-01". key_env names the environment
+//	    variable that holds the key (none: no key is sent); keys are never
+//	    printed or written. model replaces the body's "model".
+//	-requests file.jsonl
+//	    One request per line: a Chat Completions body ({"model", "messages",
+//	    ...}) or {"prompt": "..."}. "stream": true is always set. Anthropic
+//	    endpoints get system messages moved to "system" and "max_tokens": 256
+//	    when the line has none. Request i uses line i modulo the line count.
+//	    Default: a built-in set of 20 short prompts.
+//	-n 200              requests sent to EACH endpoint; hard cap 10000.
+//	-concurrency 4      requests in flight per endpoint.
+//	-target-extra 0.05  extra load the hedge may add (fraction of requests).
+//	-price-per-mtok 0   USD per million prompt tokens, for the spend estimate
+//	                    (prompt tokens are estimated as body bytes / 4).
+//	-out llmhedge-tune-out
+//	    Directory for ttft-cdf.svg, samples.csv, results.json, Caddyfile,
+//	    traefik-dynamic.yml and llmhedge-extproc.yaml.
+//	-json               print the results as JSON on stdout.
+//	-yes                do not ask before sending. Without it the plan is
+//	                    printed and, when stdin is a terminal, confirmed.
+//	-timeout 2m         deadline of one request, the streamed answer included.
+//
+// Before sending anything it prints the plan: the endpoints, the number of
+// requests (the hard cap) and the estimated prompt tokens and spend. A
+// progress line runs on stderr. Ctrl-C stops sending, cancels the requests
+// in flight and reports on the samples collected so far (exit status 130); a
+// second Ctrl-C exits at once.
+//
+// The request id is sent as X-Sim-Request: tune-<i>, which the simulated
+// upstreams of core/llmsim use to draw latencies; real providers ignore it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"golang.org/x/term"
+)
+
+// usageHeader precedes the flag list of -h.
+const usageHeader = `llmhedge-tune measures LLM endpoints and recommends a hedge delay.
+
+It sends every request to every endpoint, measures the time to the first
+output event and the total time, and writes the distributions, the delay
+that meets -target-extra, the expected p99 with it, a CDF chart and
+configuration snippets for Caddy, Traefik and Envoy to -out.
+
+Example:
+  OPENAI_API_KEY=... llmhedge-tune \
+    -endpoint name=openai,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini \
+    -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY \
+    -n 300 -price-per-mtok 0.15
+
+Ctrl-C stops and reports on the requests done so far.
+
+Flags:
+`
+
+// Exit statuses.
+const (
+	exitOK          = 0
+	exitFailed      = 1
+	exitUsage       = 2
+	exitInterrupted = 130 // 128 + SIGINT, as shells report it
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal the default behaviour comes back, so a second
+	// Ctrl-C ends the process even if a report hangs.
+	context.AfterFunc(ctx, stop)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is the whole command; ctx ends on Ctrl-C.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	opts, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "llmhedge-tune: %v\nRun llmhedge-tune -h for the flags.\n", err)
+		return exitUsage
+	}
+	p, err := newPlan(opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "llmhedge-tune: %v\n", err)
+		return exitUsage
+	}
+	// With -json stdout carries only the results.
+	human := stdout
+	if opts.JSON {
+		human = stderr
+	}
+	p.print(human)
+	if !opts.Yes && isTerminal(stdin) {
+		if !confirm(stdin, human) {
+			fmt.Fprintln(human, "Nothing sent.")
+			return exitFailed
+		}
+	}
+	// Create the output directory before spending anything on requests.
+	if err := os.MkdirAll(opts.OutDir, 0o755); err != nil {
+		fmt.Fprintf(stderr, "llmhedge-tune: -out: %v\n", err)
+		return exitFailed
+	}
+
+	bar := newProgress(stderr, p.total())
+	m := measure(ctx, p, bar.done)
+	bar.finish()
+	res := analyze(p, m)
+	if err := writeOutputs(opts.OutDir, res, m, opts.Endpoints); err != nil {
+		fmt.Fprintf(stderr, "llmhedge-tune: writing results: %v\n", err)
+		return exitFailed
+	}
+	if opts.JSON {
+		err = printJSON(stdout, res)
+	} else {
+		err = printReport(stdout, res)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "llmhedge-tune: %v\n", err)
+		return exitFailed
+	}
+	switch {
+	case m.Interrupted:
+		return exitInterrupted
+	case res.Recommendation == nil:
+		return exitFailed
+	}
+	return exitOK
+}
+
+// isTerminal reports whether f is an interactive terminal. A mode check
+// alone is not enough: /dev/null, the stdin of CI jobs, is a character
+// device too.
+func isTerminal(f any) bool {
+	file, ok := f.(*os.File)
+	return ok && term.IsTerminal(int(file.Fd()))
+}

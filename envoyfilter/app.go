@@ -1,0 +1,257 @@
+package envoyfilter
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+)
+
+// App is the llmhedge-extproc process around a Server: the gRPC listener
+// with the health service, the metrics endpoint, reload on SIGHUP and the
+// drain on SIGTERM.
+type App struct {
+	// Server is the ExternalProcessor service.
+	Server *Server
+
+	log        *zap.Logger
+	level      zap.AtomicLevel
+	configPath string
+	cfg        atomic.Pointer[FileConfig]
+	cert       atomic.Pointer[tls.Certificate]
+
+	grpc        *grpc.Server
+	health      *health.Server
+	metricsHTTP *http.Server
+	grpcLis     net.Listener
+	metricsLis  net.Listener
+	serving     sync.WaitGroup
+	serveErr    chan error
+}
+
+// NewApp builds the process for cfg, loaded from configPath (re-read on
+// Reload). level is the logger's level, changed by reloads.
+func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.AtomicLevel, opts Options) (*App, error) {
+	if opts.Logger == nil {
+		opts.Logger = log
+	}
+	srv, err := NewServer(cfg, opts)
+	if err != nil {
+		return nil, err
+	}
+	a := &App{Server: srv, log: log, level: level, configPath: configPath, serveErr: make(chan error, 2)}
+	a.cfg.Store(cfg)
+	serverOpts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(int(cfg.GRPC.MaxRecvMsgSize)),
+		// Envoy may ping idle HTTP/2 connections (connection_keepalive);
+		// gRPC's default policy would answer pings closer than 5 minutes
+		// with GOAWAY "too_many_pings".
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
+	if cfg.GRPC.MaxConcurrentStreams > 0 {
+		serverOpts = append(serverOpts, grpc.MaxConcurrentStreams(cfg.GRPC.MaxConcurrentStreams))
+	}
+	if cfg.GRPC.TLS.Enabled() {
+		tlsCfg, err := a.tlsConfig(cfg.GRPC.TLS)
+		if err != nil {
+			return nil, err
+		}
+		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(tlsCfg)))
+	}
+	a.grpc = grpc.NewServer(serverOpts...)
+	extprocv3.RegisterExternalProcessorServer(a.grpc, srv)
+	a.health = health.NewServer()
+	healthpb.RegisterHealthServer(a.grpc, a.health)
+	if cfg.Metrics.Listen != "off" {
+		mux := http.NewServeMux()
+		mux.Handle(cfg.Metrics.Path, promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))
+		a.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+	return a, nil
+}
+
+// tlsConfig loads the listener's certificate (kept for GetCertificate, so
+// a reload can swap it) and the client CAs for mTLS.
+func (a *App) tlsConfig(t TLSConfig) (*tls.Config, error) {
+	if err := a.loadCert(t); err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{
+		MinVersion:     tls.VersionTLS12,
+		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
+	}
+	if t.ClientCAFile != "" {
+		pem, err := os.ReadFile(t.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("grpc.tls.client_ca_file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("grpc.tls.client_ca_file %s: no PEM certificate", t.ClientCAFile)
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+func (a *App) loadCert(t TLSConfig) error {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return fmt.Errorf("grpc.tls: %w", err)
+	}
+	a.cert.Store(&cert)
+	return nil
+}
+
+// Start opens the listeners and serves in the background.
+func (a *App) Start() error {
+	cfg := a.cfg.Load()
+	lis, err := net.Listen("tcp", cfg.GRPC.Listen)
+	if err != nil {
+		return fmt.Errorf("grpc.listen: %w", err)
+	}
+	a.grpcLis = lis
+	if a.metricsHTTP != nil {
+		mlis, err := net.Listen("tcp", cfg.Metrics.Listen)
+		if err != nil {
+			lis.Close()
+			return fmt.Errorf("metrics.listen: %w", err)
+		}
+		a.metricsLis = mlis
+		a.serving.Add(1)
+		go func() {
+			defer a.serving.Done()
+			if err := a.metricsHTTP.Serve(mlis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.serveErr <- fmt.Errorf("metrics: %w", err)
+			}
+		}()
+	}
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	a.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+	a.serving.Add(1)
+	go func() {
+		defer a.serving.Done()
+		if err := a.grpc.Serve(lis); err != nil {
+			a.serveErr <- fmt.Errorf("grpc: %w", err)
+		}
+	}()
+	a.log.Info("llmhedge-extproc serving", zap.String("grpc", lis.Addr().String()),
+		zap.String("metrics", a.MetricsAddr()), zap.Bool("tls", cfg.GRPC.TLS.Enabled()), zap.Int("routes", len(cfg.Routes)))
+	return nil
+}
+
+// GRPCAddr is the gRPC listener's address (after Start).
+func (a *App) GRPCAddr() string { return a.grpcLis.Addr().String() }
+
+// MetricsAddr is the metrics listener's address, "" when off.
+func (a *App) MetricsAddr() string {
+	if a.metricsLis == nil {
+		return ""
+	}
+	return a.metricsLis.Addr().String()
+}
+
+// Errors reports a listener that stopped serving on its own.
+func (a *App) Errors() <-chan error { return a.serveErr }
+
+// Reload re-reads the configuration file and switches to it. Streams in
+// flight keep their configuration; an invalid file changes nothing. The
+// listeners, TLS mode and log format are fixed at start; a changed value is
+// logged and ignored. Certificates are re-read.
+func (a *App) Reload() error {
+	cfg, err := LoadConfig(a.configPath)
+	if err == nil {
+		err = a.Server.Reload(cfg)
+	} else {
+		a.Server.metrics.reloads.WithLabelValues("error").Inc()
+	}
+	if err != nil {
+		a.log.Error("configuration reload failed; keeping the running configuration", zap.Error(err))
+		return err
+	}
+	old := a.cfg.Load()
+	if cfg.GRPC != old.GRPC || cfg.Metrics != old.Metrics || cfg.Log.Format != old.Log.Format {
+		a.log.Warn("grpc, metrics and log.format settings change only on restart")
+	}
+	if lvl, err := parseLevel(cfg.Log.Level); err == nil {
+		a.level.SetLevel(lvl)
+	}
+	if old.GRPC.TLS.Enabled() {
+		if err := a.loadCert(old.GRPC.TLS); err != nil {
+			a.log.Error("reloading the TLS certificate failed; keeping the old one", zap.Error(err))
+		}
+	}
+	a.cfg.Store(cfg)
+	a.log.Info("configuration reloaded", zap.Int("routes", len(cfg.Routes)))
+	return nil
+}
+
+// Shutdown drains: health turns NOT_SERVING, the listener stops taking new
+// streams, streams in flight may finish within timeout, then the rest are
+// cancelled (which cancels their upstream attempts). It returns once every
+// stream has ended.
+func (a *App) Shutdown(timeout time.Duration) {
+	a.health.Shutdown()
+	open := a.Server.InFlight()
+	a.log.Info("draining", zap.Int64("streams", open), zap.Duration("timeout", timeout))
+	stopped := make(chan struct{})
+	go func() {
+		a.grpc.GracefulStop()
+		close(stopped)
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select {
+	case <-stopped:
+	case <-timer.C:
+		a.log.Warn("drain timeout; cancelling the streams still open", zap.Int64("streams", a.Server.InFlight()))
+		a.grpc.Stop()
+		<-stopped
+	}
+	if a.metricsHTTP != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		a.metricsHTTP.Shutdown(ctx)
+		cancel()
+	}
+	a.serving.Wait()
+	a.log.Info("stopped")
+}
+
+// Run serves until SIGTERM or SIGINT (then drains) or a listener fails,
+// reloading on SIGHUP. signals carries the notifications (signal.Notify).
+func (a *App) Run(signals <-chan os.Signal) error {
+	if err := a.Start(); err != nil {
+		return err
+	}
+	for {
+		select {
+		case sig := <-signals:
+			if sig == syscall.SIGHUP {
+				a.Reload()
+				continue
+			}
+			a.Shutdown(time.Duration(a.cfg.Load().Shutdown.DrainTimeout))
+			return nil
+		case err := <-a.serveErr:
+			a.Shutdown(0)
+			return err
+		}
+	}
+}

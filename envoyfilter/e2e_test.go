@@ -1,0 +1,302 @@
+package envoyfilter_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+)
+
+const tokens = 20
+
+func simHeaders(id, behavior string) []option.RequestOption {
+	opts := []option.RequestOption{option.WithHeader(llmsim.HeaderRequest, id)}
+	if behavior != "" {
+		opts = append(opts, option.WithHeader(llmsim.HeaderBehavior, behavior))
+	}
+	return opts
+}
+
+// streamChat streams a chat completion and returns its text, the upstreams
+// named in the chunks, and the stream's error.
+func streamChat(ctx context.Context, c openai.Client, opts ...option.RequestOption) (string, map[string]bool, error) {
+	completions := c.Chat.Completions
+	stream := completions.NewStreaming(ctx, chatParams(), opts...)
+	defer stream.Close()
+	var text strings.Builder
+	from := map[string]bool{}
+	for stream.Next() {
+		chunk := stream.Current()
+		from[chunk.SystemFingerprint] = true
+		if len(chunk.Choices) > 0 {
+			text.WriteString(chunk.Choices[0].Delta.Content)
+		}
+	}
+	return text.String(), from, stream.Err()
+}
+
+// The primary sends 200, a role-only chunk and pings at once, then stalls
+// before its first token: the hedge wins on the first real token, behind
+// early headers and pings, and the primary is cancelled.
+func TestStreamingHedgeOnFirstToken(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	before := h.driver.Stats()
+	text, from, err := streamChat(context.Background(), h.client(), simHeaders("stream-1", "A=ttft:3s")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := llmsim.ExpectedChatText("stream-1", tokens); text != want {
+		t.Fatalf("text %q, want %q", text, want)
+	}
+	if len(from) != 1 || !from["B"] {
+		t.Fatalf("chunks came from %v, want only B", from)
+	}
+	rep := h.report()
+	if rep.Outcome != core.OutcomeOK || rep.Winner != 1 || rep.Attempts[1].Role != core.RoleHedge {
+		t.Fatalf("report %+v", rep)
+	}
+	waitSim(t, h.A, "the primary's cancellation", func() bool { return h.A.Cancelled() == 1 })
+	after := h.driver.Stats()
+	if after.StreamedImmediate-before.StreamedImmediate != 1 || after.Immediate != before.Immediate {
+		t.Fatalf("driver stats %+v: want one StreamedImmediateResponse", after)
+	}
+	if after.LostBodyBytes != 0 || after.Spurious != 0 || after.GRPCErrors != 0 {
+		t.Fatalf("driver saw protocol trouble: %+v", after)
+	}
+}
+
+// The bytes the client receives are exactly one upstream's stream.
+func TestStreamingBytesFromOneUpstream(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	body := `{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	req, _ := http.NewRequest(http.MethodPost, h.front.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(llmsim.HeaderRequest, "bytes-1")
+	req.Header.Set(llmsim.HeaderBehavior, "A=ttft:2s")
+	resp, err := h.front.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" ||
+		resp.Header.Get(llmsim.HeaderUpstream) != "B" {
+		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	}
+	want := llmsim.ExpectedStream("B", "sim-model", "bytes-1", tokens)
+	if !bytes.Equal(llmsim.StripPings(got), want) {
+		t.Fatalf("body\n%q\nwant\n%q", got, want)
+	}
+}
+
+// A non-streaming answer goes back as one ImmediateResponse.
+func TestNonStreaming(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	before := h.driver.Stats()
+	resp, err := chat(h).New(context.Background(), chatParams(), simHeaders("plain-1", "A=ttft:3s")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Choices[0].Message.Content, llmsim.ExpectedChatText("plain-1", tokens); got != want {
+		t.Fatalf("content %q, want %q", got, want)
+	}
+	if resp.SystemFingerprint != "B" {
+		t.Fatalf("answer from %q, want B", resp.SystemFingerprint)
+	}
+	after := h.driver.Stats()
+	if after.Immediate-before.Immediate != 1 || after.StreamedImmediate != before.StreamedImmediate {
+		t.Fatalf("driver stats %+v: want one ImmediateResponse", after)
+	}
+	if rep := h.report(); rep.Winner != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+// A non-streaming answer larger than envoy.max_immediate_response is
+// streamed instead of being cut or refused.
+func TestLargeNonStreamingAnswerIsStreamed(t *testing.T) {
+	wl := llmsim.Reference(1, testScale)
+	wl.StallProb, wl.Tokens = noStalls, 300
+	h := newHarness(t, harnessOptions{envoy: "  max_immediate_response: 1KiB", workload: &wl})
+	resp, err := chat(h).New(context.Background(), chatParams(), simHeaders("large-1", "")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := resp.Choices[0].Message.Content, llmsim.ExpectedChatText("large-1", 300); got != want {
+		t.Fatalf("content has %d bytes, want %d", len(got), len(want))
+	}
+	if s := h.driver.Stats(); s.StreamedImmediate != 1 || s.Immediate != 0 {
+		t.Fatalf("driver stats %+v: want the answer streamed", s)
+	}
+}
+
+// Retryable failures of the primary start the next attempt at once.
+func TestRetryableFailures(t *testing.T) {
+	for _, behavior := range []string{"A=status:503", "A=status:429,retry_after:1", "A=status:500",
+		"A=reset_after:0", "A=error_event", "A=done_early"} {
+		t.Run(behavior, func(t *testing.T) {
+			h := newHarness(t, harnessOptions{routes: strings.Replace(defaultRoutes, "delay: 100ms", "delay: 10s", 1)})
+			text, from, err := streamChat(context.Background(), h.client(), simHeaders("retry-1", behavior)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if text != llmsim.ExpectedChatText("retry-1", tokens) || len(from) != 1 || !from["B"] {
+				t.Fatalf("text %q from %v", text, from)
+			}
+			rep := h.report()
+			if rep.Winner != 1 || rep.Attempts[0].Result != core.ResultFailed || rep.Attempts[1].Role != core.RoleRetry {
+				t.Fatalf("report %+v", rep)
+			}
+		})
+	}
+}
+
+// A fatal client error goes to the client as it is, unhedged.
+func TestFatal4xxPassthrough(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	_, err := chat(h).New(context.Background(), chatParams(), simHeaders("fatal-1", "A=status:400")...)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
+		t.Fatalf("err %v, want a 400 API error", err)
+	}
+	if !strings.Contains(apiErr.Message, "simulated 400") {
+		t.Fatalf("error message %q is not the upstream's", apiErr.Message)
+	}
+	if n := h.B.Attempts("fatal-1"); n != 0 {
+		t.Fatalf("B got %d attempts for a fatal error", n)
+	}
+	if rep := h.report(); rep.Outcome != core.OutcomeFatal || rep.Status != 400 || len(rep.Attempts) != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+}
+
+// A winner that breaks after its answer started ends the client's
+// response abruptly: no splice, no clean end.
+func TestFailureAfterCommitResetsTheClient(t *testing.T) {
+	h := newHarness(t, harnessOptions{})
+	text, from, err := streamChat(context.Background(), h.client(), simHeaders("abort-1", "A=stall;B=reset_after:3")...)
+	if err == nil {
+		t.Fatal("the stream ended cleanly; want an error")
+	}
+	if want := llmsim.ExpectedChatText("abort-1", 3); text != want || !from["B"] || from["A"] {
+		t.Fatalf("text %q from %v, want %q from B only", text, from, want)
+	}
+	if rep := h.report(); rep.Outcome != core.OutcomeStreamFailed {
+		t.Fatalf("report %+v", rep)
+	}
+	waitFor(t, "the driver's reset", func() bool { return h.driver.Stats().Resets == 1 })
+}
+
+// The client going away ends the ext_proc stream, which cancels every
+// upstream attempt; both ways Envoy ends it are covered.
+func TestClientDisconnectCancelsAttempts(t *testing.T) {
+	for _, reset := range []bool{false, true} {
+		name := "half-close"
+		if reset {
+			name = "reset"
+		}
+		t.Run(name, func(t *testing.T) {
+			// The driver would reset a half-closed stream only after a
+			// minute: the attempts end within the test only if the server
+			// acts on the half-close itself.
+			h := newHarness(t, harnessOptions{routes: strings.Replace(defaultRoutes, "delay: 100ms", "delay: 20ms", 1),
+				driver: envoydriver.Config{ResetOnClientGone: reset, RemoteCloseTimeout: time.Minute}})
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, _, err := streamChat(ctx, h.client(), simHeaders("gone-1", "A=stall;B=stall")...)
+				done <- err
+			}()
+			waitSim(t, h.A, "the primary", func() bool { return h.A.Served() == 1 })
+			waitSim(t, h.B, "the hedge", func() bool { return h.B.Served() == 1 })
+			cancel()
+			if err := <-done; err == nil {
+				t.Fatal("the cancelled stream reported no error")
+			}
+			waitSim(t, h.A, "the primary's cancellation", func() bool { return h.A.Cancelled() == 1 })
+			waitSim(t, h.B, "the hedge's cancellation", func() bool { return h.B.Cancelled() == 1 })
+			if rep := h.report(); rep.Outcome != core.OutcomeClientGone {
+				t.Fatalf("report %+v", rep)
+			}
+			waitFor(t, "the ext_proc stream to end", func() bool { return h.srv.InFlight() == 0 })
+		})
+	}
+}
+
+// Requests no route matches continue untouched, with or without a body,
+// and none of their body is lost.
+func TestUnmatchedRoutesContinueUntouched(t *testing.T) {
+	for _, mode := range []envoydriver.Mode{envoydriver.FullDuplex, envoydriver.Buffered} {
+		h := newHarness(t, harnessOptions{driver: envoydriver.Config{Mode: mode}})
+		resp, err := h.front.Client().Get(h.front.URL + "/healthz?x=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(got) != "other:GET /healthz" {
+			t.Fatalf("mode %d: GET answered %q", mode, got)
+		}
+		if seen := <-h.seen; seen.path != "/healthz?x=1" || seen.header.Get("X-Request-Id") == "" {
+			t.Fatalf("mode %d: upstream saw %+v", mode, seen)
+		}
+		payload := strings.Repeat("0123456789", 10_000) // several chunks
+		resp, err = h.front.Client().Post(h.front.URL+"/api/upload", "text/plain", strings.NewReader(payload))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if seen := <-h.seen; seen.method != "POST" || seen.body != payload {
+			t.Fatalf("mode %d: upstream got a body of %d bytes, want %d", mode, len(seen.body), len(payload))
+		}
+		s := h.driver.Stats()
+		if s.Continued != 2 || s.LostBodyBytes != 0 || s.Spurious != 0 || s.ErrorReplies != 0 {
+			t.Fatalf("mode %d: driver stats %+v", mode, s)
+		}
+		if h.A.Served()+h.B.Served() != 0 {
+			t.Fatalf("mode %d: unmatched requests reached the hedged upstreams", mode)
+		}
+	}
+}
+
+// Envoy < 1.37 (buffered body, no streamed local responses): the answer
+// arrives whole in an ImmediateResponse, after the server extended the
+// message timer; without max_message_timeout the timer cuts the race.
+func TestBufferedMode(t *testing.T) {
+	h := newHarness(t, harnessOptions{driver: envoydriver.Config{Mode: envoydriver.Buffered, MaxMessageTimeout: 60_000_000_000}})
+	text, from, err := streamChat(context.Background(), h.client(), simHeaders("buf-1", "A=ttft:2s")...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text != llmsim.ExpectedChatText("buf-1", tokens) || !from["B"] || from["A"] {
+		t.Fatalf("text %q from %v", text, from)
+	}
+	if s := h.driver.Stats(); s.Immediate != 1 || s.TimeoutOverrides != 1 || s.MessageTimeouts != 0 {
+		t.Fatalf("driver stats %+v", s)
+	}
+
+	h2 := newHarness(t, harnessOptions{driver: envoydriver.Config{Mode: envoydriver.Buffered}})
+	_, err = chat(h2).New(context.Background(), chatParams(), simHeaders("buf-2", "A=ttft:2s;B=ttft:2s")...)
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("err %v, want Envoy's 504 message timeout", err)
+	}
+	if s := h2.driver.Stats(); s.MessageTimeouts != 1 || s.OverridesIgnored != 1 {
+		t.Fatalf("driver stats %+v", s)
+	}
+	waitSim(t, h2.A, "the cancelled attempt", func() bool { return h2.A.Cancelled() == 1 })
+}

@@ -1,0 +1,50 @@
+package envoyfilter
+
+import "testing"
+
+func stateOf(s *Server, route string) interface{} {
+	for _, r := range s.current.Load().table.routes {
+		if r.name == route {
+			return r.hedger.State()
+		}
+	}
+	return nil
+}
+
+// A reload keeps a route's learned state (TTFT estimators, budgets,
+// breakers, idempotency table) while its name and upstreams stay the same.
+func TestReloadKeepsLearnedState(t *testing.T) {
+	parse := func(yaml string) *FileConfig {
+		cfg, err := ParseConfig([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	const v1 = "routes:\n  - {name: chat, upstreams: [{url: 'http://a:1'}, {url: 'http://b:1'}], delay: 1s}\n"
+	s, err := NewServer(parse(v1), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := stateOf(s, "chat")
+	// Another delay and max_attempts: same shape, same learning.
+	if err := s.Reload(parse("routes:\n  - {name: chat, upstreams: [{url: 'http://a:1'}, {url: 'http://b:1'}], delay: 2s, max_attempts: 3}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if stateOf(s, "chat") != first {
+		t.Fatal("an unchanged route lost its state on reload")
+	}
+	if err := s.Reload(parse("routes:\n  - {name: chat, upstreams: [{url: 'http://a:1'}, {url: 'http://c:1'}]}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if stateOf(s, "chat") == first {
+		t.Fatal("a route with other upstreams kept the old state")
+	}
+	second := stateOf(s, "chat")
+	if err := s.Reload(parse("routes:\n  - {name: chat2, upstreams: [{url: 'http://a:1'}, {url: 'http://c:1'}]}\n")); err != nil {
+		t.Fatal(err)
+	}
+	if stateOf(s, "chat2") == second {
+		t.Fatal("a renamed route shares the old route's budget")
+	}
+}

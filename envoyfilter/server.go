@@ -1,0 +1,165 @@
+package envoyfilter
+
+import (
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.uber.org/zap"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// Server is the ExternalProcessor gRPC service. Each ext_proc stream is one
+// HTTP request: a request a route matches is hedged here and answered with
+// an immediate response; any other continues through Envoy untouched.
+type Server struct {
+	extprocv3.UnimplementedExternalProcessorServer
+
+	log       *zap.Logger
+	metrics   *Metrics
+	transport http.RoundTripper
+	clock     core.Clock
+	extra     core.Observer
+
+	reloadMu sync.Mutex // serializes Reload
+	current  atomic.Pointer[settings]
+	inFlight atomic.Int64
+}
+
+// settings is everything a configuration decides, swapped whole on reload.
+// A stream reads it once, when its request headers arrive, and keeps its
+// route's hedger to the end: a reload never changes a request in flight.
+type settings struct {
+	table       *routeTable
+	envoy       EnvoyConfig
+	logRequests bool
+}
+
+// Options are the parts of a Server that do not come from the
+// configuration file.
+type Options struct {
+	// Logger. Default: a no-op logger.
+	Logger *zap.Logger
+	// Metrics. Default: new metrics in their own registry.
+	Metrics *Metrics
+	// Transport sends upstream attempts. Default: an http.Transport built
+	// from the file's transport section.
+	Transport http.RoundTripper
+	// Clock drives core's delays and budgets. Default: the system clock.
+	Clock core.Clock
+	// Observer, if set, also receives every hedged request's report (after
+	// the metrics and the request log). It must not block.
+	Observer core.Observer
+}
+
+// NewServer builds a Server for cfg (as returned by LoadConfig or
+// ParseConfig: defaults applied, validated).
+func NewServer(cfg *FileConfig, opts Options) (*Server, error) {
+	s := &Server{log: opts.Logger, metrics: opts.Metrics, transport: opts.Transport, clock: opts.Clock, extra: opts.Observer}
+	if s.log == nil {
+		s.log = zap.NewNop()
+	}
+	if s.metrics == nil {
+		s.metrics = NewMetrics(s.eachHedger)
+	}
+	if s.transport == nil {
+		s.transport = NewTransport(cfg.Transport)
+	}
+	if err := s.apply(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewTransport returns the HTTP transport of upstream attempts: HTTP/2
+// when the upstream offers it, keep-alive pools sized for hedging (every
+// hedge is a second connection to another provider).
+func NewTransport(cfg TransportConfig) *http.Transport {
+	dialer := &net.Dialer{Timeout: time.Duration(cfg.DialTimeout), KeepAlive: 30 * time.Second}
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           dialer.DialContext,
+		ForceAttemptHTTP2:     true,
+		TLSHandshakeTimeout:   time.Duration(cfg.TLSHandshakeTimeout),
+		IdleConnTimeout:       time.Duration(cfg.IdleConnTimeout),
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Metrics returns the server's metrics.
+func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Reload switches to cfg. New streams use it at once; streams in flight
+// finish with the configuration they started with. Routes whose name and
+// upstreams are unchanged keep their learned state. On error nothing
+// changes.
+func (s *Server) Reload(cfg *FileConfig) error {
+	err := s.apply(cfg)
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.metrics.reloads.WithLabelValues(result).Inc()
+	return err
+}
+
+func (s *Server) apply(cfg *FileConfig) error {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	var prev *routeTable
+	if cur := s.current.Load(); cur != nil {
+		prev = cur.table
+	}
+	table, err := buildRoutes(cfg.Routes, prev, s.transport, s.clock, core.ObserverFunc(s.observe))
+	if err != nil {
+		return err
+	}
+	s.current.Store(&settings{table: table, envoy: cfg.Envoy, logRequests: cfg.Log.Requests == nil || *cfg.Log.Requests})
+	return nil
+}
+
+// observe receives every hedged request's report.
+func (s *Server) observe(r *core.Report) {
+	s.metrics.Observe(r)
+	if cur := s.current.Load(); cur != nil && cur.logRequests {
+		requestLogger{log: s.log}.Observe(r)
+	}
+	if s.extra != nil {
+		s.extra.Observe(r)
+	}
+}
+
+// eachHedger yields the routes in force, for the scrape-time gauges.
+func (s *Server) eachHedger(yield func(route string, h *core.Hedger)) {
+	cur := s.current.Load()
+	if cur == nil {
+		return
+	}
+	for _, r := range cur.table.routes {
+		yield(r.name, r.hedger)
+	}
+}
+
+// InFlight returns the number of ext_proc streams open now.
+func (s *Server) InFlight() int64 { return s.inFlight.Load() }
+
+// Process implements the ExternalProcessor service: one call per HTTP
+// request passing Envoy's ext_proc filter.
+func (s *Server) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	s.inFlight.Add(1)
+	s.metrics.streamsInFlight.Inc()
+	defer func() {
+		s.inFlight.Add(-1)
+		s.metrics.streamsInFlight.Dec()
+	}()
+	st := newProcessStream(s, stream)
+	err := st.run()
+	s.metrics.streams.WithLabelValues(st.kind).Inc()
+	return err
+}

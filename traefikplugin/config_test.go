@@ -1,0 +1,124 @@
+package traefikplugin
+
+import (
+	"context"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+func TestCreateConfigHoldsTheEngineDefaults(t *testing.T) {
+	cfg := CreateConfig()
+	cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}}
+	got, err := cfg.coreConfig("hedge@file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := core.Config{Route: "hedge@file", Upstreams: []core.UpstreamConfig{{URL: "http://127.0.0.1:9001"}}}.WithDefaults()
+	if !reflect.DeepEqual(got.WithDefaults(), want) {
+		t.Fatalf("defaults differ:\n got %+v\nwant %+v", got.WithDefaults(), want)
+	}
+	// Spot checks against the documented values.
+	if cfg.Delay != "1s" || cfg.MaxAttempts != 2 || cfg.Budget.Ratio != 0.1 || cfg.Idempotency.Header != "Idempotency-Key" ||
+		cfg.Log != "stdout" || cfg.MaxBody != 4<<20 || !reflect.DeepEqual(cfg.Methods, []string{"POST"}) {
+		t.Fatalf("CreateConfig = %+v", cfg)
+	}
+}
+
+func TestSpecMinimalFormConverts(t *testing.T) {
+	// SPEC §5's Traefik example: two upstreams and a delay of 50ms.
+	cfg := CreateConfig()
+	cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}, {URL: "http://127.0.0.1:9002"}}
+	cfg.Delay = "50ms"
+	got, err := cfg.coreConfig("hedge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Delay.Fixed != 50*time.Millisecond || len(got.Upstreams) != 2 || got.Upstreams[1].URL != "http://127.0.0.1:9002" {
+		t.Fatalf("core config %+v", got)
+	}
+}
+
+func TestEveryOptionReachesTheEngine(t *testing.T) {
+	cfg := &Config{
+		Route: "r",
+		Upstreams: []Upstream{{Name: "a", URL: " http://a:1/v1 ", SetHeaders: map[string]string{"Authorization": "Bearer k"},
+			DeleteHeaders: []string{"Cookie"}, Model: "m2"}},
+		Delay: "250ms", DelayMode: "adaptive", DelayQuantile: 0.9, DelayMin: "10ms", DelayMax: "2s",
+		DelayWindow: 500, DelayMinSamples: 20, MaxAttempts: 3, Timeout: "30s", MinTimeLeft: "1s",
+		MaxBody: 1 << 20, MaxPrefix: 4096, MaxLine: 2048, Methods: []string{"POST", "PUT"},
+		PathPrefixes: []string{"/v1/"}, FirstEvent: "openai-chat",
+		Idempotency: Idempotency{Header: "X-Key", TTL: "off", MaxEntries: 5, MaxBytes: 6000, MaxResponseBytes: 7000},
+		Budget: Budget{Ratio: 0.2, Burst: 3, MaxConcurrentHedges: 4, CoolDown: "2s", MaxCoolDown: "20s", OverloadRate: 0.5,
+			OverloadWindow: 50, BreakerFailures: 7, BreakerOpen: "30s", TenantHeader: "X-Tenant", TenantTokensPerMinute: 1000},
+		ReportHeader: "Server-Timing", StreamErrorEvent: true, Log: "stderr",
+	}
+	got, err := cfg.coreConfig("ignored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := core.Config{
+		Route: "r",
+		Upstreams: []core.UpstreamConfig{{Name: "a", URL: "http://a:1/v1", SetHeaders: map[string]string{"Authorization": "Bearer k"},
+			DeleteHeaders: []string{"Cookie"}, Model: "m2"}},
+		Delay: core.DelayConfig{Mode: "adaptive", Fixed: 250 * time.Millisecond, Quantile: 0.9, Min: 10 * time.Millisecond,
+			Max: 2 * time.Second, Window: 500, MinSamples: 20},
+		MaxAttempts: 3, Timeout: 30 * time.Second, MinTimeLeft: time.Second, MaxBody: 1 << 20, MaxPrefix: 4096, MaxLine: 2048,
+		Methods: []string{"POST", "PUT"}, PathPrefixes: []string{"/v1/"}, FirstEvent: "openai-chat",
+		Idempotency: core.IdempotencyConfig{Header: "X-Key", TTL: -1, MaxEntries: 5, MaxBytes: 6000, MaxResponseBytes: 7000},
+		Budget: core.BudgetConfig{Ratio: 0.2, Burst: 3, MaxConcurrentHedges: 4, CoolDown: 2 * time.Second,
+			MaxCoolDown: 20 * time.Second, OverloadRate: 0.5, OverloadWindow: 50, BreakerFailures: 7,
+			BreakerOpen: 30 * time.Second, TenantHeader: "X-Tenant", TenantTokensPerMinute: 1000},
+		ReportHeader: "Server-Timing", StreamErrorEvent: true,
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("core config:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestNewRejectsBadConfigurationClearly(t *testing.T) {
+	next := http.NotFoundHandler()
+	cases := []struct {
+		edit func(*Config)
+		want []string
+	}{
+		{func(c *Config) { c.Upstreams = nil }, []string{`"bad"`, "at least one upstream"}},
+		{func(c *Config) { c.Delay = "5 sec" }, []string{`delay "5 sec" is not a duration`}},
+		{func(c *Config) { c.Timeout = "-1s" }, []string{`timeout "-1s" must not be negative`}},
+		{func(c *Config) { c.Budget.CoolDown = "soon" }, []string{`budget.coolDown "soon"`}},
+		{func(c *Config) { c.Upstreams[0].URL = "ftp://x" }, []string{"scheme must be http or https"}},
+		{func(c *Config) { c.Log = "syslog" }, []string{`log "syslog"`}},
+		{func(c *Config) { c.DelayMode = "smart" }, []string{`delay mode "smart"`}},
+		{func(c *Config) { c.Upstreams[0].SetHeaders = map[string]string{"Bad Name": "x"} }, []string{`"Bad Name"`}},
+		// Several problems are reported together.
+		{func(c *Config) { c.Delay = "x"; c.MaxAttempts = 99 }, []string{`delay "x"`, "max_attempts 99"}},
+	}
+	for i, c := range cases {
+		cfg := CreateConfig()
+		cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}}
+		c.edit(cfg)
+		h, err := New(context.Background(), next, cfg, "bad")
+		if err == nil || h != nil {
+			t.Fatalf("case %d: New accepted %+v", i, cfg)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("case %d: error %q does not mention %q", i, err, w)
+			}
+		}
+	}
+}
+
+func TestTestDataOfTheManifestIsAccepted(t *testing.T) {
+	// .traefik.yml's testData, as Traefik's catalog would decode it.
+	cfg := CreateConfig()
+	cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}, {URL: "http://127.0.0.1:9002"}}
+	cfg.Delay = "50ms"
+	if _, err := New(context.Background(), http.NotFoundHandler(), cfg, "testdata"); err != nil {
+		t.Fatal(err)
+	}
+}

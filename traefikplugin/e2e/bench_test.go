@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/core/llmsim/refload"
+)
+
+// The benchmarks of the issue, through the real Traefik. They are long, so
+// they run only with LLMHEDGE_BENCH=1, and they print their numbers. Every
+// ratio is against a baseline measured in the same run.
+
+func benchOnly(t *testing.T) {
+	if os.Getenv("LLMHEDGE_BENCH") != "1" {
+		t.Skip("set LLMHEDGE_BENCH=1 to run the benchmarks through real Traefik")
+	}
+}
+
+// benchScale is the time scale of the reference workload: 0.2 runs it 5x
+// faster (median TTFT 120ms, stalls 2-4s). At 0.05 (median 30ms) the fixed
+// cost of the interpreter and of a shared 2-core machine (5-20ms at the
+// tail) becomes a large share of the ideal p99 itself; the README reports
+// both. LLMHEDGE_BENCH_SCALE overrides it.
+func benchScale() float64 {
+	if v, err := strconv.ParseFloat(os.Getenv("LLMHEDGE_BENCH_SCALE"), 64); err == nil && v > 0 {
+		return v
+	}
+	return 0.2
+}
+
+func summary(name string, ds []time.Duration) string {
+	return fmt.Sprintf("%-26s %v", name, llmsim.Summarize(ds))
+}
+
+// TestBenchReferenceWorkload runs SPEC §6's reference workload (2,000
+// requests, 20 at a time) through the plugin and through Traefik's plain
+// load balancer on the same upstreams, and compares both with the ideal
+// hedge computed from the same draws.
+func TestBenchReferenceWorkload(t *testing.T) {
+	benchOnly(t)
+	const n, concurrency = 2000, 20
+	wl := llmsim.Reference(42, benchScale())
+	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
+	defer a.Close()
+	defer b.Close()
+	// The hedge delay is the primary's true p95 TTFT, as SPEC §1 suggests.
+	delay := wl.TrueQuantile(0.95)
+	d := newDynamic("bench").
+		loadBalancer("sims", a.URL, b.URL).
+		route("plain", "sims").
+		hedge("hedge", pluginConfig([][2]string{{"A", a.URL}, {"B", b.URL}}, "delay: "+delay.String(), "log: off")).
+		route("hedge", "noop@internal", "hedge")
+	tr := startTraefik(t, "ERROR", d)
+	ctx := context.Background()
+	run := func(route, prefix string, count int) *refload.Result {
+		return refload.Run(ctx, refload.Options{URL: tr.URL + "/" + route + "/v1/chat/completions", N: count,
+			Concurrency: concurrency, IDPrefix: prefix, Upstreams: []string{"A", "B"}, Tokens: wl.WithDefaults().Tokens})
+	}
+	// Warm up connections and the interpreter with other request ids.
+	run("hedge", "warm-h-", 200)
+	run("plain", "warm-p-", 200)
+	a.ResetCounters()
+	b.ResetCounters()
+	hedged := run("hedge", "ref-", n)
+	attempts := a.Served() + b.Served()
+	plain := run("plain", "ref-", n)
+	if hedged.Wrong != 0 || hedged.Failed != 0 {
+		t.Errorf("plugin: %d wrong, %d failed answers: %v", hedged.Wrong, hedged.Failed, hedged.Errors)
+	}
+	// Plain Traefik cuts some streams (see TestBenchTruncationStudy); its
+	// percentiles are over the answers that arrived whole.
+	t.Logf("plain LB: %d wrong, %d failed (cut) answers of %d", plain.Wrong, plain.Failed, n)
+	peers := refload.ComputePeers(wl, "A", "B", hedged.IDs, delay)
+	ideal, hp, pp := llmsim.Summarize(peers.Ideal), llmsim.Summarize(refload.Successful(hedged.TTFT)), llmsim.Summarize(refload.Successful(plain.TTFT))
+	extra := float64(attempts-int64(n)) / float64(n)
+	t.Logf("reference workload, %d requests, %d concurrent, scale %v, hedge delay %v (true p95)", n, concurrency, benchScale(), delay)
+	t.Logf("TTFT  %s", summary("plugin in Traefik", refload.Successful(hedged.TTFT)))
+	t.Logf("TTFT  %s", summary("ideal hedge", peers.Ideal))
+	t.Logf("TTFT  %s", summary("Traefik plain LB", refload.Successful(plain.TTFT)))
+	t.Logf("TTFT  %s", summary("no hedge (A alone)", peers.NoHedge))
+	t.Logf("TTFT  %s", summary("sequential failover", peers.Sequential))
+	t.Logf("TTFT  %s", summary("race-all", peers.RaceAll))
+	t.Logf("total %s", summary("plugin in Traefik", refload.Successful(hedged.Total)))
+	t.Logf("total %s", summary("Traefik plain LB", refload.Successful(plain.Total)))
+	t.Logf("p99 TTFT plugin/ideal = %.3f (want <= 1.15); plugin/plain = %.3f (want <= 0.2)",
+		ratio(hp.P99, ideal.P99), ratio(hp.P99, pp.P99))
+	t.Logf("extra upstream attempts: plugin %.2f%%, ideal %.2f%% (want <= ideal + 2 points)", 100*extra, 100*peers.IdealExtra)
+	if ratio(hp.P99, ideal.P99) > 1.15 || ratio(hp.P99, pp.P99) > 0.2 || extra > peers.IdealExtra+0.02 {
+		t.Errorf("reference workload targets missed")
+	}
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+// TestBenchThroughput measures requests per second on a fast upstream where
+// no hedge ever fires, through the plugin and through Traefik's plain load
+// balancer, to price the interpreter.
+func TestBenchThroughput(t *testing.T) {
+	benchOnly(t)
+	const n, concurrency = 3000, 20
+	fast := llmsim.Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: noJitter, StallProb: neverStall, TokenGap: noGap, PingEvery: -1}
+	f := llmsim.Start("F", fast)
+	defer f.Close()
+	d := newDynamic("rps").
+		loadBalancer("fast", f.URL).
+		route("plain", "fast").
+		hedge("hedge", pluginConfig([][2]string{{"F", f.URL}, {"F", f.URL}}, "delay: 30s", "log: off")).
+		route("hedge", "noop@internal", "hedge")
+	tr := startTraefik(t, "ERROR", d)
+	ctx := context.Background()
+	run := func(route, prefix string, count int) *refload.Result {
+		r := refload.Run(ctx, refload.Options{URL: tr.URL + "/" + route + "/v1/chat/completions", N: count,
+			Concurrency: concurrency, IDPrefix: prefix, Upstreams: []string{"F"}, Tokens: fast.WithDefaults().Tokens})
+		if r.Wrong != 0 || r.Failed != 0 {
+			t.Errorf("%s: %d wrong, %d failed: %v", route, r.Wrong, r.Failed, r.Errors)
+		}
+		return r
+	}
+	run("hedge", "warm-", 300)
+	run("plain", "warm-", 300)
+	// Alternate the two so that noise from other work on the machine
+	// spreads over both. Traefik's own CPU time per request prices the
+	// interpreter independently of that noise.
+	var plainWall, hedgeWall, plainCPU, hedgeCPU time.Duration
+	for round := 0; round < 2; round++ {
+		cpu := tr.cpuTime()
+		plainWall += run("plain", fmt.Sprintf("p%d-", round), n).Wall
+		plainCPU += tr.cpuTime() - cpu
+		f.ResetCounters()
+		cpu = tr.cpuTime()
+		hedgeWall += run("hedge", fmt.Sprintf("h%d-", round), n).Wall
+		hedgeCPU += tr.cpuTime() - cpu
+		if served := f.Served(); served != n {
+			t.Errorf("the plugin sent %d upstream requests for %d client requests: a hedge fired", served, n)
+		}
+	}
+	plainRPS := float64(2*n) / plainWall.Seconds()
+	hedgeRPS := float64(2*n) / hedgeWall.Seconds()
+	t.Logf("fast upstream, %d requests x 2 rounds, %d concurrent: Traefik plain LB %.0f req/s, plugin %.0f req/s, ratio %.3f (want >= 0.7)",
+		n, concurrency, plainRPS, hedgeRPS, hedgeRPS/plainRPS)
+	t.Logf("Traefik CPU per request: plain LB %v, plugin %v (the interpreter's cost: %v per request, x%.1f)",
+		plainCPU/time.Duration(2*n), hedgeCPU/time.Duration(2*n), (hedgeCPU-plainCPU)/time.Duration(2*n), float64(hedgeCPU)/float64(plainCPU))
+	if hedgeRPS/plainRPS < 0.7 {
+		t.Errorf("throughput ratio %.3f < 0.7", hedgeRPS/plainRPS)
+	}
+}
+
+// TestBenchTruncationStudy counts SSE streams cut short under 20 concurrent
+// SDK clients on the reference workload, through: Traefik's plain load
+// balancer; the same load balancer behind a middleware that only buffers
+// the request body; the plugin (which buffers bodies up to maxBody); and the
+// plugin with maxBody: 1 (the body streamed to the upstream, unbuffered).
+// Runs are interleaved so that machine noise spreads over all variants.
+func TestBenchTruncationStudy(t *testing.T) {
+	benchOnly(t)
+	const rounds, perRound, concurrency = 4, 500, 20
+	wl := llmsim.Reference(3, benchScale())
+	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
+	defer a.Close()
+	defer b.Close()
+	ab := [][2]string{{"A", a.URL}, {"B", b.URL}}
+	delay := "delay: " + wl.TrueQuantile(0.95).String()
+	d := newDynamic("trunc").
+		loadBalancer("sims", a.URL, b.URL).
+		route("plain", "sims").
+		plugin("bb", "bodybuffer", "{}").
+		route("buffered", "sims", "bb").
+		hedge("hedge", pluginConfig(ab, delay, "log: off")).
+		route("hedge", "noop@internal", "hedge").
+		hedge("hedge-streamed", pluginConfig(ab, delay, "log: off", "maxBody: 1")).
+		route("streamed", "noop@internal", "hedge-streamed")
+	// DEBUG, so that Traefik's proxy error lines can be counted.
+	tr := startTraefik(t, "DEBUG", d, bodyBuffer)
+	variants := []struct{ route, what string }{
+		{"plain", "Traefik plain load balancer"},
+		{"buffered", "plain LB, request body buffered first"},
+		{"hedge", "llmhedge plugin (body buffered)"},
+		{"streamed", "llmhedge plugin, maxBody: 1 (body streamed)"},
+	}
+	totals := map[string]*loadResult{}
+	ctx := context.Background()
+	for round := 0; round < rounds; round++ {
+		for _, v := range variants {
+			r := runLoad(ctx, sdk(tr.URL+"/"+v.route+"/v1/"), perRound, concurrency, fmt.Sprintf("%s-%d-", v.route, round), wl.WithDefaults().Tokens)
+			totals[v.route] = totals[v.route].add(r)
+		}
+	}
+	t.Logf("SSE streams cut short, reference workload at scale %v, %d concurrent SDK clients:", benchScale(), concurrency)
+	for _, v := range variants {
+		t.Logf("  %-46s %v", v.what, *totals[v.route])
+	}
+	t.Logf("Traefik logged %d \"ReverseProxy read error during body copy: ... use of closed network connection\" lines",
+		strings.Count(tr.logs.String(), "use of closed network connection"))
+	if r := totals["hedge"]; r.truncated != 0 || r.failed != 0 {
+		t.Errorf("the plugin cut %d streams and failed %d", r.truncated, r.failed)
+	}
+}
+
+// TestBenchTruncationStdlib looks for the mechanism without Traefik: a
+// standard library httputil.ReverseProxy whose transport has Traefik's 64
+// KiB buffers, with the client's request body wrapped in a counting reader
+// as Traefik's capture middleware does, forwarding the body as it streams
+// in or buffered first. Every failed read of the request body is recorded.
+func TestBenchTruncationStdlib(t *testing.T) {
+	benchOnly(t)
+	const rounds, perRound, concurrency = 4, 500, 20
+	wl := llmsim.Reference(5, benchScale())
+	up := llmsim.Start("A", wl)
+	defer up.Close()
+	target, _ := url.Parse(up.URL)
+	var proxyLog, bodyErrors syncBuffer
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.Transport = &http.Transport{MaxIdleConnsPerHost: 200, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	proxy.ErrorLog = log.New(&proxyLog, "", 0)
+	front := func(buffer bool) *httptest.Server {
+		return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if buffer {
+				body, err := io.ReadAll(r.Body)
+				if err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				r.Body = io.NopCloser(bytes.NewReader(body))
+			}
+			r.Body = &watchedBody{ReadCloser: r.Body, errs: &bodyErrors}
+			proxy.ServeHTTP(w, r)
+		}))
+	}
+	streamed, buffered := front(false), front(true)
+	defer streamed.Close()
+	defer buffered.Close()
+	var s, bf *loadResult
+	ctx := context.Background()
+	for round := 0; round < rounds; round++ {
+		s = s.add(runLoad(ctx, sdk(streamed.URL+"/v1/"), perRound, concurrency, fmt.Sprintf("s%d-", round), wl.WithDefaults().Tokens))
+		bf = bf.add(runLoad(ctx, sdk(buffered.URL+"/v1/"), perRound, concurrency, fmt.Sprintf("b%d-", round), wl.WithDefaults().Tokens))
+	}
+	t.Logf("standard library ReverseProxy, reference workload at scale %v, %d concurrent SDK clients:", benchScale(), concurrency)
+	t.Logf("  %-30s %v", "request body streamed", *s)
+	t.Logf("  %-30s %v", "request body buffered first", *bf)
+	t.Logf("proxy logged %d \"use of closed network connection\" lines; request body reads failed %d times: %q",
+		strings.Count(proxyLog.String(), "use of closed network connection"),
+		strings.Count(bodyErrors.String(), "\n"), firstLines(bodyErrors.String(), 3))
+}
+
+// watchedBody records every failed read of a request body (EOF aside).
+type watchedBody struct {
+	io.ReadCloser
+	errs *syncBuffer
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.errs.Write([]byte(err.Error() + "\n"))
+	}
+	return n, err
+}
+
+func firstLines(s string, n int) []string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[:n]
+	}
+	return lines
+}

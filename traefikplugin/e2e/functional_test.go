@@ -1,0 +1,290 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/llmhedge/llmhedge/core/llmsim"
+)
+
+// functionalWorkload is fast and has no random stalls: every scenario
+// scripts its slow or failing upstream with X-Sim-Behavior.
+func functionalWorkload() llmsim.Workload {
+	return withoutStalls(llmsim.Reference(7, 0.05))
+}
+
+// Tiny positive values stand for "off": llmsim's Server applies
+// Workload.WithDefaults twice, which turns a negative "off" back into the
+// default (reported in /tmp/core-bugs.md); these values survive both passes.
+const (
+	neverStall = 1e-12
+	noJitter   = 1e-9
+	noGap      = time.Nanosecond
+)
+
+// withoutStalls returns w without its rare 10-20s stalls.
+func withoutStalls(w llmsim.Workload) llmsim.Workload {
+	w.StallProb = neverStall
+	return w
+}
+
+// within fails the test unless cond holds before the simulator's next
+// changes stop for 10s.
+func within(t *testing.T, s *llmsim.Running, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitFor(ctx, cond); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+}
+
+func cancelledIDs(s *llmsim.Running) map[string]bool {
+	out := map[string]bool{}
+	for _, c := range s.Cancellations() {
+		out[c.RequestID] = true
+	}
+	return out
+}
+
+// gatedUpstream streams tokens one at a time: token i+1 is sent only after
+// the test has received token i through Traefik (or 10s passed, which the
+// test then reports). A proxy that buffered any event would stall it.
+//
+// With hold, every stream also stops after its first token until release
+// is closed (the reload test keeps streams open that way); its tokens are
+// then not gated on receipt.
+type gatedUpstream struct {
+	*httptest.Server
+	received chan int     // the client got content token i
+	late     atomic.Int32 // tokens whose receipt was not confirmed in time
+	first    chan string  // a stream sent its first token (hold mode)
+	release  chan struct{}
+}
+
+func startGated(t *testing.T, tokens int, hold bool) *gatedUpstream {
+	g := &gatedUpstream{received: make(chan int, 1024), first: make(chan string, 1024), release: make(chan struct{})}
+	if !hold {
+		close(g.release)
+	}
+	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		id := r.Header.Get(llmsim.HeaderRequest)
+		w.Header().Set("Content-Type", "text/event-stream")
+		rc := http.NewResponseController(w)
+		write := func(s string) bool {
+			if _, err := io.WriteString(w, s); err != nil {
+				return false
+			}
+			return rc.Flush() == nil
+		}
+		chunk := func(delta string) string {
+			return `data: {"id":"chatcmpl-G-` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
+		}
+		if !write(chunk(`{"role":"assistant","content":""}`)) {
+			return
+		}
+		for i := 0; i < tokens; i++ {
+			if !write(chunk(`{"content":"` + llmsim.TokenText(id, i) + `"}`)) {
+				return
+			}
+			if i == 0 && hold {
+				g.first <- id
+				select {
+				case <-g.release:
+				case <-r.Context().Done():
+					return
+				}
+			}
+			if i < tokens-1 && !hold {
+				select {
+				case <-g.received:
+				case <-time.After(10 * time.Second):
+					g.late.Add(1)
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
+		write(`data: {"id":"chatcmpl-G-` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
+	}))
+	t.Cleanup(g.Server.Close)
+	return g
+}
+
+func TestThroughRealTraefik(t *testing.T) {
+	wl := functionalWorkload()
+	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
+	defer a.Close()
+	defer b.Close()
+	gated := startGated(t, 5, false)
+	var nextCalls atomic.Int32
+	nextSvc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		nextCalls.Add(1)
+		io.WriteString(w, `{"object":"list","data":[]}`)
+	}))
+	defer nextSvc.Close()
+
+	ab := [][2]string{{"A", a.URL}, {"B", b.URL}}
+	d := newDynamic("g1").
+		loadBalancer("sims", a.URL, b.URL).
+		loadBalancer("next-svc", nextSvc.URL).
+		route("plain", "sims").
+		hedge("hedge-ft", pluginConfig(ab, "delay: 100ms", "reportHeader: Server-Timing", "log: stderr")).
+		route("ft", "noop@internal", "hedge-ft").
+		hedge("hedge-flush", pluginConfig([][2]string{{"G", gated.URL}}, "delay: 30s", "log: off")).
+		route("flush", "noop@internal", "hedge-flush").
+		hedge("hedge-pass", pluginConfig(ab, "passThrough: true", "pathPrefixes: [\"/v1/chat/\"]", "log: off")).
+		route("pass", "next-svc", "hedge-pass").
+		hedge("hedge-load", pluginConfig(ab, "delay: 50ms", "log: off")).
+		route("load", "noop@internal", "hedge-load")
+	for _, name := range []string{"json", "s500", "s429", "reset", "fatal", "abort", "gone"} {
+		delay := "100ms"
+		if name == "abort" {
+			delay = "30s"
+		}
+		if name == "gone" {
+			delay = "20ms"
+		}
+		d.hedge("hedge-"+name, pluginConfig(ab, "delay: "+delay, "log: off")).route(name, "noop@internal", "hedge-"+name)
+	}
+	tr := startTraefik(t, "INFO", d)
+	ctx := context.Background()
+
+	t.Run("first token wins behind early headers and pings", func(t *testing.T) {
+		// A answers 200 with a role-only chunk at once, then pings for 3s:
+		// a header race would pick it; the plugin waits for a real token.
+		r := streamChat(ctx, sdk(tr.URL+"/ft/v1/"), "ft-1", "A=ttft:3s;B=ttft:20ms", nil)
+		if up, ok := r.whole("ft-1", wl.WithDefaults().Tokens); !ok || up != "B" {
+			t.Fatalf("answer %+v (upstream %q), want B's whole answer", r, up)
+		}
+		st := r.header.Get("Server-Timing")
+		if !strings.Contains(st, "attempts=2") || !strings.Contains(st, "winner=1") || !strings.Contains(st, "upstream=B") || !strings.Contains(st, "dur=") {
+			t.Fatalf("Server-Timing %q", st)
+		}
+		within(t, a, "the losing attempt on A to be cancelled", func() bool { return cancelledIDs(a)["ft-1"] })
+		// One JSON log line for the request on Traefik's stderr. It is
+		// written when the request ends, just after the client's last byte.
+		line := tr.waitLogLine(`"middleware":"hedge-ft@file"`)
+		var got map[string]any
+		if err := json.Unmarshal([]byte(line), &got); err != nil {
+			t.Fatalf("log line is not JSON: %v: %s", err, line)
+		}
+		if got["outcome"] != "ok" || got["winner_upstream"] != "B" || got["attempts"] != float64(2) || got["hedges_started"] != float64(1) {
+			t.Fatalf("log line %v", got)
+		}
+	})
+
+	t.Run("every event is flushed", func(t *testing.T) {
+		r := streamChat(ctx, sdk(tr.URL+"/flush/v1/"), "fl-1", "", func(i int) { gated.received <- i })
+		if r.err != nil || r.content != llmsim.ExpectedChatText("fl-1", 5) || !r.finished {
+			t.Fatalf("answer %+v", r)
+		}
+		if n := gated.late.Load(); n != 0 {
+			t.Fatalf("%d events reached the client only after the upstream had waited 10s for them", n)
+		}
+	})
+
+	t.Run("non-streaming answer", func(t *testing.T) {
+		c := sdk(tr.URL + "/json/v1/")
+		got, err := c.Chat.Completions.New(ctx, chatParams(), requestOptions("js-1", "A=ttft:3s")...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != "chatcmpl-B-js-1" || len(got.Choices) != 1 || got.Choices[0].Message.Content != llmsim.ExpectedChatText("js-1", wl.WithDefaults().Tokens) {
+			t.Fatalf("completion %+v", got)
+		}
+	})
+
+	for _, c := range []struct{ route, behavior string }{
+		{"s500", "A=status:500"},
+		{"s429", "A=status:429,retry_after:1"},
+		{"reset", "A=reset_after:0"},
+	} {
+		t.Run("retryable "+c.behavior, func(t *testing.T) {
+			id := c.route + "-1"
+			r := streamChat(ctx, sdk(tr.URL+"/"+c.route+"/v1/"), id, c.behavior, nil)
+			if up, ok := r.whole(id, wl.WithDefaults().Tokens); !ok || up != "B" {
+				t.Fatalf("answer %+v (upstream %q), want B's whole answer", r, up)
+			}
+			if a.Attempts(id) != 1 || b.Attempts(id) != 1 {
+				t.Fatalf("attempts A %d B %d", a.Attempts(id), b.Attempts(id))
+			}
+		})
+	}
+
+	t.Run("fatal 4xx passes through unhedged", func(t *testing.T) {
+		c := sdk(tr.URL + "/fatal/v1/")
+		_, err := c.Chat.Completions.New(ctx, chatParams(), requestOptions("fa-1", "A=status:401")...)
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || !strings.Contains(apiErr.Message, "simulated 401") {
+			t.Fatalf("error %v, want A's 401", err)
+		}
+		if b.Attempts("fa-1") != 0 {
+			t.Fatalf("a fatal error was hedged to B")
+		}
+	})
+
+	t.Run("failure after the first token breaks the stream", func(t *testing.T) {
+		r := streamChat(ctx, sdk(tr.URL+"/abort/v1/"), "ab-1", "A=reset_after:3", nil)
+		if r.err == nil || r.finished {
+			t.Fatalf("the client saw a clean end: %+v", r)
+		}
+		if r.content != llmsim.ExpectedChatText("ab-1", 3) || len(r.ids) != 1 || !r.ids["chatcmpl-A-ab-1"] {
+			t.Fatalf("before the break the client got %q from %v", r.content, r.ids)
+		}
+		if strings.Contains(tr.logs.String(), "Recovered from panic") || strings.Contains(tr.logs.String(), "panic:") {
+			t.Fatalf("Traefik treated the abort as a crash:\n%s", tail(tr.logs.String(), 3000))
+		}
+	})
+
+	t.Run("client disconnect cancels every attempt", func(t *testing.T) {
+		cctx, cancel := context.WithCancel(ctx)
+		done := make(chan streamed, 1)
+		go func() { done <- streamChat(cctx, sdk(tr.URL+"/gone/v1/"), "go-1", "*=stall", nil) }()
+		within(t, a, "the first attempt", func() bool { return a.Attempts("go-1") == 1 })
+		within(t, b, "the hedge", func() bool { return b.Attempts("go-1") == 1 })
+		cancel()
+		if r := <-done; r.err == nil {
+			t.Fatalf("the cancelled client got %+v", r)
+		}
+		within(t, a, "A to see the cancellation", func() bool { return cancelledIDs(a)["go-1"] })
+		within(t, b, "B to see the cancellation", func() bool { return cancelledIDs(b)["go-1"] })
+	})
+
+	t.Run("pass-through calls next once for ineligible requests", func(t *testing.T) {
+		resp, err := http.Get(tr.URL + "/pass/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), `"object":"list"`) || nextCalls.Load() != 1 {
+			t.Fatalf("GET /v1/models: %d %q, next called %d times", resp.StatusCode, body, nextCalls.Load())
+		}
+		r := streamChat(ctx, sdk(tr.URL+"/pass/v1/"), "pa-1", "", nil)
+		if _, ok := r.whole("pa-1", wl.WithDefaults().Tokens); !ok || nextCalls.Load() != 1 {
+			t.Fatalf("hedged request: %+v, next called %d times", r, nextCalls.Load())
+		}
+	})
+
+	t.Run("no truncated stream under 20 concurrent clients", func(t *testing.T) {
+		// Plain Traefik cuts a few streams under this load (see the
+		// truncation study); the plugin must cut none.
+		res := runLoad(ctx, sdk(tr.URL+"/load/v1/"), 400, 20, "ld-", wl.WithDefaults().Tokens)
+		t.Logf("plugin: %v", res)
+		if res.whole != res.n {
+			t.Fatalf("plugin: %v", res)
+		}
+	})
+}

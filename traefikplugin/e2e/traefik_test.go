@@ -1,0 +1,420 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The harness builds (or reuses) the real Traefik binary, lays out the
+// repository as a local plugin in a temporary working directory, and runs
+// Traefik there with a file provider it can rewrite (providers.file.watch).
+
+const moduleName = "github.com/llmhedge/llmhedge"
+
+var (
+	buildOnce   sync.Once
+	traefikPath string
+	buildErr    error
+)
+
+// repoRoot is the module root, two folders up from this package.
+func repoRoot(t testing.TB) string {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// traefikBinary returns the cached Traefik v3.6.12 binary, building it once
+// with examples/traefik/build-traefik.sh (minutes on a cold cache).
+func traefikBinary(t testing.TB) string {
+	buildOnce.Do(func() {
+		root := repoRoot(t)
+		cmd := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
+		cmd.Dir = root
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			buildErr = fmt.Errorf("build-traefik.sh: %v\n%s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		traefikPath = strings.TrimSpace(lines[len(lines)-1])
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return traefikPath
+}
+
+// layoutPlugin copies what Traefik needs of this repository into
+// dir/plugins-local/src/<module>: the manifest, go.mod and the non-test Go
+// files of core/ and traefikplugin/ (the plugin's whole import graph).
+func layoutPlugin(t testing.TB, dir string) {
+	root := repoRoot(t)
+	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(moduleName))
+	copyFile := func(from, to string) {
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, to, b)
+	}
+	copyFile(filepath.Join(root, ".traefik.yml"), filepath.Join(dst, ".traefik.yml"))
+	copyFile(filepath.Join(root, "go.mod"), filepath.Join(dst, "go.mod"))
+	for _, pkg := range []string{"core", "traefikplugin"} {
+		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		if err != nil || len(files) == 0 {
+			t.Fatalf("no Go files in %s: %v", pkg, err)
+		}
+		for _, f := range files {
+			if !strings.HasSuffix(f, "_test.go") {
+				copyFile(f, filepath.Join(dst, pkg, filepath.Base(f)))
+			}
+		}
+	}
+}
+
+// writeFile writes b to path, creating its folder.
+func writeFile(t testing.TB, path string, b []byte) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// freePort returns a loopback port that was free a moment ago.
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// syncBuffer collects a process's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// traefik is a running Traefik process.
+type traefik struct {
+	t       testing.TB
+	dir     string
+	dynPath string
+	URL     string // the web entry point, e.g. http://127.0.0.1:41234
+	cmd     *exec.Cmd
+	logs    *syncBuffer
+	exited  chan struct{}
+}
+
+// extraPlugin is another local plugin for comparisons, given as source.
+type extraPlugin struct {
+	alias, module string
+	manifest      string            // .traefik.yml
+	files         map[string]string // file name -> Go source, in the module root
+}
+
+// startTraefik starts Traefik with the plugin (and extras) loaded locally,
+// logging at logLevel, serving the dynamic configuration d, and returns once
+// d is in force.
+func startTraefik(t testing.TB, logLevel string, d *dynamic, extras ...extraPlugin) *traefik {
+	bin := traefikBinary(t)
+	dir := t.TempDir()
+	layoutPlugin(t, dir)
+	var extraStatic strings.Builder
+	for _, p := range extras {
+		root := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(p.module))
+		files := map[string]string{".traefik.yml": p.manifest}
+		for name, src := range p.files {
+			files[name] = src
+		}
+		for name, content := range files {
+			writeFile(t, filepath.Join(root, name), []byte(content))
+		}
+		fmt.Fprintf(&extraStatic, "    %s:\n      moduleName: %s\n", p.alias, p.module)
+	}
+	web, ping := freePort(t), freePort(t)
+	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic", "dynamic.yml"),
+		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &syncBuffer{}, exited: make(chan struct{})}
+	if err := os.MkdirAll(filepath.Dir(tr.dynPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	static := fmt.Sprintf(`entryPoints:
+  web:
+    address: "127.0.0.1:%d"
+  ping:
+    address: "127.0.0.1:%d"
+ping:
+  entryPoint: ping
+providers:
+  file:
+    filename: %q
+    watch: true
+experimental:
+  localPlugins:
+    llmhedge:
+      moduleName: %s
+%slog:
+  level: %s
+global:
+  checkNewVersion: false
+  sendAnonymousUsage: false
+`, web, ping, tr.dynPath, moduleName, extraStatic.String(), logLevel)
+	tr.writeDynamic(d)
+	tr.run(bin, static)
+	tr.waitFor(fmt.Sprintf("http://127.0.0.1:%d/ping", ping))
+	tr.waitReady(d)
+	return tr
+}
+
+// run writes the static configuration into tr.dir and starts Traefik there
+// (local plugins are read from ./plugins-local).
+func (tr *traefik) run(bin, static string, env ...string) {
+	t := tr.t
+	if err := os.WriteFile(filepath.Join(tr.dir, "traefik.yml"), []byte(static), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tr.cmd = exec.Command(bin, "--configFile="+filepath.Join(tr.dir, "traefik.yml"))
+	tr.cmd.Dir = tr.dir
+	tr.cmd.Env = append(os.Environ(), env...)
+	tr.cmd.Stdout, tr.cmd.Stderr = tr.logs, tr.logs
+	if err := tr.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		tr.cmd.Wait()
+		close(tr.exited)
+	}()
+	t.Cleanup(tr.stop)
+}
+
+// cpuTime returns the CPU time Traefik has used so far (user + system),
+// from /proc; it is how the benchmarks price work on a shared machine,
+// where wall-clock throughput also measures the neighbours.
+func (tr *traefik) cpuTime() time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", tr.cmd.Process.Pid))
+	if err != nil {
+		tr.t.Fatalf("reading Traefik's CPU time: %v", err)
+	}
+	// Fields after the parenthesised command name; utime and stime are the
+	// 14th and 15th fields of the line, in clock ticks (100 per second).
+	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	var utime, stime int64
+	fmt.Sscan(fields[11], &utime)
+	fmt.Sscan(fields[12], &stime)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// stop terminates Traefik and waits for it.
+func (tr *traefik) stop() {
+	tr.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-tr.exited:
+	case <-time.After(15 * time.Second):
+		tr.cmd.Process.Kill()
+		<-tr.exited
+	}
+	if tr.t.Failed() {
+		tr.t.Logf("traefik output (tail):\n%s", tail(tr.logs.String(), 6000))
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// writeDynamic replaces the dynamic configuration atomically, so the file
+// watcher never reads half a file.
+func (tr *traefik) writeDynamic(d *dynamic) {
+	tmp := tr.dynPath + ".tmp"
+	if err := os.WriteFile(tmp, []byte(d.YAML()), 0o644); err != nil {
+		tr.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, tr.dynPath); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+// reload writes d and returns once Traefik serves it.
+func (tr *traefik) reload(d *dynamic) {
+	tr.writeDynamic(d)
+	tr.waitReady(d)
+}
+
+// waitReady polls d's readiness route, which exists only in d.
+func (tr *traefik) waitReady(d *dynamic) {
+	tr.waitFor(tr.URL + "/_ready/" + d.generation)
+}
+
+// waitFor polls url until it answers 200: Traefik is an external process,
+// so polling with a deadline is how to know it is ready.
+func (tr *traefik) waitFor(url string) {
+	tr.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case <-tr.exited:
+			tr.t.Fatalf("traefik exited:\n%s", tail(tr.logs.String(), 6000))
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return
+		}
+		if time.Now().After(deadline) {
+			tr.t.Fatalf("%s not ready after 60s (last: %v); traefik output:\n%s", url, err, tail(tr.logs.String(), 6000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// waitLogLine returns the first output line of Traefik that is a plugin log
+// line containing marker, polling until it appears (the plugin writes it
+// when the request ends, which may be just after the client has read the
+// last byte).
+func (tr *traefik) waitLogLine(marker string) string {
+	tr.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for _, l := range strings.Split(tr.logs.String(), "\n") {
+			if i := strings.Index(l, `{"msg":"llmhedge request"`); i >= 0 && strings.Contains(l, marker) {
+				return l[i:]
+			}
+		}
+		if time.Now().After(deadline) {
+			tr.t.Fatalf("no plugin log line with %s in:\n%s", marker, tail(tr.logs.String(), 4000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// dynamic builds a Traefik dynamic configuration. Every route is a path
+// prefix that is stripped before the route's middlewares, so upstreams see
+// plain /v1/... paths.
+type dynamic struct {
+	generation  string
+	routers     strings.Builder
+	middlewares strings.Builder
+	services    strings.Builder
+}
+
+func newDynamic(generation string) *dynamic {
+	d := &dynamic{generation: generation}
+	// The readiness route answers 200 from Traefik's own ping service.
+	fmt.Fprintf(&d.routers, "    ready-%s:\n      rule: \"Path(`/_ready/%s`)\"\n      service: ping@internal\n", generation, generation)
+	return d
+}
+
+// route serves /name through the named middlewares to service.
+func (d *dynamic) route(name, service string, middlewares ...string) *dynamic {
+	fmt.Fprintf(&d.middlewares, "    strip-%s:\n      stripPrefix:\n        prefixes: [\"/%s\"]\n", name, name)
+	all := append([]string{"strip-" + name}, middlewares...)
+	fmt.Fprintf(&d.routers, "    %s:\n      rule: \"PathPrefix(`/%s/`)\"\n      entryPoints: [web]\n      service: %s\n      middlewares: [%s]\n",
+		name, name, service, strings.Join(all, ", "))
+	return d
+}
+
+// hedge adds a plugin middleware named name whose configuration is the YAML
+// text cfg (unindented).
+func (d *dynamic) hedge(name, cfg string) *dynamic {
+	return d.plugin(name, "llmhedge", cfg)
+}
+
+// plugin adds a middleware named name of the local plugin alias.
+func (d *dynamic) plugin(name, alias, cfg string) *dynamic {
+	fmt.Fprintf(&d.middlewares, "    %s:\n      plugin:\n        %s:\n%s", name, alias, indent(cfg, "          "))
+	return d
+}
+
+// loadBalancer adds a plain Traefik round-robin service over urls.
+func (d *dynamic) loadBalancer(name string, urls ...string) *dynamic {
+	fmt.Fprintf(&d.services, "    %s:\n      loadBalancer:\n        servers:\n", name)
+	for _, u := range urls {
+		fmt.Fprintf(&d.services, "          - url: %q\n", u)
+	}
+	return d
+}
+
+// YAML returns the configuration file.
+func (d *dynamic) YAML() string {
+	var b strings.Builder
+	b.WriteString("http:\n  routers:\n")
+	b.WriteString(d.routers.String())
+	if d.middlewares.Len() > 0 {
+		b.WriteString("  middlewares:\n")
+		b.WriteString(d.middlewares.String())
+	}
+	if d.services.Len() > 0 {
+		b.WriteString("  services:\n")
+		b.WriteString(d.services.String())
+	}
+	return b.String()
+}
+
+func indent(s, prefix string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(strings.TrimRight(s, "\n"), "\n") {
+		if strings.TrimSpace(line) != "" {
+			b.WriteString(prefix)
+			b.WriteString(line)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
+
+// pluginConfig renders the usual plugin configuration: the given upstreams
+// (name=url pairs, in order) and extra option lines.
+func pluginConfig(upstreams [][2]string, extra ...string) string {
+	var b strings.Builder
+	b.WriteString("upstreams:\n")
+	for _, u := range upstreams {
+		fmt.Fprintf(&b, "  - name: %s\n    url: %s\n", u[0], u[1])
+	}
+	for _, line := range extra {
+		b.WriteString(line)
+		b.WriteString("\n")
+	}
+	return b.String()
+}

@@ -1,0 +1,537 @@
+package traefikplugin
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// answer is what a client got from one streamed request.
+type answer struct {
+	status   int
+	header   http.Header
+	ids      map[string]bool // every chunk id seen
+	content  string
+	done     bool  // "data: [DONE]" arrived
+	readErr  error // the body ended with an error (a broken stream)
+	rawError string
+}
+
+// frontFor serves handler on a loopback server.
+func frontFor(t *testing.T, handler http.Handler) *httptest.Server {
+	front := httptest.NewServer(handler)
+	t.Cleanup(func() { front.Close() })
+	return front
+}
+
+func post(t *testing.T, url, id string, stream bool, header http.Header) *http.Response {
+	t.Helper()
+	body := `{"model":"m","stream":` + strconv.FormatBool(stream) + `,"messages":[{"role":"user","content":"hi"}]}`
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Test-Request", id)
+	for k, vv := range header {
+		req.Header[k] = vv
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+// readAnswer reads an SSE answer to the end.
+func readAnswer(resp *http.Response) answer {
+	defer resp.Body.Close()
+	a := answer{status: resp.StatusCode, header: resp.Header, ids: map[string]bool{}}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b, err := io.ReadAll(resp.Body)
+		a.rawError, a.readErr = string(b), err
+		return a
+	}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "data: ") {
+			continue
+		}
+		data := strings.TrimPrefix(line, "data: ")
+		if data == "[DONE]" {
+			a.done = true
+			continue
+		}
+		var c struct {
+			ID      string `json:"id"`
+			Choices []struct {
+				Delta struct {
+					Content string `json:"content"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if err := json.Unmarshal([]byte(data), &c); err != nil {
+			a.readErr = err
+			return a
+		}
+		a.ids[c.ID] = true
+		for _, ch := range c.Choices {
+			a.content += ch.Delta.Content
+		}
+	}
+	a.readErr = sc.Err()
+	return a
+}
+
+// checkWhole fails unless a is the complete answer to request id from
+// upstream alone.
+func checkWhole(t *testing.T, a answer, upstream, id string, tokens int) {
+	t.Helper()
+	if a.status != 200 || a.readErr != nil || !a.done {
+		t.Fatalf("answer to %s: status %d, err %v, done %v, body %q", id, a.status, a.readErr, a.done, a.rawError)
+	}
+	want := "chatcmpl-" + upstream + "-" + id
+	if len(a.ids) != 1 || !a.ids[want] {
+		t.Fatalf("answer to %s mixes or misses chunks: ids %v, want only %s", id, a.ids, want)
+	}
+	if a.content != expectedText(id, tokens) {
+		t.Fatalf("answer to %s: content %q, want %q", id, a.content, expectedText(id, tokens))
+	}
+}
+
+// lineBuffer collects log lines, safe for concurrent writers.
+type lineBuffer struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (b *lineBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.lines = append(b.lines, string(p))
+	return len(p), nil
+}
+
+func (b *lineBuffer) all() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.lines...)
+}
+
+// newHedge builds the middleware from cfg like Traefik does and sends its
+// log lines to logs (when not nil). It returns New's handler as is: under
+// Yaegi v0.16.1 a *Hedge re-converted to http.Handler is not assignable.
+func newHedge(t *testing.T, cfg *Config, name string, next http.Handler, logs io.Writer) http.Handler {
+	t.Helper()
+	if next == nil {
+		next = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			t.Errorf("next called for %s %s", r.Method, r.URL.Path)
+			http.Error(w, "next", http.StatusTeapot)
+		})
+	}
+	h, err := New(context.Background(), next, cfg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if logs != nil {
+		h.(*Hedge).logOut = logs
+	}
+	return h
+}
+
+func twoUpstreams(a, b *testUpstream, delay string) *Config {
+	cfg := CreateConfig()
+	cfg.Upstreams = []Upstream{{Name: a.name, URL: a.srv.URL}, {Name: b.name, URL: b.srv.URL}}
+	cfg.Delay = delay
+	cfg.Log = logOff
+	return cfg
+}
+
+func TestHedgeWinsOnFirstTokenBehindEarlyHeaders(t *testing.T) {
+	// A sends 200, a role-only chunk and a ping at once, then nothing: a
+	// header race would pick it. B is fast.
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{ttft: -1} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{ttft: 5 * time.Millisecond} })
+	cfg := twoUpstreams(a, b, "50ms")
+	cfg.ReportHeader = "Server-Timing"
+	logs := &lineBuffer{}
+	front := frontFor(t, newHedge(t, cfg, "hedge@test", nil, logs))
+
+	ans := readAnswer(post(t, front.URL, "r1", true, nil))
+	checkWhole(t, ans, "B", "r1", 3)
+	st := ans.header.Get("Server-Timing")
+	if !strings.Contains(st, "attempts=2") || !strings.Contains(st, "winner=1") || !strings.Contains(st, "upstream=B") || !strings.Contains(st, "dur=") {
+		t.Fatalf("Server-Timing %q does not report attempts, winner and TTFT", st)
+	}
+	// The loser was cancelled: A's handler saw its client go away.
+	a.await(t, "A's attempt to be cancelled", func() bool { _, gone := a.counts(); return gone == 1 })
+
+	lines := logs.all()
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want 1: %q", len(lines), lines)
+	}
+	var l requestLine
+	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
+		t.Fatalf("log line is not JSON: %v: %q", err, lines[0])
+	}
+	if l.Msg != "llmhedge request" || l.Middleware != "hedge@test" || l.Route != "hedge@test" || l.Outcome != "ok" ||
+		l.Status != 200 || l.Attempts != 2 || l.HedgesStarted != 1 || l.Winner != 1 || l.WinnerUpstream != "B" ||
+		l.TTFTMillis <= 0 || l.DelayMillis != 50 || len(l.AttemptList) != 2 ||
+		l.AttemptList[0].Result != "lost" || l.AttemptList[1].Role != "hedge" || l.AttemptList[1].Result != "won" {
+		t.Fatalf("log line %+v", l)
+	}
+	if !strings.HasSuffix(lines[0], "}\n") {
+		t.Fatalf("log line does not end with a newline: %q", lines[0])
+	}
+}
+
+func TestEveryEventIsFlushed(t *testing.T) {
+	// The upstream sends token i+1 only after the client has read token i:
+	// if any event stayed in a buffer, the test would time out.
+	gate := make(chan struct{})
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{tokens: 5, gate: gate} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{ttft: -1} })
+	cfg := twoUpstreams(a, b, "10s")
+	front := frontFor(t, newHedge(t, cfg, "flush", nil, nil))
+
+	resp := post(t, front.URL, "f1", true, nil)
+	defer resp.Body.Close()
+	events := make(chan string, 16)
+	go func() {
+		defer close(events)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), `"content":"f1:`) {
+				events <- sc.Text()
+			}
+		}
+	}()
+	for i := 0; i < 5; i++ {
+		got := receiveWithin(t, events, 10*time.Second)
+		if !strings.Contains(got, tokenText("f1", i)) {
+			t.Fatalf("event %d = %q", i, got)
+		}
+		if i < 4 {
+			gate <- struct{}{}
+		}
+	}
+}
+
+// receiveWithin receives from ch, failing the test after d. It waits with
+// one receive on a channel fed by the value and a timer (no select).
+func receiveWithin(t *testing.T, ch chan string, d time.Duration) string {
+	t.Helper()
+	type result struct {
+		s  string
+		ok bool
+	}
+	out := make(chan result, 2)
+	timer := time.AfterFunc(d, func() { out <- result{} })
+	defer timer.Stop()
+	go func() {
+		s, ok := <-ch
+		out <- result{s, ok}
+	}()
+	r := <-out
+	if !r.ok {
+		t.Fatalf("no event within %v", d)
+	}
+	return r.s
+}
+
+func TestRetryableFailuresMoveToTheNextUpstream(t *testing.T) {
+	for _, status := range []int{500, 503, 429} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			a := startUpstream(t, "A", func(_ *http.Request) script { return script{status: status} })
+			b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
+			front := frontFor(t, newHedge(t, twoUpstreams(a, b, "10s"), "retry", nil, nil))
+			start := time.Now()
+			ans := readAnswer(post(t, front.URL, "x", true, nil))
+			checkWhole(t, ans, "B", "x", 3)
+			if time.Since(start) > 5*time.Second {
+				t.Fatalf("the retry waited for the 10s delay")
+			}
+		})
+	}
+}
+
+func TestFatalClientErrorIsPassedThroughUnhedged(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{status: 401} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
+	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "1ms"), "fatal", nil, nil))
+	ans := readAnswer(post(t, front.URL, "x", true, nil))
+	if ans.status != 401 || !strings.Contains(ans.rawError, "A says 401") {
+		t.Fatalf("status %d body %q, want A's 401", ans.status, ans.rawError)
+	}
+	if served, _ := b.counts(); served > 1 {
+		t.Fatalf("B served %d requests", served)
+	}
+}
+
+func TestNonStreamingAnswerWinsWhole(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{nonStream: true, ttft: -1} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{nonStream: true} })
+	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "20ms"), "json", nil, nil))
+	resp := post(t, front.URL, "n1", false, nil)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var got struct {
+		ID      string `json:"id"`
+		Choices []struct {
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	if err := json.Unmarshal(body, &got); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("status %d body %q: %v", resp.StatusCode, body, err)
+	}
+	if got.ID != "chatcmpl-B-n1" || len(got.Choices) != 1 || got.Choices[0].Message.Content != expectedText("n1", 3) {
+		t.Fatalf("answer %+v", got)
+	}
+}
+
+func TestFailureAfterCommitBreaksTheStream(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{tokens: 5, abortAfter: 2} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
+	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "10s"), "abort", nil, nil))
+	ans := readAnswer(post(t, front.URL, "ab", true, nil))
+	if ans.readErr == nil || ans.done {
+		t.Fatalf("the client saw a clean end (err %v, done %v, content %q): a cut stream must look cut", ans.readErr, ans.done, ans.content)
+	}
+	if ans.content != expectedText("ab", 2) || len(ans.ids) != 1 || !ans.ids["chatcmpl-A-ab"] {
+		t.Fatalf("before the break the client got %q from %v", ans.content, ans.ids)
+	}
+}
+
+func TestStreamErrorEventInsteadOfCut(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{tokens: 5, abortAfter: 1} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
+	cfg := twoUpstreams(a, b, "10s")
+	cfg.StreamErrorEvent = true
+	front := frontFor(t, newHedge(t, cfg, "errevent", nil, nil))
+	resp := post(t, front.URL, "ev", true, nil)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Contains(body, []byte("event: error\ndata: {\"error\"")) {
+		t.Fatalf("err %v body %q: want a final error event", err, body)
+	}
+}
+
+func TestClientDisconnectCancelsEveryAttempt(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{ttft: -1} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{ttft: -1} })
+	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "5ms"), "gone", nil, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true}`))
+	req.Header.Set("Content-Type", "application/json")
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	a.await(t, "A's attempt to start", func() bool { sa, _ := a.counts(); return sa == 1 })
+	b.await(t, "the hedge to B to start", func() bool { sb, _ := b.counts(); return sb == 1 })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("client error %v", err)
+	}
+	a.await(t, "A to see the cancellation", func() bool { _, ga := a.counts(); return ga == 1 })
+	b.await(t, "B to see the cancellation", func() bool { _, gb := b.counts(); return gb == 1 })
+}
+
+func TestUpstreamHeadersAndModelRewrite(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	cfg := CreateConfig()
+	cfg.Log = logOff
+	cfg.Upstreams = []Upstream{{
+		URL:           a.srv.URL + "/base",
+		SetHeaders:    map[string]string{"Authorization": "Bearer upstream-secret"},
+		DeleteHeaders: []string{"X-Drop-Me"},
+		Model:         "gpt-cheap",
+	}}
+	logs := &lineBuffer{}
+	front := frontFor(t, newHedge(t, cfg, "rewrite", nil, logs))
+	hdr := http.Header{"Authorization": {"Bearer client"}, "X-Drop-Me": {"1"}, "Idempotency-Key": {"key-1"}}
+	ans := readAnswer(post(t, front.URL, "h1", true, hdr))
+	checkWhole(t, ans, "A", "h1", 3)
+	got := a.lastHeader()
+	if got.Get("Authorization") != "Bearer upstream-secret" || got.Get("X-Drop-Me") != "" ||
+		got.Get("Idempotency-Key") != "key-1" || got.Get("X-Llm-Hedge-Attempt") != "0" {
+		t.Fatalf("upstream saw headers %v", got)
+	}
+	if body := a.lastBody(); !strings.Contains(body, `"model":"gpt-cheap"`) || strings.Contains(body, `"model":"m"`) {
+		t.Fatalf("upstream saw body %q", body)
+	}
+	for _, l := range logs.all() {
+		if strings.Contains(l, "secret") {
+			t.Fatalf("a credential reached the log: %q", l)
+		}
+	}
+}
+
+func TestPassThroughCallsNextOnceForIneligibleRequests(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	var nextCalls int32
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		atomic.AddInt32(&nextCalls, 1)
+		io.WriteString(w, "from next")
+	})
+	cfg := CreateConfig()
+	cfg.Log = logOff
+	cfg.Upstreams = []Upstream{{URL: a.srv.URL}}
+	cfg.PathPrefixes = []string{"/v1/"}
+	cfg.PassThrough = true
+	front := frontFor(t, newHedge(t, cfg, "pass", next, nil))
+
+	for _, c := range []struct {
+		method, path, optOut string
+		toNext               bool
+	}{
+		{"GET", "/v1/models", "", true},
+		{"POST", "/other", "", true},
+		{"POST", "/v1/chat/completions", "off", true},
+		{"POST", "/v1/chat/completions", "", false},
+	} {
+		before := atomic.LoadInt32(&nextCalls)
+		req, _ := http.NewRequest(c.method, front.URL+c.path, strings.NewReader(`{"stream":true}`))
+		req.Header.Set("Content-Type", "application/json")
+		if c.optOut != "" {
+			req.Header.Set("X-LLM-Hedge", c.optOut)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		calls := atomic.LoadInt32(&nextCalls) - before
+		if c.toNext && (calls != 1 || string(body) != "from next") {
+			t.Fatalf("%s %s (opt-out %q): next called %d times, body %q", c.method, c.path, c.optOut, calls, body)
+		}
+		if !c.toNext && calls != 0 {
+			t.Fatalf("%s %s: next called for a hedged request", c.method, c.path)
+		}
+	}
+}
+
+func TestWithoutPassThroughIneligibleRequestsGoToTheFirstUpstreamOnce(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
+	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "1ms"), "single", nil, nil))
+	ans := readAnswer(post(t, front.URL, "s1", true, http.Header{"X-Llm-Hedge": {"off"}}))
+	checkWhole(t, ans, "A", "s1", 3)
+	if served, _ := b.counts(); served != 0 {
+		t.Fatalf("an opted-out request reached B")
+	}
+}
+
+func TestConcurrentAnswersBelongToTheirOwnRequest(t *testing.T) {
+	// Under Yaegi a wrong shape (select) handed answers to the wrong
+	// request under concurrency; every answer is checked against its id.
+	// Half of A's answers are slow, so both upstreams win races.
+	slow := func(r *http.Request) script {
+		n, _ := strconv.Atoi(strings.TrimPrefix(r.Header.Get("X-Test-Request"), "c"))
+		if n%2 == 0 {
+			return script{ttft: 200 * time.Millisecond}
+		}
+		return script{}
+	}
+	a := startUpstream(t, "A", slow)
+	b := startUpstream(t, "B", func(_ *http.Request) script { return script{ttft: time.Millisecond} })
+	cfg := twoUpstreams(a, b, "20ms")
+	cfg.Budget.Ratio = -1 // no budget: every slow request hedges
+	front := frontFor(t, newHedge(t, cfg, "stress", nil, nil))
+
+	const clients, perClient = 20, 10
+	var wg sync.WaitGroup
+	errs := make(chan string, clients*perClient)
+	for c := 0; c < clients; c++ {
+		c := c
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < perClient; i++ {
+				id := "c" + strconv.Itoa(c*perClient+i)
+				ans := readAnswer(post(t, front.URL, id, true, nil))
+				if ans.status != 200 || !ans.done || ans.readErr != nil || len(ans.ids) != 1 || ans.content != expectedText(id, 3) {
+					errs <- id + ": " + ans.content
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	bad := 0
+	for e := range errs {
+		bad++
+		t.Error(e)
+	}
+	if bad > 0 {
+		t.Fatalf("%d of %d answers were wrong", bad, clients*perClient)
+	}
+}
+
+func TestNewStartsNothingAndSharesStateAcrossReloads(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	cfg := CreateConfig()
+	cfg.Log = logOff
+	cfg.Upstreams = []Upstream{{URL: a.srv.URL}}
+	cfg.Route = "shared-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	statesBefore := shared.size()
+	goroutinesBefore := runtime.NumGoroutine()
+	var handlers []http.Handler
+	for i := 0; i < 50; i++ {
+		handlers = append(handlers, newHedge(t, cfg, "reload", nil, nil))
+	}
+	if n := runtime.NumGoroutine(); n > goroutinesBefore {
+		t.Fatalf("New started goroutines: %d before, %d after", goroutinesBefore, n)
+	}
+	if shared.size() != statesBefore {
+		t.Fatalf("New created shared state before any request")
+	}
+	// A "reload": the same route with another delay keeps the state.
+	reloaded := *cfg
+	reloaded.Delay = "3s"
+	handlers = append(handlers, newHedge(t, &reloaded, "reload", nil, nil))
+	var first *core.State
+	for _, h := range handlers {
+		e, err := h.(*Hedge).engine()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if first == nil {
+			first = e.State()
+			continue
+		}
+		if e.State() != first {
+			t.Fatalf("handlers of one route do not share state")
+		}
+	}
+	// Another upstream list is another shape: new state.
+	other := *cfg
+	other.Upstreams = []Upstream{{URL: a.srv.URL}, {URL: a.srv.URL + "/2"}}
+	e, _ := newHedge(t, &other, "reload", nil, nil).(*Hedge).engine()
+	if e.State() == first {
+		t.Fatalf("a different upstream list reused the state")
+	}
+}
