@@ -128,8 +128,10 @@ func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
 		}
 		return nil
 	}
-	rc := h.newRace(p, rep, start)
-	err = rc.run(&flightWriter{w: w, f: lead})
-	h.state.idem.finish(p.key, lead, err == nil && rep.Outcome == OutcomeOK, idem.TTL)
+	// Deferred, so that followers are released even if the race panics.
+	ok := false
+	defer func() { h.state.idem.finish(p.key, lead, ok, idem.TTL) }()
+	err = h.newRace(p, rep, start).run(&flightWriter{w: w, f: lead})
+	ok = err == nil && rep.Outcome == OutcomeOK
 	return err
 }

@@ -38,7 +38,7 @@ type harness struct {
 	t       *testing.T
 	A, B    *llmsim.Running
 	other   *httptest.Server // the cluster of requests the server continues
-	seen    chan seenRequest  // what `other` received
+	seen    chan seenRequest // what `other` received
 	srv     *envoyfilter.Server
 	grpc    *grpc.Server
 	conn    *grpc.ClientConn

@@ -24,7 +24,7 @@ func headersMsg(eos bool, kv ...string) *extprocv3.ProcessingRequest {
 		m.Headers = append(m.Headers, &corev3.HeaderValue{Key: kv[i], RawValue: []byte(kv[i+1])})
 	}
 	return &extprocv3.ProcessingRequest{
-		Request: &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: m, EndOfStream: eos}},
+		Request:        &extprocv3.ProcessingRequest_RequestHeaders{RequestHeaders: &extprocv3.HttpHeaders{Headers: m, EndOfStream: eos}},
 		ProtocolConfig: &extprocv3.ProtocolConfiguration{RequestBodyMode: filterv3.ProcessingMode_FULL_DUPLEX_STREAMED},
 	}
 }
@@ -250,5 +250,6 @@ func messageKind(m *extprocv3.ProcessingRequest) string {
 	if m.GetRequest() == nil {
 		return "empty"
 	}
-	return strings.TrimPrefix(fmt.Sprintf("%T", m.GetRequest()), "*extprocv3.ProcessingRequest_")
+	name := fmt.Sprintf("%T", m.GetRequest())
+	return name[strings.LastIndex(name, "_")+1:]
 }

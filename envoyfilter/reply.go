@@ -7,8 +7,8 @@ import (
 	"net/http"
 	"strings"
 
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 )
 
 // errAnswerTooLarge is a write failure: a buffered answer outgrew

@@ -63,9 +63,9 @@ type processStream struct {
 	requestMode, responseMode filterv3.ProcessingMode_BodySendMode
 
 	// While hedging.
-	body        *bodyPipe        // the streamed request body, nil without one
+	body        *bodyPipe          // the streamed request body, nil without one
 	cancel      context.CancelFunc // cancels the handler's request
-	handlerDone chan error       // receives the handler's result; nil once read
+	handlerDone chan error         // receives the handler's result; nil once read
 
 	// Buffered mode: the request waiting for its body.
 	pendingRoute *route

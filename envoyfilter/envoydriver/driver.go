@@ -58,20 +58,20 @@ type Config struct {
 
 // Stats counts what the driver saw, over its lifetime.
 type Stats struct {
-	Streams             int64 // ext_proc streams opened
-	StreamedImmediate   int64 // local responses started with headers_response
-	Immediate           int64 // ImmediateResponse answers
-	Continued           int64 // requests sent to the upstream after a headers reply
-	ClosedBeforeHeaders int64 // clean server closes before the headers reply (request continued)
-	LostBodyBytes       int64 // body bytes handed to the server and never given back
-	Spurious            int64 // out-of-order or invalid replies
-	GRPCErrors          int64 // streams the server failed with a gRPC error
-	ErrorReplies        int64 // status_on_error answers
-	Resets              int64 // client responses reset after they started
-	MessageTimeouts     int64 // message_timeout expiries (504)
-	TimeoutOverrides    int64 // override_message_timeout honoured
-	OverridesIgnored    int64 // override_message_timeout ignored
-	ServerCloseTimeouts int64 // server did not close within RemoteCloseTimeout
+	Streams              int64 // ext_proc streams opened
+	StreamedImmediate    int64 // local responses started with headers_response
+	Immediate            int64 // ImmediateResponse answers
+	Continued            int64 // requests sent to the upstream after a headers reply
+	ClosedBeforeHeaders  int64 // clean server closes before the headers reply (request continued)
+	LostBodyBytes        int64 // body bytes handed to the server and never given back
+	Spurious             int64 // out-of-order or invalid replies
+	GRPCErrors           int64 // streams the server failed with a gRPC error
+	ErrorReplies         int64 // status_on_error answers
+	Resets               int64 // client responses reset after they started
+	MessageTimeouts      int64 // message_timeout expiries (504)
+	TimeoutOverrides     int64 // override_message_timeout honoured
+	OverridesIgnored     int64 // override_message_timeout ignored
+	ServerCloseTimeouts  int64 // server did not close within RemoteCloseTimeout
 	BodyChunksAfterStart int64 // request body chunks sent after the local response started
 }
 
@@ -83,8 +83,8 @@ type Driver struct {
 	bg     sync.WaitGroup // stream closes still waiting for the server
 
 	streams, streamedImmediate, immediate, continued, closedBeforeHeaders, lostBodyBytes atomic.Int64
-	spurious, grpcErrors, errorReplies, resets, messageTimeouts, timeoutOverrides         atomic.Int64
-	overridesIgnored, serverCloseTimeouts, bodyChunksAfterStart                           atomic.Int64
+	spurious, grpcErrors, errorReplies, resets, messageTimeouts, timeoutOverrides        atomic.Int64
+	overridesIgnored, serverCloseTimeouts, bodyChunksAfterStart                          atomic.Int64
 }
 
 // New returns a Driver that opens its streams on conn.

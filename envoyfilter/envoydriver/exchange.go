@@ -72,9 +72,9 @@ type exchange struct {
 	recvEnded   bool // the server's side ended (status received)
 	streamReset bool // the driver cancelled the stream
 	complete    bool // processing complete: later replies are ignored
-	hasBody    bool
-	bodyDone   bool
-	upstreamOn bool
+	hasBody     bool
+	bodyDone    bool
+	upstreamOn  bool
 	// dirty: the client's response has unflushed bytes. Like Envoy, which
 	// writes a connection's buffer once per event-loop iteration, the
 	// driver flushes when no further event is already waiting.

@@ -73,7 +73,7 @@ type loadRun struct {
 }
 
 // observe counts one core Report (see corehandler.New).
-func (r *loadRun) observe(outcome string, hedges int, winner string) {
+func (r *loadRun) observe(outcome string, _ int, _ string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.outcomes == nil {
