@@ -11,6 +11,7 @@ import (
 // before the delay; it returns how many attempts were sent and the report.
 func slowPrimaryRequest(t *testing.T, hs *harness, r *harnessRequest) (*Report, int) {
 	t.Helper()
+	hs.clock.drainArmed() // earlier requests' timers must not count as this one's
 	before := hs.tr.count()
 	out := hs.serve(r.build())
 	a := hs.tr.next(t)

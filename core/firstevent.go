@@ -115,6 +115,19 @@ func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
 		var i int
 		if d.format == formatSSE {
 			i = bytes.IndexAny(p, "\r\n")
+			if i >= 0 && d.wholeDataEvent(p, i) {
+				// Fast path, same result: the common event, one "data: "
+				// line ending in "\n\n", read whole while nothing is
+				// pending, is classified without the line machinery (each
+				// interpreted step costs microseconds under Yaegi).
+				d.started = true // "data: " is not a BOM
+				v, reason := classifySSE(d.rule, string(p[len(sseDataPrefix):i]), "")
+				p = p[i+2:]
+				if v != verdictPending {
+					return d.finish(v, reason)
+				}
+				continue
+			}
 		} else {
 			i = bytes.IndexByte(p, '\n')
 		}
@@ -142,6 +155,18 @@ func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
 		}
 	}
 	return verdictPending, ""
+}
+
+// sseDataPrefix starts the data line of the common event.
+const sseDataPrefix = "data: "
+
+// wholeDataEvent reports whether p, whose first line end is at i, starts
+// with a complete event of one "data: " line ended by "\n\n", with no line,
+// data or event name pending from earlier bytes and within maxLine. Such an
+// event dispatches exactly its line's value with no event name.
+func (d *firstEventDetector) wholeDataEvent(p []byte, i int) bool {
+	return i+1 < len(p) && p[i] == '\n' && p[i+1] == '\n' && i <= d.maxLine &&
+		len(d.line) == 0 && !d.hasData && d.event == "" && bytes.HasPrefix(p, []byte(sseDataPrefix))
 }
 
 // End is called when the body hit EOF while the verdict was still pending.

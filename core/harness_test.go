@@ -78,6 +78,13 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
+// drainArmed forgets the timers armed so far (no select: Yaegi).
+func (c *fakeClock) drainArmed() {
+	for len(c.armed) > 0 {
+		<-c.armed
+	}
+}
+
 // waitArmed waits until n more timers have been armed.
 func (c *fakeClock) waitArmed(t *testing.T, n int) {
 	t.Helper()

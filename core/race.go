@@ -473,28 +473,47 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 	}
 	buf := getBuffer()
 	defer putBuffer(buf)
-	flushW := flusherFor(w) // resolved once: type checks are costly under Yaegi
-	tail := keepTail(nil, a.prefix)
+	// Every statement of this loop runs once per upstream read, and under
+	// Yaegi each call and interface conversion costs microseconds: the flush
+	// function is resolved once, locals replace field loads, and the tail is
+	// appended inline and cut back only now and then.
+	flushW := flusherFor(w)
+	body := a.resp.Body
+	keep := a.streaming // only a stream's tail is ever looked at
+	var tail []byte
+	if keep {
+		tail = make([]byte, 0, tailCompactAt)
+		tail = keepTail(tail, a.prefix)
+	}
 	for {
-		n, err := a.resp.Body.Read(buf)
+		n, err := body.Read(buf)
 		if n > 0 {
-			if _, werr := w.Write(buf[:n]); werr != nil {
+			chunk := buf[:n]
+			if _, werr := w.Write(chunk); werr != nil {
 				rep.Outcome = OutcomeClientGone
 				return nil
 			}
 			flushW()
-			tail = keepTail(tail, buf[:n])
+			if keep {
+				tail = append(tail, chunk...)
+				if len(tail) > tailCompactAt {
+					tail = keepTail(tail[:0], tail[len(tail)-tailSize:])
+				}
+			}
 		}
 		if err == nil {
 			continue
 		}
-		if errors.Is(err, io.EOF) {
+		if err == io.EOF || errors.Is(err, io.EOF) {
 			return nil
 		}
 		if rc.clientCtx.Err() != nil && atomic.LoadInt32(&rc.timedOut) == 0 {
 			// A client (e.g. the OpenAI SDK) may close as soon as it reads
 			// the stream's end marker, before the upstream's EOF arrives:
 			// that answer was delivered in full.
+			if len(tail) > tailSize {
+				tail = tail[len(tail)-tailSize:]
+			}
 			if !a.streaming || !streamFinished(tail) {
 				rep.Outcome = OutcomeClientGone
 			}

@@ -11,7 +11,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 )
@@ -171,6 +170,14 @@ func looksJSON(contentType string) bool {
 	return ct == "" || strings.Contains(ct, "json")
 }
 
+// The markers mayChangeState looks for, converted once.
+var (
+	keyStore      = []byte(`"store"`)
+	keyBackground = []byte(`"background"`)
+	keyTools      = []byte(`"tools"`)
+	escapeU       = []byte(`\u`)
+)
+
 // mayChangeState reports whether a JSON request body may change state
 // upstream, so that sending it twice is unsafe without an idempotency key:
 // "store": true, "background": true, a Responses API call without
@@ -178,8 +185,8 @@ func looksJSON(contentType string) bool {
 // (MCP, code interpreter, computer use, shell).
 func mayChangeState(body []byte, path string) bool {
 	isResponses := strings.HasSuffix(strings.TrimRight(path, "/"), "/responses")
-	if !isResponses && !bytes.Contains(body, []byte(`"store"`)) && !bytes.Contains(body, []byte(`"background"`)) &&
-		!bytes.Contains(body, []byte(`"tools"`)) && !bytes.Contains(body, []byte(`\u`)) {
+	if !isResponses && !bytes.Contains(body, keyStore) && !bytes.Contains(body, keyBackground) &&
+		!bytes.Contains(body, keyTools) && !bytes.Contains(body, escapeU) {
 		return false // cheap and common: nothing to decode (escaped keys are decoded)
 	}
 	var doc struct {
@@ -278,10 +285,7 @@ func removeHopHeaders(h http.Header) {
 // attemptRequest builds attempt `index`'s request to upstream `up`.
 func (h *Hedger) attemptRequest(ctx context.Context, p *preparedRequest, up, index int) (*http.Request, error) {
 	u := h.cfg.Upstreams[up]
-	base, err := url.Parse(u.URL)
-	if err != nil {
-		return nil, err
-	}
+	base := h.bases[up]
 	target := *base
 	target.Path = joinPath(base.Path, p.orig.URL.Path)
 	target.RawPath = ""

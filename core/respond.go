@@ -76,6 +76,10 @@ func putBuffer(b []byte) { buffers.Put(b) } //nolint:staticcheck // a slice head
 // its end marker.
 const tailSize = 256
 
+// tailCompactAt is how long the delivered tail may grow before it is cut
+// back to tailSize: cutting after every read costs a call each under Yaegi.
+const tailCompactAt = 4 << 10
+
 // keepTail appends p to tail and keeps the last tailSize bytes.
 func keepTail(tail, p []byte) []byte {
 	if len(p) >= tailSize {

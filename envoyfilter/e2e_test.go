@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -299,4 +300,46 @@ func TestBufferedMode(t *testing.T) {
 		t.Fatalf("driver stats %+v", s)
 	}
 	waitSim(t, h2.A, "the cancelled attempt", func() bool { return h2.A.Cancelled() == 1 })
+}
+
+// Upstream headers reach the client through both kinds of local response:
+// repeated headers keep every value, x-envoy-* and hop-by-hop headers stay
+// behind.
+func TestResponseHeadersSurvive(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h := w.Header()
+		h.Add("Set-Cookie", "a=1")
+		h.Add("Set-Cookie", "b=2")
+		h.Set("X-Upstream", "u")
+		h.Set("X-Envoy-Decorator", "no")
+		if bytes.Contains(body, []byte(`"stream":true`)) {
+			h.Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+			return
+		}
+		h.Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`)
+	}))
+	defer up.Close()
+	h := newHarness(t, harnessOptions{routes: `
+  - name: chat
+    upstreams: [{name: U, url: "` + up.URL + `"}]
+`})
+	for _, stream := range []string{"false", "true"} {
+		resp, err := h.front.Client().Post(h.front.URL+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"m","stream":`+stream+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := strings.Join(resp.Header.Values("Set-Cookie"), ","); got != "a=1,b=2" || resp.Header.Get("X-Upstream") != "u" ||
+			resp.Header.Get("X-Envoy-Decorator") != "" {
+			t.Fatalf("stream=%s: headers %v", stream, resp.Header)
+		}
+	}
+	if s := h.driver.Stats(); s.Immediate != 1 || s.StreamedImmediate != 1 {
+		t.Fatalf("driver stats %+v", s)
+	}
 }

@@ -9,6 +9,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // requestHead is what the request_headers message says about the request.
@@ -167,20 +168,23 @@ func streamedHeaders(status int, h http.Header) *corev3.HeaderMap {
 
 // immediateHeaders is the header mutation of an ImmediateResponse. The
 // first value of a name overwrites Envoy's default (content-type is
-// text/plain for a local reply); later values are appended.
+// text/plain for a local reply); later values are appended. Envoy reads
+// append_action only when it is not the zero value (APPEND_IF_EXISTS_OR_ADD)
+// and otherwise the append flag, which defaults to false in ext_proc
+// mutations (mutation_utils.cc applyHeaderMutations): so an appended value
+// sets the flag, and an overwrite names its non-zero action.
 func immediateHeaders(h http.Header) *extprocv3.HeaderMutation {
 	m := &extprocv3.HeaderMutation{}
 	seen := map[string]bool{}
 	forEachResponseHeader(h, func(name, value string) {
-		action := corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
+		opt := &corev3.HeaderValueOption{Header: &corev3.HeaderValue{Key: name, RawValue: []byte(value)}}
 		if seen[name] {
-			action = corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD
+			opt.Append = wrapperspb.Bool(true)
+		} else {
+			opt.AppendAction = corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD
 		}
 		seen[name] = true
-		m.SetHeaders = append(m.SetHeaders, &corev3.HeaderValueOption{
-			Header:       &corev3.HeaderValue{Key: name, RawValue: []byte(value)},
-			AppendAction: action,
-		})
+		m.SetHeaders = append(m.SetHeaders, opt)
 	})
 	return m
 }

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
 // scripted is an ext_proc server whose Process is the test's function.
@@ -26,7 +27,9 @@ type scripted struct {
 	process func(extprocv3.ExternalProcessor_ProcessServer) error
 }
 
-func (s *scripted) Process(stream extprocv3.ExternalProcessor_ProcessServer) error { return s.process(stream) }
+func (s *scripted) Process(stream extprocv3.ExternalProcessor_ProcessServer) error {
+	return s.process(stream)
+}
 
 type rig struct {
 	driver  *Driver
@@ -166,18 +169,19 @@ func TestMessagesAndStreamedResponse(t *testing.T) {
 func TestSpuriousReplies(t *testing.T) {
 	bodyReply := &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: &extprocv3.BodyResponse{}}}
 	cases := []struct {
-		name    string
-		replies []*extprocv3.ProcessingResponse
-		status  int  // before start
-		reset   bool // after start
+		name     string
+		replies  []*extprocv3.ProcessingResponse
+		status   int  // before start
+		reset    bool // after start
+		spurious bool // out of order (else: an invalid reply, also an error)
 	}{
-		{"body reply before headers", []*extprocv3.ProcessingResponse{bodyReply}, 500, false},
-		{"no :status", []*extprocv3.ProcessingResponse{streamedHeaders("content-type", "text/plain")}, 500, false},
-		{":status 100", []*extprocv3.ProcessingResponse{streamedHeaders(":status", "100")}, 500, false},
-		{"body before headers_response", []*extprocv3.ProcessingResponse{streamedBody("x", true)}, 500, false},
-		{"empty reply", []*extprocv3.ProcessingResponse{{}}, 500, false},
-		{"headers_response twice", []*extprocv3.ProcessingResponse{streamedHeaders(":status", "200"), streamedHeaders(":status", "200")}, 0, true},
-		{"body reply after start", []*extprocv3.ProcessingResponse{streamedHeaders(":status", "200"), bodyReply}, 0, true},
+		{"body reply before headers", []*extprocv3.ProcessingResponse{bodyReply}, 500, false, true},
+		{"no :status", []*extprocv3.ProcessingResponse{streamedHeaders("content-type", "text/plain")}, 500, false, false},
+		{":status 100", []*extprocv3.ProcessingResponse{streamedHeaders(":status", "100")}, 500, false, false},
+		{"body before headers_response", []*extprocv3.ProcessingResponse{streamedBody("x", true)}, 500, false, true},
+		{"empty reply", []*extprocv3.ProcessingResponse{{}}, 500, false, true},
+		{"headers_response twice", []*extprocv3.ProcessingResponse{streamedHeaders(":status", "200"), streamedHeaders(":status", "200")}, 0, true, true},
+		{"body reply after start", []*extprocv3.ProcessingResponse{streamedHeaders(":status", "200"), bodyReply}, 0, true, true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -197,7 +201,8 @@ func TestSpuriousReplies(t *testing.T) {
 			} else if err != nil || resp.StatusCode != c.status {
 				t.Fatalf("%v %v, want status %d", resp, err, c.status)
 			}
-			if s := r.driver.Stats(); s.Spurious != 1 {
+			s := r.driver.Stats()
+			if c.spurious && s.Spurious != 1 || !c.spurious && (s.Spurious != 0 || s.ErrorReplies != 1) {
 				t.Fatalf("stats %+v", s)
 			}
 		})
@@ -214,12 +219,14 @@ func TestImmediateAndErrors(t *testing.T) {
 			Headers: &extprocv3.HeaderMutation{SetHeaders: []*corev3.HeaderValueOption{
 				{Header: &corev3.HeaderValue{Key: "content-type", RawValue: []byte("application/json")}},
 				{Header: &corev3.HeaderValue{Key: "x-envoy-x", RawValue: []byte("1")}},
+				{Header: &corev3.HeaderValue{Key: "set-cookie", RawValue: []byte("a=1")}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD},
+				{Header: &corev3.HeaderValue{Key: "set-cookie", RawValue: []byte("b=2")}, Append: wrapperspb.Bool(true)},
 			}}}}})
 		return nil
 	})
 	resp, body, err := r.post(t, "{}")
 	if err != nil || resp.StatusCode != 200 || body != `{"ok":1}` || resp.Header.Get("Content-Type") != "application/json" ||
-		resp.Header.Get("X-Envoy-X") != "" {
+		resp.Header.Get("X-Envoy-X") != "" || strings.Join(resp.Header.Values("Set-Cookie"), ",") != "a=1,b=2" {
 		t.Fatalf("%v %q %v", resp, body, err)
 	}
 
@@ -255,7 +262,7 @@ func TestCloseBeforeHeadersLosesDrainedChunks(t *testing.T) {
 // otherwise 504 when message_timeout expires.
 func TestBufferedMessageTimeout(t *testing.T) {
 	for _, max := range []time.Duration{0, time.Minute} {
-		r := newRig(t, Config{Mode: Buffered, MessageTimeout: 50 * time.Millisecond, MaxMessageTimeout: max},
+		r := newRig(t, Config{Mode: Buffered, MessageTimeout: 100 * time.Millisecond, MaxMessageTimeout: max},
 			func(s extprocv3.ExternalProcessor_ProcessServer) error {
 				m, _ := s.Recv()
 				if m.GetProtocolConfig().GetRequestBodyMode() != filterv3.ProcessingMode_BUFFERED {
@@ -264,7 +271,7 @@ func TestBufferedMessageTimeout(t *testing.T) {
 				s.Send(&extprocv3.ProcessingResponse{OverrideMessageTimeout: durationpb.New(30 * time.Second)})
 				select {
 				case <-s.Context().Done():
-				case <-time.After(300 * time.Millisecond):
+				case <-time.After(600 * time.Millisecond): // well past message_timeout
 					s.Send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ImmediateResponse{
 						ImmediateResponse: &extprocv3.ImmediateResponse{Status: &typev3.HttpStatus{Code: 200}, Body: []byte("late")}}})
 				}

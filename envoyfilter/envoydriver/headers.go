@@ -98,9 +98,10 @@ func applyMutation(h http.Header, path *string, mut *extprocv3.HeaderMutation) {
 		if strings.HasPrefix(name, ":") {
 			continue
 		}
+		// The zero append_action (APPEND_IF_EXISTS_OR_ADD) means "not
+		// set": Envoy then reads the append flag, false by default in
+		// ext_proc mutations (mutation_utils.cc applyHeaderMutations).
 		switch opt.GetAppendAction() {
-		case corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD:
-			h.Add(name, value)
 		case corev3.HeaderValueOption_ADD_IF_ABSENT:
 			if h.Get(name) == "" {
 				h.Set(name, value)

@@ -25,14 +25,14 @@ type site struct {
 func (s site) current() time.Duration { return s.delay }
 
 // startCaddy loads a Caddy config with three servers on free loopback ports.
-func startCaddy(upA, upB string, p95 time.Duration) ([]site, error) {
+func startCaddy(upA, upB string, delay time.Duration) ([]site, error) {
 	ports, err := freePorts(3)
 	if err != nil {
 		return nil, err
 	}
 	sites := []site{
 		{name: "caddy reverse_proxy", url: fmt.Sprintf("http://127.0.0.1:%d", ports[0])},
-		{name: "llm_hedge fixed delay", url: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), hedged: true, delay: p95},
+		{name: "llm_hedge fixed delay", url: fmt.Sprintf("http://127.0.0.1:%d", ports[1]), hedged: true, delay: delay},
 		{name: "llm_hedge adaptive", url: fmt.Sprintf("http://127.0.0.1:%d", ports[2]), hedged: true},
 	}
 	hostport := func(u string) string { return u[len("http://"):] }
@@ -56,11 +56,11 @@ func startCaddy(upA, upB string, p95 time.Duration) ([]site, error) {
 			}),
 			"fixed": server(ports[1], map[string]any{
 				"handler": "llm_hedge", "route": "fixed", "upstreams": upstreams,
-				"delay": map[string]any{"fixed": p95.String()},
+				"delay": map[string]any{"fixed": delay.String()},
 			}),
 			"adaptive": server(ports[2], map[string]any{
 				"handler": "llm_hedge", "route": "adaptive", "upstreams": upstreams,
-				"delay": map[string]any{"mode": "adaptive", "fixed": (2 * p95).String(), "min": "1ms"},
+				"delay": map[string]any{"mode": "adaptive", "fixed": (2 * delay).String(), "min": "1ms"},
 			}),
 		}}},
 	}

@@ -36,6 +36,8 @@ func main() {
 	flag.Int64Var(&opts.seed, "seed", 1, "seed of the simulated latencies")
 	flag.StringVar(&opts.chart, "chart", "llmhedge-demo-ttft.svg", "where to write the TTFT CDF chart (SVG)")
 	flag.BoolVar(&opts.json, "json", false, "print the results as JSON instead of a table")
+	flag.DurationVar(&opts.delay, "delay", 0, "fixed hedge delay of the llm_hedge site, in scaled time (default: the workload's true p95)")
+	flag.BoolVar(&opts.simOnly, "sim-only", false, "only serve the two simulated upstreams (to point llmhedge-tune at them) until Ctrl-C")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -51,6 +53,8 @@ type options struct {
 	seed           int64
 	chart          string
 	json           bool
+	delay          time.Duration
+	simOnly        bool
 }
 
 // Row is one line of the table (and of the JSON output). Durations are in
@@ -92,7 +96,17 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 	defer a.Close()
 	b := llmsim.Start("B", w)
 	defer b.Close()
-	sites, err := startCaddy(a.URL, b.URL, p95)
+	if opts.simOnly {
+		fmt.Fprintf(stdout, "simulated upstreams (reference workload x%g, true TTFT p95 %s):\n  A %s\n  B %s\nCtrl-C to stop.\n",
+			opts.scale, p95.Round(time.Millisecond/10), a.URL, b.URL)
+		<-ctx.Done()
+		return nil
+	}
+	delay := p95
+	if opts.delay > 0 {
+		delay = opts.delay
+	}
+	sites, err := startCaddy(a.URL, b.URL, delay)
 	if err != nil {
 		return err
 	}
@@ -127,7 +141,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 		res.Rows = append(res.Rows, row)
 		chartSeries = append(chartSeries, refload.Series{Name: site.name, Values: refload.Successful(out.TTFT)})
 	}
-	peers := refload.ComputePeers(w, "A", "B", ids, p95)
+	peers := refload.ComputePeers(w, "A", "B", ids, delay)
 	ideal := Row{Name: "ideal hedge (computed)", Requests: len(ids), ExtraLoad: 100 * peers.IdealExtra, P99VsIdeal: 1}
 	fill(&ideal, peers.Ideal, nil)
 	idealP99 := ideal.TTFTP99
@@ -137,7 +151,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 	res.Rows = append(res.Rows, ideal)
 	chartSeries = append(chartSeries, refload.Series{Name: "ideal hedge (computed)", Values: peers.Ideal})
 
-	chart := refload.CDFChart(fmt.Sprintf("TTFT, %d streaming requests each (reference workload x%g)", opts.n, opts.scale), chartSeries, p95)
+	chart := refload.CDFChart(fmt.Sprintf("TTFT, %d streaming requests each (reference workload x%g)", opts.n, opts.scale), chartSeries, delay)
 	if err := os.WriteFile(opts.chart, chart, 0o644); err != nil {
 		return err
 	}
