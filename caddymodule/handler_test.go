@@ -25,7 +25,7 @@ import (
 // llmsim applies its defaults twice, which turns -1 back into the default;
 // reported in /tmp/core-bugs.md.)
 func fastWorkload(ttft time.Duration) llmsim.Workload {
-	return llmsim.Workload{MedianTTFT: ttft, Sigma: 1e-9, StallProb: 1e-12, Tokens: 3, TokenGap: time.Millisecond, PingEvery: 2 * time.Millisecond}
+	return llmsim.Workload{MedianTTFT: ttft, Sigma: -1, StallProb: -1, Tokens: 3, TokenGap: time.Millisecond, PingEvery: 2 * time.Millisecond}
 }
 
 // startSims starts llmsim upstreams A and B, closed at the end of the test.

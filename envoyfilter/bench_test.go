@@ -241,7 +241,7 @@ func idealOf(wl llmsim.Workload, prefix string, n int, delay time.Duration) (ide
 // fastWorkload answers at once: the benchmarks below measure the cost of
 // the path, not the model.
 func fastWorkload() llmsim.Workload {
-	return llmsim.Workload{MedianTTFT: time.Microsecond, Sigma: 1e-9, StallProb: noStalls, Tokens: 20, TokenGap: time.Nanosecond,
+	return llmsim.Workload{MedianTTFT: time.Microsecond, Sigma: -1, StallProb: noStalls, Tokens: 20, TokenGap: -1,
 		PingEvery: -1, Scale: 1}
 }
 

@@ -26,11 +26,8 @@ import (
 // testScale runs the reference workload 20x faster.
 const testScale = 0.05
 
-// noStalls is a stall probability that never draws. It is not the
-// documented -1 because llmsim's server applies Workload.WithDefaults twice
-// and turns "off" (negative) values back into defaults (reported in
-// /tmp/core-bugs.md).
-const noStalls = 1e-12
+// noStalls switches llmsim's drawn stalls off: tests script their stalls.
+const noStalls = -1
 
 // harness is an ext_proc server on a loopback gRPC port, two simulated
 // upstreams A and B, and the Envoy driver in front, as an HTTP server.

@@ -231,7 +231,7 @@ func TestBenchReferenceWorkload(t *testing.T) {
 
 // fastWorkload answers at once: the proxy's own cost dominates.
 func fastWorkload() llmsim.Workload {
-	return llmsim.Workload{MedianTTFT: time.Microsecond, Sigma: 1e-9, StallProb: 1e-12, Tokens: 3, TokenGap: time.Nanosecond, PingEvery: -1}
+	return llmsim.Workload{MedianTTFT: time.Microsecond, Sigma: -1, StallProb: -1, Tokens: 3, TokenGap: -1, PingEvery: -1}
 }
 
 // TestBenchOverhead compares llm_hedge with reverse_proxy on one fast
@@ -333,7 +333,7 @@ func TestBenchOpenStreams(t *testing.T) {
 	const streams = 1000
 	// First token at once, the second after an hour: the stream stays open
 	// until the client leaves.
-	wl := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: 1e-9, StallProb: 1e-12, Tokens: 2, TokenGap: time.Hour, PingEvery: -1}
+	wl := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 2, TokenGap: time.Hour, PingEvery: -1}
 	up := llmsim.Start("A", wl)
 	defer up.Close()
 	spare := llmsim.Start("B", wl)

@@ -20,7 +20,7 @@ import (
 // values, not the documented -1 "off": llmsim applies its defaults twice,
 // which turns -1 back into the default (2% stalls of 10-20s).
 func simWorkload(ttft time.Duration) llmsim.Workload {
-	return llmsim.Workload{MedianTTFT: ttft, Sigma: 1e-9, StallProb: 1e-12, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 3 * time.Millisecond}
+	return llmsim.Workload{MedianTTFT: ttft, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 3 * time.Millisecond}
 }
 
 // simTokens is simWorkload's token count.

@@ -23,13 +23,11 @@ func functionalWorkload() llmsim.Workload {
 	return withoutStalls(llmsim.Reference(7, 0.05))
 }
 
-// Tiny positive values stand for "off": llmsim's Server applies
-// Workload.WithDefaults twice, which turns a negative "off" back into the
-// default (reported in /tmp/core-bugs.md); these values survive both passes.
+// llmsim's "off" values (negative).
 const (
-	neverStall = 1e-12
-	noJitter   = 1e-9
-	noGap      = time.Nanosecond
+	neverStall = -1
+	noJitter   = -1
+	noGap      = -1
 )
 
 // withoutStalls returns w without its rare 10-20s stalls.

@@ -203,7 +203,7 @@ func streamChat(front string, id string) answer {
 // with their upstream attempts, and the process exits 0.
 func TestSignalsReloadAndDrain(t *testing.T) {
 	wl := llmsim.Reference(1, 0.05)
-	wl.StallProb = 1e-12 // never: see noStalls in the envoyfilter tests
+	wl.StallProb = -1 // off: stalls are scripted
 	holdA, holdB := &holder{gate: map[string]chan struct{}{}}, &holder{gate: map[string]chan struct{}{}}
 	a := (&llmsim.Server{Name: "A", Workload: wl, Behave: holdA.behave}).Start()
 	b := (&llmsim.Server{Name: "B", Workload: wl, Behave: holdB.behave}).Start()
