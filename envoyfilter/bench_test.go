@@ -1,14 +1,12 @@
 package envoyfilter_test
 
 import (
-	"bufio"
-	"bytes"
+	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -16,6 +14,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/core/llmsim/refload"
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
 )
@@ -41,71 +40,19 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// timedStream sends one streaming chat request and returns the time to the
-// first content token and to the end of the stream.
-func timedStream(client *http.Client, url, id string) (ttft, total time.Duration, err error) {
-	body := `{"model":"sim-model","stream":true,"messages":[{"role":"user","content":"hello"}]}`
-	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(llmsim.HeaderRequest, id)
-	start := time.Now()
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, 0, err
+// runLoad sends n streaming chat requests with ids prefix0..prefix(n-1),
+// conc at a time, through refload, which checks every answer byte for byte
+// against its own request from one upstream; any wrong or failed answer
+// fails t.
+func runLoad(t testing.TB, client *http.Client, url, prefix string, n, conc int) *refload.Result {
+	t.Helper()
+	res := refload.Run(context.Background(), refload.Options{
+		URL: url, N: n, Concurrency: conc, IDPrefix: prefix, Upstreams: []string{"A", "B"}, Client: client,
+	})
+	if res.Wrong != 0 || res.Failed != 0 {
+		t.Fatalf("%d wrong and %d failed answers of %d: %v", res.Wrong, res.Failed, n, res.Errors)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return 0, 0, fmt.Errorf("status %d", resp.StatusCode)
-	}
-	r := bufio.NewReader(resp.Body)
-	for {
-		line, err := r.ReadSlice('\n')
-		if ttft == 0 && bytes.HasPrefix(line, []byte("data: ")) && bytes.Contains(line, []byte(`"content":"`)) &&
-			!bytes.Contains(line, []byte(`"content":""`)) {
-			ttft = time.Since(start)
-		}
-		if err != nil {
-			if ttft == 0 {
-				return 0, 0, fmt.Errorf("no content token: %v", err)
-			}
-			return ttft, time.Since(start), nil
-		}
-	}
-}
-
-// runLoad sends n requests with ids prefix-0..n-1, conc at a time.
-func runLoad(t *testing.T, client *http.Client, url, prefix string, n, conc int) (ttfts, totals []time.Duration) {
-	ttfts, totals = make([]time.Duration, n), make([]time.Duration, n)
-	next := make(chan int)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	for w := 0; w < conc; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				ttft, total, err := timedStream(client, url, prefix+strconv.Itoa(i))
-				if err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = fmt.Errorf("request %d: %v", i, err)
-					}
-					mu.Unlock()
-				}
-				ttfts[i], totals[i] = ttft, total
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	if firstErr != nil {
-		t.Fatal(firstErr)
-	}
-	return ttfts, totals
+	return res
 }
 
 // TestReferenceBenchmark runs the SPEC §6 reference workload through the
@@ -170,11 +117,12 @@ func TestReferenceBenchmark(t *testing.T) {
 	a.ResetCounters()
 	b.ResetCounters()
 	cpu0, wall0 := cpuTime(), time.Now()
-	ttfts, totals := runLoad(t, client, front.URL+"/v1/chat/completions", "bench-", n, conc)
+	viaExt := runLoad(t, client, front.URL+"/v1/chat/completions", "bench-", n, conc)
 	cpuExt, wallExt := cpuTime()-cpu0, time.Since(wall0)
 	extra := float64(a.Served()+b.Served()-int64(n)) / float64(n)
-
-	ideal, noHedge, idealExtra := idealOf(wl, "bench-", n, delay)
+	ttfts, totals := viaExt.TTFT, viaExt.Total
+	peers := refload.ComputePeers(wl, "A", "B", viaExt.IDs, delay)
+	ideal, noHedge, idealExtra := peers.Ideal, peers.NoHedge, peers.IdealExtra
 
 	// The same workload straight into core, for the CPU baseline.
 	cc, _ := cfg.Routes[0].CoreConfig()
@@ -188,10 +136,12 @@ func TestReferenceBenchmark(t *testing.T) {
 	a.ResetCounters()
 	b.ResetCounters()
 	cpu0, wall0 = cpuTime(), time.Now()
-	dTTFTs, _ := runLoad(t, client, direct.URL+"/v1/chat/completions", "direct-", n, conc)
+	directRes := runLoad(t, client, direct.URL+"/v1/chat/completions", "direct-", n, conc)
 	cpuDirect, wallDirect := cpuTime()-cpu0, time.Since(wall0)
 	dExtra := float64(a.Served()+b.Served()-int64(n)) / float64(n)
-	dIdeal, _, dIdealExtra := idealOf(wl, "direct-", n, delay)
+	dTTFTs := directRes.TTFT
+	dPeers := refload.ComputePeers(wl, "A", "B", directRes.IDs, delay)
+	dIdeal, dIdealExtra := dPeers.Ideal, dPeers.IdealExtra
 
 	m, i := llmsim.Summarize(ttfts), llmsim.Summarize(ideal)
 	ratio := float64(m.P99) / float64(i.P99)
@@ -219,23 +169,6 @@ func TestReferenceBenchmark(t *testing.T) {
 		t.Errorf("protocol trouble under load: %+v", s)
 	}
 	driver.Close()
-}
-
-// idealOf computes, from the workload's own draws, each request's ideal
-// hedged TTFT and unhedged TTFT at this delay, and the share of requests
-// an ideal hedger would hedge.
-func idealOf(wl llmsim.Workload, prefix string, n int, delay time.Duration) (ideal, noHedge []time.Duration, extra float64) {
-	hedged := 0
-	for i := 0; i < n; i++ {
-		id := prefix + strconv.Itoa(i)
-		ta, tb := wl.TTFT("A", id), wl.TTFT("B", id)
-		ideal = append(ideal, llmsim.IdealHedge(ta, tb, delay))
-		noHedge = append(noHedge, llmsim.NoHedge(ta))
-		if ta > delay {
-			hedged++
-		}
-	}
-	return ideal, noHedge, float64(hedged) / float64(n)
 }
 
 // fastWorkload answers at once: the benchmarks below measure the cost of
@@ -281,10 +214,11 @@ func benchmarkPath(b *testing.B, viaExtProc bool) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
-	for i := 0; i < b.N; i++ {
-		if _, _, err := timedStream(client, url+"/v1/chat/completions", "b-"+strconv.Itoa(i)); err != nil {
-			b.Fatal(err)
-		}
+	res := refload.Run(context.Background(), refload.Options{
+		URL: url + "/v1/chat/completions", N: b.N, Concurrency: 1, IDPrefix: "b-", Upstreams: []string{"A"}, Client: client,
+	})
+	if res.Wrong != 0 || res.Failed != 0 {
+		b.Fatalf("%d wrong and %d failed answers: %v", res.Wrong, res.Failed, res.Errors)
 	}
 	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/op")
 }

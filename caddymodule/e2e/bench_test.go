@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/core/llmsim/refload"
 )
 
 // The benchmarks drive the real Caddy binary and print their numbers; the
@@ -114,48 +115,20 @@ func contentOf(line string) string {
 	return rest[:j]
 }
 
-// runLoad sends ids through url with `workers` concurrent clients and
-// returns the results in id order.
-func runLoad(ctx context.Context, client *http.Client, url string, ids []string, workers int) []sseResult {
-	results := make([]sseResult, len(ids))
-	next := make(chan int)
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				results[i] = sseRequest(ctx, client, url, ids[i], nil)
-			}
-		}()
-	}
-	for i := range ids {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return results
-}
-
-// ttfts returns the TTFTs of results, failing t on any error or wrong text.
-func ttfts(t *testing.T, name string, ids []string, results []sseResult, tokens int) []time.Duration {
+// load sends n streaming chat requests (ids prefix0 … prefix(n-1)) through
+// url with `workers` concurrent clients, via refload, which checks every
+// answer byte for byte against its own request from upstream A or B; any
+// wrong or failed answer fails t.
+func load(t *testing.T, ctx context.Context, client *http.Client, url, prefix string, n, workers, tokens int) *refload.Result {
 	t.Helper()
-	var out []time.Duration
-	failed := 0
-	for i, r := range results {
-		if r.err != nil || r.text != llmsim.ExpectedChatText(ids[i], tokens) {
-			failed++
-			if failed <= 3 {
-				t.Errorf("%s %s: err %v, text %q", name, ids[i], r.err, r.text)
-			}
-			continue
-		}
-		out = append(out, r.ttft)
+	res := refload.Run(ctx, refload.Options{
+		URL: url + "/v1/chat/completions", N: n, Concurrency: workers, IDPrefix: prefix,
+		Upstreams: []string{"A", "B"}, Tokens: tokens, Client: client,
+	})
+	if res.Wrong != 0 || res.Failed != 0 {
+		t.Fatalf("%s: %d wrong and %d failed answers of %d: %v", url, res.Wrong, res.Failed, n, res.Errors)
 	}
-	if failed > 0 {
-		t.Errorf("%s: %d of %d requests failed", name, failed, len(results))
-	}
-	return out
+	return res
 }
 
 // TestBenchReferenceWorkload runs the SPEC §6 reference workload (time
@@ -183,31 +156,22 @@ func TestBenchReferenceWorkload(t *testing.T) {
 	client := loadClient(workers)
 	defer client.CloseIdleConnections()
 
-	ids := make([]string, requests)
-	ideal, noHedge := make([]time.Duration, requests), make([]time.Duration, requests)
-	idealExtra := 0
-	for i := range ids {
-		ids[i] = fmt.Sprintf("ref-%d", i)
-		ta, tb := wl.TTFT("A", ids[i]), wl.TTFT("B", ids[i])
-		ideal[i], noHedge[i] = llmsim.IdealHedge(ta, tb, delay), llmsim.NoHedge(ta)
-		if ta > delay {
-			idealExtra++
-		}
-	}
-
 	start := time.Now()
-	hedged := ttfts(t, "llm_hedge", ids, runLoad(ctx, client, c.url(0), ids, workers), wl.Tokens)
+	hedgedRes := load(t, ctx, client, c.url(0), "ref-", requests, workers, wl.Tokens)
+	hedged := hedgedRes.TTFT
 	hedgeTime := time.Since(start)
+	peers := refload.ComputePeers(wl, "A", "B", hedgedRes.IDs, delay)
+	ideal, noHedge := peers.Ideal, peers.NoHedge
 	served := a.Served() + b.Served()
 	a.ResetCounters()
 	b.ResetCounters()
 	start = time.Now()
-	proxied := ttfts(t, "reverse_proxy", ids, runLoad(ctx, client, c.url(1), ids, workers), wl.Tokens)
+	proxied := load(t, ctx, client, c.url(1), "ref-", requests, workers, wl.Tokens).TTFT
 	proxyTime := time.Since(start)
 
 	sHedge, sIdeal, sProxy, sNo := llmsim.Summarize(hedged), llmsim.Summarize(ideal), llmsim.Summarize(proxied), llmsim.Summarize(noHedge)
 	extra := float64(served-requests) / requests
-	extraIdeal := float64(idealExtra) / requests
+	extraIdeal := peers.IdealExtra
 	vsIdeal := float64(sHedge.P99) / float64(sIdeal.P99)
 	vsProxy := float64(sHedge.P99) / float64(sProxy.P99)
 	t.Logf("reference workload x%v, %d requests, %d concurrent, hedge delay %v (p95 of TTFT)", scale, requests, workers, delay)
@@ -263,8 +227,7 @@ func TestBenchOverhead(t *testing.T) {
 
 	// Warm-up: connections, caches, the Go runtime of both sides.
 	for i, name := range names {
-		ids := idRange(name+"-warm", 500)
-		ttfts(t, name, ids, runLoad(ctx, client, c.url(i), ids, workers), fastTokens)
+		load(t, ctx, client, c.url(i), name+"-warm-", 500, workers, fastTokens)
 	}
 
 	var total, cpu [2]time.Duration
@@ -274,9 +237,8 @@ func TestBenchOverhead(t *testing.T) {
 		var elapsed [2]time.Duration
 		for k := 0; k < 2; k++ {
 			i := (r + k) % 2
-			ids := idRange(fmt.Sprintf("%s-r%d", names[i], r), perRound)
 			start, cpuStart := time.Now(), c.cpuTime()
-			ttfts(t, names[i], ids, runLoad(ctx, client, c.url(i), ids, workers), fastTokens)
+			load(t, ctx, client, c.url(i), fmt.Sprintf("%s-r%d-", names[i], r), perRound, workers, fastTokens)
 			elapsed[i] = time.Since(start)
 			total[i] += elapsed[i]
 			cpu[i] += c.cpuTime() - cpuStart
