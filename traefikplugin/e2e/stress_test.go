@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -232,49 +231,12 @@ type debugAPI struct {
 // insecurely on its own loopback entry point ("traefik") and the debug
 // endpoints on: the stress test reads Traefik's goroutine count there.
 func startTraefikWithDebugAPI(t testing.TB, logLevel string, d *dynamic) (*traefik, debugAPI) {
-	bin := traefikBinary(t)
-	dir := t.TempDir()
-	layoutPlugin(t, dir)
-	web, api := freePort(t), freePort(t)
-	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic", "dynamic.yml"),
-		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &syncBuffer{}, exited: make(chan struct{})}
+	tr, adminURL := launchTraefik(t, logLevel, d, true)
 	// Every connection of the poller is new, so that none of its own stays
 	// open in Traefik between two counts.
-	dbg := debugAPI{url: fmt.Sprintf("http://127.0.0.1:%d", api),
+	dbg := debugAPI{url: adminURL,
 		client: &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 10 * time.Second}}
-	static := fmt.Sprintf(`entryPoints:
-  web:
-    address: "127.0.0.1:%d"
-  traefik:
-    address: "127.0.0.1:%d"
-api:
-  insecure: true
-  dashboard: false
-  debug: true
-ping:
-  entryPoint: traefik
-providers:
-  file:
-    filename: %q
-    watch: true
-experimental:
-  localPlugins:
-    llmhedge:
-      moduleName: %s
-log:
-  level: %s
-  noColor: true
-global:
-  checkNewVersion: false
-  sendAnonymousUsage: false
-`, web, api, tr.dynPath, moduleName, logLevel)
-	if err := os.MkdirAll(filepath.Dir(tr.dynPath), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tr.writeDynamic(d)
-	tr.run(bin, static)
 	tr.waitFor(dbg.url + "/debug/pprof/")
-	tr.waitReady(d)
 	return tr, dbg
 }
 

@@ -149,6 +149,15 @@ type extraPlugin struct {
 // logging at logLevel, serving the dynamic configuration d, and returns once
 // d is in force.
 func startTraefik(t testing.TB, logLevel string, d *dynamic, extras ...extraPlugin) *traefik {
+	tr, _ := launchTraefik(t, logLevel, d, false, extras...)
+	return tr
+}
+
+// launchTraefik starts Traefik with this repository as a local plugin, the
+// extra plugins, a "web" entry point for traffic and a loopback "traefik"
+// entry point for ping and, with debugAPI, Traefik's API with its debug
+// (pprof) endpoints.
+func launchTraefik(t testing.TB, logLevel string, d *dynamic, debugAPI bool, extras ...extraPlugin) (*traefik, string) {
 	bin := traefikBinary(t)
 	dir := t.TempDir()
 	layoutPlugin(t, dir)
@@ -164,19 +173,24 @@ func startTraefik(t testing.TB, logLevel string, d *dynamic, extras ...extraPlug
 		}
 		fmt.Fprintf(&extraStatic, "    %s:\n      moduleName: %s\n", p.alias, p.module)
 	}
-	web, ping := freePort(t), freePort(t)
+	web, admin := freePort(t), freePort(t)
+	adminURL := fmt.Sprintf("http://127.0.0.1:%d", admin)
 	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic", "dynamic.yml"),
 		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &syncBuffer{}, exited: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Dir(tr.dynPath), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	api := ""
+	if debugAPI {
+		api = "api:\n  insecure: true\n  dashboard: false\n  debug: true\n"
+	}
 	static := fmt.Sprintf(`entryPoints:
   web:
     address: "127.0.0.1:%d"
-  ping:
+  traefik:
     address: "127.0.0.1:%d"
-ping:
-  entryPoint: ping
+%sping:
+  entryPoint: traefik
 providers:
   file:
     filename: %q
@@ -187,15 +201,16 @@ experimental:
       moduleName: %s
 %slog:
   level: %s
+  noColor: true
 global:
   checkNewVersion: false
   sendAnonymousUsage: false
-`, web, ping, tr.dynPath, moduleName, extraStatic.String(), logLevel)
+`, web, admin, api, tr.dynPath, moduleName, extraStatic.String(), logLevel)
 	tr.writeDynamic(d)
 	tr.run(bin, static)
-	tr.waitFor(fmt.Sprintf("http://127.0.0.1:%d/ping", ping))
+	tr.waitFor(adminURL + "/ping")
 	tr.waitReady(d)
-	return tr
+	return tr, adminURL
 }
 
 // run writes the static configuration into tr.dir and starts Traefik there
