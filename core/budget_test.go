@@ -227,3 +227,22 @@ func TestCoolDownFor(t *testing.T) {
 		}
 	}
 }
+
+// pickUpstream prefers an available upstream among the least used, then any
+// available one, then the least used when none is available.
+func TestPickUpstreamPreference(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	h, now := hs.h, hs.clock.Now()
+	cfg := &h.cfg.Budget
+	if up, ok := h.pickUpstream([]int{1, 0}, now); up != 1 || !ok {
+		t.Fatalf("least used: %d %v", up, ok)
+	}
+	h.state.health[1].record(now, false, time.Minute, cfg) // B cools down
+	if up, ok := h.pickUpstream([]int{1, 0}, now); up != 0 || !ok {
+		t.Fatalf("available over least used: %d %v", up, ok)
+	}
+	h.state.health[0].record(now, false, time.Minute, cfg) // A too
+	if up, ok := h.pickUpstream([]int{1, 0}, now); up != 1 || ok {
+		t.Fatalf("none available: %d %v", up, ok)
+	}
+}

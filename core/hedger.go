@@ -35,6 +35,8 @@ type Hedger struct {
 	// bases[i] is cfg.Upstreams[i].URL parsed once: parsing it per attempt
 	// was a visible share of the interpreted cost under Traefik.
 	bases []*url.URL
+	// rewritesModel: some upstream sets "model", so bodies must be JSON.
+	rewritesModel bool
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -67,7 +69,13 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		}
 		bases[i] = base
 	}
-	return &Hedger{cfg: cfg, opts: opts, state: opts.State, bases: bases}, nil
+	rewritesModel := false
+	for _, u := range cfg.Upstreams {
+		if u.Model != "" {
+			rewritesModel = true
+		}
+	}
+	return &Hedger{cfg: cfg, opts: opts, state: opts.State, bases: bases, rewritesModel: rewritesModel}, nil
 }
 
 // Config returns the configuration in force, defaults filled in.

@@ -103,7 +103,8 @@ func (rc *race) run(w http.ResponseWriter) error {
 		})
 		defer t.Stop()
 	}
-	first := h.pickUpstream(nil, rc.start)
+	// Attempt 0 goes out even when every upstream is unavailable.
+	first, _ := h.pickUpstream(nil, rc.start)
 	rc.delay = h.state.delay(&h.cfg, first)
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
@@ -232,8 +233,8 @@ func (rc *race) tryLaunch(role string) bool {
 		atomic.LoadInt64(&st.hedgesInFlight) >= int64(h.cfg.Budget.MaxConcurrentHedges) {
 		return deny(DenyConcurrency)
 	}
-	up := h.hedgeUpstream(rc.used, now)
-	if up < 0 {
+	up, available := h.pickUpstream(rc.used, now)
+	if !available {
 		return deny(DenyNoUpstream)
 	}
 	if extra && h.cfg.Budget.TenantTokensPerMinute > 0 && rc.p.tenant != "" &&

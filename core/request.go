@@ -84,22 +84,19 @@ func (h *Hedger) prepare(r *http.Request) (*preparedRequest, error) {
 	if p.rest != nil {
 		return p, nil
 	}
-	needJSON := false
-	for _, u := range h.cfg.Upstreams {
-		if u.Model != "" {
-			needJSON = true
-		}
-	}
-	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || needJSON)
+	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || h.rewritesModel)
 	if isJSON {
 		if !json.Valid(p.body) {
 			return nil, &badRequest{http.StatusBadRequest, "invalid_json", "the request body is not valid JSON"}
 		}
 		p.stateful = mayChangeState(p.body, r.URL.Path)
 	}
+	if !h.rewritesModel || !isJSON {
+		return p, nil
+	}
 	p.bodies = make([][]byte, len(h.cfg.Upstreams))
 	for i, u := range h.cfg.Upstreams {
-		if u.Model == "" || !isJSON {
+		if u.Model == "" {
 			continue
 		}
 		b, err := rewriteModel(p.body, u.Model)

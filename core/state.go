@@ -83,58 +83,47 @@ func (s *State) delay(cfg *Config, up int) time.Duration {
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
-	return h.state.delay(&h.cfg, h.pickUpstream(nil, h.opts.Clock.Now()))
+	up, _ := h.pickUpstream(nil, h.opts.Clock.Now())
+	return h.state.delay(&h.cfg, up)
 }
 
 // HedgesInFlight returns the number of hedge attempts running now.
 func (h *Hedger) HedgesInFlight() int64 { return atomic.LoadInt64(&h.state.hedgesInFlight) }
 
-// pickUpstream returns the upstream for the next attempt: the first in order
-// that is not used yet and is available, else the first unused one, else
-// (more attempts than upstreams) the least used available one in order.
-// used[i] counts attempts already sent to upstream i.
-func (h *Hedger) pickUpstream(used []int, now time.Time) int {
+// pickUpstream returns the upstream for the next attempt and whether it is
+// available (not cooling down, circuit not open). used[i] counts attempts
+// already sent to upstream i (nil: none). In order of preference: the first
+// available upstream among the least used, then the first available one,
+// then (none available) the first of the least used.
+func (h *Hedger) pickUpstream(used []int, now time.Time) (int, bool) {
 	n := len(h.cfg.Upstreams)
-	uses := func(i int) int {
-		if used == nil {
-			return 0
-		}
-		return used[i]
-	}
-	best := -1
-	for round := 0; round < 3 && best < 0; round++ {
-		least := int(^uint(0) >> 1)
-		for i := 0; i < n; i++ {
-			if uses(i) < least {
-				least = uses(i)
-			}
-		}
-		for i := 0; i < n; i++ {
-			ok := uses(i) == least
-			if round < 2 {
-				ok = ok && h.state.health[i].available(now)
-			}
-			if round == 1 {
-				ok = h.state.health[i].available(now)
-			}
-			if ok {
-				best = i
-				break
+	least := 0
+	if used != nil {
+		least = used[0]
+		for i := 1; i < n; i++ {
+			if used[i] < least {
+				least = used[i]
 			}
 		}
 	}
-	if best < 0 {
-		best = 0
+	firstLeast, firstAvailable := -1, -1
+	for i := 0; i < n; i++ {
+		isLeast := used == nil || used[i] == least
+		if isLeast && firstLeast < 0 {
+			firstLeast = i
+		}
+		if !h.state.health[i].available(now) {
+			continue
+		}
+		if isLeast {
+			return i, true
+		}
+		if firstAvailable < 0 {
+			firstAvailable = i
+		}
 	}
-	return best
-}
-
-// hedgeUpstream returns the upstream for a hedge, or -1 when every upstream
-// that could take it cools down or is open-circuit.
-func (h *Hedger) hedgeUpstream(used []int, now time.Time) int {
-	i := h.pickUpstream(used, now)
-	if !h.state.health[i].available(now) {
-		return -1
+	if firstAvailable >= 0 {
+		return firstAvailable, true
 	}
-	return i
+	return firstLeast, false
 }
