@@ -56,75 +56,85 @@ func retryableStatus(status int) bool {
 	return status == 408 || status == 429 || status >= 500
 }
 
-// run sends the attempt and reads until its first output event (ready) or a
-// failure, then posts exactly one event.
-func (h *Hedger) run(a *attempt, p *preparedRequest, events chan<- event, passthrough bool) {
-	ev := event{kind: evFailed, attempt: a}
-	defer func() {
-		a.endedAt = h.opts.Clock.Now()
-		events <- ev
-	}()
-	req, err := h.attemptRequest(a.ctx, p, a.upstream, a.index)
+// runAttempt sends the attempt and reads until its first output event
+// (ready) or a failure, then posts exactly one event.
+func runAttempt(h *Hedger, a *attempt, p *preparedRequest, events chan<- event, passthrough bool) {
+	kind := sendAttempt(h, a, p, passthrough)
+	a.endedAt = clockNow(h)
+	events <- event{kind: kind, attempt: a}
+}
+
+// sendAttempt does runAttempt's work and returns the event kind to post.
+func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) eventKind {
+	req, err := attemptRequest(h, a.ctx, p, a.upstream, a.index)
 	if err != nil {
 		a.reason = "building the upstream request: " + err.Error()
 		a.connErr = true
-		return
+		return evFailed
 	}
 	resp, err := h.opts.Transport.RoundTrip(req)
 	if err != nil {
 		a.reason = "upstream request failed: " + err.Error()
 		a.connErr = true
 		a.retryable = true
-		return
+		return evFailed
 	}
 	a.status = resp.StatusCode
 	if passthrough {
 		// An unhedged request is a plain proxy: its answer, whatever it
 		// is, goes to the client as it comes.
 		a.resp = resp
-		a.firstAt = h.opts.Clock.Now()
-		ev.kind = evReady
-		return
+		a.firstAt = clockNow(h)
+		return evReady
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		errBody, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
-		a.errBody = errBody
-		resp.Body.Close()
-		a.resp = resp
-		a.reason = fmt.Sprintf("upstream answered %d", resp.StatusCode)
-		a.fatal = fatalStatus(resp.StatusCode)
-		a.retryable = retryableStatus(resp.StatusCode)
-		return
+		keepErrorAnswer(a, resp)
+		return evFailed
 	}
 	format, streaming := streamFormatOf(resp.Header.Get("Content-Type"))
 	a.streaming = streaming
-	if h.readUntilDecided(a, resp, format) {
+	buf := getBuffer()
+	ready := readUntilDecided(h, a, resp, format, buf)
+	putBuffer(buf)
+	if ready {
 		a.resp = resp
-		ev.kind = evReady
-		return
+		return evReady
 	}
 	resp.Body.Close()
 	a.retryable = true
+	return evFailed
 }
 
-// readUntilDecided reads resp until the first output event (stream) or the
-// whole body (non-stream), keeping every byte in a.prefix. It reports whether
-// the attempt is ready to win.
-func (h *Hedger) readUntilDecided(a *attempt, resp *http.Response, format streamFormat) bool {
-	buf := getBuffer()
-	defer putBuffer(buf)
+// keepErrorAnswer records a non-2xx answer, its body bounded, for the
+// client in case no attempt wins.
+func keepErrorAnswer(a *attempt, resp *http.Response) {
+	errBody, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
+	a.errBody = errBody
+	resp.Body.Close()
+	a.resp = resp
+	a.reason = fmt.Sprintf("upstream answered %d", resp.StatusCode)
+	a.fatal = fatalStatus(resp.StatusCode)
+	a.retryable = retryableStatus(resp.StatusCode)
+}
+
+// readUntilDecided reads resp into buf until the first output event
+// (stream) or the whole body (non-stream), keeping every byte in a.prefix.
+// It reports whether the attempt is ready to win.
+func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamFormat, buf []byte) bool {
 	var det *firstEventDetector
 	if a.streaming {
 		det = newFirstEventDetector(format, h.cfg.FirstEvent, h.cfg.MaxLine)
 	}
+	// Room for the first events of a typical stream in one allocation.
+	a.prefix = make([]byte, 0, 1024)
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			a.prefix = append(a.prefix, buf[:n]...)
 			if det != nil {
-				v, why := det.Feed(buf[:n])
+				v, why := feed(det, buf[:n])
 				if v == verdictOutput {
-					a.firstAt = h.opts.Clock.Now()
+					a.firstAt = clockNow(h)
 					return true
 				}
 				if v == verdictFailure {
@@ -133,40 +143,51 @@ func (h *Hedger) readUntilDecided(a *attempt, resp *http.Response, format stream
 				}
 			}
 			if len(a.prefix) > h.cfg.MaxPrefix {
-				if det == nil {
-					// A large non-streaming answer: it wins on what it has,
-					// and the rest is streamed rather than held in memory.
-					a.firstAt = h.opts.Clock.Now()
-					return true
-				}
-				a.reason = fmt.Sprintf("no output event in the first %d bytes", h.cfg.MaxPrefix)
-				return false
+				return prefixFull(h, a, det != nil)
 			}
-		}
-		if err == io.EOF {
-			if det != nil {
-				v, why := det.End()
-				if v == verdictOutput {
-					a.firstAt = h.opts.Clock.Now()
-					return true
-				}
-				a.reason = why
-				return false
-			}
-			if looksJSON(resp.Header.Get("Content-Type")) && resp.Header.Get("Content-Type") != "" && !json.Valid(a.prefix) {
-				a.reason = "upstream answered 2xx with invalid JSON"
-				return false
-			}
-			a.complete = true
-			a.firstAt = h.opts.Clock.Now()
-			return true
 		}
 		if err != nil {
-			a.reason = "upstream stream broke before the first output event: " + err.Error()
-			if errors.Is(err, context.Canceled) {
-				a.reason = "cancelled"
-			}
-			return false
+			return readEnded(h, a, resp, det, err)
 		}
 	}
+}
+
+// prefixFull decides an attempt whose undecided bytes reached MaxPrefix.
+func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
+	if !streaming {
+		// A large non-streaming answer: it wins on what it has, and the
+		// rest is streamed rather than held in memory.
+		a.firstAt = clockNow(h)
+		return true
+	}
+	a.reason = fmt.Sprintf("no output event in the first %d bytes", h.cfg.MaxPrefix)
+	return false
+}
+
+// readEnded decides an attempt whose body ended (err, io.EOF included)
+// before readUntilDecided could.
+func readEnded(h *Hedger, a *attempt, resp *http.Response, det *firstEventDetector, err error) bool {
+	if err != io.EOF {
+		a.reason = "upstream stream broke before the first output event: " + err.Error()
+		if errors.Is(err, context.Canceled) {
+			a.reason = "cancelled"
+		}
+		return false
+	}
+	if det != nil {
+		v, why := det.End()
+		if v == verdictOutput {
+			a.firstAt = clockNow(h)
+			return true
+		}
+		a.reason = why
+		return false
+	}
+	if looksJSON(resp.Header.Get("Content-Type")) && resp.Header.Get("Content-Type") != "" && !json.Valid(a.prefix) {
+		a.reason = "upstream answered 2xx with invalid JSON"
+		return false
+	}
+	a.complete = true
+	a.firstAt = clockNow(h)
+	return true
 }

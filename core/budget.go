@@ -20,7 +20,9 @@ func newHedgeBucket(ratio, burst float64) *hedgeBucket {
 	return &hedgeBucket{tokens: burst, ratio: ratio, burst: burst}
 }
 
-func (b *hedgeBucket) deposit() {
+// deposit adds one request's share of hedge tokens. (The per-request
+// calls of this file are functions, not methods: see handle.)
+func deposit(b *hedgeBucket) {
 	if b.ratio < 0 {
 		return
 	}
@@ -56,10 +58,21 @@ type upstreamHealth struct {
 	openUntil   time.Time
 }
 
-func (u *upstreamHealth) available(now time.Time) bool {
+// healthy reports whether u may take an attempt at now: not cooling down,
+// circuit not open.
+func healthy(u *upstreamHealth, now time.Time) bool {
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	return !now.Before(u.coolUntil) && !now.Before(u.openUntil)
+	ok := !now.Before(u.coolUntil) && !now.Before(u.openUntil)
+	u.mu.Unlock()
+	return ok
+}
+
+// recordSuccess notes a valid first event or response: the breaker's count
+// of consecutive failures starts again.
+func recordSuccess(u *upstreamHealth) {
+	u.mu.Lock()
+	u.consecutive = 0
+	u.mu.Unlock()
 }
 
 // record notes an attempt's end. success: a valid first event or response;
@@ -121,7 +134,8 @@ func newOverloadWindow(size int) *overloadWindow {
 	return &overloadWindow{ring: make([]bool, size)}
 }
 
-func (o *overloadWindow) record(status int) {
+// recordStatus notes one upstream answer's status.
+func recordStatus(o *overloadWindow, status int) {
 	over := status == 429 || status == 503
 	o.mu.Lock()
 	if o.count == len(o.ring) {

@@ -187,20 +187,20 @@ func TestAdaptiveDelayEstimator(t *testing.T) {
 	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: time.Second, Quantile: 0.9, Min: 10 * time.Millisecond, Max: 500 * time.Millisecond, Window: 100, MinSamples: 10}
 	cfg = cfg.WithDefaults()
 	st := NewState(cfg, newFakeClock())
-	if d := st.delay(&cfg, 0); d != time.Second {
+	if d := hedgeDelay(st, &cfg, 0); d != time.Second {
 		t.Fatalf("before samples: %v", d)
 	}
 	for i := 1; i <= 100; i++ {
-		st.estimators[0].Add(time.Duration(i) * time.Millisecond)
+		addSample(st.estimators[0], time.Duration(i)*time.Millisecond)
 	}
-	if d := st.delay(&cfg, 0); d != 90*time.Millisecond {
+	if d := hedgeDelay(st, &cfg, 0); d != 90*time.Millisecond {
 		t.Fatalf("p90 of 1..100ms: %v", d)
 	}
 	// The window forgets old samples: 100 samples of 2s clamp to max.
 	for i := 0; i < 100; i++ {
-		st.estimators[0].Add(2 * time.Second)
+		addSample(st.estimators[0], 2*time.Second)
 	}
-	if d := st.delay(&cfg, 0); d != 500*time.Millisecond {
+	if d := hedgeDelay(st, &cfg, 0); d != 500*time.Millisecond {
 		t.Fatalf("clamped: %v", d)
 	}
 }
@@ -234,15 +234,15 @@ func TestPickUpstreamPreference(t *testing.T) {
 	hs := newHarness(t, testConfig())
 	h, now := hs.h, hs.clock.Now()
 	cfg := &h.cfg.Budget
-	if up, ok := h.pickUpstream([]int{1, 0}, now); up != 1 || !ok {
+	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || !ok {
 		t.Fatalf("least used: %d %v", up, ok)
 	}
 	h.state.health[1].record(now, false, time.Minute, cfg) // B cools down
-	if up, ok := h.pickUpstream([]int{1, 0}, now); up != 0 || !ok {
+	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 0 || !ok {
 		t.Fatalf("available over least used: %d %v", up, ok)
 	}
 	h.state.health[0].record(now, false, time.Minute, cfg) // A too
-	if up, ok := h.pickUpstream([]int{1, 0}, now); up != 1 || ok {
+	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || ok {
 		t.Fatalf("none available: %d %v", up, ok)
 	}
 }

@@ -29,3 +29,13 @@ func (SystemClock) AfterFunc(d time.Duration, f func()) Timer {
 	var t Timer = time.AfterFunc(d, f)
 	return t
 }
+
+// clockNow reads h's clock. The system clock is read directly: under Yaegi
+// a call through the Clock interface into interpreted code costs several
+// times a call to time.Now, and a request reads the clock about six times.
+func clockNow(h *Hedger) time.Time {
+	if h.systemClock {
+		return time.Now()
+	}
+	return h.opts.Clock.Now()
+}

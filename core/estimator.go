@@ -31,8 +31,9 @@ func newTTFTEstimator(window int, quantile float64) *ttftEstimator {
 	}
 }
 
-// Add records one sample.
-func (e *ttftEstimator) Add(d time.Duration) {
+// addSample records one sample. (Functions, not methods, on the
+// per-request path: see handle.)
+func addSample(e *ttftEstimator, d time.Duration) {
 	e.mu.Lock()
 	e.ring[e.next] = float64(d)
 	e.next = (e.next + 1) % len(e.ring)
@@ -43,12 +44,20 @@ func (e *ttftEstimator) Add(d time.Duration) {
 	e.mu.Unlock()
 }
 
-// Quantile returns the configured quantile and the number of samples behind it.
-func (e *ttftEstimator) Quantile() (time.Duration, int) {
+// quantile returns the configured quantile and the number of samples behind it.
+func quantile(e *ttftEstimator) (time.Duration, int) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	q := refreshQuantile(e)
+	n := e.count
+	e.mu.Unlock()
+	return q, n
+}
+
+// refreshQuantile returns the cached quantile, recomputed when stale; e.mu
+// is held.
+func refreshQuantile(e *ttftEstimator) time.Duration {
 	if e.count == 0 {
-		return 0, 0
+		return 0
 	}
 	if e.stale >= refreshEvery || len(e.sorted) == 0 || e.count < len(e.ring) && e.stale > 0 {
 		e.sorted = append(e.sorted[:0], e.ring[:e.count]...)
@@ -64,5 +73,5 @@ func (e *ttftEstimator) Quantile() (time.Duration, int) {
 		e.cached = time.Duration(e.sorted[rank])
 		e.stale = 0
 	}
-	return e.cached, e.count
+	return e.cached
 }

@@ -39,6 +39,15 @@ const (
 // (parameters and case ignored); ok=false for anything that is not a stream,
 // e.g. application/json.
 func streamFormatOf(contentType string) (streamFormat, bool) {
+	if contentType == "text/event-stream" || strings.HasPrefix(contentType, "text/event-stream;") {
+		return formatSSE, true // the common spellings, without parsing
+	}
+	f, ok := parseStreamFormat(contentType)
+	return f, ok
+}
+
+// parseStreamFormat is streamFormatOf for every other spelling.
+func parseStreamFormat(contentType string) (streamFormat, bool) {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		// Be lenient with broken parameters: the media type alone decides.
@@ -75,6 +84,9 @@ type firstEventDetector struct {
 	data    []byte
 	hasData bool
 	event   string
+	// quiet: SSE with no line, data or event name pending, so that an event
+	// read whole can take feed's fast path.
+	quiet bool
 
 	done   verdict // sticky non-pending verdict
 	reason string
@@ -91,7 +103,7 @@ func newFirstEventDetector(format streamFormat, rule string, maxLine int) *first
 	if maxLine <= 0 {
 		maxLine = 256 << 10
 	}
-	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine}
+	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine, quiet: format == formatSSE}
 }
 
 // Feed consumes the next bytes read from the upstream body. It returns
@@ -101,6 +113,12 @@ func newFirstEventDetector(format streamFormat, rule string, maxLine int) *first
 // else verdictPending. p is not retained. Once a verdict is reached it is
 // returned again by any later call.
 func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
+	v, reason := feed(d, p)
+	return v, reason
+}
+
+// feed is Feed, as a function for the engine's hot path (see handle).
+func feed(d *firstEventDetector, p []byte) (verdict, string) {
 	if d.done != verdictPending {
 		return d.done, d.reason
 	}
@@ -112,62 +130,68 @@ func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
 				continue
 			}
 		}
-		var i int
-		if d.format == formatSSE {
-			i = bytes.IndexAny(p, "\r\n")
-			if i >= 0 && d.wholeDataEvent(p, i) {
-				// Fast path, same result: the common event, one "data: "
-				// line ending in "\n\n", read whole while nothing is
-				// pending, is classified without the line machinery (each
-				// interpreted step costs microseconds under Yaegi).
+		if d.quiet && bytes.HasPrefix(p, sseDataPrefixBytes) {
+			// Fast path, same result: the common event, one "data: " line
+			// ending in "\n\n" within maxLine, read whole while nothing is
+			// pending, dispatches exactly its line's value with no event
+			// name, without the line machinery (each interpreted step costs
+			// microseconds under Yaegi).
+			if i := bytes.IndexAny(p, "\r\n"); i > 0 && i+1 < len(p) && p[i] == '\n' && p[i+1] == '\n' && i <= d.maxLine {
 				d.started = true // "data: " is not a BOM
 				v, reason := classifySSE(d.rule, string(p[len(sseDataPrefix):i]), "")
 				p = p[i+2:]
 				if v != verdictPending {
-					return d.finish(v, reason)
+					return finish(d, v, reason)
 				}
 				continue
 			}
-		} else {
-			i = bytes.IndexByte(p, '\n')
 		}
-		if i < 0 {
-			if len(d.line)+len(p) > d.maxLine {
-				return d.finish(verdictFailure, d.tooLong())
-			}
-			d.line = appendBounded(d.line, p, d.maxLine)
-			return verdictPending, ""
-		}
-		if len(d.line)+i > d.maxLine {
-			return d.finish(verdictFailure, d.tooLong())
-		}
-		line := p[:i]
-		if len(d.line) > 0 {
-			d.line = appendBounded(d.line, line, d.maxLine)
-			line = d.line
-		}
-		d.skipLF = p[i] == '\r'
-		p = p[i+1:]
-		v, reason := d.onLine(line)
-		d.line = d.line[:0]
+		n, v, reason := feedLine(d, p)
+		p = p[n:]
 		if v != verdictPending {
-			return d.finish(v, reason)
+			return finish(d, v, reason)
 		}
 	}
 	return verdictPending, ""
 }
 
+// feedLine consumes p up to and including its first line end, handling
+// the line, or all of p when it has none (kept until the line completes).
+// It returns how many bytes it consumed and the verdict so far.
+func feedLine(d *firstEventDetector, p []byte) (int, verdict, string) {
+	var i int
+	if d.format == formatSSE {
+		i = bytes.IndexAny(p, "\r\n")
+	} else {
+		i = bytes.IndexByte(p, '\n')
+	}
+	if i < 0 {
+		if len(d.line)+len(p) > d.maxLine {
+			return len(p), verdictFailure, d.tooLong()
+		}
+		d.line = appendBounded(d.line, p, d.maxLine)
+		d.quiet = false
+		return len(p), verdictPending, ""
+	}
+	if len(d.line)+i > d.maxLine {
+		return i + 1, verdictFailure, d.tooLong()
+	}
+	line := p[:i]
+	if len(d.line) > 0 {
+		d.line = appendBounded(d.line, line, d.maxLine)
+		line = d.line
+	}
+	d.skipLF = p[i] == '\r'
+	v, reason := d.onLine(line)
+	d.line = d.line[:0]
+	d.quiet = d.format == formatSSE && !d.hasData && d.event == ""
+	return i + 1, v, reason
+}
+
 // sseDataPrefix starts the data line of the common event.
 const sseDataPrefix = "data: "
 
-// wholeDataEvent reports whether p, whose first line end is at i, starts
-// with a complete event of one "data: " line ended by "\n\n", with no line,
-// data or event name pending from earlier bytes and within maxLine. Such an
-// event dispatches exactly its line's value with no event name.
-func (d *firstEventDetector) wholeDataEvent(p []byte, i int) bool {
-	return i+1 < len(p) && p[i] == '\n' && p[i+1] == '\n' && i <= d.maxLine &&
-		len(d.line) == 0 && !d.hasData && d.event == "" && bytes.HasPrefix(p, []byte(sseDataPrefix))
-}
+var sseDataPrefixBytes = []byte(sseDataPrefix)
 
 // End is called when the body hit EOF while the verdict was still pending.
 // It never returns verdictPending. SSE: an unterminated event is discarded
@@ -182,13 +206,13 @@ func (d *firstEventDetector) End() (verdict, string) {
 		v, reason := d.onLine(d.line)
 		d.line = d.line[:0]
 		if v != verdictPending {
-			return d.finish(v, reason)
+			return finish(d, v, reason)
 		}
 	}
-	return d.finish(verdictFailure, reasonEnded)
+	return finish(d, verdictFailure, reasonEnded)
 }
 
-func (d *firstEventDetector) finish(v verdict, reason string) (verdict, string) {
+func finish(d *firstEventDetector, v verdict, reason string) (verdict, string) {
 	d.done = v
 	d.reason = reason
 	// Nothing more is parsed: release the buffers. (Separate statements: Yaegi
@@ -297,6 +321,16 @@ var anthropicKinds = map[string]bool{
 
 // classifySSE classifies one dispatched SSE event.
 func classifySSE(rule, data, event string) (verdict, string) {
+	if event == "" && (rule == RuleAuto || rule == RuleOpenAIChat) {
+		if v, ok := classifyChatChunk(data); ok {
+			return v, ""
+		}
+	}
+	return classifyEvent(rule, data, event)
+}
+
+// classifyEvent applies the general rules to one dispatched SSE event.
+func classifyEvent(rule, data, event string) (verdict, string) {
 	s := strings.TrimSpace(data)
 	var val interface{}
 	isJSON := false

@@ -18,16 +18,21 @@ const (
 	evReady      eventKind = 1 // an attempt has its first output event
 	evFailed     eventKind = 2 // an attempt ended without one
 	evHedgeTimer eventKind = 3 // the hedge delay passed
-	evClientGone eventKind = 4 // the client's context ended
 	evDeadline   eventKind = 5 // the shared deadline passed
 )
 
-// event is the only way anything reaches a race loop. Attempts, timers and
-// context callbacks post to one buffered channel that the loop reads with
-// plain receives: no select (Yaegi v0.16.1's select returns other
-// invocations' values under concurrency). The buffer holds every event a race
-// can ever be sent (one per attempt, one per armed timer, client gone,
-// deadline), so no sender ever blocks, even after the loop has returned.
+// event is the only way anything reaches a race loop. Attempts and timers
+// post to one buffered channel that the loop reads with plain receives: no
+// select (Yaegi v0.16.1's select returns other invocations' values under
+// concurrency). The buffer holds every event a race can ever be sent (one
+// per attempt, one per armed timer, the deadline), so no sender ever
+// blocks, even after the loop has returned.
+//
+// A client that leaves needs no event of its own: every attempt's context
+// derives from the client's, so each attempt in flight fails at once and
+// its event wakes the loop, which then finds the client gone. The loop
+// never waits with no attempt in flight.
+
 type event struct {
 	kind    eventKind
 	attempt *attempt
@@ -43,9 +48,9 @@ type race struct {
 	start     time.Time
 	events    chan event
 	clientCtx context.Context
-	ctx       context.Context // parent of every attempt
-	cancel    context.CancelFunc
-	timedOut  int32 // atomic: the deadline callback fired
+	ctx       context.Context    // parent of every attempt: clientCtx, or its child when there is a deadline
+	cancel    context.CancelFunc // ctx's, when it is the race's own
+	timedOut  int32              // atomic: the deadline callback fired
 
 	limit       int    // attempts allowed
 	limitReason string // denial reason when a hedge hits limit
@@ -64,13 +69,11 @@ type race struct {
 	stopReason string // OutcomeClientGone or OutcomeTimeout
 }
 
-func (h *Hedger) newRace(p *preparedRequest, rep *Report, start time.Time) *race {
-	rc := &race{h: h, p: p, rep: rep, start: start, clientCtx: p.orig.Context(), limit: h.cfg.MaxAttempts,
+func newRace(h *Hedger, p *preparedRequest, rep *Report, start time.Time) *race {
+	clientCtx := p.orig.Context()
+	rc := &race{h: h, p: p, rep: rep, start: start, clientCtx: clientCtx, ctx: clientCtx, limit: h.cfg.MaxAttempts,
 		used: make([]int, len(h.cfg.Upstreams))}
 	rc.events = make(chan event, 2*h.cfg.MaxAttempts+4)
-	ctx, cancel := context.WithCancel(rc.clientCtx)
-	rc.ctx = ctx
-	rc.cancel = cancel
 	if !p.hedgeable {
 		rc.limit = 1
 		rc.passthrough = true
@@ -82,107 +85,147 @@ func (h *Hedger) newRace(p *preparedRequest, rep *Report, start time.Time) *race
 	return rc
 }
 
-// run drives the race to a winner or a final failure, writes the answer, and
-// waits for every attempt goroutine to end before it returns.
-func (rc *race) run(w http.ResponseWriter) error {
+// runRace drives the race to a winner or a final failure, writes the
+// answer, and waits for every attempt goroutine to end before it returns.
+// Cleanup is explicit rather than deferred: a panic here is a bug that
+// aborts the request anyway, and each deferred call costs Yaegi a
+// reflective call.
+func runRace(rc *race, w http.ResponseWriter) error {
 	h := rc.h
-	defer rc.cancel()
-	stopClient := context.AfterFunc(rc.clientCtx, func() { rc.events <- event{kind: evClientGone} })
-	defer stopClient()
-	if h.cfg.Timeout > 0 {
-		rc.deadline = rc.start.Add(h.cfg.Timeout)
-	}
-	if d, ok := rc.clientCtx.Deadline(); ok && (rc.deadline.IsZero() || d.Before(rc.deadline)) {
-		rc.deadline = d
-	}
-	if !rc.deadline.IsZero() {
-		t := h.opts.Clock.AfterFunc(rc.deadline.Sub(rc.start), func() {
-			atomic.StoreInt32(&rc.timedOut, 1)
-			rc.cancel()
-			rc.events <- event{kind: evDeadline}
-		})
-		defer t.Stop()
+	var deadlineTimer Timer
+	if _, ok := rc.clientCtx.Deadline(); ok || h.cfg.Timeout > 0 {
+		deadlineTimer = armDeadline(rc)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
-	first, _ := h.pickUpstream(nil, rc.start)
-	rc.delay = h.state.delay(&h.cfg, first)
+	first := pickFirstUpstream(h, rc.start)
+	rc.delay = h.cfg.Delay.Fixed
+	if h.cfg.Delay.Mode == DelayAdaptive {
+		rc.delay = hedgeDelay(h.state, &h.cfg, first)
+	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
 	if rc.passthrough {
 		role = RoleSingle
 	}
-	rc.launch(role, first)
-	rc.loop()
+	launch(rc, role, first)
+	raceLoop(rc)
 	if rc.timer != nil {
 		rc.timer.Stop()
 	}
 	var err error
-	switch {
-	case rc.winner != nil:
-		err = rc.deliver(w)
-	case rc.stopReason == OutcomeClientGone:
+	if rc.winner != nil {
+		err = deliver(rc, w)
+	} else {
+		answerNoWinner(rc, w)
+	}
+	if rc.cancel != nil {
+		rc.cancel()
+	}
+	drain(rc)
+	finishReport(rc)
+	if deadlineTimer != nil {
+		deadlineTimer.Stop()
+	}
+	return err
+}
+
+// armDeadline computes the race's deadline (the route's timeout, or the
+// client's own if sooner) and arms its timer; nil when there is none.
+func armDeadline(rc *race) Timer {
+	if rc.h.cfg.Timeout > 0 {
+		rc.deadline = rc.start.Add(rc.h.cfg.Timeout)
+	}
+	if d, ok := rc.clientCtx.Deadline(); ok && (rc.deadline.IsZero() || d.Before(rc.deadline)) {
+		rc.deadline = d
+	}
+	if rc.deadline.IsZero() {
+		return nil
+	}
+	return deadlineTimer(rc)
+}
+
+// deadlineTimer arms the timer that stops the race at its deadline, and
+// gives the race a context of its own for the timer to cancel every
+// attempt with.
+func deadlineTimer(rc *race) Timer {
+	ctx, cancel := context.WithCancel(rc.clientCtx)
+	rc.ctx = ctx
+	rc.cancel = cancel
+	t := rc.h.opts.Clock.AfterFunc(rc.deadline.Sub(rc.start), func() {
+		atomic.StoreInt32(&rc.timedOut, 1)
+		rc.cancel()
+		rc.events <- event{kind: evDeadline}
+	})
+	return t
+}
+
+// answerNoWinner answers the client when the race ended without a winner.
+func answerNoWinner(rc *race, w http.ResponseWriter) {
+	switch rc.stopReason {
+	case OutcomeClientGone:
 		rc.rep.Outcome = OutcomeClientGone
 		rc.rep.Status = 499
-	case rc.stopReason == OutcomeTimeout:
+	case OutcomeTimeout:
 		rc.rep.Outcome = OutcomeTimeout
 		rc.rep.Status = http.StatusGatewayTimeout
 		writeJSONError(w, http.StatusGatewayTimeout, "upstream_timeout", "no upstream answered before the deadline")
 	default:
-		rc.failAll(w)
+		failAll(rc, w)
 	}
-	rc.cancel()
-	rc.drain()
-	rc.finishReport()
-	return err
 }
 
-// loop reads events until a winner, a final failure, or a stop.
-func (rc *race) loop() {
+// raceLoop reads events until a winner, a final failure, or a stop.
+func raceLoop(rc *race) {
 	for {
 		ev := <-rc.events
 		switch ev.kind {
 		case evHedgeTimer:
 			if ev.seq == rc.timerSeq && rc.heldFatal == nil {
-				rc.tryLaunch(RoleHedge)
+				tryLaunch(rc, RoleHedge)
 			}
 		case evReady:
-			rc.settle(ev.attempt)
+			settle(rc, ev.attempt)
 			rc.winner = ev.attempt
 			return
 		case evFailed:
-			a := ev.attempt
-			rc.settle(a)
-			if rc.stopped() {
+			if !onFailed(rc, ev.attempt) {
 				return
 			}
-			rc.noteFailure(a)
-			if a.fatal {
-				if rc.inFlight == 0 {
-					return
-				}
-				rc.heldFatal = a
-				continue
-			}
-			if a.retryable && rc.heldFatal == nil {
-				role := RoleHedge
-				if rc.inFlight == 0 {
-					role = RoleRetry
-				}
-				rc.tryLaunch(role)
-			}
-			if rc.inFlight == 0 {
-				return
-			}
-		case evClientGone, evDeadline:
-			if rc.stopped() {
+		case evDeadline:
+			if stopped(rc) {
 				return
 			}
 		}
 	}
 }
 
+// onFailed handles an attempt's failure: it may hold a fatal answer, retry
+// or hedge. It reports whether the race goes on.
+func onFailed(rc *race, a *attempt) bool {
+	settle(rc, a)
+	if stopped(rc) {
+		return false
+	}
+	noteFailure(rc, a)
+	if a.fatal {
+		if rc.inFlight == 0 {
+			return false
+		}
+		rc.heldFatal = a
+		return true
+	}
+	if a.retryable && rc.heldFatal == nil {
+		role := RoleHedge
+		if rc.inFlight == 0 {
+			role = RoleRetry
+		}
+		tryLaunch(rc, role)
+	}
+	return rc.inFlight > 0
+}
+
 // stopped reports (and records) whether the client left or the deadline passed.
-func (rc *race) stopped() bool {
+func stopped(rc *race) bool {
 	if atomic.LoadInt32(&rc.timedOut) == 1 {
 		rc.stopReason = OutcomeTimeout
 		return true
@@ -195,7 +238,7 @@ func (rc *race) stopped() bool {
 }
 
 // settle marks an attempt's terminal event as received.
-func (rc *race) settle(a *attempt) {
+func settle(rc *race, a *attempt) {
 	rc.inFlight--
 	if a.role == RoleHedge {
 		atomic.AddInt64(&rc.h.state.hedgesInFlight, -1)
@@ -205,9 +248,9 @@ func (rc *race) settle(a *attempt) {
 // tryLaunch starts another attempt if the limits, budgets and health allow,
 // and records why not otherwise. Hedges (extra load while another attempt
 // runs) pay from the budget; a retry after the only attempt failed does not.
-func (rc *race) tryLaunch(role string) bool {
+func tryLaunch(rc *race, role string) bool {
 	h, st := rc.h, rc.h.state
-	now := h.opts.Clock.Now()
+	now := clockNow(h)
 	deny := func(reason string) bool {
 		rc.rep.Denials = append(rc.rep.Denials, reason)
 		return false
@@ -233,7 +276,7 @@ func (rc *race) tryLaunch(role string) bool {
 		atomic.LoadInt64(&st.hedgesInFlight) >= int64(h.cfg.Budget.MaxConcurrentHedges) {
 		return deny(DenyConcurrency)
 	}
-	up, available := h.pickUpstream(rc.used, now)
+	up, available := pickUpstream(h, rc.used, now)
 	if !available {
 		return deny(DenyNoUpstream)
 	}
@@ -244,28 +287,25 @@ func (rc *race) tryLaunch(role string) bool {
 	if extra && !st.bucket.take() {
 		return deny(DenyBudget)
 	}
-	rc.launch(role, up)
+	launch(rc, role, up)
 	return true
 }
 
 // launch starts attempt len(rc.attempts) on upstream up and re-arms the
 // hedge timer for the next one.
-func (rc *race) launch(role string, up int) {
+func launch(rc *race, role string, up int) {
 	h := rc.h
-	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: h.opts.Clock.Now()}
+	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: clockNow(h)}
 	actx, acancel := context.WithCancel(rc.ctx)
 	a.ctx = actx
 	a.cancel = acancel
 	rc.attempts = append(rc.attempts, a)
 	rc.used[up]++
 	rc.inFlight++
-	if role == RoleHedge {
-		atomic.AddInt64(&h.state.hedgesInFlight, 1)
+	if len(rc.attempts) > 1 {
+		countExtra(rc, role)
 	}
-	if role != RolePrimary && role != RoleSingle {
-		rc.rep.HedgesStarted++
-	}
-	go h.run(a, rc.p, rc.events, rc.passthrough)
+	go runAttempt(h, a, rc.p, rc.events, rc.passthrough)
 	if rc.timer != nil {
 		rc.timer.Stop()
 	}
@@ -277,13 +317,21 @@ func (rc *race) launch(role string, up int) {
 	}
 }
 
+// countExtra counts an attempt after the first: a hedge or a retry.
+func countExtra(rc *race, role string) {
+	if role == RoleHedge {
+		atomic.AddInt64(&rc.h.state.hedgesInFlight, 1)
+	}
+	rc.rep.HedgesStarted++
+}
+
 // noteFailure feeds a failed attempt into upstream health and overload.
-func (rc *race) noteFailure(a *attempt) {
+func noteFailure(rc *race, a *attempt) {
 	a.result = ResultFailed
 	h, st := rc.h, rc.h.state
-	now := h.opts.Clock.Now()
+	now := clockNow(h)
 	if a.status != 0 {
-		st.overload.record(a.status)
+		recordStatus(st.overload, a.status)
 	}
 	if a.fatal {
 		return
@@ -298,18 +346,56 @@ func (rc *race) noteFailure(a *attempt) {
 // drain cancels every attempt and waits for each goroutine's terminal event,
 // closing the bodies of late winners. After it no goroutine of this request
 // is left.
-func (rc *race) drain() {
+func drain(rc *race) {
+	if len(rc.attempts) == 1 && rc.inFlight == 0 {
+		// The common case: one attempt, settled. Only a winner still has
+		// an open body.
+		a := rc.attempts[0]
+		if a == rc.winner && a.resp != nil {
+			a.resp.Body.Close()
+		}
+		a.cancel()
+		if a.result == "" {
+			a.result = ResultCancelled
+		}
+		return
+	}
+	drainAll(rc)
+}
+
+// drainAll is drain for a race with several attempts or any in flight.
+func drainAll(rc *race) {
 	for _, a := range rc.attempts {
 		if a != rc.winner {
 			a.cancel()
 		}
 	}
+	if rc.inFlight > 0 {
+		awaitAttempts(rc)
+	}
+	if rc.winner != nil && rc.winner.resp != nil {
+		rc.winner.resp.Body.Close()
+	}
+	for _, a := range rc.attempts {
+		a.cancel()
+		if a.result == "" {
+			a.result = ResultCancelled
+		}
+		if a.result == ResultLost && !rc.commitAt.IsZero() && a.endedAt.After(rc.commitAt) {
+			a.cancelLatency = a.endedAt.Sub(rc.commitAt)
+		}
+	}
+}
+
+// awaitAttempts receives the terminal event of every attempt still in
+// flight, closing the bodies of late winners.
+func awaitAttempts(rc *race) {
 	for rc.inFlight > 0 {
 		ev := <-rc.events
 		if ev.attempt == nil {
 			continue
 		}
-		rc.settle(ev.attempt)
+		settle(rc, ev.attempt)
 		a := ev.attempt
 		if ev.kind == evReady && a.resp != nil {
 			a.resp.Body.Close()
@@ -322,27 +408,47 @@ func (rc *race) drain() {
 			}
 		}
 	}
-	if rc.winner != nil && rc.winner.resp != nil {
-		rc.winner.resp.Body.Close()
+}
+
+// finishReport feeds the TTFT estimators and completes the report; the
+// attempt list and wasted-token estimate only when someone observes it.
+func finishReport(rc *race) {
+	if rc.winner != nil {
+		learnFromWinner(rc)
 	}
-	for _, a := range rc.attempts {
-		a.cancel()
-		if a.result == "" {
-			a.result = ResultCancelled
-		}
-		if a.result == ResultLost && !rc.commitAt.IsZero() {
-			if a.endedAt.After(rc.commitAt) {
-				a.cancelLatency = a.endedAt.Sub(rc.commitAt)
-			}
-		}
+	if rc.h.opts.Observer != nil {
+		reportAttempts(rc)
+		rc.rep.Total = clockNow(rc.h).Sub(rc.start)
 	}
 }
 
-// finishReport fills the attempt list, TTFT and the wasted-token estimate,
-// and feeds the TTFT estimators.
-func (rc *race) finishReport() {
-	h, st := rc.h, rc.h.state
-	rep := rc.rep
+// learnFromWinner records the winner's TTFT in the report and the
+// estimators.
+func learnFromWinner(rc *race) {
+	st, w := rc.h.state, rc.winner
+	rc.rep.Winner = w.index
+	rc.rep.TTFT = w.firstAt.Sub(rc.start)
+	if rc.passthrough {
+		return
+	}
+	addSample(st.estimators[w.upstream], w.firstAt.Sub(w.started))
+	if len(rc.attempts) > 1 {
+		learnFromLostPrimary(rc)
+	}
+}
+
+// learnFromLostPrimary records a primary that lost: it had no output for
+// at least this long, a lower bound and above the delay, which keeps the
+// quantile honest instead of leaving the slow tail out of the window.
+func learnFromLostPrimary(rc *race) {
+	if p := rc.attempts[0]; p != rc.winner && p.result == ResultLost {
+		addSample(rc.h.state.estimators[p.upstream], rc.commitAt.Sub(p.started))
+	}
+}
+
+// reportAttempts fills the report's attempt list and wasted-token estimate.
+func reportAttempts(rc *race) {
+	h, rep := rc.h, rc.rep
 	tokens := promptTokens(rc.p)
 	for _, a := range rc.attempts {
 		ar := AttemptReport{Index: a.index, Upstream: h.cfg.Upstreams[a.upstream].Name, Role: a.role,
@@ -358,21 +464,6 @@ func (rc *race) finishReport() {
 		}
 		rep.Attempts = append(rep.Attempts, ar)
 	}
-	if rc.winner != nil {
-		w := rc.winner
-		rep.Winner = w.index
-		rep.TTFT = w.firstAt.Sub(rc.start)
-		if !rc.passthrough {
-			st.estimators[w.upstream].Add(w.firstAt.Sub(w.started))
-		}
-		// A primary that lost had no output for at least this long: a
-		// lower bound, and above the delay, so it keeps the quantile honest
-		// instead of leaving the slow tail out of the window.
-		if p := rc.attempts[0]; p != w && p.result == ResultLost && !rc.passthrough {
-			st.estimators[p.upstream].Add(rc.commitAt.Sub(p.started))
-		}
-	}
-	rep.Total = h.opts.Clock.Now().Sub(rc.start)
 }
 
 // promptTokens estimates a request's prompt tokens from its body (4 bytes a token).
@@ -380,7 +471,7 @@ func promptTokens(p *preparedRequest) int64 { return int64(len(p.body)) / 4 }
 
 // failAll answers the client when no attempt won: a held fatal error, else
 // the most useful upstream error, else 502.
-func (rc *race) failAll(w http.ResponseWriter) {
+func failAll(rc *race, w http.ResponseWriter) {
 	best := rc.heldFatal
 	for _, a := range rc.attempts {
 		if a.result == ResultFailed && (best == nil || errorRank(a) > errorRank(best)) {
@@ -432,25 +523,63 @@ func errorRank(a *attempt) int {
 
 // deliver commits the winner: its status, headers and every byte read so far
 // go out as they came, then the rest is streamed with a flush per read.
-func (rc *race) deliver(w http.ResponseWriter) error {
-	h, a := rc.h, rc.winner
-	rc.commitAt = h.opts.Clock.Now()
+func deliver(rc *race, w http.ResponseWriter) error {
+	a := rc.winner
+	commit(rc, a)
+	writeWinnerHeader(rc, a, w)
+	rep := rc.rep
+	if len(a.prefix) > 0 {
+		if _, err := w.Write(a.prefix); err != nil {
+			rep.Outcome = OutcomeClientGone
+			return nil
+		}
+	}
+	if a.complete {
+		return nil // sent in full when the handler returns
+	}
+	buf := getBuffer()
+	// The end of the pooled buffer holds the stream's tail, the rest takes
+	// the reads: one allocation less per request.
+	reads := buf[:len(buf)-tailCompactAt]
+	tailSpace := buf[len(buf)-tailCompactAt : len(buf)-tailCompactAt]
+	tail, err := copyRest(w, a.resp.Body, reads, a.streaming, a.prefix, tailSpace)
+	if err != nil {
+		err = streamEnded(rc, a, w, tail, err)
+	}
+	putBuffer(buf) // after streamEnded: tail may live in buf
+	return err
+}
+
+// commit records the winner and cancels the losers at once; their
+// goroutines end on their own and are collected by drain.
+func commit(rc *race, a *attempt) {
+	h := rc.h
+	rc.commitAt = clockNow(h)
 	rc.rep.CommitAt = rc.commitAt
-	// Losers are cancelled at once; their goroutines end on their own and
-	// are collected by drain.
+	if len(rc.attempts) > 1 {
+		cancelLosers(rc, a)
+	}
+	a.result = ResultWon
+	if !rc.passthrough {
+		recordSuccess(h.state.health[a.upstream])
+		recordStatus(h.state.overload, a.status)
+	}
+	rc.rep.Outcome = OutcomeOK
+	rc.rep.Status = a.status
+}
+
+// cancelLosers cancels every attempt but the winner a.
+func cancelLosers(rc *race, a *attempt) {
 	for _, other := range rc.attempts {
 		if other != a {
 			other.cancel()
 		}
 	}
-	a.result = ResultWon
-	if !rc.passthrough {
-		h.state.health[a.upstream].record(rc.commitAt, true, 0, &h.cfg.Budget)
-		h.state.overload.record(a.status)
-	}
-	rep := rc.rep
-	rep.Outcome = OutcomeOK
-	rep.Status = a.status
+}
+
+// writeWinnerHeader sends the winner's status and headers.
+func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
+	h := rc.h
 	hdr := w.Header()
 	copyHeader(hdr, a.resp.Header)
 	removeHopHeaders(hdr)
@@ -458,43 +587,60 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 		hdr.Del("Content-Length")
 	}
 	if h.cfg.ReportHeader != "" {
-		hdr.Set(h.cfg.ReportHeader, fmt.Sprintf("llmhedge;dur=%d;desc=\"attempts=%d winner=%d upstream=%s delay_ms=%d\"",
-			a.firstAt.Sub(rc.start).Milliseconds(), len(rc.attempts), a.index, h.cfg.Upstreams[a.upstream].Name, rc.delay.Milliseconds()))
+		setReportHeader(rc, a, hdr)
 	}
 	w.WriteHeader(a.status)
-	if len(a.prefix) > 0 {
-		if _, err := w.Write(a.prefix); err != nil {
-			rep.Outcome = OutcomeClientGone
-			return nil
-		}
+}
+
+// setReportHeader adds the optional header that reports the race.
+func setReportHeader(rc *race, a *attempt, hdr http.Header) {
+	h := rc.h
+	hdr.Set(h.cfg.ReportHeader, fmt.Sprintf("llmhedge;dur=%d;desc=\"attempts=%d winner=%d upstream=%s delay_ms=%d\"",
+		a.firstAt.Sub(rc.start).Milliseconds(), len(rc.attempts), a.index, h.cfg.Upstreams[a.upstream].Name, rc.delay.Milliseconds()))
+}
+
+// errClientWrite marks a failed write to the client in copyRest's result.
+var errClientWrite = errors.New("writing to the client failed")
+
+// copyRest flushes what w holds, then streams body to w with a flush per
+// read until io.EOF (nil), a failed write (errClientWrite) or a read error
+// (returned). For a stream (keep) it also returns the last bytes delivered,
+// starting from prefix and kept in tailSpace (appended to while it has room),
+// to tell a finished stream from a cut one. Every
+// statement of the loop runs once per upstream read, and under Yaegi each
+// call and interface conversion costs microseconds: the flush method is
+// resolved once, and the tail is appended inline and cut back only now and
+// then.
+func copyRest(w http.ResponseWriter, body io.Reader, buf []byte, keep bool, prefix, tailSpace []byte) ([]byte, error) {
+	// http.Flusher, the compiled interface, is what Yaegi finds on Traefik's
+	// compiled writers; the interpreted flushErrorer is for our own
+	// wrappers; anything else goes through http.ResponseController.
+	hf, hasFlush := w.(http.Flusher)
+	var flushW func()
+	if hasFlush {
+		hf.Flush()
+	} else {
+		flushW = flusherFor(w)
+		flushW()
 	}
-	flush(w)
-	if a.complete {
-		return nil
-	}
-	buf := getBuffer()
-	defer putBuffer(buf)
-	// Every statement of this loop runs once per upstream read, and under
-	// Yaegi each call and interface conversion costs microseconds: the flush
-	// function is resolved once, locals replace field loads, and the tail is
-	// appended inline and cut back only now and then.
-	flushW := flusherFor(w)
-	body := a.resp.Body
-	keep := a.streaming // only a stream's tail is ever looked at
 	var tail []byte
-	if keep {
-		tail = make([]byte, 0, tailCompactAt)
-		tail = keepTail(tail, a.prefix)
+	if keep && len(prefix) <= tailCompactAt {
+		tail = append(tailSpace, prefix...)
+	} else if keep {
+		tail = keepTail(tailSpace, prefix)
 	}
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
 			chunk := buf[:n]
 			if _, werr := w.Write(chunk); werr != nil {
-				rep.Outcome = OutcomeClientGone
-				return nil
+				return tail, errClientWrite
 			}
-			flushW()
+			if hasFlush {
+				hf.Flush()
+			} else {
+				flushW()
+			}
 			if keep {
 				tail = append(tail, chunk...)
 				if len(tail) > tailCompactAt {
@@ -502,33 +648,47 @@ func (rc *race) deliver(w http.ResponseWriter) error {
 				}
 			}
 		}
-		if err == nil {
-			continue
+		if err == io.EOF {
+			return tail, nil
 		}
-		if err == io.EOF || errors.Is(err, io.EOF) {
-			return nil
+		if err != nil {
+			return tail, err
 		}
-		if rc.clientCtx.Err() != nil && atomic.LoadInt32(&rc.timedOut) == 0 {
-			// A client (e.g. the OpenAI SDK) may close as soon as it reads
-			// the stream's end marker, before the upstream's EOF arrives:
-			// that answer was delivered in full.
-			if len(tail) > tailSize {
-				tail = tail[len(tail)-tailSize:]
-			}
-			if !a.streaming || !streamFinished(tail) {
-				rep.Outcome = OutcomeClientGone
-			}
-			return nil
-		}
-		rep.Outcome = OutcomeStreamFailed
-		if atomic.LoadInt32(&rc.timedOut) == 1 {
-			rep.Outcome = OutcomeTimeout
-		}
-		if h.cfg.StreamErrorEvent && a.streaming {
-			writeStreamErrorEvent(w, "upstream stream failed: "+err.Error())
-			flush(w)
-			return nil
-		}
-		return ErrStreamAborted
 	}
+}
+
+// streamEnded classifies how the winner's copy ended (err from copyRest)
+// and returns ErrStreamAborted when the client got an incomplete answer it
+// must see as failed.
+func streamEnded(rc *race, a *attempt, w http.ResponseWriter, tail []byte, err error) error {
+	rep := rc.rep
+	if err == io.EOF || errors.Is(err, io.EOF) {
+		return nil
+	}
+	if err == errClientWrite {
+		rep.Outcome = OutcomeClientGone
+		return nil
+	}
+	if rc.clientCtx.Err() != nil && atomic.LoadInt32(&rc.timedOut) == 0 {
+		// A client (e.g. the OpenAI SDK) may close as soon as it reads the
+		// stream's end marker, before the upstream's EOF arrives: that
+		// answer was delivered in full.
+		if len(tail) > tailSize {
+			tail = tail[len(tail)-tailSize:]
+		}
+		if !a.streaming || !streamFinished(tail) {
+			rep.Outcome = OutcomeClientGone
+		}
+		return nil
+	}
+	rep.Outcome = OutcomeStreamFailed
+	if atomic.LoadInt32(&rc.timedOut) == 1 {
+		rep.Outcome = OutcomeTimeout
+	}
+	if rc.h.cfg.StreamErrorEvent && a.streaming {
+		writeStreamErrorEvent(w, "upstream stream failed: "+err.Error())
+		flush(w)
+		return nil
+	}
+	return ErrStreamAborted
 }

@@ -49,35 +49,18 @@ func (e *badRequest) Error() string { return e.msg }
 
 // prepare reads and checks r. It never loses bytes: a body over MaxBody is
 // kept as buffered prefix + unread rest and forwarded once.
-func (h *Hedger) prepare(r *http.Request) (*preparedRequest, error) {
+func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	p := &preparedRequest{orig: r, hedgeable: true}
-	switch {
-	case strings.EqualFold(strings.TrimSpace(r.Header.Get(HeaderHedge)), "off"):
+	p.why = whyNotHedgeable(h, r)
+	if p.why != "" {
 		p.hedgeable = false
-		p.why = "opted out"
-	case !h.methodAllowed(r.Method):
-		p.hedgeable = false
-		p.why = "method"
-	case !h.pathAllowed(r.URL.Path):
-		p.hedgeable = false
-		p.why = "path"
 	}
 	if r.Body != nil && r.Body != http.NoBody {
-		buf, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBody+1))
-		if err != nil {
-			if r.Context().Err() != nil {
-				return nil, r.Context().Err()
-			}
-			return nil, &badRequest{http.StatusBadRequest, "invalid_request_body", "could not read the request body: " + err.Error()}
-		}
-		p.body = buf
-		if int64(len(buf)) > h.cfg.MaxBody {
-			p.rest = r.Body
-			p.hedgeable = false
-			p.why = "body over max_body"
+		if err := readBody(h, p); err != nil {
+			return nil, err
 		}
 	}
-	if err := h.idempotencyKey(p); err != nil {
+	if err := idempotencyKey(h, p); err != nil {
 		return nil, err
 	}
 	p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
@@ -85,30 +68,39 @@ func (h *Hedger) prepare(r *http.Request) (*preparedRequest, error) {
 		return p, nil
 	}
 	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || h.rewritesModel)
-	if isJSON {
-		if !json.Valid(p.body) {
-			return nil, &badRequest{http.StatusBadRequest, "invalid_json", "the request body is not valid JSON"}
-		}
-		p.stateful = mayChangeState(p.body, r.URL.Path)
-	}
-	if !h.rewritesModel || !isJSON {
+	if !isJSON {
 		return p, nil
 	}
-	p.bodies = make([][]byte, len(h.cfg.Upstreams))
-	for i, u := range h.cfg.Upstreams {
-		if u.Model == "" {
-			continue
+	if !json.Valid(p.body) {
+		return nil, &badRequest{http.StatusBadRequest, "invalid_json", "the request body is not valid JSON"}
+	}
+	p.stateful = mayChangeState(p.body, r.URL.Path)
+	if h.rewritesModel {
+		if err := rewriteModels(h, p); err != nil {
+			return nil, err
 		}
-		b, err := rewriteModel(p.body, u.Model)
-		if err != nil {
-			return nil, &badRequest{http.StatusBadRequest, "invalid_json", "cannot set the model: " + err.Error()}
-		}
-		p.bodies[i] = b
 	}
 	return p, nil
 }
 
-func (h *Hedger) methodAllowed(m string) bool {
+// whyNotHedgeable returns why r may not be raced ("" when it may): the
+// client opted out, or its method or path is not configured.
+func whyNotHedgeable(h *Hedger, r *http.Request) string {
+	if opt := r.Header[canonicalHedge]; len(opt) > 0 && strings.EqualFold(strings.TrimSpace(opt[0]), "off") {
+		return "opted out"
+	}
+	if !h.methods[r.Method] && !methodAllowed(h, r.Method) {
+		return "method"
+	}
+	if len(h.cfg.PathPrefixes) > 0 && !pathAllowed(h, r.URL.Path) {
+		return "path"
+	}
+	return ""
+}
+
+// methodAllowed matches m against the configured methods ignoring case
+// (h.methods has their exact spellings).
+func methodAllowed(h *Hedger, m string) bool {
 	for _, allowed := range h.cfg.Methods {
 		if strings.EqualFold(allowed, m) {
 			return true
@@ -117,10 +109,7 @@ func (h *Hedger) methodAllowed(m string) bool {
 	return false
 }
 
-func (h *Hedger) pathAllowed(path string) bool {
-	if len(h.cfg.PathPrefixes) == 0 {
-		return true
-	}
+func pathAllowed(h *Hedger, path string) bool {
 	for _, prefix := range h.cfg.PathPrefixes {
 		if strings.HasPrefix(path, prefix) {
 			return true
@@ -129,12 +118,53 @@ func (h *Hedger) pathAllowed(path string) bool {
 	return false
 }
 
-func (h *Hedger) idempotencyKey(p *preparedRequest) error {
+// readBody buffers the client's body up to MaxBody; past it the request
+// is not hedgeable and the unread rest is kept to forward once.
+func readBody(h *Hedger, p *preparedRequest) error {
+	r := p.orig
+	buf, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBody+1))
+	if err != nil {
+		if r.Context().Err() != nil {
+			return r.Context().Err()
+		}
+		return &badRequest{http.StatusBadRequest, "invalid_request_body", "could not read the request body: " + err.Error()}
+	}
+	p.body = buf
+	if int64(len(buf)) > h.cfg.MaxBody {
+		p.rest = r.Body
+		p.hedgeable = false
+		p.why = "body over max_body"
+	}
+	return nil
+}
+
+// rewriteModels prepares the body of every upstream that sets its own model.
+func rewriteModels(h *Hedger, p *preparedRequest) error {
+	p.bodies = make([][]byte, len(h.cfg.Upstreams))
+	for i, u := range h.cfg.Upstreams {
+		if u.Model == "" {
+			continue
+		}
+		b, err := rewriteModel(p.body, u.Model)
+		if err != nil {
+			return &badRequest{http.StatusBadRequest, "invalid_json", "cannot set the model: " + err.Error()}
+		}
+		p.bodies[i] = b
+	}
+	return nil
+}
+
+func idempotencyKey(h *Hedger, p *preparedRequest) error {
 	key := p.orig.Header.Get(h.cfg.Idempotency.Header)
 	if key == "" {
 		p.key = newKey()
 		return nil
 	}
+	return clientKey(p, key)
+}
+
+// clientKey checks and adopts the client's idempotency key.
+func clientKey(p *preparedRequest, key string) error {
 	if len(key) > 255 {
 		return &badRequest{http.StatusBadRequest, "invalid_idempotency_key", "the idempotency key is longer than 255 characters"}
 	}
@@ -163,6 +193,14 @@ func (p *preparedRequest) fingerprint() string {
 }
 
 func looksJSON(contentType string) bool {
+	if contentType == "application/json" || contentType == "" {
+		return true // the common cases, without a copy
+	}
+	return jsonMediaType(contentType)
+}
+
+// jsonMediaType reports whether a Content-Type names JSON, in any case.
+func jsonMediaType(contentType string) bool {
 	ct := strings.ToLower(contentType)
 	return ct == "" || strings.Contains(ct, "json")
 }
@@ -186,6 +224,11 @@ func mayChangeState(body []byte, path string) bool {
 		!bytes.Contains(body, keyTools) && !bytes.Contains(body, escapeU) {
 		return false // cheap and common: nothing to decode (escaped keys are decoded)
 	}
+	return decodedMayChangeState(body, isResponses)
+}
+
+// decodedMayChangeState is mayChangeState's decoding half.
+func decodedMayChangeState(body []byte, isResponses bool) bool {
 	var doc struct {
 		Store      *bool             `json:"store"`
 		Background bool              `json:"background"`
@@ -262,43 +305,61 @@ func rewriteModel(body []byte, model string) ([]byte, error) {
 	return append(out, body[open:]...), nil
 }
 
-// hopHeaders are connection-level and never forwarded (RFC 9110 §7.6.1).
+// hopHeaders are connection-level and never forwarded (RFC 9110 §7.6.1),
+// in canonical form: they are deleted from the map directly, which under
+// Yaegi is far cheaper than a call to Header.Del.
 var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
+// Canonical forms of the header names the engine sets or removes on every
+// attempt, for the same reason.
+var (
+	canonicalHedge   = http.CanonicalHeaderKey(HeaderHedge)
+	canonicalAttempt = http.CanonicalHeaderKey(HeaderAttempt)
+)
+
 func removeHopHeaders(h http.Header) {
-	for _, v := range h["Connection"] {
+	if conn := h["Connection"]; len(conn) > 0 {
+		removeConnectionOptions(h, conn)
+	}
+	for _, name := range hopHeaders {
+		delete(h, name)
+	}
+}
+
+// removeConnectionOptions deletes the headers a Connection header names.
+func removeConnectionOptions(h http.Header, conn []string) {
+	for _, v := range conn {
 		for _, name := range strings.Split(v, ",") {
 			if name = strings.TrimSpace(name); name != "" {
 				h.Del(name)
 			}
 		}
 	}
-	for _, name := range hopHeaders {
-		h.Del(name)
-	}
 }
 
 // attemptRequest builds attempt `index`'s request to upstream `up`.
-func (h *Hedger) attemptRequest(ctx context.Context, p *preparedRequest, up, index int) (*http.Request, error) {
-	u := h.cfg.Upstreams[up]
+func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, index int) (*http.Request, error) {
 	base := h.bases[up]
 	target := *base
-	target.Path = joinPath(base.Path, p.orig.URL.Path)
+	if h.rootBase[up] && p.orig.URL.Path != "" {
+		target.Path = p.orig.URL.Path
+	} else {
+		target.Path = joinPath(base.Path, p.orig.URL.Path)
+	}
 	target.RawPath = ""
 	target.RawQuery = p.orig.URL.RawQuery
 	var body io.Reader = http.NoBody
 	length := int64(0)
-	switch {
-	case p.rest != nil:
-		body = io.MultiReader(bytes.NewReader(p.body), p.rest)
-		length = p.orig.ContentLength
-	case p.bodies != nil && p.bodies[up] != nil:
-		body = bytes.NewReader(p.bodies[up])
-		length = int64(len(p.bodies[up]))
-	case len(p.body) > 0:
-		body = bytes.NewReader(p.body)
-		length = int64(len(p.body))
+	if p.rest == nil && p.bodies == nil {
+		if len(p.body) > 0 {
+			body = bytes.NewReader(p.body)
+			length = int64(len(p.body))
+		}
+	} else {
+		b, n := attemptBody(p, up)
+		body = b
+		length = n
 	}
 	req, err := http.NewRequestWithContext(ctx, p.orig.Method, target.String(), body)
 	if err != nil {
@@ -308,41 +369,73 @@ func (h *Hedger) attemptRequest(ctx context.Context, p *preparedRequest, up, ind
 	if length < 0 {
 		req.ContentLength = -1
 	}
-	req.Header = p.orig.Header.Clone()
-	if req.Header == nil {
-		req.Header = make(http.Header)
+	hdr := p.orig.Header.Clone()
+	if hdr == nil {
+		hdr = make(http.Header)
 	}
-	removeHopHeaders(req.Header)
-	req.Header.Del(HeaderHedge)
-	req.Header.Del("Content-Length")
+	req.Header = hdr
+	removeHopHeaders(hdr)
+	delete(hdr, canonicalHedge)
+	delete(hdr, "Content-Length")
 	// The engine must read first events as plain text; the transport asks
 	// for gzip itself and undoes it.
-	req.Header.Del("Accept-Encoding")
-	req.Header.Set(h.cfg.Idempotency.Header, p.key)
-	req.Header.Set(HeaderAttempt, strconv.Itoa(index))
-	if ip, _, err := net.SplitHostPort(p.orig.RemoteAddr); err == nil {
-		if prior := req.Header.Get("X-Forwarded-For"); prior != "" {
-			ip = prior + ", " + ip
-		}
-		req.Header.Set("X-Forwarded-For", ip)
-	}
-	if req.Header.Get("X-Forwarded-Proto") == "" {
-		proto := "http"
-		if p.orig.TLS != nil {
-			proto = "https"
-		}
-		req.Header.Set("X-Forwarded-Proto", proto)
-	}
-	if req.Header.Get("X-Forwarded-Host") == "" && p.orig.Host != "" {
-		req.Header.Set("X-Forwarded-Host", p.orig.Host)
-	}
-	for _, name := range u.DeleteHeaders {
-		req.Header.Del(name)
-	}
-	for name, value := range u.SetHeaders {
-		req.Header.Set(name, value)
+	delete(hdr, "Accept-Encoding")
+	hdr[h.keyHeader] = []string{p.key}
+	hdr[canonicalAttempt] = []string{strconv.Itoa(index)}
+	setForwarded(hdr, p.orig)
+	u := &h.cfg.Upstreams[up]
+	if len(u.DeleteHeaders) > 0 || len(u.SetHeaders) > 0 {
+		editHeaders(hdr, u)
 	}
 	return req, nil
+}
+
+// attemptBody returns the body an attempt to upstream up sends when the
+// client's body is not simply p.body, and its length (-1: unknown).
+func attemptBody(p *preparedRequest, up int) (io.Reader, int64) {
+	switch {
+	case p.rest != nil:
+		var r io.Reader = io.MultiReader(bytes.NewReader(p.body), p.rest)
+		return r, p.orig.ContentLength
+	case p.bodies != nil && p.bodies[up] != nil:
+		var r io.Reader = bytes.NewReader(p.bodies[up])
+		return r, int64(len(p.bodies[up]))
+	case len(p.body) > 0:
+		var r io.Reader = bytes.NewReader(p.body)
+		return r, int64(len(p.body))
+	}
+	var r io.Reader = http.NoBody
+	return r, 0
+}
+
+// setForwarded adds the X-Forwarded-* headers a reverse proxy sets.
+func setForwarded(hdr http.Header, orig *http.Request) {
+	if ip, _, err := net.SplitHostPort(orig.RemoteAddr); err == nil {
+		if prior := hdr["X-Forwarded-For"]; len(prior) > 0 && prior[0] != "" {
+			ip = prior[0] + ", " + ip
+		}
+		hdr["X-Forwarded-For"] = []string{ip}
+	}
+	if v := hdr["X-Forwarded-Proto"]; len(v) == 0 || v[0] == "" {
+		proto := "http"
+		if orig.TLS != nil {
+			proto = "https"
+		}
+		hdr["X-Forwarded-Proto"] = []string{proto}
+	}
+	if v := hdr["X-Forwarded-Host"]; (len(v) == 0 || v[0] == "") && orig.Host != "" {
+		hdr["X-Forwarded-Host"] = []string{orig.Host}
+	}
+}
+
+// editHeaders applies an upstream's configured header changes.
+func editHeaders(hdr http.Header, u *UpstreamConfig) {
+	for _, name := range u.DeleteHeaders {
+		hdr.Del(name)
+	}
+	for name, value := range u.SetHeaders {
+		hdr.Set(name, value)
+	}
 }
 
 func joinPath(a, b string) string {

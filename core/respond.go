@@ -78,7 +78,7 @@ const tailSize = 256
 
 // tailCompactAt is how long the delivered tail may grow before it is cut
 // back to tailSize: cutting after every read costs a call each under Yaegi.
-const tailCompactAt = 4 << 10
+const tailCompactAt = 8 << 10
 
 // keepTail appends p to tail and keeps the last tailSize bytes.
 func keepTail(tail, p []byte) []byte {

@@ -62,13 +62,13 @@ func StateKey(cfg Config) string { return stateShape(cfg.WithDefaults()) }
 
 func (s *State) fits(cfg Config) bool { return s.shape == stateShape(cfg) }
 
-// delay returns the hedge delay in force for attempts whose primary is
+// hedgeDelay returns the hedge delay in force for attempts whose primary is
 // upstream `up`.
-func (s *State) delay(cfg *Config, up int) time.Duration {
+func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 	if cfg.Delay.Mode != DelayAdaptive {
 		return cfg.Delay.Fixed
 	}
-	q, n := s.estimators[up].Quantile()
+	q, n := quantile(s.estimators[up])
 	if n < cfg.Delay.MinSamples {
 		return cfg.Delay.Fixed
 	}
@@ -83,19 +83,31 @@ func (s *State) delay(cfg *Config, up int) time.Duration {
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
-	up, _ := h.pickUpstream(nil, h.opts.Clock.Now())
-	return h.state.delay(&h.cfg, up)
+	up, _ := pickUpstream(h, nil, clockNow(h))
+	return hedgeDelay(h.state, &h.cfg, up)
 }
 
 // HedgesInFlight returns the number of hedge attempts running now.
 func (h *Hedger) HedgesInFlight() int64 { return atomic.LoadInt64(&h.state.hedgesInFlight) }
+
+// pickFirstUpstream is pickUpstream(h, nil, now) without its
+// availability result, for the first attempt, which goes out even when
+// every upstream is unavailable.
+func pickFirstUpstream(h *Hedger, now time.Time) int {
+	for i, u := range h.state.health {
+		if healthy(u, now) {
+			return i
+		}
+	}
+	return 0
+}
 
 // pickUpstream returns the upstream for the next attempt and whether it is
 // available (not cooling down, circuit not open). used[i] counts attempts
 // already sent to upstream i (nil: none). In order of preference: the first
 // available upstream among the least used, then the first available one,
 // then (none available) the first of the least used.
-func (h *Hedger) pickUpstream(used []int, now time.Time) (int, bool) {
+func pickUpstream(h *Hedger, used []int, now time.Time) (int, bool) {
 	n := len(h.cfg.Upstreams)
 	least := 0
 	if used != nil {
@@ -112,7 +124,7 @@ func (h *Hedger) pickUpstream(used []int, now time.Time) (int, bool) {
 		if isLeast && firstLeast < 0 {
 			firstLeast = i
 		}
-		if !h.state.health[i].available(now) {
+		if !healthy(h.state.health[i], now) {
 			continue
 		}
 		if isLeast {

@@ -62,16 +62,24 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.next.ServeHTTP(w, r)
 		return
 	}
-	engine, err := h.engine()
-	if err != nil {
-		http.Error(w, "llmhedge: "+err.Error(), http.StatusInternalServerError)
-		return
+	// Read under the lock without a deferred unlock or a method call:
+	// under Yaegi both cost more than the rest of this function.
+	h.mu.Lock()
+	engine := h.hedger
+	h.mu.Unlock()
+	if engine == nil {
+		built, err := h.engine()
+		if err != nil {
+			http.Error(w, "llmhedge: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		engine = built
 	}
 	// w is Traefik's own (compiled) writer. The engine flushes it after
 	// every chunk it copies by asserting Flush in interpreted code, which
 	// sees the writer's real methods; only wrappers handed the other way
 	// (interpreted to compiled) lose Flush under Yaegi.
-	if err := engine.Handle(w, r); errors.Is(err, core.ErrStreamAborted) {
+	if err := engine.Handle(w, r); err != nil && errors.Is(err, core.ErrStreamAborted) {
 		abortResponse(w)
 	}
 }

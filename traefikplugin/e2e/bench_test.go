@@ -111,7 +111,7 @@ func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 // balancer, to price the interpreter.
 func TestBenchThroughput(t *testing.T) {
 	benchOnly(t)
-	const n, concurrency = 3000, 20
+	const rounds, n, concurrency = 4, 2500, 20
 	fast := llmsim.Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: noJitter, StallProb: neverStall, TokenGap: noGap, PingEvery: -1}
 	f := llmsim.Start("F", fast)
 	defer f.Close()
@@ -133,27 +133,33 @@ func TestBenchThroughput(t *testing.T) {
 	run("hedge", "warm-", 300)
 	run("plain", "warm-", 300)
 	// Alternate the two so that noise from other work on the machine
-	// spreads over both. Traefik's own CPU time per request prices the
-	// interpreter independently of that noise.
+	// spreads over both; the per-round ratios show how much noise there
+	// was. Traefik's own CPU time per request prices the interpreter
+	// independently of that noise.
 	var plainWall, hedgeWall, plainCPU, hedgeCPU time.Duration
-	for round := 0; round < 2; round++ {
+	var perRound []string
+	for round := 0; round < rounds; round++ {
 		cpu := tr.cpuTime()
-		plainWall += run("plain", fmt.Sprintf("p%d-", round), n).Wall
+		pw := run("plain", fmt.Sprintf("p%d-", round), n).Wall
 		plainCPU += tr.cpuTime() - cpu
 		f.ResetCounters()
 		cpu = tr.cpuTime()
-		hedgeWall += run("hedge", fmt.Sprintf("h%d-", round), n).Wall
+		hw := run("hedge", fmt.Sprintf("h%d-", round), n).Wall
 		hedgeCPU += tr.cpuTime() - cpu
 		if served := f.Served(); served != n {
 			t.Errorf("the plugin sent %d upstream requests for %d client requests: a hedge fired", served, n)
 		}
+		plainWall += pw
+		hedgeWall += hw
+		perRound = append(perRound, fmt.Sprintf("%.3f", pw.Seconds()/hw.Seconds()))
 	}
-	plainRPS := float64(2*n) / plainWall.Seconds()
-	hedgeRPS := float64(2*n) / hedgeWall.Seconds()
-	t.Logf("fast upstream, %d requests x 2 rounds, %d concurrent: Traefik plain LB %.0f req/s, plugin %.0f req/s, ratio %.3f (want >= 0.7)",
-		n, concurrency, plainRPS, hedgeRPS, hedgeRPS/plainRPS)
+	total := time.Duration(rounds * n)
+	plainRPS := float64(total) / plainWall.Seconds()
+	hedgeRPS := float64(total) / hedgeWall.Seconds()
+	t.Logf("fast upstream, %d requests x %d rounds, %d concurrent: Traefik plain LB %.0f req/s, plugin %.0f req/s, ratio %.3f (want >= 0.7; rounds %s)",
+		n, rounds, concurrency, plainRPS, hedgeRPS, hedgeRPS/plainRPS, strings.Join(perRound, " "))
 	t.Logf("Traefik CPU per request: plain LB %v, plugin %v (the interpreter's cost: %v per request, x%.1f)",
-		plainCPU/time.Duration(2*n), hedgeCPU/time.Duration(2*n), (hedgeCPU-plainCPU)/time.Duration(2*n), float64(hedgeCPU)/float64(plainCPU))
+		plainCPU/total, hedgeCPU/total, (hedgeCPU-plainCPU)/total, float64(hedgeCPU)/float64(plainCPU))
 	if hedgeRPS/plainRPS < 0.7 {
 		t.Errorf("throughput ratio %.3f < 0.7", hedgeRPS/plainRPS)
 	}

@@ -84,15 +84,7 @@ func TestStressCoreInterpreted(t *testing.T) {
 // through it, next to the plugin compiled.
 func TestStressPluginInterpreted(t *testing.T) {
 	interpretedN, compiledN, repeats := stressSize(ciPluginRequests)
-	i := newInterpreter(t, newGoPath(t), "traefikplugin")
-	eval := func(expr string) reflect.Value {
-		v, err := i.Eval(expr)
-		if err != nil {
-			t.Fatalf("eval %s: %v", expr, err)
-		}
-		return v
-	}
-	interpreted := pluginBuilder(eval("traefikplugin.CreateConfig"), eval("traefikplugin.New"))
+	interpreted := interpretedPluginBuilder(t)
 	compiled := pluginBuilder(reflect.ValueOf(traefikplugin.CreateConfig), reflect.ValueOf(traefikplugin.New))
 	for r := 1; r <= repeats; r++ {
 		for _, m := range []struct {
@@ -148,6 +140,20 @@ func (c *checkingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	out := req.Clone(req.Context())
 	out.Body = io.NopCloser(bytes.NewReader(got))
 	return c.base.RoundTrip(out)
+}
+
+// interpretedPluginBuilder builds the plugin interpreted by Yaegi, as
+// Traefik loads it.
+func interpretedPluginBuilder(t testing.TB) builder {
+	i := newInterpreter(t, newGoPath(t), "traefikplugin")
+	eval := func(expr string) reflect.Value {
+		v, err := i.Eval(expr)
+		if err != nil {
+			t.Fatalf("eval %s: %v", expr, err)
+		}
+		return v
+	}
+	return pluginBuilder(eval("traefikplugin.CreateConfig"), eval("traefikplugin.New"))
 }
 
 // pluginBuilder builds the plugin from its CreateConfig and New, compiled
