@@ -93,13 +93,12 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	}
 	format, streaming := streamFormatOf(resp.Header.Get("Content-Type"))
 	a.streaming = streaming
-	buf := getBuffer()
-	ready := readUntilDecided(h, a, resp, format, buf)
-	putBuffer(buf)
-	if ready {
+	if readUntilDecided(h, a, resp, format) {
 		a.resp = resp
-		return evReady
+		return evReady // a.prefix goes back to the pool once delivered
 	}
+	putBuffer(a.prefix)
+	a.prefix = nil
 	resp.Body.Close()
 	a.retryable = true
 	return evFailed
@@ -117,22 +116,25 @@ func keepErrorAnswer(a *attempt, resp *http.Response) {
 	a.retryable = retryableStatus(resp.StatusCode)
 }
 
-// readUntilDecided reads resp into buf until the first output event
-// (stream) or the whole body (non-stream), keeping every byte in a.prefix.
-// It reports whether the attempt is ready to win.
-func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamFormat, buf []byte) bool {
+// readUntilDecided reads resp until the first output event (stream) or
+// the whole body (non-stream), keeping every byte in a.prefix, a pooled
+// buffer read into directly. It reports whether the attempt is ready to win.
+func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamFormat) bool {
 	var det *firstEventDetector
 	if a.streaming {
 		det = newFirstEventDetector(format, h.cfg.FirstEvent, h.cfg.MaxLine)
 	}
-	// Room for the first events of a typical stream in one allocation.
-	a.prefix = make([]byte, 0, 1024)
+	a.prefix = getBuffer()[:0]
 	for {
-		n, err := resp.Body.Read(buf)
+		if len(a.prefix) == cap(a.prefix) {
+			a.prefix = grow(a.prefix) // only when MaxPrefix exceeds the buffer
+		}
+		end := len(a.prefix)
+		n, err := resp.Body.Read(a.prefix[end:cap(a.prefix)])
 		if n > 0 {
-			a.prefix = append(a.prefix, buf[:n]...)
+			a.prefix = a.prefix[:end+n]
 			if det != nil {
-				v, why := feed(det, buf[:n])
+				v, why := feed(det, a.prefix[end:])
 				if v == verdictOutput {
 					a.firstAt = clockNow(h)
 					return true
@@ -150,6 +152,11 @@ func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamF
 			return readEnded(h, a, resp, det, err)
 		}
 	}
+}
+
+// grow returns b with room for more bytes after its length.
+func grow(b []byte) []byte {
+	return append(b, 0)[:len(b)]
 }
 
 // prefixFull decides an attempt whose undecided bytes reached MaxPrefix.

@@ -39,3 +39,14 @@ func clockNow(h *Hedger) time.Time {
 	}
 	return h.opts.Clock.Now()
 }
+
+// clockAfterFunc is h's clock's AfterFunc, the system clock's called
+// directly for the same reason as clockNow.
+func clockAfterFunc(h *Hedger, d time.Duration, f func()) Timer {
+	if h.systemClock {
+		var t Timer = time.AfterFunc(d, f) // a typed local: see SystemClock.AfterFunc
+		return t
+	}
+	t := h.opts.Clock.AfterFunc(d, f)
+	return t
+}

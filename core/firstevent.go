@@ -87,6 +87,8 @@ type firstEventDetector struct {
 	// quiet: SSE with no line, data or event name pending, so that an event
 	// read whole can take feed's fast path.
 	quiet bool
+	// chatRule: the rule lets classifyChatChunk judge events without a name.
+	chatRule bool
 
 	done   verdict // sticky non-pending verdict
 	reason string
@@ -103,7 +105,8 @@ func newFirstEventDetector(format streamFormat, rule string, maxLine int) *first
 	if maxLine <= 0 {
 		maxLine = 256 << 10
 	}
-	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine, quiet: format == formatSSE}
+	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine, quiet: format == formatSSE,
+		chatRule: rule == RuleAuto || rule == RuleOpenAIChat}
 }
 
 // Feed consumes the next bytes read from the upstream body. It returns
@@ -138,8 +141,17 @@ func feed(d *firstEventDetector, p []byte) (verdict, string) {
 			// microseconds under Yaegi).
 			if i := bytes.IndexAny(p, "\r\n"); i > 0 && i+1 < len(p) && p[i] == '\n' && p[i+1] == '\n' && i <= d.maxLine {
 				d.started = true // "data: " is not a BOM
-				v, reason := classifySSE(d.rule, string(p[len(sseDataPrefix):i]), "")
+				data := string(p[len(sseDataPrefix):i])
 				p = p[i+2:]
+				if d.chatRule {
+					if v, ok := classifyChatChunk(data); ok {
+						if v != verdictPending {
+							return finish(d, v, "")
+						}
+						continue
+					}
+				}
+				v, reason := classifyEvent(d.rule, data, "")
 				if v != verdictPending {
 					return finish(d, v, reason)
 				}

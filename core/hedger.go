@@ -30,8 +30,10 @@ type Options struct {
 
 // Hedger runs hedged requests for one route. It is safe for concurrent use.
 type Hedger struct {
-	cfg   Config
-	opts  Options
+	// cfg and opts are pointers so that reading one of their fields under
+	// Yaegi does not copy the whole struct into a fresh frame slot.
+	cfg   *Config
+	opts  *Options
 	state *State
 	// bases[i] is cfg.Upstreams[i].URL parsed once: parsing it per attempt
 	// was a visible share of the interpreted cost under Traefik.
@@ -47,6 +49,10 @@ type Hedger struct {
 	// rootBase[i]: upstream i's URL has no path, so the client's path is
 	// used as it is.
 	rootBase []bool
+	// tenantCaps: tenants have a hedge budget, so requests name theirs.
+	tenantCaps bool
+	// idempotencyTTL is cfg.Idempotency.TTL (read on every request).
+	idempotencyTTL time.Duration
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -94,13 +100,14 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		rootBase[i] = base.Path == "" || base.Path == "/"
 	}
 	_, systemClock := opts.Clock.(SystemClock)
-	return &Hedger{cfg: cfg, opts: opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
+	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
-		methods: methods, rootBase: rootBase}, nil
+		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
+		idempotencyTTL: cfg.Idempotency.TTL}, nil
 }
 
 // Config returns the configuration in force, defaults filled in.
-func (h *Hedger) Config() Config { return h.cfg }
+func (h *Hedger) Config() Config { return *h.cfg }
 
 // State returns the shared state, to keep across reloads.
 func (h *Hedger) State() *State { return h.state }
@@ -137,7 +144,7 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case perr != nil:
 		rejectRequest(w, rep, perr)
-	case !p.hedgeable || !p.clientKey || h.cfg.Idempotency.TTL < 0:
+	case !p.hedgeable || !p.clientKey || h.idempotencyTTL < 0:
 		rep.Key = p.key
 		err = runRace(newRace(h, p, rep, start), w)
 	default:

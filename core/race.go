@@ -100,7 +100,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	first := pickFirstUpstream(h, rc.start)
 	rc.delay = h.cfg.Delay.Fixed
 	if h.cfg.Delay.Mode == DelayAdaptive {
-		rc.delay = hedgeDelay(h.state, &h.cfg, first)
+		rc.delay = hedgeDelay(h.state, h.cfg, first)
 	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
@@ -151,7 +151,7 @@ func deadlineTimer(rc *race) Timer {
 	ctx, cancel := context.WithCancel(rc.clientCtx)
 	rc.ctx = ctx
 	rc.cancel = cancel
-	t := rc.h.opts.Clock.AfterFunc(rc.deadline.Sub(rc.start), func() {
+	t := clockAfterFunc(rc.h, rc.deadline.Sub(rc.start), func() {
 		atomic.StoreInt32(&rc.timedOut, 1)
 		rc.cancel()
 		rc.events <- event{kind: evDeadline}
@@ -313,7 +313,7 @@ func launch(rc *race, role string, up int) {
 	if rc.p.hedgeable && len(rc.attempts) < h.cfg.MaxAttempts {
 		seq := rc.timerSeq
 		events := rc.events
-		rc.timer = h.opts.Clock.AfterFunc(rc.delay, func() { events <- event{kind: evHedgeTimer, seq: seq} })
+		rc.timer = clockAfterFunc(h, rc.delay, func() { events <- event{kind: evHedgeTimer, seq: seq} })
 	}
 }
 
@@ -398,7 +398,9 @@ func awaitAttempts(rc *race) {
 		settle(rc, ev.attempt)
 		a := ev.attempt
 		if ev.kind == evReady && a.resp != nil {
-			a.resp.Body.Close()
+			a.resp.Body.Close() // a late winner
+			putBuffer(a.prefix)
+			a.prefix = nil
 		}
 		if a.result == "" {
 			if rc.winner != nil {
@@ -527,10 +529,19 @@ func deliver(rc *race, w http.ResponseWriter) error {
 	a := rc.winner
 	commit(rc, a)
 	writeWinnerHeader(rc, a, w)
-	rep := rc.rep
+	err := deliverBody(rc, a, w)
+	// The prefix has been written, and copied into the tail: its pooled
+	// buffer can go.
+	putBuffer(a.prefix)
+	a.prefix = nil
+	return err
+}
+
+// deliverBody writes the winner's prefix and streams the rest of its body.
+func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	if len(a.prefix) > 0 {
 		if _, err := w.Write(a.prefix); err != nil {
-			rep.Outcome = OutcomeClientGone
+			rc.rep.Outcome = OutcomeClientGone
 			return nil
 		}
 	}

@@ -33,7 +33,7 @@ type preparedRequest struct {
 	stateful  bool      // the request may change state upstream
 	clientKey bool      // the idempotency key came from the client
 	key       string
-	tenant    string
+	tenant    string // read only when tenants are capped
 	// bodies[i] is the body for upstream i (the model rewritten), nil: body.
 	bodies [][]byte
 }
@@ -63,7 +63,9 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	if err := idempotencyKey(h, p); err != nil {
 		return nil, err
 	}
-	p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
+	if h.tenantCaps {
+		p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
+	}
 	if p.rest != nil {
 		return p, nil
 	}
@@ -121,21 +123,28 @@ func pathAllowed(h *Hedger, path string) bool {
 // readBody buffers the client's body up to MaxBody; past it the request
 // is not hedgeable and the unread rest is kept to forward once.
 func readBody(h *Hedger, p *preparedRequest) error {
-	r := p.orig
-	buf, err := io.ReadAll(io.LimitReader(r.Body, h.cfg.MaxBody+1))
+	body := p.orig.Body
+	limit := h.cfg.MaxBody
+	buf, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
-		if r.Context().Err() != nil {
-			return r.Context().Err()
-		}
-		return &badRequest{http.StatusBadRequest, "invalid_request_body", "could not read the request body: " + err.Error()}
+		return bodyReadError(p.orig, err)
 	}
 	p.body = buf
-	if int64(len(buf)) > h.cfg.MaxBody {
-		p.rest = r.Body
+	if int64(len(buf)) > limit {
+		p.rest = body
 		p.hedgeable = false
 		p.why = "body over max_body"
 	}
 	return nil
+}
+
+// bodyReadError is the error for a client body that could not be read:
+// the client's own when it left, else a bad request.
+func bodyReadError(r *http.Request, err error) error {
+	if cerr := r.Context().Err(); cerr != nil {
+		return cerr
+	}
+	return &badRequest{http.StatusBadRequest, "invalid_request_body", "could not read the request body: " + err.Error()}
 }
 
 // rewriteModels prepares the body of every upstream that sets its own model.
@@ -155,12 +164,12 @@ func rewriteModels(h *Hedger, p *preparedRequest) error {
 }
 
 func idempotencyKey(h *Hedger, p *preparedRequest) error {
-	key := p.orig.Header.Get(h.cfg.Idempotency.Header)
-	if key == "" {
+	v := p.orig.Header[h.keyHeader]
+	if len(v) == 0 || v[0] == "" {
 		p.key = newKey()
 		return nil
 	}
-	return clientKey(p, key)
+	return clientKey(p, v[0])
 }
 
 // clientKey checks and adopts the client's idempotency key.
@@ -340,28 +349,32 @@ func removeConnectionOptions(h http.Header, conn []string) {
 
 // attemptRequest builds attempt `index`'s request to upstream `up`.
 func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, index int) (*http.Request, error) {
+	// Under Yaegi every field selector takes a frame slot of its own, so
+	// chains used more than once are read once into locals.
+	orig := p.orig
+	path := orig.URL.Path
 	base := h.bases[up]
 	target := *base
-	if h.rootBase[up] && p.orig.URL.Path != "" {
-		target.Path = p.orig.URL.Path
+	if h.rootBase[up] && path != "" {
+		target.Path = path
 	} else {
-		target.Path = joinPath(base.Path, p.orig.URL.Path)
+		target.Path = joinPath(base.Path, path)
 	}
 	target.RawPath = ""
-	target.RawQuery = p.orig.URL.RawQuery
+	target.RawQuery = orig.URL.RawQuery
 	var body io.Reader = http.NoBody
 	length := int64(0)
 	if p.rest == nil && p.bodies == nil {
-		if len(p.body) > 0 {
+		if n := len(p.body); n > 0 {
 			body = bytes.NewReader(p.body)
-			length = int64(len(p.body))
+			length = int64(n)
 		}
 	} else {
 		b, n := attemptBody(p, up)
 		body = b
 		length = n
 	}
-	req, err := http.NewRequestWithContext(ctx, p.orig.Method, target.String(), body)
+	req, err := http.NewRequestWithContext(ctx, orig.Method, target.String(), body)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +382,7 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	if length < 0 {
 		req.ContentLength = -1
 	}
-	hdr := p.orig.Header.Clone()
+	hdr := orig.Header.Clone()
 	if hdr == nil {
 		hdr = make(http.Header)
 	}
@@ -382,7 +395,7 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	delete(hdr, "Accept-Encoding")
 	hdr[h.keyHeader] = []string{p.key}
 	hdr[canonicalAttempt] = []string{strconv.Itoa(index)}
-	setForwarded(hdr, p.orig)
+	setForwarded(hdr, orig)
 	u := &h.cfg.Upstreams[up]
 	if len(u.DeleteHeaders) > 0 || len(u.SetHeaders) > 0 {
 		editHeaders(hdr, u)
@@ -416,6 +429,16 @@ func setForwarded(hdr http.Header, orig *http.Request) {
 		}
 		hdr["X-Forwarded-For"] = []string{ip}
 	}
+	proto := hdr["X-Forwarded-Proto"]
+	host := hdr["X-Forwarded-Host"]
+	if len(proto) == 0 || proto[0] == "" || len(host) == 0 || host[0] == "" {
+		setForwardedOrigin(hdr, orig) // a proxy in front (Traefik) has set both
+	}
+}
+
+// setForwardedOrigin sets X-Forwarded-Proto and X-Forwarded-Host when
+// missing.
+func setForwardedOrigin(hdr http.Header, orig *http.Request) {
 	if v := hdr["X-Forwarded-Proto"]; len(v) == 0 || v[0] == "" {
 		proto := "http"
 		if orig.TLS != nil {

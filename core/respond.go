@@ -65,12 +65,22 @@ func flusherFor(w http.ResponseWriter) func() {
 	return func() { rc.Flush() }
 }
 
-// Read buffers are pooled: a streamed answer needs one per attempt and one
-// to deliver, and garbage is a large share of the cost under Yaegi.
-var buffers = sync.Pool{New: func() interface{} { return make([]byte, 32<<10) }}
+// Read buffers are pooled: each attempt reads its undecided bytes (its
+// prefix) into one and the winner is delivered through another, and
+// garbage is a large share of the cost under Yaegi.
+var buffers = sync.Pool{New: func() interface{} { return make([]byte, bufferSize) }}
 
-func getBuffer() []byte  { return buffers.Get().([]byte) }
-func putBuffer(b []byte) { buffers.Put(b) } //nolint:staticcheck // a slice header is small
+const bufferSize = 32 << 10
+
+func getBuffer() []byte { return buffers.Get().([]byte) }
+
+// putBuffer returns b to the pool if it is one of the pool's buffers (a
+// prefix that outgrew its buffer is not).
+func putBuffer(b []byte) {
+	if cap(b) == bufferSize {
+		buffers.Put(b[:bufferSize]) //nolint:staticcheck // a slice header is small
+	}
+}
 
 // tailSize is how much of the end of a streamed answer is kept to recognise
 // its end marker.

@@ -84,7 +84,7 @@ func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
 	up, _ := pickUpstream(h, nil, clockNow(h))
-	return hedgeDelay(h.state, &h.cfg, up)
+	return hedgeDelay(h.state, h.cfg, up)
 }
 
 // HedgesInFlight returns the number of hedge attempts running now.
