@@ -552,8 +552,14 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	// The end of the pooled buffer holds the stream's tail, the rest takes
 	// the reads: one allocation less per request.
 	reads := buf[:len(buf)-tailCompactAt]
-	tailSpace := buf[len(buf)-tailCompactAt : len(buf)-tailCompactAt]
-	tail, err := copyRest(w, a.resp.Body, reads, a.streaming, a.prefix, tailSpace)
+	var tail []byte
+	if a.streaming {
+		tail = keepTail(buf[len(buf)-tailCompactAt:len(buf)-tailCompactAt], a.prefix)
+	}
+	// Streaming holds one buffer, not two.
+	putBuffer(a.prefix)
+	a.prefix = nil
+	tail, err := copyRest(w, a.resp.Body, reads, tail)
 	if err != nil {
 		err = streamEnded(rc, a, w, tail, err)
 	}
@@ -613,16 +619,15 @@ func setReportHeader(rc *race, a *attempt, hdr http.Header) {
 // errClientWrite marks a failed write to the client in copyRest's result.
 var errClientWrite = errors.New("writing to the client failed")
 
-// copyRest flushes what w holds, then streams body to w with a flush per
-// read until io.EOF (nil), a failed write (errClientWrite) or a read error
-// (returned). For a stream (keep) it also returns the last bytes delivered,
-// starting from prefix and kept in tailSpace (appended to while it has room),
-// to tell a finished stream from a cut one. Every
-// statement of the loop runs once per upstream read, and under Yaegi each
-// call and interface conversion costs microseconds: the flush method is
-// resolved once, and the tail is appended inline and cut back only now and
-// then.
-func copyRest(w http.ResponseWriter, body io.Reader, buf []byte, keep bool, prefix, tailSpace []byte) ([]byte, error) {
+// copyRest flushes what w holds, then streams body to w through buf with a
+// flush per read until io.EOF (nil), a failed write (errClientWrite) or a
+// read error (returned). Given a tail (a stream's), it appends what it
+// delivers to it, keeping the last bytes, and returns it, to tell a
+// finished stream from a cut one. Every statement of the loop runs once per
+// upstream read, and under Yaegi each call and interface conversion costs
+// microseconds: the flush method is resolved once, and the tail is appended
+// inline and cut back only now and then.
+func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte) ([]byte, error) {
 	// http.Flusher, the compiled interface, is what Yaegi finds on Traefik's
 	// compiled writers; the interpreted flushErrorer is for our own
 	// wrappers; anything else goes through http.ResponseController.
@@ -634,12 +639,7 @@ func copyRest(w http.ResponseWriter, body io.Reader, buf []byte, keep bool, pref
 		flushW = flusherFor(w)
 		flushW()
 	}
-	var tail []byte
-	if keep && len(prefix) <= tailCompactAt {
-		tail = append(tailSpace, prefix...)
-	} else if keep {
-		tail = keepTail(tailSpace, prefix)
-	}
+	keep := tail != nil
 	for {
 		n, err := body.Read(buf)
 		if n > 0 {
