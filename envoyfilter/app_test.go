@@ -106,6 +106,9 @@ routes:
 	if err != nil || text != llmsim.ExpectedChatText("tls-1", tokens) || !from["B"] {
 		t.Fatalf("%q from %v, %v", text, from, err)
 	}
+	// The client has the whole answer before the ext_proc stream ends and
+	// its report and stream kind are counted: wait for the stream to close.
+	waitFor(t, "the ext_proc stream to end", func() bool { return app.Server.InFlight() == 0 })
 
 	resp, err := http.Get("http://" + app.MetricsAddr() + "/metrics")
 	if err != nil {
