@@ -12,6 +12,8 @@
 // interpreter v0.16.1, which Traefik uses for plugins. Yaegi's select
 // statement is not safe when one function runs concurrently (see the README's
 // contributor notes), so no code here uses select: each request has one event
-// channel that attempts, timers and cancellation post to, read with plain
-// receives.
+// channel that attempts and timers post to, read with plain receives. The
+// per-request path is written for what the interpreter charges for (the
+// README's "What Yaegi charges for"): functions rather than methods, rare
+// branches in functions of their own, configuration behind pointers.
 package core
