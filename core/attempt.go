@@ -124,34 +124,39 @@ func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamF
 	if a.streaming {
 		det = newFirstEventDetector(format, h.cfg.FirstEvent, h.cfg.MaxLine)
 	}
-	a.prefix = getBuffer()[:0]
+	body := resp.Body
+	buf := getBuffer()[:0]
 	for {
-		if len(a.prefix) == cap(a.prefix) {
-			a.prefix = grow(a.prefix) // only when MaxPrefix exceeds the buffer
+		if len(buf) == cap(buf) {
+			buf = grow(buf) // only when MaxPrefix exceeds the buffer
 		}
-		end := len(a.prefix)
-		n, err := resp.Body.Read(a.prefix[end:cap(a.prefix)])
-		if n > 0 {
-			a.prefix = a.prefix[:end+n]
-			if det != nil {
-				v, why := feed(det, a.prefix[end:])
-				if v == verdictOutput {
-					a.firstAt = clockNow(h)
-					return true
-				}
-				if v == verdictFailure {
-					a.reason = why
-					return false
-				}
+		end := len(buf)
+		n, err := body.Read(buf[end:cap(buf)])
+		buf = buf[:end+n]
+		a.prefix = buf
+		if n > 0 && det != nil {
+			if v, why := feed(det, buf[end:]); v != verdictPending {
+				return decided(h, a, v, why)
 			}
-			if len(a.prefix) > h.cfg.MaxPrefix {
-				return prefixFull(h, a, det != nil)
-			}
+		}
+		if n > 0 && len(buf) > h.cfg.MaxPrefix {
+			return prefixFull(h, a, det != nil)
 		}
 		if err != nil {
 			return readEnded(h, a, resp, det, err)
 		}
 	}
+}
+
+// decided records the detector's verdict on an attempt and reports
+// whether it is ready to win.
+func decided(h *Hedger, a *attempt, v verdict, why string) bool {
+	if v == verdictOutput {
+		a.firstAt = clockNow(h)
+		return true
+	}
+	a.reason = why
+	return false
 }
 
 // grow returns b with room for more bytes after its length.

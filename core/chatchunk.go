@@ -46,8 +46,8 @@ func classifyChatChunk(data string) (verdict, bool) {
 		return verdictPending, false
 	}
 	var c chatEvent
-	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 && !absentTypeAndError(&c) {
-		return verdictPending, false
+	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
+		return verdictPending, false // a "type" or an "error", even null: the general rules
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
@@ -72,12 +72,6 @@ func classifyChatChunk(data string) (verdict, bool) {
 		}
 	}
 	return verdictPending, true
-}
-
-// absentTypeAndError reports whether the chunk's "type" and "error" are
-// both missing or null.
-func absentTypeAndError(c *chatEvent) bool {
-	return jsonAbsent(c.Type) && jsonAbsent(c.Error)
 }
 
 // classifyRichDelta judges a delta with more than a role and content.

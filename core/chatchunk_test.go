@@ -33,12 +33,12 @@ func TestChatFastPathAgreesWithGeneralRules(t *testing.T) {
 		{`{"choices":[{"delta":{"content":"\u0000"}}]}`, true},
 		{`{"choices":[{"delta":{"content":1,"tool_calls":{}}}]}`, true},
 		{`{"choices":[{"index":0,"delta":{"role":"assistant"}},{"index":1,"delta":{"content":"b"}}]}`, true},
-		{`{"choices":[{"delta":{"content":""}}],"error":null}`, true},
 		// Left to the general rules.
 		{`{"choices":[{"delta":{"audio":{"id":"a1"}}}]}`, false},
 		{`{"choices":[{"delta":{"audio":{"transcript":"Hi"}}}]}`, false},
 		{`{"choices":[{"delta":{"content":"x"}}],"error":{"message":"boom"}}`, false},
 		{`{"choices":[{"delta":{"content":"x"}}],"error":false}`, false},
+		{`{"choices":[{"delta":{"content":""}}],"error":null}`, false},
 		{`{"type":"response.output_text.delta","delta":"x","choices":[]}`, false},
 		{`{"choices":null}`, false},
 		{`{"choices":"x"}`, false},
