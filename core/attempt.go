@@ -188,14 +188,9 @@ func readEnded(h *Hedger, a *attempt, resp *http.Response, det *firstEventDetect
 	}
 	if det != nil {
 		v, why := det.End()
-		if v == verdictOutput {
-			a.firstAt = clockNow(h)
-			return true
-		}
-		a.reason = why
-		return false
+		return decided(h, a, v, why)
 	}
-	if looksJSON(resp.Header.Get("Content-Type")) && resp.Header.Get("Content-Type") != "" && !json.Valid(a.prefix) {
+	if ct := resp.Header.Get("Content-Type"); ct != "" && looksJSON(ct) && !json.Valid(a.prefix) {
 		a.reason = "upstream answered 2xx with invalid JSON"
 		return false
 	}

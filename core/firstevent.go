@@ -141,17 +141,8 @@ func feed(d *firstEventDetector, p []byte) (verdict, string) {
 			// microseconds under Yaegi).
 			if i := bytes.IndexAny(p, "\r\n"); i > 0 && i+1 < len(p) && p[i] == '\n' && p[i+1] == '\n' && i <= d.maxLine {
 				d.started = true // "data: " is not a BOM
-				data := string(p[len(sseDataPrefix):i])
+				v, reason := classifySSE(d, string(p[len(sseDataPrefix):i]), "")
 				p = p[i+2:]
-				if d.chatRule {
-					if v, ok := classifyChatChunk(data); ok {
-						if v != verdictPending {
-							return finish(d, v, "")
-						}
-						continue
-					}
-				}
-				v, reason := classifyEvent(d.rule, data, "")
 				if v != verdictPending {
 					return finish(d, v, reason)
 				}
@@ -264,7 +255,7 @@ func (d *firstEventDetector) sseLine(line []byte) (verdict, string) {
 			d.data = d.data[:0]
 			return verdictPending, ""
 		}
-		v, reason := classifySSE(d.rule, string(d.data), event)
+		v, reason := classifySSE(d, string(d.data), event)
 		d.data = d.data[:0]
 		return v, reason
 	}
@@ -331,14 +322,16 @@ var anthropicKinds = map[string]bool{
 	"ping":                true,
 }
 
-// classifySSE classifies one dispatched SSE event.
-func classifySSE(rule, data, event string) (verdict, string) {
-	if event == "" && (rule == RuleAuto || rule == RuleOpenAIChat) {
+// classifySSE classifies one dispatched SSE event of d's stream: a plain
+// Chat chunk by its fast path, anything else by the general rules.
+func classifySSE(d *firstEventDetector, data, event string) (verdict, string) {
+	if event == "" && d.chatRule {
 		if v, ok := classifyChatChunk(data); ok {
 			return v, ""
 		}
 	}
-	return classifyEvent(rule, data, event)
+	v, reason := classifyEvent(d.rule, data, event)
+	return v, reason
 }
 
 // classifyEvent applies the general rules to one dispatched SSE event.

@@ -32,7 +32,6 @@ const (
 // derives from the client's, so each attempt in flight fails at once and
 // its event wakes the loop, which then finds the client gone. The loop
 // never waits with no attempt in flight.
-
 type event struct {
 	kind    eventKind
 	attempt *attempt
@@ -93,8 +92,8 @@ func newRace(h *Hedger, p *preparedRequest, rep *Report, start time.Time) *race 
 func runRace(rc *race, w http.ResponseWriter) error {
 	h := rc.h
 	var deadlineTimer Timer
-	if _, ok := rc.clientCtx.Deadline(); ok || h.cfg.Timeout > 0 {
-		deadlineTimer = armDeadline(rc)
+	if clientDeadline, ok := rc.clientCtx.Deadline(); ok || h.cfg.Timeout > 0 {
+		deadlineTimer = armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
 	first := pickFirstUpstream(h, rc.start)
@@ -130,16 +129,13 @@ func runRace(rc *race, w http.ResponseWriter) error {
 }
 
 // armDeadline computes the race's deadline (the route's timeout, or the
-// client's own if sooner) and arms its timer; nil when there is none.
-func armDeadline(rc *race) Timer {
+// client's own, zero when it has none, if sooner) and arms its timer.
+func armDeadline(rc *race, clientDeadline time.Time) Timer {
 	if rc.h.cfg.Timeout > 0 {
 		rc.deadline = rc.start.Add(rc.h.cfg.Timeout)
 	}
-	if d, ok := rc.clientCtx.Deadline(); ok && (rc.deadline.IsZero() || d.Before(rc.deadline)) {
-		rc.deadline = d
-	}
-	if rc.deadline.IsZero() {
-		return nil
+	if !clientDeadline.IsZero() && (rc.deadline.IsZero() || clientDeadline.Before(rc.deadline)) {
+		rc.deadline = clientDeadline
 	}
 	return deadlineTimer(rc)
 }
@@ -628,9 +624,8 @@ var errClientWrite = errors.New("writing to the client failed")
 // microseconds: the flush method is resolved once, and the tail is appended
 // inline and cut back only now and then.
 func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte) ([]byte, error) {
-	// http.Flusher, the compiled interface, is what Yaegi finds on Traefik's
-	// compiled writers; the interpreted flushErrorer is for our own
-	// wrappers; anything else goes through http.ResponseController.
+	// Flush called directly where it can be (see flusherFor): a function
+	// value would cost an interpreted call per read.
 	hf, hasFlush := w.(http.Flusher)
 	var flushW func()
 	if hasFlush {

@@ -85,6 +85,11 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	return p, nil
 }
 
+// Hedgeable reports whether r may be raced as far as the rules that need
+// no body decide: the client's opt-out, the configured methods and paths.
+// An adapter that hands other requests to its next handler asks it first.
+func (h *Hedger) Hedgeable(r *http.Request) bool { return whyNotHedgeable(h, r) == "" }
+
 // whyNotHedgeable returns why r may not be raced ("" when it may): the
 // client opted out, or its method or path is not configured.
 func whyNotHedgeable(h *Hedger, r *http.Request) string {
@@ -210,8 +215,7 @@ func looksJSON(contentType string) bool {
 
 // jsonMediaType reports whether a Content-Type names JSON, in any case.
 func jsonMediaType(contentType string) bool {
-	ct := strings.ToLower(contentType)
-	return ct == "" || strings.Contains(ct, "json")
+	return strings.Contains(strings.ToLower(contentType), "json")
 }
 
 // The markers mayChangeState looks for, converted once.

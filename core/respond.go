@@ -44,9 +44,11 @@ func copyHeader(dst, src http.Header) {
 	}
 }
 
-// flusher is checked in interpreted code on purpose: under Yaegi an
-// interpreted writer handed to compiled code (http.NewResponseController)
-// loses its Flush method.
+// Under Yaegi v0.16.1 a type assertion sees a writer's Flush only through
+// an interface of the writer's own kind: http.Flusher (compiled) for
+// Traefik's compiled writers, flusher (declared here, interpreted) for our
+// own wrappers, which lose Flush when handed to compiled code such as
+// http.NewResponseController. Compiled, the first match wins.
 type flusher interface{ Flush() }
 
 type flushErrorer interface{ FlushError() error }
@@ -55,6 +57,9 @@ func flush(w http.ResponseWriter) { flusherFor(w)() }
 
 // flusherFor returns the function that flushes w.
 func flusherFor(w http.ResponseWriter) func() {
+	if f, ok := w.(http.Flusher); ok {
+		return func() { f.Flush() }
+	}
 	if f, ok := w.(flushErrorer); ok {
 		return func() { f.FlushError() }
 	}

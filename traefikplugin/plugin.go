@@ -16,7 +16,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"strings"
 	"sync"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -58,10 +57,6 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 // ServeHTTP hedges r, or hands it to the next handler once when it is not
 // eligible and PassThrough is set.
 func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.passThrough && !h.eligible(r) {
-		h.next.ServeHTTP(w, r)
-		return
-	}
 	// Read under the lock without a deferred unlock or a method call:
 	// under Yaegi both cost more than the rest of this function.
 	h.mu.Lock()
@@ -75,39 +70,16 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		engine = built
 	}
+	if h.passThrough && !engine.Hedgeable(r) {
+		h.next.ServeHTTP(w, r)
+		return
+	}
 	// w is Traefik's own (compiled) writer. The engine flushes it after
-	// every chunk it copies by asserting Flush in interpreted code, which
-	// sees the writer's real methods; only wrappers handed the other way
-	// (interpreted to compiled) lose Flush under Yaegi.
+	// every chunk it copies through http.Flusher, the compiled interface
+	// Yaegi matches on compiled writers (core's flusherFor).
 	if err := engine.Handle(w, r); err != nil && errors.Is(err, core.ErrStreamAborted) {
 		abortResponse(w)
 	}
-}
-
-// eligible mirrors the engine's hedging rules that do not need the body:
-// method, path and the client's opt-out.
-func (h *Hedge) eligible(r *http.Request) bool {
-	if strings.EqualFold(strings.TrimSpace(r.Header.Get(core.HeaderHedge)), "off") {
-		return false
-	}
-	methodOK := false
-	for _, m := range h.cfg.Methods {
-		if strings.EqualFold(m, r.Method) {
-			methodOK = true
-		}
-	}
-	if !methodOK {
-		return false
-	}
-	if len(h.cfg.PathPrefixes) == 0 {
-		return true
-	}
-	for _, p := range h.cfg.PathPrefixes {
-		if strings.HasPrefix(r.URL.Path, p) {
-			return true
-		}
-	}
-	return false
 }
 
 // engine returns the hedger, building it on first use with the shared
