@@ -20,10 +20,8 @@ import (
 )
 
 // fastWorkload answers every request after ttft, 3 tokens 1ms apart, with
-// pings every 2ms while it waits: a small, deterministic upstream. (Tiny
-// positive sigma and stall probability instead of the documented -1 "off":
-// llmsim applies its defaults twice, which turns -1 back into the default;
-// reported in /tmp/core-bugs.md.)
+// pings every 2ms while it waits: a small, deterministic upstream (sigma
+// and stall probability -1: no jitter, no stalls).
 func fastWorkload(ttft time.Duration) llmsim.Workload {
 	return llmsim.Workload{MedianTTFT: ttft, Sigma: -1, StallProb: -1, Tokens: 3, TokenGap: time.Millisecond, PingEvery: 2 * time.Millisecond}
 }

@@ -54,7 +54,7 @@ func (h *Handler) logReport(rep *core.Report) {
 		zap.Duration("delay", rep.Delay),
 		zap.Duration("total", rep.Total),
 	)
-	if w := winner(rep); w != nil {
+	if w := rep.WinnerAttempt(); w != nil {
 		fields = append(fields,
 			zap.String("winner", w.Upstream),
 			zap.Int("winner_index", w.Index),

@@ -138,7 +138,7 @@ func (m *hedgeMetrics) observe(rep *core.Report) {
 	if rep.WastedPromptTokens > 0 {
 		m.wastedTokens.WithLabelValues(route).Add(float64(rep.WastedPromptTokens))
 	}
-	if w := winner(rep); w != nil {
+	if w := rep.WinnerAttempt(); w != nil {
 		m.requestTTFT.WithLabelValues(route).Observe(rep.TTFT.Seconds())
 		if w.TTFT > 0 {
 			m.upstreamTTFT.WithLabelValues(route, w.Upstream).Observe(w.TTFT.Seconds())
@@ -147,12 +147,4 @@ func (m *hedgeMetrics) observe(rep *core.Report) {
 			m.hedgeWins.WithLabelValues(route, w.Upstream, w.Role).Inc()
 		}
 	}
-}
-
-// winner returns the report's winning attempt, or nil.
-func winner(rep *core.Report) *core.AttemptReport {
-	if rep.Winner < 0 || rep.Winner >= len(rep.Attempts) {
-		return nil
-	}
-	return &rep.Attempts[rep.Winner]
 }

@@ -45,7 +45,7 @@ func setPlaceholders(r *http.Request, rep *core.Report) {
 	}
 	var winnerName, ttft any = "", ""
 	winnerIndex := -1
-	if w := winner(rep); w != nil {
+	if w := rep.WinnerAttempt(); w != nil {
 		winnerName, winnerIndex, ttft = w.Upstream, w.Index, rep.TTFT.Milliseconds()
 	}
 	repl.Set(PlaceholderWinner, winnerName)

@@ -42,8 +42,10 @@ type attempt struct {
 // errorBodyLimit bounds the upstream error body kept for the client.
 const errorBodyLimit = 64 << 10
 
-// fatalStatus are client errors that no other upstream would answer better.
-func fatalStatus(status int) bool {
+// FatalStatus reports whether an upstream status is a client error that no
+// other upstream would answer better: it goes to the client at once and
+// starts nothing more.
+func FatalStatus(status int) bool {
 	switch status {
 	case 400, 401, 403, 404, 413, 422:
 		return true
@@ -112,7 +114,7 @@ func keepErrorAnswer(a *attempt, resp *http.Response) {
 	resp.Body.Close()
 	a.resp = resp
 	a.reason = fmt.Sprintf("upstream answered %d", resp.StatusCode)
-	a.fatal = fatalStatus(resp.StatusCode)
+	a.fatal = FatalStatus(resp.StatusCode)
 	a.retryable = retryableStatus(resp.StatusCode)
 }
 

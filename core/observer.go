@@ -94,3 +94,12 @@ type ObserverFunc func(r *Report)
 
 // Observe calls f(r).
 func (f ObserverFunc) Observe(r *Report) { f(r) }
+
+// WinnerAttempt returns the winning attempt's report, or nil when no
+// attempt won.
+func (r *Report) WinnerAttempt() *AttemptReport {
+	if r.Winner < 0 || r.Winner >= len(r.Attempts) {
+		return nil
+	}
+	return &r.Attempts[r.Winner]
+}

@@ -84,9 +84,9 @@ func (h *requestHead) pathOnly() string {
 	return p
 }
 
-// newRequest builds the *http.Request core hedges. Envoy's own x-envoy-*
-// headers stay behind: they steer Envoy, and an upstream LLM API has no use
-// for them.
+// newRequest builds the *http.Request core hedges, once per stream: the
+// request takes h's header map over. Envoy's own x-envoy-* headers stay
+// behind: they steer Envoy, and an upstream LLM API has no use for them.
 func (h *requestHead) newRequest(body bodyReader) (*http.Request, error) {
 	u, err := url.ParseRequestURI(h.path)
 	if err != nil || !strings.HasPrefix(h.path, "/") {
@@ -103,13 +103,14 @@ func (h *requestHead) newRequest(body bodyReader) (*http.Request, error) {
 		Proto:      "HTTP/1.1",
 		ProtoMajor: 1,
 		ProtoMinor: 1,
-		Header:     h.header.Clone(),
+		Header:     h.header,
 		Host:       h.authority,
 		RequestURI: h.path,
 	}
 	for name := range r.Header {
-		if strings.HasPrefix(strings.ToLower(name), "x-envoy-") {
-			r.Header.Del(name)
+		// Names are canonical (Header.Add): compare without a lower-cased copy.
+		if len(name) >= len("x-envoy-") && strings.EqualFold(name[:len("x-envoy-")], "x-envoy-") {
+			delete(r.Header, name)
 		}
 	}
 	r.ContentLength = -1

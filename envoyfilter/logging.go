@@ -60,8 +60,8 @@ func (l requestLogger) Observe(r *core.Report) {
 			zap.Duration("delay", r.Delay),
 			zap.String("idempotency_key", r.Key),
 		}
-		if r.Winner >= 0 && r.Winner < len(r.Attempts) {
-			fields = append(fields, zap.Int("winner", r.Winner), zap.String("winner_upstream", r.Attempts[r.Winner].Upstream))
+		if w := r.WinnerAttempt(); w != nil {
+			fields = append(fields, zap.Int("winner", r.Winner), zap.String("winner_upstream", w.Upstream))
 		}
 		if len(r.Denials) > 0 {
 			fields = append(fields, zap.Strings("denials", r.Denials))

@@ -95,8 +95,7 @@ func (m *Metrics) Observe(r *core.Report) {
 	if r.HedgesStarted > 0 {
 		m.hedgesStarted.WithLabelValues(route).Add(float64(r.HedgesStarted))
 	}
-	if r.Winner >= 0 && r.Winner < len(r.Attempts) {
-		w := r.Attempts[r.Winner]
+	if w := r.WinnerAttempt(); w != nil {
 		if r.Winner > 0 {
 			m.hedgeWins.WithLabelValues(route).Inc()
 		}

@@ -144,7 +144,8 @@ func (w *replyWriter) sendBody(end bool) {
 			// The message takes the buffer; the next Write starts a new one.
 			body, w.pending = w.pending, nil
 		} else {
-			body = append([]byte(nil), w.pending[:n]...)
+			// No copy: Write only appends, past the end of what is sent.
+			body = w.pending[:n:n]
 			w.pending = w.pending[n:]
 		}
 		w.emit(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_StreamedImmediateResponse{

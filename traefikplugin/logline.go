@@ -85,8 +85,8 @@ func (o *logObserver) Observe(r *core.Report) {
 			Error:         a.Error,
 		})
 	}
-	if r.Winner >= 0 && r.Winner < len(r.Attempts) {
-		line.WinnerUpstream = r.Attempts[r.Winner].Upstream
+	if w := r.WinnerAttempt(); w != nil {
+		line.WinnerUpstream = w.Upstream
 	}
 	b, err := json.Marshal(line)
 	if err != nil {

@@ -16,9 +16,8 @@ import (
 
 // simWorkload is a deterministic upstream: first token after ttft (while
 // the stream already sent 200, a role-only chunk and pings every 3ms), then
-// 5 tokens 2ms apart. Sigma and the stall probability are tiny positive
-// values, not the documented -1 "off": llmsim applies its defaults twice,
-// which turns -1 back into the default (2% stalls of 10-20s).
+// 5 tokens 2ms apart. Sigma and the stall probability -1 switch jitter and
+// stalls off.
 func simWorkload(ttft time.Duration) llmsim.Workload {
 	return llmsim.Workload{MedianTTFT: ttft, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 3 * time.Millisecond}
 }

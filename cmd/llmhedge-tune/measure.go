@@ -164,10 +164,7 @@ func timeResponse(client *http.Client, req *http.Request, start time.Time, key s
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		s = s.fail(time.Since(start), "status "+strconv.Itoa(resp.StatusCode),
 			fmt.Sprintf("status %d: %s", resp.StatusCode, oneLine(b)), key)
-		switch resp.StatusCode {
-		case 400, 401, 403, 404, 413, 422:
-			s.Fatal = true
-		}
+		s.Fatal = core.FatalStatus(resp.StatusCode)
 		return s
 	}
 	detector, streaming := core.NewEventDetector(resp.Header.Get("Content-Type"), core.RuleAuto)

@@ -71,8 +71,9 @@ func (p *plan) body(e, i int) []byte {
 // total is the number of requests of the whole run: the hard cap.
 func (p *plan) total() int { return p.opts.N * len(p.opts.Endpoints) }
 
-// promptTokens estimates the prompt tokens of the run as body bytes / 4
-// (rounded up), the rule core uses for tenant budgets.
+// promptTokens estimates the prompt tokens of the run as body bytes / 4,
+// core's rule for tenant budgets, rounded up here (core rounds down) so the
+// spend estimate errs high.
 func (p *plan) promptTokens() int64 {
 	var tokens int64
 	for e := range p.opts.Endpoints {

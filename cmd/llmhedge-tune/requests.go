@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 )
 
 // builtinPrompts are short, cheap prompts: the command measures latency,
@@ -170,11 +171,7 @@ func toAnthropic(req chatRequest) error {
 	req["messages"] = mustJSON(kept)
 	if len(system) > 0 {
 		if _, ok := req["system"]; !ok {
-			joined := system[0]
-			for _, s := range system[1:] {
-				joined += "\n\n" + s
-			}
-			req["system"] = mustJSON(joined)
+			req["system"] = mustJSON(strings.Join(system, "\n\n"))
 		}
 	}
 	if _, ok := req["max_tokens"]; !ok {

@@ -20,10 +20,6 @@ type site struct {
 	delay  time.Duration // 0: adaptive
 }
 
-// current returns a site's delay for the table (the adaptive one is shown
-// as the configured start).
-func (s site) current() time.Duration { return s.delay }
-
 // startCaddy loads a Caddy config with three servers on free loopback ports.
 func startCaddy(upA, upB string, delay time.Duration) ([]site, error) {
 	ports, err := freePorts(3)

@@ -117,7 +117,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 	res := &Results{Scale: opts.scale, Seed: opts.seed, Concurrency: opts.concurrency, TrueP95: ms(p95)}
 	var ids []string
 	var chartSeries []refload.Series
-	for i, site := range sites {
+	for _, site := range sites {
 		a.ResetCounters()
 		b.ResetCounters()
 		bar := newProgress(stderr, site.name, opts.n)
@@ -133,10 +133,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 		served := a.Served() + b.Served()
 		row := summarize(site.name, out, served, opts.n)
 		if site.hedged {
-			row.DelayMillis = ms(site.delay)
-			if site.delay == 0 {
-				row.DelayMillis = ms(sites[i].current())
-			}
+			row.DelayMillis = ms(site.delay) // 0 for the adaptive site
 		}
 		res.Rows = append(res.Rows, row)
 		chartSeries = append(chartSeries, refload.Series{Name: site.name, Values: refload.Successful(out.TTFT)})

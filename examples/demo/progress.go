@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"golang.org/x/term"
 )
 
 // progress draws one status line per variant on stderr.
@@ -20,10 +22,9 @@ type progress struct {
 
 func newProgress(w io.Writer, name string, total int) *progress {
 	p := &progress{w: w, name: name, total: total, start: time.Now()}
-	if f, ok := w.(*os.File); ok {
-		if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 {
-			p.tty = true
-		}
+	// A terminal, not any character device: /dev/null is one too.
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		p.tty = true
 	}
 	p.update(0)
 	return p

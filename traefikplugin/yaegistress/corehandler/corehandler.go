@@ -32,8 +32,8 @@ func New(a, b string, delay time.Duration, transport http.RoundTripper,
 	if observe != nil {
 		opts.Observer = core.ObserverFunc(func(r *core.Report) {
 			winner := ""
-			if r.Winner >= 0 && r.Winner < len(r.Attempts) {
-				winner = r.Attempts[r.Winner].Upstream
+			if w := r.WinnerAttempt(); w != nil {
+				winner = w.Upstream
 			}
 			observe(r.Outcome, r.HedgesStarted, winner)
 		})
