@@ -211,20 +211,13 @@ func (a *App) Shutdown(timeout time.Duration) {
 	a.health.Shutdown()
 	open := a.Server.InFlight()
 	a.log.Info("draining", zap.Int64("streams", open), zap.Duration("timeout", timeout))
-	stopped := make(chan struct{})
-	go func() {
-		a.grpc.GracefulStop()
-		close(stopped)
-	}()
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
-	select {
-	case <-stopped:
-	case <-timer.C:
+	// Stop, from the timer, ends a GracefulStop still waiting on streams.
+	force := time.AfterFunc(timeout, func() {
 		a.log.Warn("drain timeout; cancelling the streams still open", zap.Int64("streams", a.Server.InFlight()))
 		a.grpc.Stop()
-		<-stopped
-	}
+	})
+	a.grpc.GracefulStop()
+	force.Stop()
 	if a.metricsHTTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		a.metricsHTTP.Shutdown(ctx)

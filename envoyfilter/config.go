@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"sigs.k8s.io/yaml"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -480,7 +481,7 @@ func (c *FileConfig) Validate() error {
 			}
 		}
 		for j, h := range r.Match.Headers {
-			if h.Name == "" || strings.HasPrefix(h.Name, ":") || !validToken(h.Name) {
+			if h.Name == "" || strings.HasPrefix(h.Name, ":") || !httpguts.ValidHeaderFieldName(h.Name) {
 				bad("%s: match.headers[%d]: name %q is not a valid header name", where, j, h.Name)
 			}
 		}
@@ -581,20 +582,4 @@ func (r RouteConfig) CoreConfig() (core.Config, error) {
 		cfg.Upstreams = append(cfg.Upstreams, up)
 	}
 	return cfg, nil
-}
-
-// validToken reports whether s is an RFC 9110 token (a header name).
-func validToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' ||
-			strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
-			continue
-		}
-		return false
-	}
-	return true
 }

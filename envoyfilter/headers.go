@@ -9,6 +9,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"golang.org/x/net/http/httpguts"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -59,7 +60,7 @@ func parseRequestHead(msg *extprocv3.HttpHeaders) (*requestHead, error) {
 			// we could hedge; they are ignored.
 			continue
 		}
-		if !validToken(key) {
+		if !httpguts.ValidHeaderFieldName(key) {
 			return nil, fmt.Errorf("header name %q is not a valid token", key)
 		}
 		head.header.Add(key, value)
@@ -67,7 +68,7 @@ func parseRequestHead(msg *extprocv3.HttpHeaders) (*requestHead, error) {
 	switch {
 	case head.method == "":
 		return nil, fmt.Errorf("request_headers has no :method")
-	case !validToken(head.method):
+	case !httpguts.ValidHeaderFieldName(head.method):
 		return nil, fmt.Errorf(":method %q is not a valid token", head.method)
 	case head.path == "":
 		return nil, fmt.Errorf("request_headers has no :path")
@@ -144,7 +145,7 @@ var responseHeaderSkipped = map[string]bool{
 func forEachResponseHeader(h http.Header, f func(name, value string)) {
 	for name, values := range h {
 		lower := strings.ToLower(name)
-		if responseHeaderSkipped[lower] || strings.HasPrefix(lower, "x-envoy-") || !validToken(lower) {
+		if responseHeaderSkipped[lower] || strings.HasPrefix(lower, "x-envoy-") || !httpguts.ValidHeaderFieldName(lower) {
 			continue
 		}
 		for _, v := range values {

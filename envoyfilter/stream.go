@@ -267,24 +267,10 @@ func (p *processStream) onRequestHeaders(m *extprocv3.ProcessingRequest, msg *ex
 	r := p.cfg.table.match(head)
 	hasBody := !head.noBody
 	if r == nil {
-		p.kind = kindPassthrough
-		if hasBody && drainsBody(p.requestMode) {
-			p.state = passingThrough
-			return p.send(continueHeaders(true))
-		}
-		// Nothing but the headers has reached us and Envoy holds the rest:
-		// a clean close lets Envoy continue the request untouched
-		// (ext_proc.cc onGrpcCloseWithStatus → clearAsyncState), and ends
-		// our part at the cost of one message each way.
-		return errCloseStream
+		return p.passThrough(hasBody)
 	}
 	switch {
 	case !hasBody:
-		if !drainsBody(p.requestMode) {
-			if err := p.extendMessageTimer(); err != nil {
-				return err
-			}
-		}
 		return p.startHandler(r, head, nil)
 	case p.requestMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED:
 		p.body = newBodyPipe()
@@ -297,15 +283,25 @@ func (p *processStream) onRequestHeaders(m *extprocv3.ProcessingRequest, msg *ex
 		p.pendingRoute, p.pendingHead = r, head
 		return p.send(continueHeaders(true))
 	default:
-		p.kind = kindPassthrough
 		p.s.log.Warn("route matched, but the filter's request_body_mode does not give this server the request body; continuing untouched",
 			zap.String("route", r.name), zap.String("request_body_mode", p.requestMode.String()))
-		if drainsBody(p.requestMode) {
-			p.state = passingThrough
-			return p.send(continueHeaders(true))
-		}
-		return errCloseStream
+		return p.passThrough(true)
 	}
+}
+
+// passThrough lets Envoy continue a request this server does not hedge.
+// When the body mode sends the body here, every message of it is answered
+// "continue"; otherwise nothing but the headers has reached us and Envoy
+// holds the rest: a clean close lets Envoy continue the request untouched
+// (ext_proc.cc onGrpcCloseWithStatus → clearAsyncState), and ends our part
+// at the cost of one message each way.
+func (p *processStream) passThrough(hasBody bool) error {
+	p.kind = kindPassthrough
+	if hasBody && drainsBody(p.requestMode) {
+		p.state = passingThrough
+		return p.send(continueHeaders(true))
+	}
+	return errCloseStream
 }
 
 // extendMessageTimer asks Envoy for more time before the reply it waits
@@ -328,9 +324,6 @@ func (p *processStream) onRequestBody(b *extprocv3.HttpBody) error {
 	case passingThrough:
 		return p.send(continueBody(true, b, p.requestMode))
 	case awaitingBufferedBody:
-		if err := p.extendMessageTimer(); err != nil {
-			return err
-		}
 		return p.startHandler(p.pendingRoute, p.pendingHead, io.NopCloser(bytes.NewReader(b.GetBody())))
 	default: // hedging
 		// Never answered: the reply owed to request_headers is the local
@@ -357,9 +350,6 @@ func (p *processStream) onRequestTrailers() error {
 			RequestTrailers: &extprocv3.TrailersResponse{}}})
 	case awaitingBufferedBody:
 		// Trailers without a body message: the body is empty.
-		if err := p.extendMessageTimer(); err != nil {
-			return err
-		}
 		return p.startHandler(p.pendingRoute, p.pendingHead, nil)
 	default: // hedging: the trailers end the body (request_trailer_mode SEND).
 		if p.body != nil {
@@ -383,8 +373,15 @@ func (p *processStream) continueResponsePath(m *extprocv3.ProcessingRequest) err
 	}
 }
 
-// startHandler runs core for the request in its own goroutine.
+// startHandler runs core for the request in its own goroutine, first
+// asking Envoy for time where its message timer runs (every mode that
+// does not stream the body to us).
 func (p *processStream) startHandler(r *route, head *requestHead, body bodyReader) error {
+	if !drainsBody(p.requestMode) {
+		if err := p.extendMessageTimer(); err != nil {
+			return err
+		}
+	}
 	req, err := head.newRequest(body)
 	if err != nil {
 		return p.protocolError(codes.InvalidArgument, "request_headers: %v", err)
