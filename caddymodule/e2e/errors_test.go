@@ -118,11 +118,7 @@ func TestBrokenStreamAfterCommit(t *testing.T) {
 	}
 
 	// On the wire: the chunked body ends without its terminator.
-	req, _ := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
-	req.Header.Set(llmsim.HeaderRequest, "broken-2")
-	req.Header.Set(llmsim.HeaderBehavior, "A=reset_after:2;B=stall")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(rawChatRequest(c.url(0), "broken-2", "A=reset_after:2;B=stall"))
 	if err != nil {
 		t.Fatal(err)
 	}

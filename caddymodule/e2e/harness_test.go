@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/caddymodule/caddybin"
+	"github.com/llmhedge/llmhedge/core/llmsim"
 )
 
 // caddyBinary is the real Caddy with llm_hedge, built (or found in the
@@ -322,4 +323,18 @@ func testContext(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// rawChatRequest is a raw streaming Chat Completions request to a site,
+// tagged with the simulators' request id and behaviour ("" for none), for
+// tests that look at the wire rather than through the SDK.
+func rawChatRequest(siteURL, id, behavior string) *http.Request {
+	req, _ := http.NewRequest(http.MethodPost, siteURL+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(llmsim.HeaderRequest, id)
+	if behavior != "" {
+		req.Header.Set(llmsim.HeaderBehavior, behavior)
+	}
+	return req
 }

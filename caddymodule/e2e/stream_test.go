@@ -173,15 +173,7 @@ func TestPlaceholdersAndReportHeader(t *testing.T) {
 		hedgeSite(a, b, "\t\treport_header X-LLM-Hedge-Report")
 	c := startCaddy(t, "", site)
 
-	req, err := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
-		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(llmsim.HeaderRequest, "ph-1")
-	req.Header.Set(llmsim.HeaderBehavior, "A=stall")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(rawChatRequest(c.url(0), "ph-1", "A=stall"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,12 +233,8 @@ func TestIdempotencyJoinAndReplay(t *testing.T) {
 	a, b := startSims(t)
 	c := startCaddy(t, "", hedgeSite(a, b, ""))
 	post := func() (*http.Response, string) {
-		req, _ := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
-			strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
-		req.Header.Set("Content-Type", "application/json")
+		req := rawChatRequest(c.url(0), "idem-1", "A=ttft:200ms")
 		req.Header.Set("Idempotency-Key", "idem-1")
-		req.Header.Set(llmsim.HeaderRequest, "idem-1")
-		req.Header.Set(llmsim.HeaderBehavior, "A=ttft:200ms")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Error(err)

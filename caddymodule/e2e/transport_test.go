@@ -98,11 +98,7 @@ func TestHTTP2ClientSeesAbortedStream(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 
 	do := func(id, behavior string) (*http.Response, []byte, error) {
-		req, _ := http.NewRequest(http.MethodPost, c.url(0)+"/v1/chat/completions",
-			strings.NewReader(`{"model":"m","stream":true,"messages":[]}`))
-		req.Header.Set(llmsim.HeaderRequest, id)
-		req.Header.Set(llmsim.HeaderBehavior, behavior)
-		resp, err := client.Do(req)
+		resp, err := client.Do(rawChatRequest(c.url(0), id, behavior))
 		if err != nil {
 			return nil, nil, err
 		}
