@@ -180,7 +180,7 @@ func (a *App) Reload() error {
 	if err == nil {
 		err = a.Server.Reload(cfg)
 	} else {
-		a.Server.metrics.reloads.WithLabelValues("error").Inc()
+		a.Server.countReload(err)
 	}
 	if err != nil {
 		a.log.Error("configuration reload failed; keeping the running configuration", zap.Error(err))

@@ -6,11 +6,6 @@ import (
 	"sync"
 )
 
-// bodyReader is the request body core reads.
-type bodyReader interface {
-	io.ReadCloser
-}
-
 // bodyPipe carries request_body chunks from a stream's receive loop to the
 // handler that reads the request body. The receive loop never waits for
 // the handler for long: the pipe holds up to pipeDepth chunks, and once the

@@ -2,6 +2,7 @@ package envoyfilter
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -88,7 +89,7 @@ func (h *requestHead) pathOnly() string {
 // newRequest builds the *http.Request core hedges, once per stream: the
 // request takes h's header map over. Envoy's own x-envoy-* headers stay
 // behind: they steer Envoy, and an upstream LLM API has no use for them.
-func (h *requestHead) newRequest(body bodyReader) (*http.Request, error) {
+func (h *requestHead) newRequest(body io.ReadCloser) (*http.Request, error) {
 	u, err := url.ParseRequestURI(h.path)
 	if err != nil || !strings.HasPrefix(h.path, "/") {
 		return nil, fmt.Errorf(":path %q is not an origin-form request target", h.path)

@@ -101,12 +101,18 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // changes.
 func (s *Server) Reload(cfg *FileConfig) error {
 	err := s.apply(cfg)
+	s.countReload(err)
+	return err
+}
+
+// countReload counts one reload, failed when err is not nil (the file
+// could not be read or parsed, or its routes not built).
+func (s *Server) countReload(err error) {
 	result := "ok"
 	if err != nil {
 		result = "error"
 	}
 	s.metrics.reloads.WithLabelValues(result).Inc()
-	return err
 }
 
 func (s *Server) apply(cfg *FileConfig) error {

@@ -376,7 +376,7 @@ func (p *processStream) continueResponsePath(m *extprocv3.ProcessingRequest) err
 // startHandler runs core for the request in its own goroutine, first
 // asking Envoy for time where its message timer runs (every mode that
 // does not stream the body to us).
-func (p *processStream) startHandler(r *route, head *requestHead, body bodyReader) error {
+func (p *processStream) startHandler(r *route, head *requestHead, body io.ReadCloser) error {
 	if !drainsBody(p.requestMode) {
 		if err := p.extendMessageTimer(); err != nil {
 			return err
