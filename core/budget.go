@@ -3,6 +3,7 @@ package core
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -45,6 +46,46 @@ func (b *hedgeBucket) take() bool {
 	}
 	b.tokens--
 	return true
+}
+
+// refund gives back the token of a hedge that took one and then did not
+// start.
+func refund(b *hedgeBucket) {
+	if b.ratio < 0 {
+		return
+	}
+	b.mu.Lock()
+	b.tokens++
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
+	b.mu.Unlock()
+}
+
+// takeHedgeSlot takes one of the limit slots for hedges in flight (limit
+// negative: no cap, the hedge is only counted). Check and take are one
+// compare-and-swap, so two requests cannot both take the last slot. The
+// race gives the slot back with releaseHedgeSlot, once, when the hedge's
+// terminal event is settled or when a later check denies the hedge.
+func takeHedgeSlot(st *State, limit int) bool {
+	if limit < 0 {
+		atomic.AddInt64(&st.hedgesInFlight, 1)
+		return true
+	}
+	for {
+		n := atomic.LoadInt64(&st.hedgesInFlight)
+		if n >= int64(limit) {
+			return false
+		}
+		if atomic.CompareAndSwapInt64(&st.hedgesInFlight, n, n+1) {
+			return true
+		}
+	}
+}
+
+// releaseHedgeSlot gives back a slot taken by takeHedgeSlot.
+func releaseHedgeSlot(st *State) {
+	atomic.AddInt64(&st.hedgesInFlight, -1)
 }
 
 // upstreamHealth is one upstream's cool-down (after 429/503) and circuit

@@ -237,7 +237,7 @@ func stopped(rc *race) bool {
 func settle(rc *race, a *attempt) {
 	rc.inFlight--
 	if a.role == RoleHedge {
-		atomic.AddInt64(&rc.h.state.hedgesInFlight, -1)
+		releaseHedgeSlot(rc.h.state)
 	}
 }
 
@@ -268,23 +268,43 @@ func tryLaunch(rc *race, role string) bool {
 	if extra && st.overload.tooHigh(h.cfg.Budget.OverloadRate) {
 		return deny(DenyOverload)
 	}
-	if extra && h.cfg.Budget.MaxConcurrentHedges >= 0 &&
-		atomic.LoadInt64(&st.hedgesInFlight) >= int64(h.cfg.Budget.MaxConcurrentHedges) {
+	// From here on each check takes something; a later denial gives back
+	// what the earlier ones took. The hedge's slot is released when its
+	// terminal event is settled.
+	if extra && !takeHedgeSlot(st, h.cfg.Budget.MaxConcurrentHedges) {
 		return deny(DenyConcurrency)
 	}
 	up, available := pickUpstream(h, rc.used, now)
 	if !available {
+		if extra {
+			releaseHedgeSlot(st)
+		}
 		return deny(DenyNoUpstream)
 	}
-	if extra && h.cfg.Budget.TenantTokensPerMinute > 0 && rc.p.tenant != "" &&
-		!st.tenants.take(rc.p.tenant, promptTokens(rc.p), now) {
-		return deny(DenyTenant)
-	}
-	if extra && !st.bucket.take() {
-		return deny(DenyBudget)
+	if extra {
+		if reason := payForHedge(rc, now); reason != "" {
+			releaseHedgeSlot(st)
+			return deny(reason)
+		}
 	}
 	launch(rc, role, up)
 	return true
+}
+
+// payForHedge charges a hedge that passed every other check: the global
+// bucket, then the tenant's cap, so a tenant pays only for hedges that
+// start (a tenant's denial gives the bucket its token back). It returns
+// the denial reason, or "" when the hedge is paid for.
+func payForHedge(rc *race, now time.Time) string {
+	st := rc.h.state
+	if !st.bucket.take() {
+		return DenyBudget
+	}
+	if rc.h.tenantCaps && rc.p.tenant != "" && !st.tenants.take(rc.p.tenant, promptTokens(rc.p), now) {
+		refund(st.bucket)
+		return DenyTenant
+	}
+	return ""
 }
 
 // launch starts attempt len(rc.attempts) on upstream up and re-arms the
@@ -299,7 +319,7 @@ func launch(rc *race, role string, up int) {
 	rc.used[up]++
 	rc.inFlight++
 	if len(rc.attempts) > 1 {
-		countExtra(rc, role)
+		countExtra(rc)
 	}
 	go runAttempt(h, a, rc.p, rc.events, rc.passthrough)
 	if rc.timer != nil {
@@ -313,11 +333,9 @@ func launch(rc *race, role string, up int) {
 	}
 }
 
-// countExtra counts an attempt after the first: a hedge or a retry.
-func countExtra(rc *race, role string) {
-	if role == RoleHedge {
-		atomic.AddInt64(&rc.h.state.hedgesInFlight, 1)
-	}
+// countExtra counts an attempt after the first: a hedge (its slot in
+// hedgesInFlight was taken by tryLaunch) or a retry.
+func countExtra(rc *race) {
 	rc.rep.HedgesStarted++
 }
 
