@@ -237,11 +237,11 @@ func TestPickUpstreamPreference(t *testing.T) {
 	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || !ok {
 		t.Fatalf("least used: %d %v", up, ok)
 	}
-	h.state.health[1].record(now, false, time.Minute, cfg) // B cools down
+	recordFailure(h.state.health[1], now, time.Minute, 0, cfg) // B cools down
 	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 0 || !ok {
 		t.Fatalf("available over least used: %d %v", up, ok)
 	}
-	h.state.health[0].record(now, false, time.Minute, cfg) // A too
+	recordFailure(h.state.health[0], now, time.Minute, 0, cfg) // A too
 	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || ok {
 		t.Fatalf("none available: %d %v", up, ok)
 	}

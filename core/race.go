@@ -96,7 +96,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		deadlineTimer = armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
-	first := pickFirstUpstream(h, rc.start)
+	first, _, probe := claimUpstream(h, nil, rc.start)
 	rc.delay = h.cfg.Delay.Fixed
 	if h.cfg.Delay.Mode == DelayAdaptive {
 		rc.delay = hedgeDelay(h.state, h.cfg, first)
@@ -106,7 +106,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.passthrough {
 		role = RoleSingle
 	}
-	launch(rc, role, first)
+	launch(rc, role, first, probe)
 	raceLoop(rc)
 	if rc.timer != nil {
 		rc.timer.Stop()
@@ -274,7 +274,7 @@ func tryLaunch(rc *race, role string) bool {
 	if extra && !takeHedgeSlot(st, h.cfg.Budget.MaxConcurrentHedges) {
 		return deny(DenyConcurrency)
 	}
-	up, available := pickUpstream(h, rc.used, now)
+	up, available, probe := claimUpstream(h, rc.used, now)
 	if !available {
 		if extra {
 			releaseHedgeSlot(st)
@@ -284,10 +284,11 @@ func tryLaunch(rc *race, role string) bool {
 	if extra {
 		if reason := payForHedge(rc, now); reason != "" {
 			releaseHedgeSlot(st)
+			releaseProbe(st.health[up], probe)
 			return deny(reason)
 		}
 	}
-	launch(rc, role, up)
+	launch(rc, role, up, probe)
 	return true
 }
 
@@ -307,11 +308,11 @@ func payForHedge(rc *race, now time.Time) string {
 	return ""
 }
 
-// launch starts attempt len(rc.attempts) on upstream up and re-arms the
-// hedge timer for the next one.
-func launch(rc *race, role string, up int) {
+// launch starts attempt len(rc.attempts) on upstream up (as its breaker's
+// probe when probe is not 0) and re-arms the hedge timer for the next one.
+func launch(rc *race, role string, up int, probe uint64) {
 	h := rc.h
-	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: clockNow(h)}
+	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: clockNow(h), probe: probe}
 	actx, acancel := context.WithCancel(rc.ctx)
 	a.ctx = actx
 	a.cancel = acancel
@@ -348,13 +349,14 @@ func noteFailure(rc *race, a *attempt) {
 		recordStatus(st.overload, a.status)
 	}
 	if a.fatal {
+		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
 	retryAfter := ""
 	if a.resp != nil {
 		retryAfter = a.resp.Header.Get("Retry-After")
 	}
-	st.health[a.upstream].record(now, false, coolDownFor(a.status, retryAfter, now, &h.cfg.Budget), &h.cfg.Budget)
+	recordFailure(st.health[a.upstream], now, coolDownFor(a.status, retryAfter, now, &h.cfg.Budget), a.probe, &h.cfg.Budget)
 }
 
 // drain cancels every attempt and waits for each goroutine's terminal event,
@@ -372,6 +374,7 @@ func drain(rc *race) {
 		if a.result == "" {
 			a.result = ResultCancelled
 		}
+		releaseProbe(rc.h.state.health[a.upstream], a.probe)
 		return
 	}
 	drainAll(rc)
@@ -395,6 +398,8 @@ func drainAll(rc *race) {
 		if a.result == "" {
 			a.result = ResultCancelled
 		}
+		// A probe that ended without an answer frees its breaker's slot.
+		releaseProbe(rc.h.state.health[a.upstream], a.probe)
 		if a.result == ResultLost && !rc.commitAt.IsZero() && a.endedAt.After(rc.commitAt) {
 			a.cancelLatency = a.endedAt.Sub(rc.commitAt)
 		}
@@ -604,6 +609,7 @@ func cancelLosers(rc *race, a *attempt) {
 	for _, other := range rc.attempts {
 		if other != a {
 			other.cancel()
+			releaseProbe(rc.h.state.health[other.upstream], other.probe)
 		}
 	}
 }
