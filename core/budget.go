@@ -196,13 +196,11 @@ func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, prob
 			u.coolUntil = until
 		}
 	}
-	switch {
-	case probe != 0 && probe == u.probe:
+	if probe != 0 && probe == u.probe {
 		u.probe = 0
 		u.openFor = nextOpenTime(u.openFor, cfg.BreakerOpen)
 		u.openUntil = now.Add(u.openFor)
-	case u.tripped:
-	default:
+	} else if !u.tripped {
 		u.consecutive++
 		if u.consecutive >= cfg.BreakerFailures {
 			u.tripped = true

@@ -374,7 +374,9 @@ func drain(rc *race) {
 		if a.result == "" {
 			a.result = ResultCancelled
 		}
-		releaseProbe(rc.h.state.health[a.upstream], a.probe)
+		if a.probe != 0 {
+			releaseProbe(rc.h.state.health[a.upstream], a.probe)
+		}
 		return
 	}
 	drainAll(rc)
