@@ -84,8 +84,8 @@ func TestBreakerOpenTimeDoublesUpToCap(t *testing.T) {
 	}
 }
 
-// Releasing a probe frees its slot once; an old ticket cannot free the
-// slot of a newer probe.
+// Releasing a probe frees its slot once; an old ticket can neither free
+// the slot of a newer probe nor close the breaker.
 func TestBreakerReleaseProbeOnce(t *testing.T) {
 	cfg := &BudgetConfig{BreakerFailures: 1, BreakerOpen: time.Second}
 	u := &upstreamHealth{}
@@ -102,8 +102,30 @@ func TestBreakerReleaseProbeOnce(t *testing.T) {
 	if healthy(u, now) {
 		t.Fatal("an old ticket freed the slot of the probe in flight")
 	}
-	recordSuccess(u)
+	recordSuccess(u, first)
+	if healthy(u, now) {
+		t.Fatal("an old probe's success closed the breaker while a newer probe is in flight")
+	}
+	recordSuccess(u, second)
 	if p, ok := admit(u, now); !ok || p != 0 {
 		t.Fatalf("after the probe's success: admitted %v with ticket %d, want an ordinary attempt", ok, p)
+	}
+}
+
+// While the breaker is open, the success of an attempt sent before it
+// opened does not close it: only a probe does.
+func TestBreakerOpenIgnoresOrdinarySuccess(t *testing.T) {
+	cfg := &BudgetConfig{BreakerFailures: 2, BreakerOpen: time.Second}
+	u := &upstreamHealth{}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	recordFailure(u, now, 0, 0, cfg)
+	recordFailure(u, now, 0, 0, cfg)
+	recordSuccess(u, 0)
+	if healthy(u, now) {
+		t.Fatal("an ordinary attempt's success closed the open breaker")
+	}
+	probe, ok := admit(u, now.Add(time.Second))
+	if !ok || probe == 0 {
+		t.Fatalf("after the open time: admitted %v with ticket %d, want a probe", ok, probe)
 	}
 }

@@ -95,7 +95,8 @@ func releaseHedgeSlot(st *State) {
 // unavailable. The probe's success closes the breaker; its failure opens it
 // again for twice the last open time, at most maxBreakerOpen (or `open`
 // when that is longer); a probe that ends without an answer (cancelled,
-// fatal 4xx) frees the slot for the next probe.
+// fatal 4xx) frees the slot for the next probe. While the breaker is open
+// or half-open no other attempt's answer changes it.
 type upstreamHealth struct {
 	mu          sync.Mutex
 	coolUntil   time.Time
@@ -171,14 +172,19 @@ func releaseProbe(u *upstreamHealth, probe uint64) {
 	u.mu.Unlock()
 }
 
-// recordSuccess notes a valid first event or response: the breaker closes
-// and its count of consecutive failures starts again.
-func recordSuccess(u *upstreamHealth) {
+// recordSuccess notes a valid first event or response of an attempt with
+// ticket probe (from admit): the count of consecutive failures starts
+// again, and the probe's success closes the breaker. While the breaker is
+// open or half-open other attempts' answers change nothing (they were sent
+// before it opened, or while nothing else was available): the probe decides.
+func recordSuccess(u *upstreamHealth, probe uint64) {
 	u.mu.Lock()
-	u.consecutive = 0
-	u.tripped = false
-	u.probe = 0
-	u.openFor = 0
+	if !u.tripped || (probe != 0 && probe == u.probe) {
+		u.consecutive = 0
+		u.tripped = false
+		u.probe = 0
+		u.openFor = 0
+	}
 	u.mu.Unlock()
 }
 
@@ -186,8 +192,8 @@ func recordSuccess(u *upstreamHealth) {
 // 408, 429, broken stream (client cancellations and fatal 4xx answers say
 // nothing about the upstream's health). coolFor > 0 cools u down; probe
 // is the attempt's ticket from admit. A failed probe opens the breaker
-// again; other failures while it is open or half-open change nothing (they
-// were sent before it opened), the probe decides.
+// again; other failures while it is open or half-open change nothing, as
+// for recordSuccess.
 func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, probe uint64, cfg *BudgetConfig) {
 	u.mu.Lock()
 	if coolFor > 0 {

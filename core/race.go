@@ -599,7 +599,7 @@ func commit(rc *race, a *attempt) {
 	}
 	a.result = ResultWon
 	if !rc.passthrough {
-		recordSuccess(h.state.health[a.upstream])
+		recordSuccess(h.state.health[a.upstream], a.probe)
 		recordStatus(h.state.overload, a.status)
 	}
 	rc.rep.Outcome = OutcomeOK
