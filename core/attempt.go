@@ -20,6 +20,7 @@ type attempt struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	started  time.Time
+	probe    uint64 // the breaker's probe ticket (see admit), 0: an ordinary attempt
 
 	// Set by the goroutine before it posts.
 	resp      *http.Response

@@ -3,6 +3,7 @@ package core
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -47,54 +48,187 @@ func (b *hedgeBucket) take() bool {
 	return true
 }
 
+// refund gives back the token of a hedge that took one and then did not
+// start.
+func refund(b *hedgeBucket) {
+	if b.ratio < 0 {
+		return
+	}
+	b.mu.Lock()
+	b.tokens++
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
+	b.mu.Unlock()
+}
+
+// takeHedgeSlot takes one of the limit slots for hedges in flight (limit
+// negative: no cap, the hedge is only counted). Check and take are one
+// compare-and-swap, so two requests cannot both take the last slot. The
+// race gives the slot back with releaseHedgeSlot, once, when the hedge's
+// terminal event is settled or when a later check denies the hedge.
+func takeHedgeSlot(st *State, limit int) bool {
+	if limit < 0 {
+		atomic.AddInt64(&st.hedgesInFlight, 1)
+		return true
+	}
+	for {
+		n := atomic.LoadInt64(&st.hedgesInFlight)
+		if n >= int64(limit) {
+			return false
+		}
+		if atomic.CompareAndSwapInt64(&st.hedgesInFlight, n, n+1) {
+			return true
+		}
+	}
+}
+
+// releaseHedgeSlot gives back a slot taken by takeHedgeSlot.
+func releaseHedgeSlot(st *State) {
+	atomic.AddInt64(&st.hedgesInFlight, -1)
+}
+
 // upstreamHealth is one upstream's cool-down (after 429/503) and circuit
 // breaker. The breaker opens after `failures` consecutive failures for
-// `open`; when that passes one attempt may go through (half-open): a success
-// closes it, a failure opens it again at once.
+// `open`. When that passes it is half-open: one attempt at a time may go
+// through as its probe, and every other attempt treats the upstream as
+// unavailable. The probe's success closes the breaker; its failure opens it
+// again for twice the last open time, at most maxBreakerOpen (or `open`
+// when that is longer); a probe that ends without an answer (cancelled,
+// fatal 4xx) frees the slot for the next probe. While the breaker is open
+// or half-open no other attempt's answer changes it.
 type upstreamHealth struct {
 	mu          sync.Mutex
 	coolUntil   time.Time
 	consecutive int
+	tripped     bool // the breaker is open or half-open
 	openUntil   time.Time
+	openFor     time.Duration // the last open time, doubled by each failed probe
+	probe       uint64        // the ticket of the probe in flight, 0: none
+	tickets     uint64        // the last probe ticket handed out
 }
 
+// maxBreakerOpen caps the open time that failed probes double.
+const maxBreakerOpen time.Duration = 5 * time.Minute
+
 // healthy reports whether u may take an attempt at now: not cooling down,
-// circuit not open.
+// circuit closed, or half-open with no probe in flight.
 func healthy(u *upstreamHealth, now time.Time) bool {
 	u.mu.Lock()
-	ok := !now.Before(u.coolUntil) && !now.Before(u.openUntil)
+	ok := !now.Before(u.coolUntil) && (!u.tripped || (!now.Before(u.openUntil) && u.probe == 0))
 	u.mu.Unlock()
 	return ok
 }
 
-// recordSuccess notes a valid first event or response: the breaker's count
-// of consecutive failures starts again.
-func recordSuccess(u *upstreamHealth) {
+// admit is healthy, and when u's breaker is half-open it makes the attempt
+// u's probe: probe is the ticket that releaseProbe and recordFailure take,
+// 0 for an ordinary attempt. Check and take are one step under u.mu.
+func admit(u *upstreamHealth, now time.Time) (uint64, bool) {
 	u.mu.Lock()
-	u.consecutive = 0
+	if now.Before(u.coolUntil) || (u.tripped && (now.Before(u.openUntil) || u.probe != 0)) {
+		u.mu.Unlock()
+		return 0, false
+	}
+	var probe uint64
+	if u.tripped {
+		u.tickets++
+		u.probe = u.tickets
+		probe = u.probe
+	}
+	u.mu.Unlock()
+	return probe, true
+}
+
+// claimUpstream is pickUpstream, admitting the attempt to the upstream it
+// picks (probe as from admit). When another request took that upstream's
+// probe between the pick and the admission, the upstream is no longer
+// healthy and it picks again.
+func claimUpstream(h *Hedger, used []int, now time.Time) (int, bool, uint64) {
+	for i := 0; i <= len(h.state.health); i++ {
+		up, available := pickUpstream(h, used, now)
+		if !available {
+			return up, false, 0
+		}
+		probe, ok := admit(h.state.health[up], now)
+		if ok {
+			return up, true, probe
+		}
+	}
+	up, _ := pickUpstream(h, used, now)
+	return up, false, 0
+}
+
+// releaseProbe frees u's probe slot if probe still holds it: the probe
+// ended without saying anything about u's health. Releasing twice, or a
+// ticket of 0, does nothing.
+func releaseProbe(u *upstreamHealth, probe uint64) {
+	if probe == 0 {
+		return
+	}
+	u.mu.Lock()
+	if u.probe == probe {
+		u.probe = 0
+	}
 	u.mu.Unlock()
 }
 
-// record notes an attempt's end. success: a valid first event or response;
-// failure: connect error, 5xx, 408, 429, broken stream. Client cancellations
-// and fatal 4xx answers say nothing about the upstream's health.
-func (u *upstreamHealth) record(now time.Time, success bool, coolFor time.Duration, cfg *BudgetConfig) {
+// recordSuccess notes a valid first event or response of an attempt with
+// ticket probe (from admit): the count of consecutive failures starts
+// again, and the probe's success closes the breaker. While the breaker is
+// open or half-open other attempts' answers change nothing (they were sent
+// before it opened, or while nothing else was available): the probe decides.
+func recordSuccess(u *upstreamHealth, probe uint64) {
 	u.mu.Lock()
-	defer u.mu.Unlock()
+	if !u.tripped || (probe != 0 && probe == u.probe) {
+		u.consecutive = 0
+		u.tripped = false
+		u.probe = 0
+		u.openFor = 0
+	}
+	u.mu.Unlock()
+}
+
+// recordFailure notes an attempt that failed at now: connect error, 5xx,
+// 408, 429, broken stream (client cancellations and fatal 4xx answers say
+// nothing about the upstream's health). coolFor > 0 cools u down; probe
+// is the attempt's ticket from admit. A failed probe opens the breaker
+// again; other failures while it is open or half-open change nothing, as
+// for recordSuccess.
+func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, probe uint64, cfg *BudgetConfig) {
+	u.mu.Lock()
 	if coolFor > 0 {
 		until := now.Add(coolFor)
 		if until.After(u.coolUntil) {
 			u.coolUntil = until
 		}
 	}
-	if success {
-		u.consecutive = 0
-		return
+	if probe != 0 && probe == u.probe {
+		u.probe = 0
+		u.openFor = nextOpenTime(u.openFor, cfg.BreakerOpen)
+		u.openUntil = now.Add(u.openFor)
+	} else if !u.tripped {
+		u.consecutive++
+		if u.consecutive >= cfg.BreakerFailures {
+			u.tripped = true
+			u.openFor = cfg.BreakerOpen
+			u.openUntil = now.Add(u.openFor)
+		}
 	}
-	u.consecutive++
-	if u.consecutive >= cfg.BreakerFailures {
-		u.openUntil = now.Add(cfg.BreakerOpen)
+	u.mu.Unlock()
+}
+
+// nextOpenTime doubles the last open time after a failed probe, capped at
+// maxBreakerOpen or the configured open time if that is longer.
+func nextOpenTime(last, open time.Duration) time.Duration {
+	limit := maxBreakerOpen
+	if open > limit {
+		limit = open
 	}
+	next := 2 * last
+	if next > limit || next <= 0 {
+		next = limit
+	}
+	return next
 }
 
 // coolDownFor returns how long a 429/503 answer cools its upstream down:

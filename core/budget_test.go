@@ -237,12 +237,53 @@ func TestPickUpstreamPreference(t *testing.T) {
 	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || !ok {
 		t.Fatalf("least used: %d %v", up, ok)
 	}
-	h.state.health[1].record(now, false, time.Minute, cfg) // B cools down
+	recordFailure(h.state.health[1], now, time.Minute, 0, cfg) // B cools down
 	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 0 || !ok {
 		t.Fatalf("available over least used: %d %v", up, ok)
 	}
-	h.state.health[0].record(now, false, time.Minute, cfg) // A too
+	recordFailure(h.state.health[0], now, time.Minute, 0, cfg) // A too
 	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || ok {
 		t.Fatalf("none available: %d %v", up, ok)
+	}
+}
+
+// tenantUsed returns the extra prompt tokens charged to tenant in its
+// current window.
+func tenantUsed(t *tenantBudget, tenant string) int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if w := t.tenants[tenant]; w != nil {
+		return w.used
+	}
+	return 0
+}
+
+// A tenant is charged only for hedges that start: a hedge the global
+// bucket denies costs the tenant nothing.
+func TestTenantNotChargedWhenBucketDenies(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget.Ratio = 0.5
+	cfg.Budget.Burst = 1
+	cfg.Budget.TenantHeader = "X-Tenant"
+	cfg.Budget.TenantTokensPerMinute = 25 // one hedge of this body
+	hs := newHarness(t, cfg)
+	// Another tenant's hedge empties the bucket.
+	if _, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "other", expectHedge: true}); n != 2 {
+		t.Fatalf("first request: %d attempts, want 2", n)
+	}
+	perHedge := tenantUsed(hs.h.state.tenants, "other")
+	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1"})
+	if n != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyBudget {
+		t.Fatalf("empty bucket: %d attempts, denials %v, want 1 and [%s]", n, rep.Denials, DenyBudget)
+	}
+	if used := tenantUsed(hs.h.state.tenants, "t1"); used != 0 {
+		t.Fatalf("tenant charged %d tokens for a hedge that did not start, want 0", used)
+	}
+	// The bucket has refilled; t1's whole minute is still there.
+	if _, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1", expectHedge: true}); n != 2 {
+		t.Fatalf("after the refill: %d attempts, want 2", n)
+	}
+	if used := tenantUsed(hs.h.state.tenants, "t1"); used != perHedge {
+		t.Fatalf("tenant charged %d tokens for one hedge, want %d", used, perHedge)
 	}
 }

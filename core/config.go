@@ -131,7 +131,9 @@ type BudgetConfig struct {
 	OverloadRate   float64
 	OverloadWindow int
 	// BreakerFailures consecutive failures open an upstream's circuit for
-	// BreakerOpen. Defaults 5 and 10s.
+	// BreakerOpen. Defaults 5 and 10s. Then one probe attempt at a time may
+	// go through; each failed probe doubles the open time, at most 5
+	// minutes or BreakerOpen if that is longer.
 	BreakerFailures int
 	BreakerOpen     time.Duration
 	// TenantHeader names the header that identifies a tenant; with

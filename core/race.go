@@ -96,7 +96,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		deadlineTimer = armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
-	first := pickFirstUpstream(h, rc.start)
+	first, _, probe := claimUpstream(h, nil, rc.start)
 	rc.delay = h.cfg.Delay.Fixed
 	if h.cfg.Delay.Mode == DelayAdaptive {
 		rc.delay = hedgeDelay(h.state, h.cfg, first)
@@ -106,7 +106,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.passthrough {
 		role = RoleSingle
 	}
-	launch(rc, role, first)
+	launch(rc, role, first, probe)
 	raceLoop(rc)
 	if rc.timer != nil {
 		rc.timer.Stop()
@@ -237,7 +237,7 @@ func stopped(rc *race) bool {
 func settle(rc *race, a *attempt) {
 	rc.inFlight--
 	if a.role == RoleHedge {
-		atomic.AddInt64(&rc.h.state.hedgesInFlight, -1)
+		releaseHedgeSlot(rc.h.state)
 	}
 }
 
@@ -268,30 +268,51 @@ func tryLaunch(rc *race, role string) bool {
 	if extra && st.overload.tooHigh(h.cfg.Budget.OverloadRate) {
 		return deny(DenyOverload)
 	}
-	if extra && h.cfg.Budget.MaxConcurrentHedges >= 0 &&
-		atomic.LoadInt64(&st.hedgesInFlight) >= int64(h.cfg.Budget.MaxConcurrentHedges) {
+	// From here on each check takes something; a later denial gives back
+	// what the earlier ones took. The hedge's slot is released when its
+	// terminal event is settled.
+	if extra && !takeHedgeSlot(st, h.cfg.Budget.MaxConcurrentHedges) {
 		return deny(DenyConcurrency)
 	}
-	up, available := pickUpstream(h, rc.used, now)
+	up, available, probe := claimUpstream(h, rc.used, now)
 	if !available {
+		if extra {
+			releaseHedgeSlot(st)
+		}
 		return deny(DenyNoUpstream)
 	}
-	if extra && h.cfg.Budget.TenantTokensPerMinute > 0 && rc.p.tenant != "" &&
-		!st.tenants.take(rc.p.tenant, promptTokens(rc.p), now) {
-		return deny(DenyTenant)
+	if extra {
+		if reason := payForHedge(rc, now); reason != "" {
+			releaseHedgeSlot(st)
+			releaseProbe(st.health[up], probe)
+			return deny(reason)
+		}
 	}
-	if extra && !st.bucket.take() {
-		return deny(DenyBudget)
-	}
-	launch(rc, role, up)
+	launch(rc, role, up, probe)
 	return true
 }
 
-// launch starts attempt len(rc.attempts) on upstream up and re-arms the
-// hedge timer for the next one.
-func launch(rc *race, role string, up int) {
+// payForHedge charges a hedge that passed every other check: the global
+// bucket, then the tenant's cap, so a tenant pays only for hedges that
+// start (a tenant's denial gives the bucket its token back). It returns
+// the denial reason, or "" when the hedge is paid for.
+func payForHedge(rc *race, now time.Time) string {
+	st := rc.h.state
+	if !st.bucket.take() {
+		return DenyBudget
+	}
+	if rc.h.tenantCaps && rc.p.tenant != "" && !st.tenants.take(rc.p.tenant, promptTokens(rc.p), now) {
+		refund(st.bucket)
+		return DenyTenant
+	}
+	return ""
+}
+
+// launch starts attempt len(rc.attempts) on upstream up (as its breaker's
+// probe when probe is not 0) and re-arms the hedge timer for the next one.
+func launch(rc *race, role string, up int, probe uint64) {
 	h := rc.h
-	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: clockNow(h)}
+	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: clockNow(h), probe: probe}
 	actx, acancel := context.WithCancel(rc.ctx)
 	a.ctx = actx
 	a.cancel = acancel
@@ -299,7 +320,7 @@ func launch(rc *race, role string, up int) {
 	rc.used[up]++
 	rc.inFlight++
 	if len(rc.attempts) > 1 {
-		countExtra(rc, role)
+		countExtra(rc)
 	}
 	go runAttempt(h, a, rc.p, rc.events, rc.passthrough)
 	if rc.timer != nil {
@@ -313,11 +334,9 @@ func launch(rc *race, role string, up int) {
 	}
 }
 
-// countExtra counts an attempt after the first: a hedge or a retry.
-func countExtra(rc *race, role string) {
-	if role == RoleHedge {
-		atomic.AddInt64(&rc.h.state.hedgesInFlight, 1)
-	}
+// countExtra counts an attempt after the first: a hedge (its slot in
+// hedgesInFlight was taken by tryLaunch) or a retry.
+func countExtra(rc *race) {
 	rc.rep.HedgesStarted++
 }
 
@@ -330,13 +349,14 @@ func noteFailure(rc *race, a *attempt) {
 		recordStatus(st.overload, a.status)
 	}
 	if a.fatal {
+		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
 	retryAfter := ""
 	if a.resp != nil {
 		retryAfter = a.resp.Header.Get("Retry-After")
 	}
-	st.health[a.upstream].record(now, false, coolDownFor(a.status, retryAfter, now, &h.cfg.Budget), &h.cfg.Budget)
+	recordFailure(st.health[a.upstream], now, coolDownFor(a.status, retryAfter, now, &h.cfg.Budget), a.probe, &h.cfg.Budget)
 }
 
 // drain cancels every attempt and waits for each goroutine's terminal event,
@@ -353,6 +373,9 @@ func drain(rc *race) {
 		a.cancel()
 		if a.result == "" {
 			a.result = ResultCancelled
+		}
+		if a.probe != 0 {
+			releaseProbe(rc.h.state.health[a.upstream], a.probe)
 		}
 		return
 	}
@@ -377,6 +400,8 @@ func drainAll(rc *race) {
 		if a.result == "" {
 			a.result = ResultCancelled
 		}
+		// A probe that ended without an answer frees its breaker's slot.
+		releaseProbe(rc.h.state.health[a.upstream], a.probe)
 		if a.result == ResultLost && !rc.commitAt.IsZero() && a.endedAt.After(rc.commitAt) {
 			a.cancelLatency = a.endedAt.Sub(rc.commitAt)
 		}
@@ -574,7 +599,7 @@ func commit(rc *race, a *attempt) {
 	}
 	a.result = ResultWon
 	if !rc.passthrough {
-		recordSuccess(h.state.health[a.upstream])
+		recordSuccess(h.state.health[a.upstream], a.probe)
 		recordStatus(h.state.overload, a.status)
 	}
 	rc.rep.Outcome = OutcomeOK
@@ -586,6 +611,7 @@ func cancelLosers(rc *race, a *attempt) {
 	for _, other := range rc.attempts {
 		if other != a {
 			other.cancel()
+			releaseProbe(rc.h.state.health[other.upstream], other.probe)
 		}
 	}
 }

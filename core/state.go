@@ -90,23 +90,12 @@ func (h *Hedger) CurrentDelay() time.Duration {
 // HedgesInFlight returns the number of hedge attempts running now.
 func (h *Hedger) HedgesInFlight() int64 { return atomic.LoadInt64(&h.state.hedgesInFlight) }
 
-// pickFirstUpstream is pickUpstream(h, nil, now) without its
-// availability result, for the first attempt, which goes out even when
-// every upstream is unavailable.
-func pickFirstUpstream(h *Hedger, now time.Time) int {
-	for i, u := range h.state.health {
-		if healthy(u, now) {
-			return i
-		}
-	}
-	return 0
-}
-
 // pickUpstream returns the upstream for the next attempt and whether it is
-// available (not cooling down, circuit not open). used[i] counts attempts
-// already sent to upstream i (nil: none). In order of preference: the first
-// available upstream among the least used, then the first available one,
-// then (none available) the first of the least used.
+// available (see healthy: not cooling down, circuit closed or free to
+// probe). It only reads: claimUpstream also takes the probe slot. used[i]
+// counts attempts already sent to upstream i (nil: none). In order of
+// preference: the first available upstream among the least used, then the
+// first available one, then (none available) the first of the least used.
 func pickUpstream(h *Hedger, used []int, now time.Time) (int, bool) {
 	n := len(h.cfg.Upstreams)
 	least := 0
