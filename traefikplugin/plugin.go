@@ -71,6 +71,9 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		engine = built
 	}
 	if h.passThrough && !engine.Hedgeable(r) {
+		// The opt-out header is the plugin's own and is never forwarded,
+		// not even to the router's service.
+		r.Header.Del(core.HeaderHedge)
 		h.next.ServeHTTP(w, r)
 		return
 	}
