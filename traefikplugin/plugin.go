@@ -45,8 +45,9 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: %w", name, err)
 	}
 	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough}
-	switch config.Log {
-	case "", logStdout:
+	dest, _ := logDestination(config.Log) // coreConfig has checked it
+	switch dest {
+	case logStdout:
 		h.logOut = os.Stdout
 	case logStderr:
 		h.logOut = os.Stderr
