@@ -37,6 +37,7 @@ type Hedge struct {
 	mu     sync.Mutex
 	hedger *core.Hedger // built on the first request
 	entry  *sharedEntry // the shared state's entry, with hedger
+	reg    *registry    // the registry that holds entry
 }
 
 // New validates config and returns the middleware. It starts no goroutine
@@ -73,6 +74,7 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	engine := h.hedger
 	entry := h.entry
+	reg := h.reg
 	h.mu.Unlock()
 	if engine == nil {
 		built, err := h.engine()
@@ -83,7 +85,7 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		engine = built
 	} else {
 		// A request is a use: the registry keeps states in use.
-		markUse(entry)
+		markUse(reg, entry)
 	}
 	if h.passThrough && !engine.Hedgeable(r) {
 		// The opt-out header is the plugin's own and is never forwarded,
@@ -108,10 +110,12 @@ func (h *Hedge) engine() (*core.Hedger, error) {
 	if h.hedger != nil {
 		return h.hedger, nil
 	}
-	engine, entry, err := shared.hedger(h)
+	reg := shared
+	engine, entry, err := reg.hedger(h)
 	if err != nil {
 		return nil, err
 	}
+	h.reg = reg
 	h.entry = entry
 	h.hedger = engine
 	return engine, nil

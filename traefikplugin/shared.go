@@ -55,9 +55,12 @@ type sharedEntry struct {
 	state   *core.State // nil until the first request of one of its handlers
 	store   *replyStore // the state's idempotency store, with state
 	newSeq  uint64      // sequence number of the latest New of this shape
-	reg     *registry
-	lastUse int64 // registry clock in ns at the latest New or request (atomic)
+	lastUse int64       // registry clock in ns at the latest New or request (atomic)
 }
+
+// The types here never point back at their owners (an entry at its
+// registry, an answer at its store): Yaegi v0.16.1 confuses the pointer
+// types of mutually recursive structs and panics on such assignments.
 
 // routeInfo is what the registry knows of one route.
 type routeInfo struct {
@@ -105,10 +108,9 @@ func registryNow(g *registry) time.Time {
 }
 
 // markUse records a request of one of e's handlers, and lets the request
-// sweep the registry when no sweep has run for sweepInterval, so that
-// superseded states are freed even between reloads.
-func markUse(e *sharedEntry) {
-	g := e.reg
+// sweep g when no sweep has run for sweepInterval, so that superseded
+// states are freed even between reloads.
+func markUse(g *registry, e *sharedEntry) {
 	now := registryNow(g).UnixNano()
 	atomic.StoreInt64(&e.lastUse, now)
 	if now-atomic.LoadInt64(&g.lastSweep) >= int64(sweepInterval) {
@@ -222,7 +224,7 @@ func (g *registry) entryLocked(route, key string, now time.Time) *sharedEntry {
 	}
 	for len(g.entries) >= g.maxEntries && g.evictOneLocked() {
 	}
-	e := &sharedEntry{key: key, route: route, reg: g, lastUse: now.UnixNano()}
+	e := &sharedEntry{key: key, route: route, lastUse: now.UnixNano()}
 	g.entries[key] = e
 	ri := g.routes[route]
 	if ri == nil {
@@ -347,7 +349,7 @@ type replyStore struct {
 }
 
 type storedReply struct {
-	store   *replyStore
+	owner   interface{} // its *replyStore (see sharedEntry on why not typed)
 	key     string
 	resp    *core.StoredResponse
 	expires time.Time
@@ -400,7 +402,7 @@ func (s *replyStore) Put(key string, resp *core.StoredResponse, ttl time.Duratio
 	if old, ok := s.items[key]; ok {
 		removeReply(c, old)
 	}
-	it := &storedReply{store: s, key: key, resp: resp, size: size}
+	it := &storedReply{owner: s, key: key, resp: resp, size: size}
 	it.expires = c.now().Add(ttl)
 	it.inCache = c.lru.PushFront(it)
 	it.inStore = s.lru.PushFront(it)
@@ -428,7 +430,7 @@ func (s *replyStore) close() {
 
 // removeReply forgets one answer; c.mu is held.
 func removeReply(c *replyCache, it *storedReply) {
-	s := it.store
+	s := it.owner.(*replyStore)
 	c.lru.Remove(it.inCache)
 	s.lru.Remove(it.inStore)
 	delete(s.items, it.key)
