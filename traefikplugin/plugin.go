@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/llmhedge/llmhedge/core"
 )
@@ -74,7 +75,6 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mu.Lock()
 	engine := h.hedger
 	entry := h.entry
-	reg := h.reg
 	h.mu.Unlock()
 	if engine == nil {
 		built, err := h.engine()
@@ -83,9 +83,10 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		engine = built
-	} else {
-		// A request is a use: the registry keeps states in use.
-		markUse(reg, entry)
+	} else if atomic.AddUint32(&entry.requests, 1)&sweepEveryRequests == 0 {
+		// Requests are uses (the registry keeps states in use), and now
+		// and then one sweeps it.
+		sweepFromRequest(h.reg) // set with entry, never changed
 	}
 	if h.passThrough && !engine.Hedgeable(r) {
 		// The opt-out header is the plugin's own and is never forwarded,

@@ -22,7 +22,7 @@ import (
 //
 // Without a close hook the registry judges liveness by use: every New and
 // every request of a handler marks its state used (requests also sweep
-// the registry, at most once per sweepInterval). Traefik calls New for
+// the registry now and then, at most once per sweepInterval). Traefik calls New for
 // every live middleware on every reload, so the state of an unchanged route
 // is used at each reload and kept. A state whose route has since been
 // configured with another shape (a superseded shape) is forgotten once it
@@ -46,16 +46,24 @@ const (
 	supersededIdle = 10 * time.Minute
 	// sweepInterval: superseded states are looked for at most this often.
 	sweepInterval = time.Second
+	// sweepEveryRequests: one request in this many plus one (a mask) of a
+	// state also sweeps, so that requests alone free superseded states. A
+	// counter costs a request less than reading the clock under Yaegi.
+	sweepEveryRequests uint32 = 255
 )
 
 // sharedEntry is one route state and what the registry knows of its use.
 type sharedEntry struct {
-	key     string
-	route   string
-	state   *core.State // nil until the first request of one of its handlers
-	store   *replyStore // the state's idempotency store, with state
-	newSeq  uint64      // sequence number of the latest New of this shape
-	lastUse int64       // registry clock in ns at the latest New or request (atomic)
+	key    string
+	route  string
+	state  *core.State // nil until the first request of one of its handlers
+	store  *replyStore // the state's idempotency store, with state
+	newSeq uint64      // sequence number of the latest New of this shape
+	// requests counts the requests of its handlers (atomic); a sweep that
+	// finds it changed since the last (seen) counts that as a use then.
+	requests uint32
+	seen     uint32
+	lastUse  int64 // registry clock in ns of the latest use it knows of
 }
 
 // The types here never point back at their owners (an entry at its
@@ -75,7 +83,7 @@ type registry struct {
 	entries   map[string]*sharedEntry // by stateKey
 	routes    map[string]*routeInfo
 	seq       uint64 // counts News
-	lastSweep int64  // registry clock in ns (atomic)
+	lastSweep int64  // registry clock in ns
 	replies   *replyCache
 
 	// Limits and clock are fields so that tests can lower and drive them.
@@ -98,8 +106,6 @@ func newRegistry() *registry {
 	return g
 }
 
-// registryNow reads g's clock. (A function, not a method, as it is on the
-// per-request path: see markUse.)
 func registryNow(g *registry) time.Time {
 	if g.now != nil {
 		return g.now()
@@ -107,17 +113,9 @@ func registryNow(g *registry) time.Time {
 	return time.Now()
 }
 
-// markUse records a request of one of e's handlers, and lets the request
-// sweep g when no sweep has run for sweepInterval, so that superseded
-// states are freed even between reloads.
-func markUse(g *registry, e *sharedEntry) {
-	now := registryNow(g).UnixNano()
-	atomic.StoreInt64(&e.lastUse, now)
-	if now-atomic.LoadInt64(&g.lastSweep) >= int64(sweepInterval) {
-		sweepFromRequest(g)
-	}
-}
-
+// sweepFromRequest is how requests sweep g (one request in
+// sweepEveryRequests+1 of a state, see ServeHTTP), so that superseded
+// states are freed between reloads too.
 func sweepFromRequest(g *registry) {
 	g.mu.Lock()
 	g.sweepLocked(registryNow(g))
@@ -170,7 +168,7 @@ func (g *registry) touch(route, key string) uint64 {
 	seq := g.seq
 	e := g.entryLocked(route, key, now)
 	e.newSeq = seq
-	atomic.StoreInt64(&e.lastUse, now.UnixNano())
+	e.lastUse = now.UnixNano()
 	g.routes[route].newest = seq
 	g.sweepLocked(now)
 	return seq
@@ -186,7 +184,7 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 	if e.newSeq < h.newSeq {
 		e.newSeq = h.newSeq // forgotten since h's New, and made again
 	}
-	atomic.StoreInt64(&e.lastUse, now.UnixNano())
+	e.lastUse = now.UnixNano()
 	// The store goes in only with a new state: core.New installs it in
 	// the state, which handlers already serving must not see change.
 	var store core.Store
@@ -245,18 +243,29 @@ func (g *registry) superseded(e *sharedEntry) bool {
 // once per sweepInterval.
 func (g *registry) sweepLocked(now time.Time) {
 	ns := now.UnixNano()
-	if ns-atomic.LoadInt64(&g.lastSweep) < int64(sweepInterval) {
+	if ns-g.lastSweep < int64(sweepInterval) {
 		return
 	}
-	atomic.StoreInt64(&g.lastSweep, ns)
+	g.lastSweep = ns
 	var stale []*sharedEntry
 	for _, e := range g.entries {
-		if g.superseded(e) && ns-atomic.LoadInt64(&e.lastUse) >= int64(g.idle) {
+		noteRequests(e, ns)
+		if g.superseded(e) && ns-e.lastUse >= int64(g.idle) {
 			stale = append(stale, e)
 		}
 	}
 	for _, e := range stale {
 		g.dropLocked(e)
+	}
+}
+
+// noteRequests counts requests of e since the last sweep as a use at ns
+// (at or after the requests: a state is never thought idle too early).
+func noteRequests(e *sharedEntry, ns int64) {
+	n := atomic.LoadUint32(&e.requests)
+	if n != e.seen {
+		e.seen = n
+		e.lastUse = ns
 	}
 }
 
@@ -269,7 +278,8 @@ func (g *registry) evictOneLocked() bool {
 	victimUse := int64(0)
 	for _, e := range g.entries {
 		sup := g.superseded(e)
-		use := atomic.LoadInt64(&e.lastUse)
+		noteRequests(e, registryNow(g).UnixNano())
+		use := e.lastUse
 		if victim == nil || sup && !victimSuperseded || sup == victimSuperseded && use < victimUse {
 			victim = e
 			victimSuperseded = sup

@@ -219,8 +219,9 @@ func TestSupersededShapesFreeTheirStoredAnswers(t *testing.T) {
 	if stored < 25<<20 {
 		t.Fatalf("%d answers of 512 KiB hold only %d MiB: the test measures nothing", answers, stored>>20)
 	}
-	// A reload changes the route's shape; every handler of the old shape
-	// is gone. After the idle limit the old shape's answers are freed.
+	// A moment later a reload changes the route's shape; every handler of
+	// the old shape is gone. After the idle limit its answers are freed.
+	clock.advance(sweepInterval)
 	reshaped := oneUpstream(big.URL+"/v2", "big")
 	engineState(t, newHedge(t, reshaped, "big", nil, nil))
 	clock.advance(supersededIdle + time.Second)
