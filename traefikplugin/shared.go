@@ -21,10 +21,10 @@ import (
 // the same route and shape. Nothing here starts a goroutine or a timer.
 //
 // Without a close hook the registry judges liveness by use: every New and
-// every request of a handler marks its state used (requests also sweep
-// the registry now and then, at most once per sweepInterval). Traefik calls New for
-// every live middleware on every reload, so the state of an unchanged route
-// is used at each reload and kept. A state whose route has since been
+// every request of a handler marks its state used (requests also sweep the
+// registry now and then, at most once per sweepInterval). Traefik calls New
+// for every live middleware on every reload, so the state of an unchanged
+// route is used at each reload and kept. A state whose route has since been
 // configured with another shape (a superseded shape) is forgotten once it
 // has not been used for supersededIdle; forgetting frees its stored
 // answers at once (a handler still holding it keeps hedging, without
@@ -106,6 +106,7 @@ func newRegistry() *registry {
 	return g
 }
 
+// registryNow reads g's clock.
 func registryNow(g *registry) time.Time {
 	if g.now != nil {
 		return g.now()
@@ -127,15 +128,9 @@ func stateKey(route string, cfg core.Config) string {
 	return route + "\x00" + core.StateKey(cfg)
 }
 
-// roundTripper returns the plugin's own transport, created on first use.
-// Hedged attempts never go through Traefik's `next` handler, which must not
-// be called concurrently for one request.
-func (g *registry) roundTripper() http.RoundTripper {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.roundTripperLocked()
-}
-
+// roundTripperLocked returns the plugin's own transport, created on first
+// use. Hedged attempts never go through Traefik's `next` handler, which
+// must not be called concurrently for one request.
 func (g *registry) roundTripperLocked() http.RoundTripper {
 	if g.transport == nil {
 		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}

@@ -266,8 +266,13 @@ func TestStoredAnswersAreBoundedPerStateAndInTotal(t *testing.T) {
 		t.Fatalf("an answer past its TTL was replayed")
 	}
 	b.close()
-	b.Put("b4", answer(), time.Minute)
+	b.Put("b4", answer(), time.Minute) // a closed store keeps nothing
 	if got := c.held(); got != 0 {
 		t.Fatalf("after the last answer expired and the other store closed, %d bytes held, want 0", got)
+	}
+	// The total never undercuts one route's own bound.
+	newReplyStore(c, 10, 5000)
+	if c.maxBytes != 5000 {
+		t.Fatalf("total bound = %d after a store of 5000 bytes, want 5000", c.maxBytes)
 	}
 }

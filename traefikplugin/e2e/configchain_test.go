@@ -24,10 +24,14 @@ import (
 // starting Traefik (the chain has no process boundary worth testing).
 
 // decodeLikeTraefik decodes a plugin's configuration map on top of
-// CreateConfig exactly as Traefik v3.6.12 does for Yaegi plugins
+// CreateConfig as Traefik v3.6.12 does for Yaegi plugins
 // (pkg/plugins/middlewareyaegi.go, yaegiMiddlewareBuilder.createConfig):
-// mapstructure at the version Traefik pins, weakly typed, with a
-// comma-separated string-to-slice hook.
+// mapstructure, weakly typed, with a comma-separated string-to-slice hook.
+// Traefik pins mapstructure v1.5.1-0.20231216201459-8508981c8b6c; this
+// module uses v1.5.0, which the rest of its build (Caddy's dependencies)
+// already selects. The two differ only in wrapping errors with %w and in
+// truncating an existing longer slice, neither of which these tests reach
+// (weak bool and number to string is the same code).
 func decodeLikeTraefik(t *testing.T, conf map[string]any) *traefikplugin.Config {
 	t.Helper()
 	cfg := traefikplugin.CreateConfig()
