@@ -6,10 +6,12 @@ require (
 	github.com/caddyserver/caddy/v2 v2.11.9
 	github.com/dustin/go-humanize v1.1.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
+	github.com/mitchellh/mapstructure v1.5.0
 	github.com/openai/openai-go/v3 v3.98.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0
+	github.com/traefik/paerser v0.2.2
 	github.com/traefik/yaegi v0.16.1
 	go.uber.org/goleak v1.3.0
 	go.uber.org/zap v1.28.0

@@ -86,7 +86,8 @@ type Config struct {
 	PassThrough bool `json:"passThrough,omitempty" yaml:"passThrough,omitempty"`
 	// Log says where the one line per request goes: "stdout" (default;
 	// Traefik shows it at DEBUG level), "stderr" (Traefik shows it at ERROR
-	// level, so it is visible at the default level) or "off".
+	// level, so it is visible at the default level) or "off" (also spelt
+	// "false" or "0", what an unquoted YAML off becomes).
 	Log string `json:"log,omitempty" yaml:"log,omitempty"`
 }
 
@@ -112,7 +113,9 @@ type Idempotency struct {
 	// Default "Idempotency-Key".
 	Header string `json:"header,omitempty" yaml:"header,omitempty"`
 	// TTL a completed response is replayed for. Default "10m". "off"
-	// disables joins and replays (keys are still generated and sent).
+	// disables joins and replays (keys are still generated and sent), and
+	// so do the forms an unquoted YAML off takes on its way here ("false",
+	// "0") and a zero duration ("0s").
 	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
 	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
 	// 67108864 (64 MiB).
@@ -161,6 +164,40 @@ const (
 
 // ttlOff is the Idempotency.TTL value that disables joins and replays.
 const ttlOff = "off"
+
+// isOff reports whether v is one of the spellings "off" arrives in. YAML
+// 1.1 (kubectl, sigs.k8s.io/yaml) reads an unquoted off/no/false as the
+// boolean false; Traefik's file provider hands it on as "false", and its
+// plugin decoder (mapstructure, weakly typed) turns a boolean false into
+// "0". So "off", "false" and "0", in any case, all mean off.
+func isOff(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.EqualFold(v, "off") || strings.EqualFold(v, "false") || v == "0"
+}
+
+// isOn reports whether v is what an unquoted YAML 1.1 on/yes/true becomes
+// on its way to the plugin ("true", or "1" from Traefik's decoder).
+func isOn(v string) bool {
+	v = strings.TrimSpace(v)
+	return strings.EqualFold(v, "true") || v == "1"
+}
+
+// yamlTrueHint names the fix for an option that arrived as a YAML true.
+const yamlTrueHint = "an unquoted on/yes/true in YAML is the boolean true, which arrives as \"1\" or \"true\""
+
+// logDestination returns the canonical form of the log option (stdout,
+// stderr or off), and false when it names none of them.
+func logDestination(v string) (string, bool) {
+	switch {
+	case v == "" || strings.EqualFold(strings.TrimSpace(v), logStdout):
+		return logStdout, true
+	case strings.EqualFold(strings.TrimSpace(v), logStderr):
+		return logStderr, true
+	case isOff(v):
+		return logOff, true
+	}
+	return "", false
+}
 
 // CreateConfig returns the configuration with every default filled in, as
 // Traefik expects; the dynamic configuration is decoded on top of it. The
@@ -268,11 +305,7 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 		ReportHeader:     c.ReportHeader,
 		StreamErrorEvent: c.StreamErrorEvent,
 	}
-	if strings.EqualFold(strings.TrimSpace(c.Idempotency.TTL), ttlOff) {
-		out.Idempotency.TTL = -1
-	} else {
-		out.Idempotency.TTL = dur("idempotency.ttl", c.Idempotency.TTL)
-	}
+	out.Idempotency.TTL = idempotencyTTL(c.Idempotency.TTL, dur, &errs)
 	for _, u := range c.Upstreams {
 		out.Upstreams = append(out.Upstreams, core.UpstreamConfig{
 			Name:          u.Name,
@@ -282,10 +315,12 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 			Model:         u.Model,
 		})
 	}
-	switch c.Log {
-	case "", logStdout, logStderr, logOff:
-	default:
-		errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off", c.Log))
+	if _, ok := logDestination(c.Log); !ok {
+		if isOn(c.Log) {
+			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off (%s: write one of the three)", c.Log, yamlTrueHint))
+		} else {
+			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off", c.Log))
+		}
 	}
 	if err := out.Validate(); err != nil {
 		errs = append(errs, err)
@@ -294,4 +329,26 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 		return core.Config{}, errors.Join(errs...)
 	}
 	return out, nil
+}
+
+// idempotencyTTL converts the idempotency.ttl option: "" is the default,
+// off (in every form isOff accepts) and a zero duration such as "0s"
+// disable joins and replays (-1 for the engine), anything else must be a
+// positive duration.
+func idempotencyTTL(v string, dur func(option, value string) time.Duration, errs *[]error) time.Duration {
+	switch {
+	case strings.TrimSpace(v) == "":
+		return 0
+	case isOff(v):
+		return -1
+	case isOn(v):
+		*errs = append(*errs, fmt.Errorf("idempotency.ttl %q is not a duration (%s: write a duration such as \"10m\", or off to disable joins and replays)", v, yamlTrueHint))
+		return 0
+	}
+	before := len(*errs)
+	d := dur("idempotency.ttl", v)
+	if d == 0 && len(*errs) == before {
+		return -1 // "0s": nothing is kept, so nothing is joined or replayed
+	}
+	return d
 }

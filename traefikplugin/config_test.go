@@ -122,3 +122,63 @@ func TestTestDataOfTheManifestIsAccepted(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestOffArrivesInEveryYAMLSpellingAndMeansOff(t *testing.T) {
+	// kubectl (YAML 1.1) reads an unquoted `off` as false; Traefik's file
+	// provider passes that on as "false", its plugin decoder as "0".
+	newWith := func(edit func(*Config)) (*Hedge, error) {
+		cfg := CreateConfig()
+		cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}}
+		edit(cfg)
+		h, err := New(context.Background(), http.NotFoundHandler(), cfg, "off")
+		if err != nil {
+			return nil, err
+		}
+		return h.(*Hedge), nil
+	}
+	for _, v := range []string{"0", "false", "off", "OFF", "False", " 0 "} {
+		v := v
+		h, err := newWith(func(c *Config) { c.Idempotency.TTL = v })
+		if err != nil {
+			t.Errorf("ttl %q: New failed: %v", v, err)
+		} else if got := h.cfg.Idempotency.TTL; got != -1 {
+			t.Errorf("ttl %q: engine TTL = %v, want -1 (no joins or replays)", v, got)
+		}
+		h, err = newWith(func(c *Config) { c.Log = v })
+		if err != nil {
+			t.Errorf("log %q: New failed: %v", v, err)
+		} else if h.logOut != nil {
+			t.Errorf("log %q: log lines still written", v)
+		}
+	}
+	// A zero duration keeps nothing: off as well.
+	cfg := CreateConfig()
+	cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}}
+	cfg.Idempotency.TTL = "0s"
+	got, err := cfg.coreConfig("zero")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Idempotency.TTL != -1 {
+		t.Errorf(`ttl "0s": engine TTL = %v, want -1`, got.Idempotency.TTL)
+	}
+}
+
+func TestYAMLTrueIsRejectedWithTheFix(t *testing.T) {
+	// An unquoted on/yes/true arrives as "1" (Traefik's decoder) or "true".
+	for _, v := range []string{"1", "true"} {
+		cfg := CreateConfig()
+		cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}}
+		cfg.Idempotency.TTL = v
+		cfg.Log = v
+		_, err := New(context.Background(), http.NotFoundHandler(), cfg, "on")
+		if err == nil {
+			t.Fatalf("ttl and log %q accepted", v)
+		}
+		for _, want := range []string{`idempotency.ttl "` + v + `"`, `log "` + v + `"`, "on/yes/true", `"10m"`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not mention %q", err, want)
+			}
+		}
+	}
+}

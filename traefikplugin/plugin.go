@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/llmhedge/llmhedge/core"
 )
@@ -29,8 +30,15 @@ type Hedge struct {
 	passThrough bool
 	logOut      io.Writer // nil: no log lines
 
+	// stateKey keys the route's shared state; newSeq is this handler's New
+	// in the registry's count (see shared.go).
+	stateKey string
+	newSeq   uint64
+
 	mu     sync.Mutex
 	hedger *core.Hedger // built on the first request
+	entry  *sharedEntry // the shared state's entry, with hedger
+	reg    *registry    // the registry that holds entry
 }
 
 // New validates config and returns the middleware. It starts no goroutine
@@ -45,8 +53,13 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: %w", name, err)
 	}
 	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough}
-	switch config.Log {
-	case "", logStdout:
+	h.stateKey = stateKey(h.cfg.Route, h.cfg)
+	// A New is a use of the route's state: Traefik calls New for every
+	// live middleware on every reload, so an unchanged route keeps it.
+	h.newSeq = shared.touch(h.cfg.Route, h.stateKey)
+	dest, _ := logDestination(config.Log) // coreConfig has checked it
+	switch dest {
+	case logStdout:
 		h.logOut = os.Stdout
 	case logStderr:
 		h.logOut = os.Stderr
@@ -61,6 +74,7 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// under Yaegi both cost more than the rest of this function.
 	h.mu.Lock()
 	engine := h.hedger
+	entry := h.entry
 	h.mu.Unlock()
 	if engine == nil {
 		built, err := h.engine()
@@ -69,8 +83,15 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		engine = built
+	} else if atomic.AddUint32(&entry.requests, 1)&sweepEveryRequests == 0 {
+		// Requests are uses (the registry keeps states in use), and now
+		// and then one sweeps it.
+		sweepFromRequest(h.reg) // set with entry, never changed
 	}
 	if h.passThrough && !engine.Hedgeable(r) {
+		// The opt-out header is the plugin's own and is never forwarded,
+		// not even to the router's service.
+		r.Header.Del(core.HeaderHedge)
 		h.next.ServeHTTP(w, r)
 		return
 	}
@@ -90,20 +111,13 @@ func (h *Hedge) engine() (*core.Hedger, error) {
 	if h.hedger != nil {
 		return h.hedger, nil
 	}
-	opts := core.Options{
-		// Set explicitly: under Yaegi v0.16.1 core.New's own default
-		// (assigning SystemClock{} to the interface field) panics.
-		Clock:     core.SystemClock{},
-		Transport: shared.roundTripper(),
-		State:     shared.state(h.cfg.Route, h.cfg),
-	}
-	if h.logOut != nil {
-		opts.Observer = &logObserver{middleware: h.name, out: h.logOut}
-	}
-	engine, err := core.New(h.cfg, opts)
+	reg := shared
+	engine, entry, err := reg.hedger(h)
 	if err != nil {
 		return nil, err
 	}
+	h.reg = reg
+	h.entry = entry
 	h.hedger = engine
 	return engine, nil
 }

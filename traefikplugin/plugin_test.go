@@ -539,3 +539,32 @@ func TestNewStartsNothingAndSharesStateAcrossReloads(t *testing.T) {
 		t.Fatalf("a different upstream list reused the state")
 	}
 }
+
+func TestPassThroughNeverForwardsTheOptOutHeader(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	seen := make(chan string, 4)
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- strings.Join(r.Header.Values("X-LLM-Hedge"), ",")
+		io.WriteString(w, "from next")
+	})
+	cfg := CreateConfig()
+	cfg.Log = logOff
+	cfg.Upstreams = []Upstream{{URL: a.srv.URL}}
+	cfg.PathPrefixes = []string{"/v1/"}
+	cfg.PassThrough = true
+	front := frontFor(t, newHedge(t, cfg, "pass-strip", next, nil))
+	for _, path := range []string{"/v1/chat/completions", "/other"} {
+		req, _ := http.NewRequest(http.MethodPost, front.URL+path, strings.NewReader(`{"stream":true}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-LLM-Hedge", "off")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if got := <-seen; got != "" {
+			t.Fatalf("POST %s with X-LLM-Hedge: off: the router's service got X-LLM-Hedge %q, want none", path, got)
+		}
+	}
+}
