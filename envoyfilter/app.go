@@ -34,8 +34,9 @@ type App struct {
 	log        *zap.Logger
 	level      zap.AtomicLevel
 	configPath string
-	cfg        atomic.Pointer[FileConfig]
-	cert       atomic.Pointer[tls.Certificate]
+	cfg        atomic.Pointer[FileConfig] // the configuration last loaded
+	started    *FileConfig                // the one the process started with
+	tls        atomic.Pointer[tls.Config] // what a handshake uses now
 
 	grpc        *grpc.Server
 	health      *health.Server
@@ -58,6 +59,7 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	}
 	a := &App{Server: srv, log: log, level: level, configPath: configPath, serveErr: make(chan error, 2)}
 	a.cfg.Store(cfg)
+	a.started = cfg
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(cfg.GRPC.MaxRecvMsgSize)),
 		// Envoy may ping idle HTTP/2 connections (connection_keepalive);
@@ -87,15 +89,34 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	return a, nil
 }
 
-// tlsConfig loads the listener's certificate (kept for GetCertificate, so
-// a reload can swap it) and the client CAs for mTLS.
+// tlsConfig is the listener's TLS: every handshake takes the certificate
+// and client CAs loaded last (GetConfigForClient), so a reload can swap
+// them without a restart.
 func (a *App) tlsConfig(t TLSConfig) (*tls.Config, error) {
-	if err := a.loadCert(t); err != nil {
+	cur, err := loadTLS(t)
+	if err != nil {
 		return nil, err
 	}
+	a.tls.Store(cur)
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return a.tls.Load(), nil },
+	}, nil
+}
+
+// loadTLS reads the certificate, key and client CAs t names into the
+// configuration of a handshake.
+func loadTLS(t TLSConfig) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("grpc.tls: %w", err)
+	}
 	cfg := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		// The config returned by GetConfigForClient negotiates ALPN:
+		// gRPC clients require h2.
+		NextProtos: []string{"h2"},
 	}
 	if t.ClientCAFile != "" {
 		pem, err := os.ReadFile(t.ClientCAFile)
@@ -109,15 +130,6 @@ func (a *App) tlsConfig(t TLSConfig) (*tls.Config, error) {
 		cfg.ClientCAs, cfg.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
 	return cfg, nil
-}
-
-func (a *App) loadCert(t TLSConfig) error {
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return fmt.Errorf("grpc.tls: %w", err)
-	}
-	a.cert.Store(&cert)
-	return nil
 }
 
 // Start opens the listeners and serves in the background.
@@ -172,11 +184,17 @@ func (a *App) MetricsAddr() string {
 func (a *App) Errors() <-chan error { return a.serveErr }
 
 // Reload re-reads the configuration file and switches to it. Streams in
-// flight keep their configuration; an invalid file changes nothing. The
-// listeners, TLS mode and log format are fixed at start; a changed value is
-// logged and ignored. Certificates are re-read.
+// flight keep their configuration; an invalid file, or TLS files of the
+// new configuration that do not load, change nothing. Settings a running
+// process cannot change (restartOnly) are logged by name and keep their
+// running values; the certificate, key and client CAs are read from the
+// paths of the new configuration.
 func (a *App) Reload() error {
 	cfg, err := LoadConfig(a.configPath)
+	var newTLS *tls.Config
+	if err == nil && a.started.GRPC.TLS.Enabled() && cfg.GRPC.TLS.Enabled() {
+		newTLS, err = loadTLS(cfg.GRPC.TLS)
+	}
 	if err == nil {
 		err = a.Server.Reload(cfg)
 	} else {
@@ -186,21 +204,43 @@ func (a *App) Reload() error {
 		a.log.Error("configuration reload failed; keeping the running configuration", zap.Error(err))
 		return err
 	}
-	old := a.cfg.Load()
-	if cfg.GRPC != old.GRPC || cfg.Metrics != old.Metrics || cfg.Log.Format != old.Log.Format {
-		a.log.Warn("grpc, metrics and log.format settings change only on restart")
+	if fields := restartOnly(a.started, cfg, a.Server.ownTransport); len(fields) > 0 {
+		a.log.Warn("restart-only settings changed; they keep their running values until a restart",
+			zap.Strings("fields", fields))
 	}
 	if lvl, err := parseLevel(cfg.Log.Level); err == nil {
 		a.level.SetLevel(lvl)
 	}
-	if old.GRPC.TLS.Enabled() {
-		if err := a.loadCert(old.GRPC.TLS); err != nil {
-			a.log.Error("reloading the TLS certificate failed; keeping the old one", zap.Error(err))
-		}
+	if newTLS != nil {
+		a.tls.Store(newTLS)
 	}
 	a.cfg.Store(cfg)
 	a.log.Info("configuration reloaded", zap.Int("routes", len(cfg.Routes)))
 	return nil
+}
+
+// restartOnly names the settings that differ between the configuration
+// the process started with and next but that a reload cannot apply: the listeners and
+// the gRPC server's options are fixed when it starts, and so are TLS on or
+// off and the log format. transportReloads is false when the upstream
+// transport was injected (Options.Transport) and the file's transport
+// section is not used.
+func restartOnly(running, next *FileConfig, transportReloads bool) []string {
+	var fields []string
+	changed := func(name string, differs bool) {
+		if differs {
+			fields = append(fields, name)
+		}
+	}
+	changed("grpc.listen", running.GRPC.Listen != next.GRPC.Listen)
+	changed("grpc.max_recv_msg_size", running.GRPC.MaxRecvMsgSize != next.GRPC.MaxRecvMsgSize)
+	changed("grpc.max_concurrent_streams", running.GRPC.MaxConcurrentStreams != next.GRPC.MaxConcurrentStreams)
+	changed("grpc.tls (on/off)", running.GRPC.TLS.Enabled() != next.GRPC.TLS.Enabled())
+	changed("metrics.listen", running.Metrics.Listen != next.Metrics.Listen)
+	changed("metrics.path", running.Metrics.Path != next.Metrics.Path)
+	changed("log.format", running.Log.Format != next.Log.Format)
+	changed("transport", !transportReloads && running.Transport != next.Transport)
+	return fields
 }
 
 // Shutdown drains: health turns NOT_SERVING, the listener stops taking new

@@ -2,8 +2,20 @@ package envoyfilter_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
@@ -69,5 +81,78 @@ func TestReloadKeepsStreamsInFlight(t *testing.T) {
 	r := <-held
 	if r.err != nil || !r.from["A"] || r.from["B"] || r.text != llmsim.ExpectedChatText("held-1", tokens) {
 		t.Fatalf("the request in flight: %q from %v, %v", r.text, r.from, r.err)
+	}
+}
+
+// writeConfig writes an App's configuration file.
+func writeConfig(t *testing.T, path, yaml string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkHealth runs a health check over TLS trusting only pool.
+func checkHealth(addr string, pool *x509.CertPool) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// The first SIGHUP after the TLS paths changed serves the certificate at
+// the new paths; every setting a reload cannot apply is named in the
+// warning.
+func TestReloadLoadsNewTLSPathsAndNamesRestartOnlySettings(t *testing.T) {
+	dir := t.TempDir()
+	cert1, key1, pool1 := selfSigned(t, t.TempDir())
+	cert2, key2, pool2 := selfSigned(t, t.TempDir())
+	path := filepath.Join(dir, "extproc.yaml")
+	config := func(listen, cert, key, rest string) string {
+		return `
+grpc: {listen: "` + listen + `", tls: {cert_file: "` + cert + `", key_file: "` + key + `"}}
+metrics: {listen: "off"}
+routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
+` + rest
+	}
+	writeConfig(t, path, config("127.0.0.1:0", cert1, key1, ""))
+	cfg, err := envoyfilter.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logCore, logs := observer.New(zap.InfoLevel)
+	app, err := envoyfilter.NewApp(path, cfg, zap.New(logCore), zap.NewAtomicLevel(),
+		envoyfilter.Options{Transport: http.DefaultTransport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Shutdown(time.Second)
+	if err := checkHealth(app.GRPCAddr(), pool1); err != nil {
+		t.Fatalf("health check with the first certificate: %v", err)
+	}
+
+	writeConfig(t, path, config("127.0.0.1:1", cert2, key2,
+		"log: {format: console}\ntransport: {dial_timeout: 1s}\nenvoy: {body_chunk: 16KiB}\n"))
+	if err := app.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkHealth(app.GRPCAddr(), pool2); err != nil {
+		t.Fatalf("after one reload, the certificate at the new paths is not served: %v", err)
+	}
+	warnings := logs.FilterMessage("restart-only settings changed; they keep their running values until a restart").All()
+	if len(warnings) != 1 {
+		t.Fatalf("%d restart-only warnings, want 1", len(warnings))
+	}
+	got := fmt.Sprint(warnings[0].ContextMap()["fields"])
+	if want := "[grpc.listen log.format transport]"; got != want {
+		t.Fatalf("restart-only warning names %s, want %s", got, want)
 	}
 }
