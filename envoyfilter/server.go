@@ -19,10 +19,10 @@ import (
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	log       *zap.Logger
-	metrics   *Metrics
-	clock     core.Clock
-	extra     core.Observer
+	log     *zap.Logger
+	metrics *Metrics
+	clock   core.Clock
+	extra   core.Observer
 
 	reloadMu sync.Mutex // serializes Reload; guards the transport fields
 	// transport sends upstream attempts. When the server built it
@@ -32,7 +32,7 @@ type Server struct {
 	ownTransport bool
 	transportCfg TransportConfig
 	current      atomic.Pointer[settings]
-	inFlight atomic.Int64
+	inFlight     atomic.Int64
 }
 
 // settings is everything a configuration decides, swapped whole on reload.

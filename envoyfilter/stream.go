@@ -264,8 +264,11 @@ func (p *processStream) onRequestHeaders(m *extprocv3.ProcessingRequest, msg *ex
 		return p.protocolError(codes.InvalidArgument, "request_headers: %v", err)
 	}
 	p.readProtocolConfig(m)
-	r := p.cfg.table.match(head)
 	hasBody := !head.noBody
+	if !head.originForm() {
+		return p.passThrough(hasBody)
+	}
+	r := p.cfg.table.match(head)
 	if r == nil {
 		return p.passThrough(hasBody)
 	}
