@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/llmhedge/llmhedge/core"
 )
 
 // App is the llmhedge-extproc process around a Server: the gRPC listener
@@ -45,6 +47,7 @@ type App struct {
 	metricsLis  net.Listener
 	serving     sync.WaitGroup
 	serveErr    chan error
+	clock       core.Clock // times the drain's health grace
 }
 
 // NewApp builds the process for cfg, loaded from configPath (re-read on
@@ -57,7 +60,10 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Server: srv, log: log, level: level, configPath: configPath, serveErr: make(chan error, 2)}
+	a := &App{Server: srv, log: log, level: level, configPath: configPath, serveErr: make(chan error, 2), clock: opts.Clock}
+	if a.clock == nil {
+		a.clock = core.SystemClock{}
+	}
 	a.cfg.Store(cfg)
 	a.started = cfg
 	serverOpts := []grpc.ServerOption{
@@ -139,6 +145,9 @@ func (a *App) Start() error {
 	if err != nil {
 		return fmt.Errorf("grpc.listen: %w", err)
 	}
+	// gRPC closes the listener when it stops accepting (GracefulStop);
+	// the log line marks that moment of the drain.
+	lis = &loggedListener{Listener: lis, log: a.log}
 	a.grpcLis = lis
 	if a.metricsHTTP != nil {
 		mlis, err := net.Listen("tcp", cfg.Metrics.Listen)
@@ -243,10 +252,42 @@ func restartOnly(running, next *FileConfig, transportReloads bool) []string {
 	return fields
 }
 
-// Shutdown drains: health turns NOT_SERVING, the listener stops taking new
-// streams, streams in flight may finish within timeout, then the rest are
-// cancelled (which cancels their upstream attempts). It returns once every
-// stream has ended.
+// Drain is what SIGTERM starts. Health turns NOT_SERVING at once while the
+// listener keeps accepting streams for shutdown.health_grace, so that
+// Envoy's health checker sees the server leave before a connection is
+// refused and Envoy stops sending it requests (new streams in the grace
+// are served as usual). Then Shutdown with shutdown.drain_timeout. A
+// SIGTERM or SIGINT on signals (nil: none) during the grace ends it early.
+func (a *App) Drain(signals <-chan os.Signal) {
+	cfg := a.cfg.Load()
+	grace := time.Duration(*cfg.Shutdown.HealthGrace)
+	a.health.Shutdown()
+	a.log.Info("health NOT_SERVING; still accepting streams for the grace",
+		zap.Duration("health_grace", grace), zap.Int64("streams", a.Server.InFlight()))
+	if grace > 0 {
+		over := make(chan struct{})
+		timer := a.clock.AfterFunc(grace, func() { close(over) })
+	wait:
+		for {
+			select {
+			case <-over:
+				break wait
+			case sig := <-signals:
+				if sig != syscall.SIGHUP {
+					a.log.Info("second signal; ending the health grace early", zap.String("signal", sig.String()))
+					timer.Stop()
+					break wait
+				}
+			}
+		}
+	}
+	a.Shutdown(time.Duration(cfg.Shutdown.DrainTimeout))
+}
+
+// Shutdown stops at once: health turns NOT_SERVING, the listener stops
+// taking new streams, streams in flight may finish within timeout, then
+// the rest are cancelled (which cancels their upstream attempts). It
+// returns once every stream has ended.
 func (a *App) Shutdown(timeout time.Duration) {
 	a.health.Shutdown()
 	open := a.Server.InFlight()
@@ -267,6 +308,19 @@ func (a *App) Shutdown(timeout time.Duration) {
 	a.log.Info("stopped")
 }
 
+// loggedListener logs when the gRPC server stops accepting connections.
+type loggedListener struct {
+	net.Listener
+	log  *zap.Logger
+	once sync.Once
+}
+
+func (l *loggedListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { l.log.Info("listener closed; no new connections") })
+	return err
+}
+
 // Run serves until SIGTERM or SIGINT (then drains) or a listener fails,
 // reloading on SIGHUP. signals carries the notifications (signal.Notify).
 func (a *App) Run(signals <-chan os.Signal) error {
@@ -280,7 +334,7 @@ func (a *App) Run(signals <-chan os.Signal) error {
 				a.Reload()
 				continue
 			}
-			a.Shutdown(time.Duration(a.cfg.Load().Shutdown.DrainTimeout))
+			a.Drain(signals)
 			return nil
 		case err := <-a.serveErr:
 			a.Shutdown(0)

@@ -91,8 +91,15 @@ type LogConfig struct {
 
 // ShutdownConfig configures the drain on SIGTERM.
 type ShutdownConfig struct {
+	// HealthGrace is how long health reports NOT_SERVING while the listener
+	// still accepts new streams, so that Envoy's health checker takes the
+	// server out of the cluster before connections are refused. Pair it
+	// with the cluster's health check: at least interval ×
+	// unhealthy_threshold plus one timeout. Default 5s; 0 closes the
+	// listener at once.
+	HealthGrace *Duration `json:"health_grace"`
 	// DrainTimeout is how long streams in flight may run to completion
-	// after SIGTERM before they are cancelled (which cancels their upstream
+	// after the listener closed before they are cancelled (which cancels their upstream
 	// attempts). Default 30s.
 	DrainTimeout Duration `json:"drain_timeout"`
 }
@@ -315,6 +322,7 @@ const (
 	DefaultMaxImmediateResponse   = 4 << 20
 	DefaultBodyChunk              = 64 << 10
 	DefaultDrainTimeout           = 30 * time.Second
+	DefaultHealthGrace            = 5 * time.Second
 	DefaultOverrideMessageTimeout = 60 * time.Second
 )
 
@@ -376,6 +384,10 @@ func (c *FileConfig) applyDefaults() {
 	}
 	if c.Shutdown.DrainTimeout == 0 {
 		c.Shutdown.DrainTimeout = Duration(DefaultDrainTimeout)
+	}
+	if c.Shutdown.HealthGrace == nil {
+		d := Duration(DefaultHealthGrace)
+		c.Shutdown.HealthGrace = &d
 	}
 	e := &c.Envoy
 	if e.RequestBodyMode == "" {
@@ -444,6 +456,9 @@ func (c *FileConfig) Validate() error {
 	}
 	if c.Shutdown.DrainTimeout < 0 {
 		bad("shutdown.drain_timeout must not be negative")
+	}
+	if *c.Shutdown.HealthGrace < 0 {
+		bad("shutdown.health_grace must not be negative")
 	}
 	e := c.Envoy
 	if e.RequestBodyMode != BodyModeFullDuplex && e.RequestBodyMode != BodyModeBuffered {

@@ -56,7 +56,8 @@ type Options struct {
 	// it. An injected Transport is kept: the file's transport section is
 	// then ignored, at start and on reload.
 	Transport http.RoundTripper
-	// Clock drives core's delays and budgets. Default: the system clock.
+	// Clock drives core's delays and budgets, and App's drain grace
+	// (shutdown.health_grace). Default: the system clock.
 	Clock core.Clock
 	// Observer, if set, also receives every hedged request's report (after
 	// the metrics and the request log). It must not block.
