@@ -50,6 +50,12 @@ type App struct {
 	clock       core.Clock // times the drain's health grace
 }
 
+// HTTP/2 flow-control windows of the gRPC listener.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
+
 // NewApp builds the process for cfg, loaded from configPath (re-read on
 // Reload). level is the logger's level, changed by reloads.
 func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.AtomicLevel, opts Options) (*App, error) {
@@ -68,6 +74,13 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	a.started = cfg
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(cfg.GRPC.MaxRecvMsgSize)),
+		// Fixed HTTP/2 windows: gRPC's dynamic (BDP) window grows up to
+		// 16 MiB per stream, and a stream's transport keeps what arrived
+		// within its window even while the stream is held back (a full body
+		// pipe), so the window is part of each stream's memory bound.
+		// 1 MiB per stream is ample on the loopback or LAN hop to Envoy.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		// Envoy may ping idle HTTP/2 connections (connection_keepalive);
 		// gRPC's default policy would answer pings closer than 5 minutes
 		// with GOAWAY "too_many_pings".

@@ -43,9 +43,12 @@ type GRPCConfig struct {
 	// Listen is the address of the ExternalProcessor service. Default
 	// "127.0.0.1:50051". Not reloadable.
 	Listen string `json:"listen"`
-	// MaxRecvMsgSize bounds one message from Envoy. In buffered mode the
-	// whole request body arrives in one message, so this must exceed the
-	// largest prompt. Default 64MiB.
+	// MaxRecvMsgSize bounds one message from Envoy, and so the memory a
+	// stream's body chunks can hold. In FULL_DUPLEX_STREAMED mode Envoy
+	// sends the body in chunks of at most its buffer size (16-64 KiB with
+	// the default buffer limits), far below the default. In buffered mode
+	// the whole request body arrives in one message: raise it above the
+	// largest body (max_body + 64KiB). Default 4MiB.
 	MaxRecvMsgSize ByteSize `json:"max_recv_msg_size"`
 	// MaxConcurrentStreams caps the ext_proc streams (= requests in
 	// flight) per Envoy connection. Default 0: gRPC's default (no cap).
@@ -318,7 +321,7 @@ type BudgetConfig struct {
 const (
 	DefaultGRPCListen             = "127.0.0.1:50051"
 	DefaultMetricsListen          = "127.0.0.1:9464"
-	DefaultMaxRecvMsgSize         = 64 << 20
+	DefaultMaxRecvMsgSize         = 4 << 20
 	DefaultMaxImmediateResponse   = 4 << 20
 	DefaultBodyChunk              = 64 << 10
 	DefaultDrainTimeout           = 30 * time.Second
