@@ -2,9 +2,15 @@ package envoyfilter_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -154,5 +160,83 @@ routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
 	got := fmt.Sprint(warnings[0].ContextMap()["fields"])
 	if want := "[grpc.listen log.format transport]"; got != want {
 		t.Fatalf("restart-only warning names %s, want %s", got, want)
+	}
+}
+
+// clientCert writes a self-signed client certificate (its own CA) and
+// returns the file and the pair for a client.
+func clientCert(t *testing.T, dir string) (caFile string, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "envoy-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(dir, "client.pem")
+	writeConfig(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	return caFile, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// mTLS: only the client certificate the loaded client_ca_file names gets
+// in, and a reload that points client_ca_file at another file switches.
+func TestReloadSwitchesClientCAs(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, pool := selfSigned(t, dir)
+	caA, clientA := clientCert(t, t.TempDir())
+	caB, clientB := clientCert(t, t.TempDir())
+	path := filepath.Join(dir, "extproc.yaml")
+	config := func(ca string) string {
+		return `
+grpc: {listen: "127.0.0.1:0", tls: {cert_file: "` + cert + `", key_file: "` + key + `", client_ca_file: "` + ca + `"}}
+metrics: {listen: "off"}
+routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
+`
+	}
+	writeConfig(t, path, config(caA))
+	cfg, err := envoyfilter.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := envoyfilter.NewApp(path, cfg, zap.NewNop(), zap.NewAtomicLevel(), envoyfilter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Shutdown(time.Second)
+	check := func(client tls.Certificate) error {
+		conn, err := grpc.NewClient(app.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(
+			&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{client}})))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(clientA); err != nil {
+		t.Fatalf("client A with client_ca_file A: %v", err)
+	}
+	if err := check(clientB); err == nil {
+		t.Fatal("client B got in with client_ca_file A")
+	}
+	writeConfig(t, path, config(caB))
+	if err := app.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(clientB); err != nil {
+		t.Fatalf("client B after the reload to client_ca_file B: %v", err)
+	}
+	if err := check(clientA); err == nil {
+		t.Fatal("client A still gets in after the reload to client_ca_file B")
 	}
 }
