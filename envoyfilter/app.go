@@ -22,6 +22,8 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/llmhedge/llmhedge/core"
 )
 
 // App is the llmhedge-extproc process around a Server: the gRPC listener
@@ -34,8 +36,9 @@ type App struct {
 	log        *zap.Logger
 	level      zap.AtomicLevel
 	configPath string
-	cfg        atomic.Pointer[FileConfig]
-	cert       atomic.Pointer[tls.Certificate]
+	cfg        atomic.Pointer[FileConfig] // the configuration last loaded
+	started    *FileConfig                // the one the process started with
+	tls        atomic.Pointer[tls.Config] // what a handshake uses now
 
 	grpc        *grpc.Server
 	health      *health.Server
@@ -44,7 +47,14 @@ type App struct {
 	metricsLis  net.Listener
 	serving     sync.WaitGroup
 	serveErr    chan error
+	clock       core.Clock // times the drain's health grace
 }
+
+// HTTP/2 flow-control windows of the gRPC listener.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
 
 // NewApp builds the process for cfg, loaded from configPath (re-read on
 // Reload). level is the logger's level, changed by reloads.
@@ -56,10 +66,21 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	if err != nil {
 		return nil, err
 	}
-	a := &App{Server: srv, log: log, level: level, configPath: configPath, serveErr: make(chan error, 2)}
+	a := &App{Server: srv, log: log, level: level, configPath: configPath, serveErr: make(chan error, 2), clock: opts.Clock}
+	if a.clock == nil {
+		a.clock = core.SystemClock{}
+	}
 	a.cfg.Store(cfg)
+	a.started = cfg
 	serverOpts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(int(cfg.GRPC.MaxRecvMsgSize)),
+		// Fixed HTTP/2 windows: gRPC's dynamic (BDP) window grows up to
+		// 16 MiB per stream, and a stream's transport keeps what arrived
+		// within its window even while the stream is held back (a full body
+		// pipe), so the window is part of each stream's memory bound.
+		// 1 MiB per stream is ample on the loopback or LAN hop to Envoy.
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 		// Envoy may ping idle HTTP/2 connections (connection_keepalive);
 		// gRPC's default policy would answer pings closer than 5 minutes
 		// with GOAWAY "too_many_pings".
@@ -87,15 +108,34 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	return a, nil
 }
 
-// tlsConfig loads the listener's certificate (kept for GetCertificate, so
-// a reload can swap it) and the client CAs for mTLS.
+// tlsConfig is the listener's TLS: every handshake takes the certificate
+// and client CAs loaded last (GetConfigForClient), so a reload can swap
+// them without a restart.
 func (a *App) tlsConfig(t TLSConfig) (*tls.Config, error) {
-	if err := a.loadCert(t); err != nil {
+	cur, err := loadTLS(t)
+	if err != nil {
 		return nil, err
 	}
+	a.tls.Store(cur)
+	return &tls.Config{
+		MinVersion:         tls.VersionTLS12,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) { return a.tls.Load(), nil },
+	}, nil
+}
+
+// loadTLS reads the certificate, key and client CAs t names into the
+// configuration of a handshake.
+func loadTLS(t TLSConfig) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("grpc.tls: %w", err)
+	}
 	cfg := &tls.Config{
-		MinVersion:     tls.VersionTLS12,
-		GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return a.cert.Load(), nil },
+		MinVersion:   tls.VersionTLS12,
+		Certificates: []tls.Certificate{cert},
+		// The config returned by GetConfigForClient negotiates ALPN:
+		// gRPC clients require h2.
+		NextProtos: []string{"h2"},
 	}
 	if t.ClientCAFile != "" {
 		pem, err := os.ReadFile(t.ClientCAFile)
@@ -111,15 +151,6 @@ func (a *App) tlsConfig(t TLSConfig) (*tls.Config, error) {
 	return cfg, nil
 }
 
-func (a *App) loadCert(t TLSConfig) error {
-	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-	if err != nil {
-		return fmt.Errorf("grpc.tls: %w", err)
-	}
-	a.cert.Store(&cert)
-	return nil
-}
-
 // Start opens the listeners and serves in the background.
 func (a *App) Start() error {
 	cfg := a.cfg.Load()
@@ -127,6 +158,9 @@ func (a *App) Start() error {
 	if err != nil {
 		return fmt.Errorf("grpc.listen: %w", err)
 	}
+	// gRPC closes the listener when it stops accepting (GracefulStop);
+	// the log line marks that moment of the drain.
+	lis = &loggedListener{Listener: lis, log: a.log}
 	a.grpcLis = lis
 	if a.metricsHTTP != nil {
 		mlis, err := net.Listen("tcp", cfg.Metrics.Listen)
@@ -172,11 +206,17 @@ func (a *App) MetricsAddr() string {
 func (a *App) Errors() <-chan error { return a.serveErr }
 
 // Reload re-reads the configuration file and switches to it. Streams in
-// flight keep their configuration; an invalid file changes nothing. The
-// listeners, TLS mode and log format are fixed at start; a changed value is
-// logged and ignored. Certificates are re-read.
+// flight keep their configuration; an invalid file, or TLS files of the
+// new configuration that do not load, change nothing. Settings a running
+// process cannot change (restartOnly) are logged by name and keep their
+// running values; the certificate, key and client CAs are read from the
+// paths of the new configuration.
 func (a *App) Reload() error {
 	cfg, err := LoadConfig(a.configPath)
+	var newTLS *tls.Config
+	if err == nil && a.started.GRPC.TLS.Enabled() && cfg.GRPC.TLS.Enabled() {
+		newTLS, err = loadTLS(cfg.GRPC.TLS)
+	}
 	if err == nil {
 		err = a.Server.Reload(cfg)
 	} else {
@@ -186,27 +226,81 @@ func (a *App) Reload() error {
 		a.log.Error("configuration reload failed; keeping the running configuration", zap.Error(err))
 		return err
 	}
-	old := a.cfg.Load()
-	if cfg.GRPC != old.GRPC || cfg.Metrics != old.Metrics || cfg.Log.Format != old.Log.Format {
-		a.log.Warn("grpc, metrics and log.format settings change only on restart")
+	if fields := restartOnly(a.started, cfg, a.Server.ownTransport); len(fields) > 0 {
+		a.log.Warn("restart-only settings changed; they keep their running values until a restart",
+			zap.Strings("fields", fields))
 	}
 	if lvl, err := parseLevel(cfg.Log.Level); err == nil {
 		a.level.SetLevel(lvl)
 	}
-	if old.GRPC.TLS.Enabled() {
-		if err := a.loadCert(old.GRPC.TLS); err != nil {
-			a.log.Error("reloading the TLS certificate failed; keeping the old one", zap.Error(err))
-		}
+	if newTLS != nil {
+		a.tls.Store(newTLS)
 	}
 	a.cfg.Store(cfg)
 	a.log.Info("configuration reloaded", zap.Int("routes", len(cfg.Routes)))
 	return nil
 }
 
-// Shutdown drains: health turns NOT_SERVING, the listener stops taking new
-// streams, streams in flight may finish within timeout, then the rest are
-// cancelled (which cancels their upstream attempts). It returns once every
-// stream has ended.
+// restartOnly names the settings that differ between the configuration
+// the process started with and next but that a reload cannot apply: the listeners and
+// the gRPC server's options are fixed when it starts, and so are TLS on or
+// off and the log format. transportReloads is false when the upstream
+// transport was injected (Options.Transport) and the file's transport
+// section is not used.
+func restartOnly(running, next *FileConfig, transportReloads bool) []string {
+	var fields []string
+	changed := func(name string, differs bool) {
+		if differs {
+			fields = append(fields, name)
+		}
+	}
+	changed("grpc.listen", running.GRPC.Listen != next.GRPC.Listen)
+	changed("grpc.max_recv_msg_size", running.GRPC.MaxRecvMsgSize != next.GRPC.MaxRecvMsgSize)
+	changed("grpc.max_concurrent_streams", running.GRPC.MaxConcurrentStreams != next.GRPC.MaxConcurrentStreams)
+	changed("grpc.tls (on/off)", running.GRPC.TLS.Enabled() != next.GRPC.TLS.Enabled())
+	changed("metrics.listen", running.Metrics.Listen != next.Metrics.Listen)
+	changed("metrics.path", running.Metrics.Path != next.Metrics.Path)
+	changed("log.format", running.Log.Format != next.Log.Format)
+	changed("transport", !transportReloads && running.Transport != next.Transport)
+	return fields
+}
+
+// Drain is what SIGTERM starts. Health turns NOT_SERVING at once while the
+// listener keeps accepting streams for shutdown.health_grace, so that
+// Envoy's health checker sees the server leave before a connection is
+// refused and Envoy stops sending it requests (new streams in the grace
+// are served as usual). Then Shutdown with shutdown.drain_timeout. A
+// SIGTERM or SIGINT on signals (nil: none) during the grace ends it early.
+func (a *App) Drain(signals <-chan os.Signal) {
+	cfg := a.cfg.Load()
+	grace := time.Duration(*cfg.Shutdown.HealthGrace)
+	a.health.Shutdown()
+	a.log.Info("health NOT_SERVING; still accepting streams for the grace",
+		zap.Duration("health_grace", grace), zap.Int64("streams", a.Server.InFlight()))
+	if grace > 0 {
+		over := make(chan struct{})
+		timer := a.clock.AfterFunc(grace, func() { close(over) })
+	wait:
+		for {
+			select {
+			case <-over:
+				break wait
+			case sig := <-signals:
+				if sig != syscall.SIGHUP {
+					a.log.Info("second signal; ending the health grace early", zap.String("signal", sig.String()))
+					timer.Stop()
+					break wait
+				}
+			}
+		}
+	}
+	a.Shutdown(time.Duration(cfg.Shutdown.DrainTimeout))
+}
+
+// Shutdown stops at once: health turns NOT_SERVING, the listener stops
+// taking new streams, streams in flight may finish within timeout, then
+// the rest are cancelled (which cancels their upstream attempts). It
+// returns once every stream has ended.
 func (a *App) Shutdown(timeout time.Duration) {
 	a.health.Shutdown()
 	open := a.Server.InFlight()
@@ -227,6 +321,19 @@ func (a *App) Shutdown(timeout time.Duration) {
 	a.log.Info("stopped")
 }
 
+// loggedListener logs when the gRPC server stops accepting connections.
+type loggedListener struct {
+	net.Listener
+	log  *zap.Logger
+	once sync.Once
+}
+
+func (l *loggedListener) Close() error {
+	err := l.Listener.Close()
+	l.once.Do(func() { l.log.Info("listener closed; no new connections") })
+	return err
+}
+
 // Run serves until SIGTERM or SIGINT (then drains) or a listener fails,
 // reloading on SIGHUP. signals carries the notifications (signal.Notify).
 func (a *App) Run(signals <-chan os.Signal) error {
@@ -240,7 +347,7 @@ func (a *App) Run(signals <-chan os.Signal) error {
 				a.Reload()
 				continue
 			}
-			a.Shutdown(time.Duration(a.cfg.Load().Shutdown.DrainTimeout))
+			a.Drain(signals)
 			return nil
 		case err := <-a.serveErr:
 			a.Shutdown(0)

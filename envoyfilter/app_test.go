@@ -17,14 +17,19 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
@@ -139,4 +144,177 @@ routes:
 	if n := app.Server.InFlight(); n != 0 {
 		t.Fatalf("%d streams open after the drain", n)
 	}
+}
+
+// graceClock hands the drain's health-grace timer (the AfterFunc of
+// exactly grace) to the test, which fires it; other timers run on the real
+// clock.
+type graceClock struct {
+	grace time.Duration
+	timer chan func()
+}
+
+func (c *graceClock) Now() time.Time { return time.Now() }
+
+func (c *graceClock) AfterFunc(d time.Duration, f func()) core.Timer {
+	if d != c.grace {
+		return time.AfterFunc(d, f)
+	}
+	c.timer <- f
+	return heldTimer{}
+}
+
+type heldTimer struct{}
+
+func (heldTimer) Stop() bool { return false }
+
+// logMessages is a logger that also sends every message to a channel.
+func logMessages() (*zap.Logger, chan string) {
+	msgs := make(chan string, 256)
+	logCore, _ := observer.New(zap.InfoLevel)
+	return zap.New(logCore, zap.Hooks(func(e zapcore.Entry) error {
+		select {
+		case msgs <- e.Message:
+		default:
+		}
+		return nil
+	})), msgs
+}
+
+func waitMessage(t *testing.T, msgs <-chan string, want string) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case m := <-msgs:
+			if m == want {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("no %q log within 10s", want)
+		}
+	}
+}
+
+// SIGTERM: health turns NOT_SERVING at once, new connections and streams
+// are still served during shutdown.health_grace, then the listener closes
+// and the stream in flight finishes.
+func TestDrainHealthGraceBeforeTheListenerCloses(t *testing.T) {
+	release := make(chan struct{})
+	wl := llmsim.Reference(1, testScale)
+	wl.StallProb = noStalls
+	up := (&llmsim.Server{Name: "A", Workload: wl, Behave: func(r *http.Request) llmsim.Behavior {
+		if r.Header.Get(llmsim.HeaderRequest) == "held" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		return llmsim.Behavior{}
+	}}).Start()
+	defer up.Close()
+	path := filepath.Join(t.TempDir(), "extproc.yaml")
+	os.WriteFile(path, []byte(`
+grpc: {listen: "127.0.0.1:0"}
+metrics: {listen: "off"}
+shutdown: {health_grace: 5s, drain_timeout: 30s}
+routes:
+  - name: chat
+    match: {path_prefixes: [/v1/]}
+    upstreams: [{name: A, url: "`+up.URL+`"}]
+    delay: 10s
+`), 0o600)
+	cfg, err := envoyfilter.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := &graceClock{grace: 5 * time.Second, timer: make(chan func(), 1)}
+	log, msgs := logMessages()
+	app, err := envoyfilter.NewApp(path, cfg, log, zap.NewAtomicLevel(), envoyfilter.Options{Clock: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	signals := make(chan os.Signal, 1)
+	ran := make(chan error, 1)
+	go func() { ran <- app.Run(signals) }()
+	waitMessage(t, msgs, "llmhedge-extproc serving")
+	addr := app.GRPCAddr()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	driver := envoydriver.New(conn, envoydriver.Config{})
+	defer driver.Close()
+	front := httptest.NewServer(driver)
+	defer front.Close()
+	h := &harness{t: t, front: front}
+
+	type result struct {
+		text string
+		err  error
+		at   time.Time
+	}
+	held := make(chan result, 1)
+	go func() {
+		text, _, err := streamChat(context.Background(), h.client(), simHeaders("held", "")...)
+		held <- result{text, err, time.Now()}
+	}()
+	waitSim(t, up, "the held request", func() bool { return up.Served() == 1 })
+
+	sigterm := time.Now()
+	signals <- syscall.SIGTERM
+	var endGrace func()
+	select {
+	case endGrace = <-clock.timer:
+	case err := <-ran:
+		t.Fatalf("Run returned (%v) without a health grace", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no health grace timer within 10s")
+	}
+	healthFlipped := time.Now()
+	// A health check on a new connection: the listener still accepts,
+	// and Envoy's health checker learns the server is leaving.
+	checkConn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := healthpb.NewHealthClient(checkConn).Check(context.Background(),
+		&healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
+	checkConn.Close()
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health during the grace: %v, error %v; want NOT_SERVING", resp.GetStatus(), err)
+	}
+	// A new stream in the grace is served in full.
+	text, _, err := streamChat(context.Background(), h.client(), simHeaders("in-grace", "")...)
+	if err != nil || text != llmsim.ExpectedChatText("in-grace", tokens) {
+		t.Fatalf("a stream opened during the grace: %q, %v", text, err)
+	}
+	lastAccepted := time.Now()
+
+	endGrace()
+	waitMessage(t, msgs, "listener closed; no new connections")
+	listenerClosed := time.Now()
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Fatal("the listener still accepts connections after the grace")
+	}
+	select {
+	case err := <-ran:
+		t.Fatalf("Run returned (%v) with a stream in flight", err)
+	default:
+	}
+	close(release)
+	r := <-held
+	if r.err != nil || r.text != llmsim.ExpectedChatText("held", tokens) {
+		t.Fatalf("the stream in flight at SIGTERM: %q, %v; want it complete", r.text, r.err)
+	}
+	if err := <-ran; err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	since := func(at time.Time) time.Duration { return at.Sub(sigterm).Round(time.Microsecond) }
+	t.Logf("drain timeline after SIGTERM: health NOT_SERVING +%v, last stream accepted and served +%v, "+
+		"listener closed +%v, last in-flight stream finished +%v, stopped +%v (the 5s grace fired by the test)",
+		since(healthFlipped), since(lastAccepted), since(listenerClosed), since(r.at), since(stopped))
 }

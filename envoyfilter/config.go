@@ -43,9 +43,12 @@ type GRPCConfig struct {
 	// Listen is the address of the ExternalProcessor service. Default
 	// "127.0.0.1:50051". Not reloadable.
 	Listen string `json:"listen"`
-	// MaxRecvMsgSize bounds one message from Envoy. In buffered mode the
-	// whole request body arrives in one message, so this must exceed the
-	// largest prompt. Default 64MiB.
+	// MaxRecvMsgSize bounds one message from Envoy, and so the memory a
+	// stream's body chunks can hold. In FULL_DUPLEX_STREAMED mode Envoy
+	// sends the body in chunks of at most its buffer size (16-64 KiB with
+	// the default buffer limits), far below the default. In buffered mode
+	// the whole request body arrives in one message: raise it above the
+	// largest body (max_body + 64KiB). Default 4MiB.
 	MaxRecvMsgSize ByteSize `json:"max_recv_msg_size"`
 	// MaxConcurrentStreams caps the ext_proc streams (= requests in
 	// flight) per Envoy connection. Default 0: gRPC's default (no cap).
@@ -91,8 +94,15 @@ type LogConfig struct {
 
 // ShutdownConfig configures the drain on SIGTERM.
 type ShutdownConfig struct {
+	// HealthGrace is how long health reports NOT_SERVING while the listener
+	// still accepts new streams, so that Envoy's health checker takes the
+	// server out of the cluster before connections are refused. Pair it
+	// with the cluster's health check: at least interval ×
+	// unhealthy_threshold plus one timeout. Default 5s; 0 closes the
+	// listener at once.
+	HealthGrace *Duration `json:"health_grace"`
 	// DrainTimeout is how long streams in flight may run to completion
-	// after SIGTERM before they are cancelled (which cancels their upstream
+	// after the listener closed before they are cancelled (which cancels their upstream
 	// attempts). Default 30s.
 	DrainTimeout Duration `json:"drain_timeout"`
 }
@@ -311,10 +321,11 @@ type BudgetConfig struct {
 const (
 	DefaultGRPCListen             = "127.0.0.1:50051"
 	DefaultMetricsListen          = "127.0.0.1:9464"
-	DefaultMaxRecvMsgSize         = 64 << 20
+	DefaultMaxRecvMsgSize         = 4 << 20
 	DefaultMaxImmediateResponse   = 4 << 20
 	DefaultBodyChunk              = 64 << 10
 	DefaultDrainTimeout           = 30 * time.Second
+	DefaultHealthGrace            = 5 * time.Second
 	DefaultOverrideMessageTimeout = 60 * time.Second
 )
 
@@ -376,6 +387,10 @@ func (c *FileConfig) applyDefaults() {
 	}
 	if c.Shutdown.DrainTimeout == 0 {
 		c.Shutdown.DrainTimeout = Duration(DefaultDrainTimeout)
+	}
+	if c.Shutdown.HealthGrace == nil {
+		d := Duration(DefaultHealthGrace)
+		c.Shutdown.HealthGrace = &d
 	}
 	e := &c.Envoy
 	if e.RequestBodyMode == "" {
@@ -444,6 +459,9 @@ func (c *FileConfig) Validate() error {
 	}
 	if c.Shutdown.DrainTimeout < 0 {
 		bad("shutdown.drain_timeout must not be negative")
+	}
+	if *c.Shutdown.HealthGrace < 0 {
+		bad("shutdown.health_grace must not be negative")
 	}
 	e := c.Envoy
 	if e.RequestBodyMode != BodyModeFullDuplex && e.RequestBodyMode != BodyModeBuffered {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -341,5 +342,75 @@ func TestResponseHeadersSurvive(t *testing.T) {
 	}
 	if s := h.driver.Stats(); s.Immediate != 1 || s.StreamedImmediate != 1 {
 		t.Fatalf("driver stats %+v", s)
+	}
+}
+
+// brokenJSONUpstream answers every request with a JSON body that declares
+// Content-Length 2 MiB and breaks off after 1.5 MiB.
+func brokenJSONUpstream(t *testing.T) *httptest.Server {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", strconv.Itoa(2<<20))
+		w.WriteHeader(http.StatusOK)
+		w.Write([]byte(`{"choices":[{"message":{"content":"`))
+		w.Write(bytes.Repeat([]byte("x"), 3<<19-64))
+		http.NewResponseController(w).Flush()
+		panic(http.ErrAbortHandler) // closes the connection mid-body
+	}))
+	t.Cleanup(up.Close)
+	return up
+}
+
+// A non-streaming answer that breaks mid-body reaches the client broken,
+// never as a complete answer: a reset after the start where Envoy can
+// stream a local response, a 502 where it can only take one
+// ImmediateResponse. Hedged or not.
+func TestBrokenNonStreamingAnswerIsNeverComplete(t *testing.T) {
+	up := brokenJSONUpstream(t)
+	routes := `
+  - name: chat
+    upstreams: [{name: U1, url: "` + up.URL + `"}, {name: U2, url: "` + up.URL + `"}]
+    delay: 10ms
+`
+	cases := []struct {
+		name       string
+		envoy      string
+		driver     envoydriver.Config
+		wantStatus int // 0: the response starts, then breaks
+	}{
+		{"streamed local response", "", envoydriver.Config{}, 0},
+		{"immediate response only", "  streamed_immediate_response: false", envoydriver.Config{}, http.StatusBadGateway},
+		{"buffered mode", "", envoydriver.Config{Mode: envoydriver.Buffered, MaxMessageTimeout: time.Minute}, http.StatusBadGateway},
+	}
+	for _, c := range cases {
+		for _, hedge := range []string{"", "off"} {
+			t.Run(c.name+"/hedge="+hedge, func(t *testing.T) {
+				h := newHarness(t, harnessOptions{routes: routes, envoy: c.envoy, driver: c.driver})
+				req, _ := http.NewRequest(http.MethodPost, h.front.URL+"/v1/chat/completions",
+					strings.NewReader(`{"model":"m","messages":[]}`))
+				req.Header.Set("Content-Type", "application/json")
+				if hedge != "" {
+					req.Header.Set(core.HeaderHedge, hedge)
+				}
+				resp, err := h.front.Client().Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, readErr := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				switch {
+				case c.wantStatus == 0 && readErr == nil:
+					t.Fatalf("status %d with %d body bytes read to a clean end; want the response reset", resp.StatusCode, len(body))
+				case c.wantStatus != 0 && resp.StatusCode != c.wantStatus:
+					t.Fatalf("status %d (%d body bytes, read error %v), want %d", resp.StatusCode, len(body), readErr, c.wantStatus)
+				case c.wantStatus != 0 && !bytes.Contains(body, []byte("upstream_aborted")):
+					t.Fatalf("the %d answer does not say upstream_aborted: %.200q", resp.StatusCode, body)
+				}
+				if rep := h.report(); rep.Outcome != core.OutcomeStreamFailed {
+					t.Fatalf("report outcome %v, want %v", rep.Outcome, core.OutcomeStreamFailed)
+				}
+			})
+		}
 	}
 }

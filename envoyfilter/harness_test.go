@@ -140,7 +140,7 @@ func serveGRPC(t testing.TB, srv extprocv3.ExternalProcessorServer) (*grpc.Serve
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(64 << 20))
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(envoyfilter.DefaultMaxRecvMsgSize))
 	extprocv3.RegisterExternalProcessorServer(gs, srv)
 	go gs.Serve(lis)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -36,8 +36,9 @@ func headerValue(h *corev3.HeaderValue) string {
 	return h.GetValue()
 }
 
-// parseRequestHead reads a request_headers message. Pseudo-headers
-// :method and :path are required; header names and values are checked
+// parseRequestHead reads a request_headers message. :method is required;
+// :path may be missing (CONNECT) or not start with / (OPTIONS *): such a
+// request is no route's (originForm). Header names and values are checked
 // because they go into upstream requests.
 func parseRequestHead(msg *extprocv3.HttpHeaders) (*requestHead, error) {
 	head := &requestHead{header: make(http.Header), noBody: msg.GetEndOfStream()}
@@ -71,14 +72,17 @@ func parseRequestHead(msg *extprocv3.HttpHeaders) (*requestHead, error) {
 		return nil, fmt.Errorf("request_headers has no :method")
 	case !httpguts.ValidHeaderFieldName(head.method):
 		return nil, fmt.Errorf(":method %q is not a valid token", head.method)
-	case head.path == "":
-		return nil, fmt.Errorf("request_headers has no :path")
 	}
 	if head.authority == "" {
 		head.authority = head.header.Get("Host")
 	}
 	return head, nil
 }
+
+// originForm reports whether :path is an origin-form target ("/..."), the
+// only kind a route can hedge. CONNECT has no :path and OPTIONS * has "*":
+// those requests continue through Envoy untouched, whatever the routes say.
+func (h *requestHead) originForm() bool { return strings.HasPrefix(h.path, "/") }
 
 // pathOnly returns :path without its query.
 func (h *requestHead) pathOnly() string {

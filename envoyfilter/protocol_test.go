@@ -51,7 +51,6 @@ func TestMalformedMessagesGetGRPCErrors(t *testing.T) {
 	}{
 		{"body before headers", []*extprocv3.ProcessingRequest{bodyMsg("x", true)}, codes.FailedPrecondition},
 		{"empty message", []*extprocv3.ProcessingRequest{{}}, codes.InvalidArgument},
-		{"no :path", []*extprocv3.ProcessingRequest{headersMsg(true, ":method", "GET")}, codes.InvalidArgument},
 		{"no :method", []*extprocv3.ProcessingRequest{headersMsg(true, ":path", "/")}, codes.InvalidArgument},
 		{"newline in a value", []*extprocv3.ProcessingRequest{headersMsg(true, ":method", "GET", ":path", "/v1/x",
 			"x-a", "1\r\nx-b: 2")}, codes.InvalidArgument},
@@ -252,4 +251,61 @@ func messageKind(m *extprocv3.ProcessingRequest) string {
 	}
 	name := fmt.Sprintf("%T", m.GetRequest())
 	return name[strings.LastIndex(name, "_")+1:]
+}
+
+// catchAllRoute takes every request with a path: only the target form
+// keeps CONNECT and OPTIONS * away from it.
+const catchAllRoute = `
+  - name: all
+    upstreams: [{name: A, url: "{A}"}]
+`
+
+// CONNECT (no :path) and OPTIONS * (a path that is not origin-form) are no
+// route's, even a route that matches every path: they continue through
+// Envoy untouched, never failing the stream (which Envoy would answer with
+// status_on_error).
+func TestNonOriginFormTargetsContinue(t *testing.T) {
+	h := newHarness(t, harnessOptions{routes: catchAllRoute})
+	client := extprocv3.NewExternalProcessorClient(h.conn)
+	open := func() extprocv3.ExternalProcessor_ProcessClient {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		t.Cleanup(cancel)
+		stream, err := client.Process(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return stream
+	}
+	// Without a body Envoy still holds everything: a clean close, no reply.
+	for _, target := range [][]string{
+		{":method", "OPTIONS", ":path", "*", ":authority", "gw"},
+		{":method", "CONNECT", ":authority", "example.com:443"},
+	} {
+		stream := open()
+		stream.Send(headersMsg(true, target...))
+		if m, err := stream.Recv(); err != io.EOF {
+			t.Fatalf("%s: got reply %v, error %v; want a clean close (continue untouched)", target[1], m, err)
+		}
+	}
+	// A CONNECT with tunnel data in FULL_DUPLEX_STREAMED: CONTINUE, and the
+	// data echoed back so that Envoy loses none of it.
+	stream := open()
+	stream.Send(headersMsg(false, ":method", "CONNECT", ":authority", "example.com:443"))
+	m, err := stream.Recv()
+	if err != nil || m.GetRequestHeaders() == nil || m.GetRequestHeaders().GetResponse().GetStatus() != extprocv3.CommonResponse_CONTINUE {
+		t.Fatalf("CONNECT headers: reply %v, error %v; want CONTINUE", m, err)
+	}
+	stream.Send(bodyMsg("tunnel bytes", false))
+	m, err = stream.Recv()
+	if got := string(m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()); err != nil || got != "tunnel bytes" {
+		t.Fatalf("CONNECT data echoed as %q (error %v), want %q", got, err, "tunnel bytes")
+	}
+	stream.CloseSend()
+	if _, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("CONNECT stream ended with %v, want a clean close", err)
+	}
+	if n := h.A.Served(); n != 0 {
+		t.Fatalf("the upstream got %d requests, want 0", n)
+	}
 }

@@ -1,6 +1,10 @@
 package envoyfilter
 
-import "testing"
+import (
+	"net/http"
+	"testing"
+	"time"
+)
 
 func stateOf(s *Server, route string) interface{} {
 	for _, r := range s.current.Load().table.routes {
@@ -46,5 +50,40 @@ func TestReloadKeepsLearnedState(t *testing.T) {
 	}
 	if stateOf(s, "chat2") == second {
 		t.Fatal("a renamed route shares the old route's budget")
+	}
+}
+
+// A reload that changes the transport section gives the new routes a
+// transport built from it; one that does not keeps the running transport
+// (and its pooled connections).
+func TestReloadRebuildsTheTransport(t *testing.T) {
+	parse := func(yaml string) *FileConfig {
+		cfg, err := ParseConfig([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	const routes = "routes:\n  - {name: chat, upstreams: [{url: 'http://a:1'}]}\n"
+	s, err := NewServer(parse(routes), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.transport
+	if err := s.Reload(parse("log: {level: debug}\n" + routes)); err != nil {
+		t.Fatal(err)
+	}
+	if s.transport != first {
+		t.Fatal("a reload without transport changes replaced the transport")
+	}
+	if err := s.Reload(parse("transport: {idle_conn_timeout: 7s, max_idle_conns_per_host: 3}\n" + routes)); err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := s.transport.(*http.Transport)
+	if !ok || tr == first {
+		t.Fatal("the transport section changed, but the transport was not rebuilt")
+	}
+	if tr.IdleConnTimeout != 7*time.Second || tr.MaxIdleConnsPerHost != 3 {
+		t.Fatalf("transport IdleConnTimeout = %v, MaxIdleConnsPerHost = %d, want 7s, 3", tr.IdleConnTimeout, tr.MaxIdleConnsPerHost)
 	}
 }

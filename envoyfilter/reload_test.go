@@ -2,8 +2,26 @@ package envoyfilter_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
@@ -69,5 +87,156 @@ func TestReloadKeepsStreamsInFlight(t *testing.T) {
 	r := <-held
 	if r.err != nil || !r.from["A"] || r.from["B"] || r.text != llmsim.ExpectedChatText("held-1", tokens) {
 		t.Fatalf("the request in flight: %q from %v, %v", r.text, r.from, r.err)
+	}
+}
+
+// writeConfig writes an App's configuration file.
+func writeConfig(t *testing.T, path, yaml string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(yaml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkHealth runs a health check over TLS trusting only pool.
+func checkHealth(addr string, pool *x509.CertPool) error {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+	return err
+}
+
+// The first SIGHUP after the TLS paths changed serves the certificate at
+// the new paths; every setting a reload cannot apply is named in the
+// warning.
+func TestReloadLoadsNewTLSPathsAndNamesRestartOnlySettings(t *testing.T) {
+	dir := t.TempDir()
+	cert1, key1, pool1 := selfSigned(t, t.TempDir())
+	cert2, key2, pool2 := selfSigned(t, t.TempDir())
+	path := filepath.Join(dir, "extproc.yaml")
+	config := func(listen, cert, key, rest string) string {
+		return `
+grpc: {listen: "` + listen + `", tls: {cert_file: "` + cert + `", key_file: "` + key + `"}}
+metrics: {listen: "off"}
+routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
+` + rest
+	}
+	writeConfig(t, path, config("127.0.0.1:0", cert1, key1, ""))
+	cfg, err := envoyfilter.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logCore, logs := observer.New(zap.InfoLevel)
+	app, err := envoyfilter.NewApp(path, cfg, zap.New(logCore), zap.NewAtomicLevel(),
+		envoyfilter.Options{Transport: http.DefaultTransport})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Shutdown(time.Second)
+	if err := checkHealth(app.GRPCAddr(), pool1); err != nil {
+		t.Fatalf("health check with the first certificate: %v", err)
+	}
+
+	writeConfig(t, path, config("127.0.0.1:1", cert2, key2,
+		"log: {format: console}\ntransport: {dial_timeout: 1s}\nenvoy: {body_chunk: 16KiB}\n"))
+	if err := app.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkHealth(app.GRPCAddr(), pool2); err != nil {
+		t.Fatalf("after one reload, the certificate at the new paths is not served: %v", err)
+	}
+	warnings := logs.FilterMessage("restart-only settings changed; they keep their running values until a restart").All()
+	if len(warnings) != 1 {
+		t.Fatalf("%d restart-only warnings, want 1", len(warnings))
+	}
+	got := fmt.Sprint(warnings[0].ContextMap()["fields"])
+	if want := "[grpc.listen log.format transport]"; got != want {
+		t.Fatalf("restart-only warning names %s, want %s", got, want)
+	}
+}
+
+// clientCert writes a self-signed client certificate (its own CA) and
+// returns the file and the pair for a client.
+func clientCert(t *testing.T, dir string) (caFile string, pair tls.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "envoy-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile = filepath.Join(dir, "client.pem")
+	writeConfig(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
+	return caFile, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// mTLS: only the client certificate the loaded client_ca_file names gets
+// in, and a reload that points client_ca_file at another file switches.
+func TestReloadSwitchesClientCAs(t *testing.T) {
+	dir := t.TempDir()
+	cert, key, pool := selfSigned(t, dir)
+	caA, clientA := clientCert(t, t.TempDir())
+	caB, clientB := clientCert(t, t.TempDir())
+	path := filepath.Join(dir, "extproc.yaml")
+	config := func(ca string) string {
+		return `
+grpc: {listen: "127.0.0.1:0", tls: {cert_file: "` + cert + `", key_file: "` + key + `", client_ca_file: "` + ca + `"}}
+metrics: {listen: "off"}
+routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
+`
+	}
+	writeConfig(t, path, config(caA))
+	cfg, err := envoyfilter.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := envoyfilter.NewApp(path, cfg, zap.NewNop(), zap.NewAtomicLevel(), envoyfilter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Shutdown(time.Second)
+	check := func(client tls.Certificate) error {
+		conn, err := grpc.NewClient(app.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(
+			&tls.Config{RootCAs: pool, Certificates: []tls.Certificate{client}})))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(clientA); err != nil {
+		t.Fatalf("client A with client_ca_file A: %v", err)
+	}
+	if err := check(clientB); err == nil {
+		t.Fatal("client B got in with client_ca_file A")
+	}
+	writeConfig(t, path, config(caB))
+	if err := app.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if err := check(clientB); err != nil {
+		t.Fatalf("client B after the reload to client_ca_file B: %v", err)
+	}
+	if err := check(clientA); err == nil {
+		t.Fatal("client A still gets in after the reload to client_ca_file B")
 	}
 }

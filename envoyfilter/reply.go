@@ -188,12 +188,23 @@ func (w *replyWriter) finish(aborted bool) error {
 		return errUpstreamAborted
 	case w.started:
 		w.sendBody(true)
+	case aborted && w.err == nil:
+		// The upstream broke mid-body before anything was sent (a buffered
+		// non-streaming answer): never send what arrived as a complete
+		// answer.
+		if w.canStream {
+			// Start the answer, then fail the stream: Envoy resets the
+			// client's response, which ends as abruptly as the upstream's.
+			w.start()
+			if w.err != nil {
+				return nil
+			}
+			return errUpstreamAborted
+		}
+		w.sendError(http.StatusBadGateway, "upstream_aborted", "the upstream answer broke off before it was complete")
 	case errors.Is(w.err, errAnswerTooLarge):
 		w.err = nil
-		w.status, w.pending = http.StatusBadGateway, nil
-		w.header = http.Header{"Content-Type": {"application/json"}}
-		w.pending = []byte(`{"error":{"message":"the upstream answer is larger than envoy.max_immediate_response","type":"llmhedge_error","code":"answer_too_large"}}` + "\n")
-		w.sendImmediate()
+		w.sendError(http.StatusBadGateway, "answer_too_large", "the upstream answer is larger than envoy.max_immediate_response")
 	case w.status == 0:
 		// The handler wrote nothing: core only does that when the client
 		// went away, and then there is nobody to answer.
@@ -201,6 +212,15 @@ func (w *replyWriter) finish(aborted bool) error {
 		w.sendImmediate()
 	}
 	return nil
+}
+
+// sendError replaces the answer by an llmhedge error, as one
+// ImmediateResponse.
+func (w *replyWriter) sendError(status int, code, message string) {
+	w.status = status
+	w.header = http.Header{"Content-Type": {"application/json"}}
+	w.pending = []byte(`{"error":{"message":"` + message + `","type":"llmhedge_error","code":"` + code + `"}}` + "\n")
+	w.sendImmediate()
 }
 
 // sendImmediate sends the whole answer as one ImmediateResponse.

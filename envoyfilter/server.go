@@ -19,15 +19,20 @@ import (
 type Server struct {
 	extprocv3.UnimplementedExternalProcessorServer
 
-	log       *zap.Logger
-	metrics   *Metrics
-	transport http.RoundTripper
-	clock     core.Clock
-	extra     core.Observer
+	log     *zap.Logger
+	metrics *Metrics
+	clock   core.Clock
+	extra   core.Observer
 
-	reloadMu sync.Mutex // serializes Reload
-	current  atomic.Pointer[settings]
-	inFlight atomic.Int64
+	reloadMu sync.Mutex // serializes Reload; guards the transport fields
+	// transport sends upstream attempts. When the server built it
+	// (ownTransport), a reload with another transport section builds a new
+	// one for the new routes; an injected one (Options.Transport) is kept.
+	transport    http.RoundTripper
+	ownTransport bool
+	transportCfg TransportConfig
+	current      atomic.Pointer[settings]
+	inFlight     atomic.Int64
 }
 
 // settings is everything a configuration decides, swapped whole on reload.
@@ -47,9 +52,12 @@ type Options struct {
 	// Metrics. Default: new metrics in their own registry.
 	Metrics *Metrics
 	// Transport sends upstream attempts. Default: an http.Transport built
-	// from the file's transport section.
+	// from the file's transport section, rebuilt by a reload that changes
+	// it. An injected Transport is kept: the file's transport section is
+	// then ignored, at start and on reload.
 	Transport http.RoundTripper
-	// Clock drives core's delays and budgets. Default: the system clock.
+	// Clock drives core's delays and budgets, and App's drain grace
+	// (shutdown.health_grace). Default: the system clock.
 	Clock core.Clock
 	// Observer, if set, also receives every hedged request's report (after
 	// the metrics and the request log). It must not block.
@@ -67,7 +75,7 @@ func NewServer(cfg *FileConfig, opts Options) (*Server, error) {
 		s.metrics = NewMetrics(s.eachHedger)
 	}
 	if s.transport == nil {
-		s.transport = NewTransport(cfg.Transport)
+		s.transport, s.ownTransport, s.transportCfg = NewTransport(cfg.Transport), true, cfg.Transport
 	}
 	if err := s.apply(cfg); err != nil {
 		return nil, err
@@ -122,9 +130,22 @@ func (s *Server) apply(cfg *FileConfig) error {
 	if cur := s.current.Load(); cur != nil {
 		prev = cur.table
 	}
-	table, err := buildRoutes(cfg.Routes, prev, s.transport, s.clock, core.ObserverFunc(s.observe))
+	transport := s.transport
+	var retired *http.Transport
+	if s.ownTransport && cfg.Transport != s.transportCfg {
+		// Streams in flight keep the old transport through their hedgers;
+		// its idle connections close now, the busy ones idle_conn_timeout
+		// after their last request.
+		transport = NewTransport(cfg.Transport)
+		retired, _ = s.transport.(*http.Transport)
+	}
+	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, core.ObserverFunc(s.observe))
 	if err != nil {
 		return err
+	}
+	s.transport, s.transportCfg = transport, cfg.Transport
+	if retired != nil {
+		retired.CloseIdleConnections()
 	}
 	s.current.Store(&settings{table: table, envoy: cfg.Envoy, logRequests: cfg.Log.Requests == nil || *cfg.Log.Requests})
 	return nil

@@ -82,6 +82,11 @@ var errCloseStream = errors.New("close stream")
 // run serves the stream until it ends and returns its gRPC status.
 func (p *processStream) run() error {
 	msgs := make(chan *extprocv3.ProcessingRequest)
+	// handled returns each message's verdict to the receive goroutine: the
+	// body pipe that must have room before the next Recv (nil: none). Not
+	// calling Recv is the back-pressure: gRPC flow control then stops
+	// Envoy, and a stream holds at most one message beyond the pipe.
+	handled := make(chan *bodyPipe, 1)
 	recvErr := make(chan error, 1)
 	stop := make(chan struct{})
 	defer close(stop)
@@ -97,10 +102,19 @@ func (p *processStream) run() error {
 			case <-stop:
 				return
 			}
+			var pipe *bodyPipe
+			select {
+			case pipe = <-handled:
+			case <-stop:
+				return
+			}
+			if pipe != nil {
+				pipe.waitRoom(stop)
+			}
 		}
 	}()
 	p.out = newSender(p.stream)
-	err := p.safeLoop(msgs, recvErr)
+	err := p.safeLoop(msgs, handled, recvErr)
 	// The handler goes first: it may still queue its last messages.
 	p.stopHandler()
 	if serr := p.out.close(); serr != nil {
@@ -115,7 +129,8 @@ func (p *processStream) run() error {
 // safeLoop runs the loop; a bug that panics fails this stream with
 // Internal instead of taking the whole server (and every other request)
 // down: gRPC does not recover handler panics.
-func (p *processStream) safeLoop(msgs <-chan *extprocv3.ProcessingRequest, recvErr <-chan error) (err error) {
+func (p *processStream) safeLoop(msgs <-chan *extprocv3.ProcessingRequest, handled chan<- *bodyPipe,
+	recvErr <-chan error) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			p.s.log.Error("panic in an ext_proc stream", zap.Any("panic", v), zap.ByteString("stack", debug.Stack()))
@@ -123,16 +138,18 @@ func (p *processStream) safeLoop(msgs <-chan *extprocv3.ProcessingRequest, recvE
 			err = status.Errorf(codes.Internal, "internal error: %v", v)
 		}
 	}()
-	return p.loop(msgs, recvErr)
+	return p.loop(msgs, handled, recvErr)
 }
 
-func (p *processStream) loop(msgs <-chan *extprocv3.ProcessingRequest, recvErr <-chan error) error {
+func (p *processStream) loop(msgs <-chan *extprocv3.ProcessingRequest, handled chan<- *bodyPipe,
+	recvErr <-chan error) error {
 	for {
 		select {
 		case m := <-msgs:
 			if err := p.handle(m); err != nil {
 				return err
 			}
+			handled <- p.body // never blocks: one message is out at a time
 		case err := <-recvErr:
 			return p.recvEnded(err)
 		case err := <-p.handlerDone:
@@ -264,8 +281,11 @@ func (p *processStream) onRequestHeaders(m *extprocv3.ProcessingRequest, msg *ex
 		return p.protocolError(codes.InvalidArgument, "request_headers: %v", err)
 	}
 	p.readProtocolConfig(m)
-	r := p.cfg.table.match(head)
 	hasBody := !head.noBody
+	if !head.originForm() {
+		return p.passThrough(hasBody)
+	}
+	r := p.cfg.table.match(head)
 	if r == nil {
 		return p.passThrough(hasBody)
 	}
@@ -322,7 +342,7 @@ func (p *processStream) onRequestBody(b *extprocv3.HttpBody) error {
 	case awaitingHeaders:
 		return p.protocolError(codes.FailedPrecondition, "request_body before request_headers")
 	case passingThrough:
-		return p.send(continueBody(true, b, p.requestMode))
+		return p.continueBody(true, b, p.requestMode)
 	case awaitingBufferedBody:
 		return p.startHandler(p.pendingRoute, p.pendingHead, io.NopCloser(bytes.NewReader(b.GetBody())))
 	default: // hedging
@@ -332,7 +352,7 @@ func (p *processStream) onRequestBody(b *extprocv3.HttpBody) error {
 		// keeps sending the rest of the body after the answer started;
 		// the pipe drops what nobody reads any more.
 		if p.body != nil {
-			p.body.write(p.ctx, b.GetBody())
+			p.body.write(b.GetBody())
 			if b.GetEndOfStream() {
 				p.body.finish(nil)
 			}
@@ -366,7 +386,7 @@ func (p *processStream) continueResponsePath(m *extprocv3.ProcessingRequest) err
 	case *extprocv3.ProcessingRequest_ResponseHeaders:
 		return p.send(continueHeaders(false))
 	case *extprocv3.ProcessingRequest_ResponseBody:
-		return p.send(continueBody(false, req.ResponseBody, p.responseMode))
+		return p.continueBody(false, req.ResponseBody, p.responseMode)
 	default:
 		return p.send(&extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_ResponseTrailers{
 			ResponseTrailers: &extprocv3.TrailersResponse{}}})
@@ -436,17 +456,38 @@ func continueHeaders(request bool) *extprocv3.ProcessingResponse {
 		ResponseHeaders: &extprocv3.HeadersResponse{}}}
 }
 
+// echoChunk is the largest piece of a body chunk echoed back in one
+// streamed_response: a chunk as large as grpc.max_recv_msg_size goes back
+// in pieces, so that the reply queue's byte bound holds (FULL_DUPLEX_STREAMED
+// lets the server answer with any number of body messages).
+const echoChunk = DefaultBodyChunk
+
 // continueBody answers a body chunk unchanged. In the draining modes the
-// chunk itself must come back as a streamed_response, or it is lost
-// (processor_state.cc handleDuplexStreamedBodyResponse); otherwise an empty
-// reply keeps the chunk Envoy holds.
-func continueBody(request bool, b *extprocv3.HttpBody, mode filterv3.ProcessingMode_BodySendMode) *extprocv3.ProcessingResponse {
-	resp := &extprocv3.BodyResponse{}
-	if drainsBody(mode) {
-		resp.Response = &extprocv3.CommonResponse{BodyMutation: &extprocv3.BodyMutation{
-			Mutation: &extprocv3.BodyMutation_StreamedResponse{StreamedResponse: &extprocv3.StreamedBodyResponse{
-				Body: b.GetBody(), EndOfStream: b.GetEndOfStream()}}}}
+// chunk itself must come back as streamed_response, or it is lost
+// (processor_state.cc handleDuplexStreamedBodyResponse), in pieces of at
+// most echoChunk; otherwise an empty reply keeps the chunk Envoy holds.
+func (p *processStream) continueBody(request bool, b *extprocv3.HttpBody, mode filterv3.ProcessingMode_BodySendMode) error {
+	if !drainsBody(mode) {
+		return p.send(bodyReply(request, &extprocv3.BodyResponse{}))
 	}
+	body := b.GetBody()
+	for {
+		piece := body
+		if len(piece) > echoChunk {
+			piece = body[:echoChunk:echoChunk]
+		}
+		body = body[len(piece):]
+		last := len(body) == 0
+		err := p.send(bodyReply(request, &extprocv3.BodyResponse{Response: &extprocv3.CommonResponse{
+			BodyMutation: &extprocv3.BodyMutation{Mutation: &extprocv3.BodyMutation_StreamedResponse{
+				StreamedResponse: &extprocv3.StreamedBodyResponse{Body: piece, EndOfStream: last && b.GetEndOfStream()}}}}}))
+		if err != nil || last {
+			return err
+		}
+	}
+}
+
+func bodyReply(request bool, resp *extprocv3.BodyResponse) *extprocv3.ProcessingResponse {
 	if request {
 		return &extprocv3.ProcessingResponse{Response: &extprocv3.ProcessingResponse_RequestBody{RequestBody: resp}}
 	}

@@ -161,7 +161,7 @@ func writeConfig(t *testing.T, path, upstreamName, upstreamURL string) {
 	cfg := `
 grpc: {listen: "127.0.0.1:0"}
 metrics: {listen: "127.0.0.1:0"}
-shutdown: {drain_timeout: 1s}
+shutdown: {drain_timeout: 1s, health_grace: 100ms}
 routes:
   - name: chat
     match: {path_prefixes: [/v1/]}
