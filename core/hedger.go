@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -53,12 +54,22 @@ type Hedger struct {
 	tenantCaps bool
 	// idempotencyTTL is cfg.Idempotency.TTL (read on every request).
 	idempotencyTTL time.Duration
+	// secrets are the configured header values, redacted from error text.
+	secrets []string
+	// publicNames[i] names upstream i in answers to clients: its configured
+	// name quoted, or its index when it has none (the default name is the
+	// URL's host, which clients need not learn).
+	publicNames []string
 }
 
 // New validates cfg and returns a Hedger for it.
 func New(cfg Config, opts Options) (*Hedger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	publicNames := make([]string, len(cfg.Upstreams))
+	for i, u := range cfg.Upstreams {
+		publicNames[i] = publicUpstreamName(u.Name, i)
 	}
 	cfg = cfg.WithDefaults()
 	// Through typed locals: under Yaegi v0.16.1 assigning a composite
@@ -103,7 +114,15 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
-		idempotencyTTL: cfg.Idempotency.TTL}, nil
+		idempotencyTTL: cfg.Idempotency.TTL, secrets: secretsOf(cfg.Upstreams), publicNames: publicNames}, nil
+}
+
+// publicUpstreamName is how answers to clients name an upstream.
+func publicUpstreamName(configured string, index int) string {
+	if configured == "" {
+		return "upstream " + strconv.Itoa(index)
+	}
+	return "upstream " + strconv.Quote(configured)
 }
 
 // Config returns the configuration in force, defaults filled in.
