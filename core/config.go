@@ -159,11 +159,7 @@ func (c Config) WithDefaults() Config {
 	copy(ups, c.Upstreams)
 	for i := range ups {
 		if ups[i].Name == "" {
-			if u, err := url.Parse(ups[i].URL); err == nil && u.Host != "" {
-				ups[i].Name = u.Host
-			} else {
-				ups[i].Name = fmt.Sprintf("upstream%d", i)
-			}
+			ups[i].Name = defaultUpstreamName(ups[i].URL, i)
 		}
 	}
 	c.Upstreams = ups
@@ -250,6 +246,15 @@ func (c Config) WithDefaults() Config {
 		b.BreakerOpen = 10 * time.Second
 	}
 	return c
+}
+
+// defaultUpstreamName is the name of upstream i when none is configured:
+// its URL's host.
+func defaultUpstreamName(rawURL string, i int) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return fmt.Sprintf("upstream%d", i)
 }
 
 // Validate reports every problem of c (after defaults), joined, or nil.

@@ -56,9 +56,8 @@ type Hedger struct {
 	idempotencyTTL time.Duration
 	// secrets are the configured header values, redacted from error text.
 	secrets []string
-	// publicNames[i] names upstream i in answers to clients: its configured
-	// name quoted, or its index when it has none (the default name is the
-	// URL's host, which clients need not learn).
+	// publicNames[i] names upstream i in answers to clients (see
+	// publicUpstreamName).
 	publicNames []string
 }
 
@@ -67,11 +66,11 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.WithDefaults()
 	publicNames := make([]string, len(cfg.Upstreams))
 	for i, u := range cfg.Upstreams {
-		publicNames[i] = publicUpstreamName(u.Name, i)
+		publicNames[i] = publicUpstreamName(u, i)
 	}
-	cfg = cfg.WithDefaults()
 	// Through typed locals: under Yaegi v0.16.1 assigning a composite
 	// literal or a compiled value straight to an interface-typed field panics.
 	if opts.Transport == nil {
@@ -117,12 +116,14 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		idempotencyTTL: cfg.Idempotency.TTL, secrets: secretsOf(cfg.Upstreams), publicNames: publicNames}, nil
 }
 
-// publicUpstreamName is how answers to clients name an upstream.
-func publicUpstreamName(configured string, index int) string {
-	if configured == "" {
+// publicUpstreamName is how answers to clients name an upstream: by its
+// configured name, or by its index when it has the default name (its host,
+// which clients need not learn; adapters may have filled it in already).
+func publicUpstreamName(u UpstreamConfig, index int) string {
+	if u.Name == "" || u.Name == defaultUpstreamName(u.URL, index) {
 		return "upstream " + strconv.Itoa(index)
 	}
-	return "upstream " + strconv.Quote(configured)
+	return "upstream " + strconv.Quote(u.Name)
 }
 
 // Config returns the configuration in force, defaults filled in.

@@ -193,7 +193,8 @@ func TestUpstreamTextQuotingAKeyIsRedacted(t *testing.T) {
 // its host.
 func TestUnnamedUpstreamIsNamedByIndex(t *testing.T) {
 	cfg := testConfig()
-	cfg.Upstreams = []UpstreamConfig{{URL: "http://secret-host.test:7777"}}
+	// Named after its host as an adapter may have filled it in.
+	cfg.Upstreams = []UpstreamConfig{{URL: "http://secret-host.test:7777", Name: "secret-host.test:7777"}}
 	cfg.MaxAttempts = 1
 	hs := newHarness(t, cfg)
 	out := hs.serve(chatRequest(""))
