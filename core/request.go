@@ -276,6 +276,7 @@ func scanBody(body []byte) (*bodyKeys, error) {
 	k.open = int(dec.InputOffset())
 	var seen [5]bool
 	var raw json.RawMessage // reused: values are located by offset, not copied
+	var problem error       // the first ambiguous key; invalid JSON says more
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -290,8 +291,8 @@ func scanBody(body []byte) (*bodyKeys, error) {
 		if g < 0 {
 			continue
 		}
-		if err := checkGuarded(key, g, seen[g]); err != nil {
-			return nil, err
+		if problem == nil {
+			problem = checkGuarded(key, g, seen[g])
 		}
 		seen[g] = true
 		end := int(dec.InputOffset())
@@ -303,6 +304,9 @@ func scanBody(body []byte) (*bodyKeys, error) {
 	}
 	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
 		return nil, errInvalidJSON
+	}
+	if problem != nil {
+		return nil, problem
 	}
 	return k, nil
 }
