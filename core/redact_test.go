@@ -99,7 +99,11 @@ func TestTransportErrorsReachNoClient(t *testing.T) {
 			var d net.Dialer
 			return d.DialContext(ctx, "udp", dnsPort)
 		}}}
-	tr := &http.Transport{DialContext: dialer.DialContext}
+	// A literal, not the method value dialer.DialContext: Yaegi cannot
+	// convert a compiled method value to a func field.
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return dialer.DialContext(ctx, network, addr)
+	}}
 	defer tr.CloseIdleConnections()
 	cfg := Config{
 		Upstreams: []UpstreamConfig{

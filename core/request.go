@@ -68,11 +68,7 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	}
 	if p.rest != nil {
 		if h.rewritesModel {
-			// Forwarding it unrewritten would reach the model the
-			// operator replaced.
-			return nil, &badRequest{http.StatusRequestEntityTooLarge, "request_too_large",
-				"the request body is larger than " + strconv.FormatInt(h.cfg.MaxBody, 10) +
-					" bytes, the most this route reads to set the model"}
+			return nil, tooLargeToRewrite(h)
 		}
 		return p, nil
 	}
@@ -91,6 +87,15 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 		}
 	}
 	return p, nil
+}
+
+// tooLargeToRewrite refuses a body over MaxBody on a route that rewrites
+// the model: forwarded unread, it would reach the model the operator
+// replaced. (Its own function: under Yaegi prepare's frame stays small.)
+func tooLargeToRewrite(h *Hedger) error {
+	return &badRequest{http.StatusRequestEntityTooLarge, "request_too_large",
+		"the request body is larger than " + strconv.FormatInt(h.cfg.MaxBody, 10) +
+			" bytes, the most this route reads to set the model"}
 }
 
 // Hedgeable reports whether r may be raced as far as the rules that need
