@@ -76,17 +76,32 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	if !isJSON {
 		return p, nil
 	}
-	keys, err := scanBody(p.body)
-	if err != nil {
+	if !h.rewritesModel && plainJSON(p.body) {
+		// The common case, settled by a few compiled scans.
+		if !json.Valid(p.body) {
+			return nil, errInvalidJSON
+		}
+		p.stateful = responsesPath(r.URL.Path) // no "store": that API stores
+		return p, nil
+	}
+	if err := checkJSON(h, p, r.URL.Path); err != nil {
 		return nil, err
 	}
-	p.stateful = keysChangeState(keys, r.URL.Path)
-	if h.rewritesModel {
-		if err := rewriteModels(h, p, keys); err != nil {
-			return nil, err
-		}
-	}
 	return p, nil
+}
+
+// checkJSON reads what prepare needs of a JSON body with scanBody: whether
+// it may change state, and each upstream's body with its model set.
+func checkJSON(h *Hedger, p *preparedRequest, path string) error {
+	keys, err := scanBody(p.body)
+	if err != nil {
+		return err
+	}
+	p.stateful = keysChangeState(keys, path)
+	if h.rewritesModel {
+		return rewriteModels(h, p, keys)
+	}
+	return nil
 }
 
 // tooLargeToRewrite refuses a body over MaxBody on a route that rewrites
@@ -245,6 +260,43 @@ const (
 	guardTools      = 4
 )
 
+// The spellings plainJSON looks for, converted once.
+var (
+	keyModel      = []byte(`"model"`)
+	keyStream     = []byte(`"stream"`)
+	keyStore      = []byte(`"store"`)
+	keyBackground = []byte(`"background"`)
+	keyTools      = []byte(`"tools"`)
+	longS         = []byte("\u017f") // "ſ" folds to "s"; bytes.ToLower keeps it
+)
+
+// plainJSON reports, with a few compiled scans and no decoding, that a
+// body cannot hold a guarded key twice, in another case or escaped, nor a
+// store, background or tools key: scanBody would then find nothing, and
+// json.Valid is all the checking the body needs. A key that folds to a
+// guarded one holds no escape, so it appears in the lowered body as the
+// guarded key does (bytes.ToLower also maps the Kelvin sign to "k").
+func plainJSON(body []byte) bool {
+	if bytes.Contains(body, escapeU) || bytes.Contains(body, longS) {
+		return false
+	}
+	lower := bytes.ToLower(body)
+	if bytes.Contains(lower, keyStore) || bytes.Contains(lower, keyBackground) || bytes.Contains(lower, keyTools) {
+		return false
+	}
+	models := bytes.Count(body, keyModel)
+	if models > 1 || bytes.Count(lower, keyModel) != models {
+		return false
+	}
+	streams := bytes.Count(body, keyStream)
+	return streams <= 1 && bytes.Count(lower, keyStream) == streams
+}
+
+// responsesPath reports whether a request goes to the OpenAI Responses API.
+func responsesPath(path string) bool {
+	return strings.HasSuffix(strings.TrimRight(path, "/"), "/responses")
+}
+
 // bodyKeys is what the engine reads of a JSON body: where the top-level
 // "model" value is, and the raw values of the keys that may change state.
 type bodyKeys struct {
@@ -397,7 +449,7 @@ func keysChangeState(k *bodyKeys, path string) bool {
 	if string(k.store) == "true" || string(k.background) == "true" {
 		return true
 	}
-	if string(k.store) != "false" && strings.HasSuffix(strings.TrimRight(path, "/"), "/responses") {
+	if string(k.store) != "false" && responsesPath(path) {
 		return true
 	}
 	return k.tools != nil && toolsMayAct(k.tools)

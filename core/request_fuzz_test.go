@@ -35,6 +35,8 @@ func FuzzRequestJSON(f *testing.F) {
 		`{"model":null,"x":{"model":1}}`,
 		`{"a":1,}`,
 		`{"a":1} {}`,
+		`{"bacKground":true}`,
+		`{"Stream":true,"model":"m"}`,
 	} {
 		f.Add([]byte(body), "allowed")
 		f.Add([]byte(body), "we\"ird\u2028\xff")
@@ -42,6 +44,9 @@ func FuzzRequestJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, body []byte, model string) {
 		keys, err := scanBody(body)
 		valid := json.Valid(body)
+		if valid && plainJSON(body) && (err != nil || keys.store != nil || keys.background != nil || keys.tools != nil) {
+			t.Fatalf("plainJSON(%q) = true, but scanBody finds %v or a state key", body, err)
+		}
 		ambiguous, listed := referenceGuardedProblem(body)
 		switch {
 		case !valid:

@@ -92,6 +92,7 @@ func TestStateKeysCannotBeHidden(t *testing.T) {
 		`{"background":true,"backgr\u006fund":false}`: "duplicate_key",
 		`{"store":true,"Store":false}`:                "ambiguous_key",
 		`{"tools":[{"type":"mcp"}],"tools":[]}`:       "duplicate_key",
+		"{\"bac\u212Aground\":true}":                  "ambiguous_key", // the Kelvin sign folds to k
 		`{"ſtore":false}`:                             "ambiguous_key", // folds to "store" in Go's decoder
 	} {
 		rejectedBeforeUpstream(t, cfg, "/v1/chat/completions", body, 400, code)
