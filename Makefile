@@ -41,8 +41,10 @@ yaegi: $(YAEGI)
 		fi; \
 	done
 
+# go test -fuzz takes one target per run.
 fuzz:
 	$(GO) test -run='^$$' -fuzz=FuzzFirstEventDetector -fuzztime=$(FUZZTIME) ./core
+	$(GO) test -run='^$$' -fuzz=FuzzRequestJSON -fuzztime=$(FUZZTIME) ./core
 
 demo:
 	$(GO) run ./examples/demo

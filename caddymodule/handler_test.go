@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -188,5 +189,40 @@ func TestServeHTTPUnhedgedPassthrough(t *testing.T) {
 	}
 	if got, _ := repl.GetString(PlaceholderAttempts); got != "1" {
 		t.Fatalf("attempts %q, want 1", got)
+	}
+}
+
+// An upstream whose error event quotes the key it was sent: the key reaches
+// neither the client nor the log line (core redacts the report's errors;
+// the adapter logs them as they are).
+func TestServeHTTPLogsNoQuotedKey(t *testing.T) {
+	quoting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: error\ndata: {\"error\":{\"message\":\"bad key "+r.Header.Get("Authorization")+"\"}}\n\n")
+	}))
+	defer quoting.Close()
+	config := `{"route":"unit","upstreams":[{"name":"A","url":"` + quoting.URL + `","set_headers":{"Authorization":"Bearer sk-quoted-secret"}}],` +
+		`"max_attempts":1}`
+	h, err := provisionJSON(t, newCaddyContext(t), config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logCore, logs := observer.New(zapcore.DebugLevel)
+	h.logger = zap.New(logCore)
+	r, _ := caddyRequest("quoted-1", "")
+	w := httptest.NewRecorder()
+	if err := h.ServeHTTP(w, r, forbiddenNext(t)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(w.Body.String(), "sk-quoted-secret") {
+		t.Fatalf("client body leaks the key: %s", w.Body.String())
+	}
+	entries := logs.FilterMessage(logMessage).All()
+	if len(entries) != 1 {
+		t.Fatalf("%d log lines, want 1", len(entries))
+	}
+	line := encodeLogEntry(t, entries[0])
+	if strings.Contains(line, "sk-quoted-secret") || !strings.Contains(line, "bad key REDACTED") {
+		t.Fatalf("log line = %s, want the upstream's error with the key REDACTED", line)
 	}
 }

@@ -1,9 +1,6 @@
 package caddymodule
 
 import (
-	"regexp"
-	"strings"
-
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -66,20 +63,17 @@ func (h *Handler) logReport(rep *core.Report) {
 	if rep.WastedPromptTokens > 0 {
 		fields = append(fields, zap.Int64("wasted_prompt_tokens", rep.WastedPromptTokens))
 	}
-	fields = append(fields, zap.Array("attempt_details", attemptList{rep.Attempts, h.secrets}))
+	fields = append(fields, zap.Array("attempt_details", attemptList(rep.Attempts)))
 	ce.Write(fields...)
 }
 
 // attemptList logs the attempts as an array of objects.
-type attemptList struct {
-	attempts []core.AttemptReport
-	secrets  []string
-}
+type attemptList []core.AttemptReport
 
 // MarshalLogArray implements zapcore.ArrayMarshaler.
 func (l attemptList) MarshalLogArray(enc zapcore.ArrayEncoder) error {
-	for i := range l.attempts {
-		if err := enc.AppendObject(attemptEntry{&l.attempts[i], l.secrets}); err != nil {
+	for i := range l {
+		if err := enc.AppendObject(attemptEntry{&l[i]}); err != nil {
 			return err
 		}
 	}
@@ -87,8 +81,7 @@ func (l attemptList) MarshalLogArray(enc zapcore.ArrayEncoder) error {
 }
 
 type attemptEntry struct {
-	a       *core.AttemptReport
-	secrets []string
+	a *core.AttemptReport
 }
 
 // MarshalLogObject implements zapcore.ObjectMarshaler.
@@ -109,43 +102,8 @@ func (e attemptEntry) MarshalLogObject(enc zapcore.ObjectEncoder) error {
 		enc.AddDuration("cancel_latency", a.CancelLatency)
 	}
 	if a.Error != "" {
-		enc.AddString("error", redact(a.Error, e.secrets))
+		// Redacted by core: no URL query or userinfo, no header value.
+		enc.AddString("error", a.Error)
 	}
 	return nil
-}
-
-var (
-	// urlQuery matches the query of a URL inside an error message.
-	urlQuery = regexp.MustCompile(`(https?://[^\s"'?]*)\?[^\s"']*`)
-	// urlUserinfo matches user:password@ in a URL.
-	urlUserinfo = regexp.MustCompile(`(https?://)[^\s"'/@]*@`)
-)
-
-// redact removes what may be a credential from an error message: URL
-// queries and userinfo, and any configured header value (API keys).
-func redact(msg string, secrets []string) string {
-	msg = urlQuery.ReplaceAllString(msg, "$1?REDACTED")
-	msg = urlUserinfo.ReplaceAllString(msg, "${1}REDACTED@")
-	for _, s := range secrets {
-		if len(s) >= 4 {
-			msg = strings.ReplaceAll(msg, s, "REDACTED")
-		}
-	}
-	return msg
-}
-
-// secretsOf lists the values set on upstream requests: the adapter never
-// logs them, even if an error message should quote one. A "Bearer <key>"
-// value contributes the key too.
-func secretsOf(cfg core.Config) []string {
-	var out []string
-	for _, u := range cfg.Upstreams {
-		for _, v := range u.SetHeaders {
-			out = append(out, v)
-			if _, key, ok := strings.Cut(v, " "); ok {
-				out = append(out, strings.TrimSpace(key))
-			}
-		}
-	}
-	return out
 }

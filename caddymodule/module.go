@@ -113,7 +113,6 @@ type Handler struct {
 	stateKey     string
 	transportKey string
 	metrics      *hedgeMetrics
-	secrets      []string
 	logger       *zap.Logger
 }
 
@@ -131,7 +130,6 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.cfg = h.coreConfig(caddy.NewReplacer())
-	h.secrets = secretsOf(h.cfg)
 	h.transport = h.Transport.withDefaults()
 	h.cfgErr = h.cfg.Validate()
 	if h.cfgErr != nil || h.transport.validate() != nil {

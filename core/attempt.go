@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"time"
 )
@@ -35,10 +36,22 @@ type attempt struct {
 	retryable bool
 	fatal     bool
 	connErr   bool // no response at all (connect error, reset before headers)
+	// code is the stable error code the client gets if this failure is the
+	// one answered (codeUpstream*); reason, redacted, goes to the report.
+	code string
 
 	result        string
 	cancelLatency time.Duration
 }
+
+// Error codes of the answers the engine writes itself when no attempt won,
+// all with type "upstream_error" (see writeUpstreamError).
+const (
+	codeUpstreamUnreachable = "upstream_unreachable"  // no response: connect, DNS, TLS, reset before headers
+	codeUpstreamTimeout     = "upstream_timeout"      // the deadline passed, or the transport timed out
+	codeUpstreamBadResponse = "upstream_bad_response" // 2xx without output: invalid JSON, stream ended or broke first
+	codeUpstreamError       = "upstream_error"        // an error status with an empty body
+)
 
 // errorBodyLimit bounds the upstream error body kept for the client.
 const errorBodyLimit = 64 << 10
@@ -71,15 +84,14 @@ func runAttempt(h *Hedger, a *attempt, p *preparedRequest, events chan<- event, 
 func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) eventKind {
 	req, err := attemptRequest(h, a.ctx, p, a.upstream, a.index)
 	if err != nil {
-		a.reason = "building the upstream request: " + err.Error()
+		a.reason = "building the upstream request: " + redactText(err.Error(), h.secrets)
+		a.code = codeUpstreamUnreachable
 		a.connErr = true
 		return evFailed
 	}
 	resp, err := h.opts.Transport.RoundTrip(req)
 	if err != nil {
-		a.reason = "upstream request failed: " + err.Error()
-		a.connErr = true
-		a.retryable = true
+		transportFailed(h, a, err)
 		return evFailed
 	}
 	a.status = resp.StatusCode
@@ -104,7 +116,33 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	a.prefix = nil
 	resp.Body.Close()
 	a.retryable = true
+	a.code = codeUpstreamBadResponse
 	return evFailed
+}
+
+// transportFailed records an attempt that got no response. The transport's
+// error names the URL (the client's query included), addresses and the
+// resolver: the report gets it redacted, the client only a code.
+func transportFailed(h *Hedger, a *attempt, err error) {
+	a.reason = "upstream request failed: " + redactText(err.Error(), h.secrets)
+	a.code = codeUpstreamUnreachable
+	if isTimeout(err) {
+		a.code = codeUpstreamTimeout
+	}
+	a.connErr = true
+	a.retryable = true
+}
+
+// isTimeout reports whether err, or an error it wraps, is a timeout. By
+// type assertion to the compiled net.Error: Yaegi-safe, unlike errors.As.
+func isTimeout(err error) bool {
+	for err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return true
+		}
+		err = errors.Unwrap(err)
+	}
+	return false
 }
 
 // keepErrorAnswer records a non-2xx answer, its body bounded, for the
@@ -115,6 +153,7 @@ func keepErrorAnswer(a *attempt, resp *http.Response) {
 	resp.Body.Close()
 	a.resp = resp
 	a.reason = fmt.Sprintf("upstream answered %d", resp.StatusCode)
+	a.code = codeUpstreamError
 	a.fatal = FatalStatus(resp.StatusCode)
 	a.retryable = retryableStatus(resp.StatusCode)
 }
@@ -158,7 +197,7 @@ func decided(h *Hedger, a *attempt, v verdict, why string) bool {
 		a.firstAt = clockNow(h)
 		return true
 	}
-	a.reason = why
+	a.reason = redactText(why, h.secrets) // upstream text may quote a key
 	return false
 }
 
@@ -183,7 +222,7 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 // before readUntilDecided could.
 func readEnded(h *Hedger, a *attempt, resp *http.Response, det *firstEventDetector, err error) bool {
 	if err != io.EOF {
-		a.reason = "upstream stream broke before the first output event: " + err.Error()
+		a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), h.secrets)
 		if errors.Is(err, context.Canceled) {
 			a.reason = "cancelled"
 		}

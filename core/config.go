@@ -161,11 +161,7 @@ func (c Config) WithDefaults() Config {
 	copy(ups, c.Upstreams)
 	for i := range ups {
 		if ups[i].Name == "" {
-			if u, err := url.Parse(ups[i].URL); err == nil && u.Host != "" {
-				ups[i].Name = u.Host
-			} else {
-				ups[i].Name = fmt.Sprintf("upstream%d", i)
-			}
+			ups[i].Name = defaultUpstreamName(ups[i].URL, i)
 		}
 	}
 	c.Upstreams = ups
@@ -254,6 +250,15 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// defaultUpstreamName is the name of upstream i when none is configured:
+// its URL's host.
+func defaultUpstreamName(rawURL string, i int) string {
+	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
+		return u.Host
+	}
+	return fmt.Sprintf("upstream%d", i)
+}
+
 // Validate reports every problem of c (after defaults), joined, or nil.
 func (c Config) Validate() error {
 	c = c.WithDefaults()
@@ -265,19 +270,7 @@ func (c Config) Validate() error {
 		bad("at least one upstream is required")
 	}
 	for i, u := range c.Upstreams {
-		parsed, err := url.Parse(u.URL)
-		switch {
-		case u.URL == "":
-			bad("upstream %d: url is required", i)
-		case err != nil:
-			bad("upstream %d: url %q: %v", i, u.URL, err)
-		case parsed.Scheme != "http" && parsed.Scheme != "https":
-			bad("upstream %d: url %q: scheme must be http or https", i, u.URL)
-		case parsed.Host == "":
-			bad("upstream %d: url %q has no host", i, u.URL)
-		case parsed.RawQuery != "" || parsed.Fragment != "":
-			bad("upstream %d: url %q must not have a query or fragment", i, u.URL)
-		}
+		validateUpstreamURL(bad, i, u.URL)
 		for name, value := range u.SetHeaders {
 			if !validHeaderName(name) {
 				bad("upstream %d: header name %q is not a valid token", i, name)
@@ -367,6 +360,64 @@ func (c Config) Validate() error {
 		bad("report header %q is not a valid token", c.ReportHeader)
 	}
 	return errors.Join(errs...)
+}
+
+// validateUpstreamURL checks upstream i's URL. Its messages quote the URL
+// redacted: it may carry a credential the operator put there by mistake.
+func validateUpstreamURL(bad func(string, ...interface{}), i int, raw string) {
+	if raw == "" {
+		bad("upstream %d: url is required", i)
+		return
+	}
+	shown := redactURL(raw)
+	parsed, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		bad("upstream %d: url %q is not a valid URL: %s", i, shown, urlParseProblem(err, raw))
+	case parsed.User != nil:
+		// The engine sends attempts with RoundTrip, which never turns
+		// userinfo into a header: the upstream would see no credential.
+		bad("upstream %d: url %q has a user name or password, which is never sent; "+
+			"remove it and set the header instead, e.g. set_headers Authorization \"Basic <base64 of user:password>\"", i, shown)
+	case parsed.Scheme != "http" && parsed.Scheme != "https":
+		bad("upstream %d: url %q: scheme must be http or https", i, shown)
+	case parsed.Host == "":
+		bad("upstream %d: url %q has no host", i, shown)
+	case parsed.RawQuery != "" || parsed.Fragment != "" || parsed.ForceQuery:
+		bad("upstream %d: url %q must not have a query or fragment (put credentials in set_headers)", i, shown)
+	}
+}
+
+// urlParseProblem is url.Parse's complaint without the URL it quotes, and
+// with the parts of the URL that may be secret redacted.
+func urlParseProblem(err error, raw string) string {
+	msg := err.Error()
+	if ue, ok := err.(*url.Error); ok {
+		msg = ue.Err.Error()
+	}
+	var secrets []string
+	rest := raw
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
+		if q := strings.IndexByte(rest[end:], '?'); q >= 0 {
+			secrets = append(secrets, rest[end+q+1:])
+		}
+		rest = rest[:end]
+	}
+	if at := strings.LastIndex(rest, "@"); at >= 0 {
+		secrets = append(secrets, rest[:at])
+		if _, password, ok := strings.Cut(rest[:at], ":"); ok && password != "" {
+			secrets = append(secrets, password)
+		}
+	}
+	for _, s := range secrets {
+		if s != "" {
+			msg = strings.ReplaceAll(msg, s, redactedMark)
+		}
+	}
+	return msg
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

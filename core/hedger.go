@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -53,6 +54,11 @@ type Hedger struct {
 	tenantCaps bool
 	// idempotencyTTL is cfg.Idempotency.TTL (read on every request).
 	idempotencyTTL time.Duration
+	// secrets are the configured header values, redacted from error text.
+	secrets []string
+	// publicNames[i] names upstream i in answers to clients (see
+	// publicUpstreamName).
+	publicNames []string
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -61,6 +67,10 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		return nil, err
 	}
 	cfg = cfg.WithDefaults()
+	publicNames := make([]string, len(cfg.Upstreams))
+	for i, u := range cfg.Upstreams {
+		publicNames[i] = publicUpstreamName(u, i)
+	}
 	// Through typed locals: under Yaegi v0.16.1 assigning a composite
 	// literal or a compiled value straight to an interface-typed field panics.
 	if opts.Transport == nil {
@@ -103,7 +113,17 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
-		idempotencyTTL: cfg.Idempotency.TTL}, nil
+		idempotencyTTL: cfg.Idempotency.TTL, secrets: secretsOf(cfg.Upstreams), publicNames: publicNames}, nil
+}
+
+// publicUpstreamName is how answers to clients name an upstream: by its
+// configured name, or by its index when it has the default name (its host,
+// which clients need not learn; adapters may have filled it in already).
+func publicUpstreamName(u UpstreamConfig, index int) string {
+	if u.Name == "" || u.Name == defaultUpstreamName(u.URL, index) {
+		return "upstream " + strconv.Itoa(index)
+	}
+	return "upstream " + strconv.Quote(u.Name)
 }
 
 // Config returns the configuration in force, defaults filled in.

@@ -164,7 +164,7 @@ func answerNoWinner(rc *race, w http.ResponseWriter) {
 	case OutcomeTimeout:
 		rc.rep.Outcome = OutcomeTimeout
 		rc.rep.Status = http.StatusGatewayTimeout
-		writeJSONError(w, http.StatusGatewayTimeout, "upstream_timeout", "no upstream answered before the deadline")
+		writeUpstreamError(w, http.StatusGatewayTimeout, codeUpstreamTimeout, "no upstream answered before the deadline")
 	default:
 		failAll(rc, w)
 	}
@@ -514,18 +514,22 @@ func failAll(rc *race, w http.ResponseWriter) {
 		removeHopHeaders(hdr)
 		hdr.Del("Content-Length")
 		if len(best.errBody) == 0 {
-			writeJSONError(w, best.status, "upstream_error", best.reason)
+			writeUpstreamError(w, best.status, codeUpstreamError, upstreamMessage(rc.h, best))
 			return
 		}
 		w.WriteHeader(best.status)
 		w.Write(best.errBody)
 	default:
+		// The client gets a code and the upstream's name; the cause
+		// (addresses, resolver, URL) is in the report only.
+		code := codeUpstreamUnreachable
 		msg := "no upstream could be reached"
-		if best != nil && best.reason != "" {
-			msg = best.reason
+		if best != nil && best.code != "" {
+			code = best.code
+			msg = upstreamMessage(rc.h, best)
 		}
 		rep.Status = http.StatusBadGateway
-		writeJSONError(w, http.StatusBadGateway, "upstream_failed", msg)
+		writeUpstreamError(w, http.StatusBadGateway, code, msg)
 	}
 }
 

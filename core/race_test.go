@@ -126,9 +126,9 @@ func TestConnectFailureIs502JSON(t *testing.T) {
 	hs.tr.next(t).fail(errors.New("dial tcp: connection refused"))
 	hs.tr.next(t).fail(errors.New("dial tcp: connection refused"))
 	res := <-out
-	if res.rec.Code != 502 || !strings.Contains(bodyOf(res), `"type":"llmhedge_error"`) ||
-		!strings.Contains(bodyOf(res), "connection refused") {
-		t.Fatalf("got %d %q", res.rec.Code, bodyOf(res))
+	want := `{"error":{"message":"upstream \"A\" could not be reached","type":"upstream_error","code":"upstream_unreachable"}}` + "\n"
+	if res.rec.Code != 502 || bodyOf(res) != want {
+		t.Fatalf("got %d %q, want 502 %q", res.rec.Code, bodyOf(res), want)
 	}
 }
 

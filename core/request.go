@@ -67,22 +67,50 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 		p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
 	}
 	if p.rest != nil {
+		if h.rewritesModel {
+			return nil, tooLargeToRewrite(h)
+		}
 		return p, nil
 	}
 	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || h.rewritesModel)
 	if !isJSON {
 		return p, nil
 	}
-	if !json.Valid(p.body) {
-		return nil, &badRequest{http.StatusBadRequest, "invalid_json", "the request body is not valid JSON"}
-	}
-	p.stateful = mayChangeState(p.body, r.URL.Path)
-	if h.rewritesModel {
-		if err := rewriteModels(h, p); err != nil {
-			return nil, err
+	if !h.rewritesModel && plainJSON(p.body) {
+		// The common case, settled by a few compiled scans.
+		if !json.Valid(p.body) {
+			return nil, errInvalidJSON
 		}
+		p.stateful = responsesPath(r.URL.Path) // no "store": that API stores
+		return p, nil
+	}
+	if err := checkJSON(h, p, r.URL.Path); err != nil {
+		return nil, err
 	}
 	return p, nil
+}
+
+// checkJSON reads what prepare needs of a JSON body with scanBody: whether
+// it may change state, and each upstream's body with its model set.
+func checkJSON(h *Hedger, p *preparedRequest, path string) error {
+	keys, err := scanBody(p.body)
+	if err != nil {
+		return err
+	}
+	p.stateful = keysChangeState(keys, path)
+	if h.rewritesModel {
+		return rewriteModels(h, p, keys)
+	}
+	return nil
+}
+
+// tooLargeToRewrite refuses a body over MaxBody on a route that rewrites
+// the model: forwarded unread, it would reach the model the operator
+// replaced. (Its own function: under Yaegi prepare's frame stays small.)
+func tooLargeToRewrite(h *Hedger) error {
+	return &badRequest{http.StatusRequestEntityTooLarge, "request_too_large",
+		"the request body is larger than " + strconv.FormatInt(h.cfg.MaxBody, 10) +
+			" bytes, the most this route reads to set the model"}
 }
 
 // Hedgeable reports whether r may be raced as far as the rules that need
@@ -153,17 +181,15 @@ func bodyReadError(r *http.Request, err error) error {
 }
 
 // rewriteModels prepares the body of every upstream that sets its own model.
-func rewriteModels(h *Hedger, p *preparedRequest) error {
+func rewriteModels(h *Hedger, p *preparedRequest, keys *bodyKeys) error {
+	if !keys.object {
+		return &badRequest{http.StatusBadRequest, "invalid_json", "cannot set the model: the body is not a JSON object"}
+	}
 	p.bodies = make([][]byte, len(h.cfg.Upstreams))
 	for i, u := range h.cfg.Upstreams {
-		if u.Model == "" {
-			continue
+		if u.Model != "" {
+			p.bodies[i] = rewriteAt(p.body, keys, u.Model)
 		}
-		b, err := rewriteModel(p.body, u.Model)
-		if err != nil {
-			return &badRequest{http.StatusBadRequest, "invalid_json", "cannot set the model: " + err.Error()}
-		}
-		p.bodies[i] = b
 	}
 	return nil
 }
@@ -218,95 +244,284 @@ func jsonMediaType(contentType string) bool {
 	return strings.Contains(strings.ToLower(contentType), "json")
 }
 
-// The markers mayChangeState looks for, converted once.
+// guardedKeys are the top-level keys of a JSON body that the engine reads
+// or rewrites. Upstreams disagree with each other, and with a first-match
+// reader, on a key sent twice (most decode the last), and Go decoders
+// (Ollama's among them) match keys ignoring case: so each guarded key may
+// appear at most once, spelled in lowercase once unescaped ("mod\u0065l"
+// is "model"), or the request is rejected before any upstream sees it.
+var guardedKeys = []string{"model", "stream", "store", "background", "tools"}
+
+// Indexes into guardedKeys.
+const (
+	guardModel      = 0
+	guardStore      = 2
+	guardBackground = 3
+	guardTools      = 4
+)
+
+// The spellings plainJSON looks for, converted once.
 var (
+	keyModel      = []byte(`"model"`)
+	keyStream     = []byte(`"stream"`)
 	keyStore      = []byte(`"store"`)
 	keyBackground = []byte(`"background"`)
 	keyTools      = []byte(`"tools"`)
-	escapeU       = []byte(`\u`)
+	longS         = []byte("\u017f") // "ſ" folds to "s"; bytes.ToLower keeps it
 )
 
+// plainJSON reports, with a few compiled scans and no decoding, that a
+// body cannot hold a guarded key twice, in another case or escaped, nor a
+// store, background or tools key: scanBody would then find nothing, and
+// json.Valid is all the checking the body needs. A key that folds to a
+// guarded one holds no escape, so it appears in the lowered body as the
+// guarded key does (bytes.ToLower also maps the Kelvin sign to "k").
+func plainJSON(body []byte) bool {
+	if bytes.Contains(body, escapeU) || bytes.Contains(body, longS) {
+		return false
+	}
+	lower := bytes.ToLower(body)
+	if bytes.Contains(lower, keyStore) || bytes.Contains(lower, keyBackground) || bytes.Contains(lower, keyTools) {
+		return false
+	}
+	models := bytes.Count(body, keyModel)
+	if models > 1 || bytes.Count(lower, keyModel) != models {
+		return false
+	}
+	streams := bytes.Count(body, keyStream)
+	return streams <= 1 && bytes.Count(lower, keyStream) == streams
+}
+
+// responsesPath reports whether a request goes to the OpenAI Responses API.
+func responsesPath(path string) bool {
+	return strings.HasSuffix(strings.TrimRight(path, "/"), "/responses")
+}
+
+// bodyKeys is what the engine reads of a JSON body: where the top-level
+// "model" value is, and the raw values of the keys that may change state.
+type bodyKeys struct {
+	object     bool // the body is a JSON object
+	open       int  // offset just past the object's opening brace
+	hasModel   bool
+	modelStart int // body[modelStart:modelEnd] is the model's value
+	modelEnd   int
+	store      []byte // raw values, nil when absent
+	background []byte
+	tools      []byte
+}
+
+var errInvalidJSON = &badRequest{http.StatusBadRequest, "invalid_json", "the request body is not valid JSON"}
+
+// scanBody checks a JSON body and finds its guarded keys. It rejects
+// invalid JSON and a guarded key that is duplicated or not in lowercase.
+// The decoding is the standard library's; only the top-level loop runs
+// per key, which keeps it cheap under Yaegi.
+func scanBody(body []byte) (*bodyKeys, error) {
+	k := &bodyKeys{}
+	lead := bytes.TrimLeft(body, " \t\r\n")
+	if len(lead) == 0 || lead[0] != '{' {
+		if !json.Valid(body) {
+			return nil, errInvalidJSON
+		}
+		return k, nil
+	}
+	k.object = true
+	dec := json.NewDecoder(bytes.NewReader(body))
+	if _, err := dec.Token(); err != nil {
+		return nil, errInvalidJSON
+	}
+	k.open = int(dec.InputOffset())
+	var seen [5]bool
+	var raw json.RawMessage // reused: values are located by offset, not copied
+	var problem error       // the first ambiguous key; invalid JSON says more
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, errInvalidJSON
+		}
+		key, _ := tok.(string)
+		afterKey := int(dec.InputOffset())
+		if err := dec.Decode(&raw); err != nil {
+			return nil, errInvalidJSON
+		}
+		g := guardedKey(key)
+		if g < 0 {
+			continue
+		}
+		if problem == nil {
+			problem = checkGuarded(key, g, seen[g])
+		}
+		seen[g] = true
+		end := int(dec.InputOffset())
+		start := valueStart(body, afterKey, end)
+		keepGuarded(k, g, body, start, end)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, errInvalidJSON
+	}
+	if rest := bytes.TrimLeft(body[dec.InputOffset():], " \t\r\n"); len(rest) > 0 {
+		return nil, errInvalidJSON
+	}
+	if problem != nil {
+		return nil, problem
+	}
+	return k, nil
+}
+
+// guardedKey returns the index in guardedKeys of the key that key is, or
+// is to a decoder that ignores case, or -1.
+func guardedKey(key string) int {
+	for i, g := range guardedKeys {
+		if key == g {
+			return i
+		}
+	}
+	// A key folds to g only with as many runes as g has, each at most 3
+	// bytes ("ſ" folds to "s", "K" (Kelvin) to "k").
+	if len(key) < 4 || len(key) > 30 {
+		return -1
+	}
+	for i, g := range guardedKeys {
+		if strings.EqualFold(key, g) {
+			return i
+		}
+	}
+	return -1
+}
+
+// checkGuarded rejects a second or a miscased guarded key.
+func checkGuarded(key string, g int, seen bool) error {
+	want := guardedKeys[g]
+	if key != want {
+		return &badRequest{http.StatusBadRequest, "ambiguous_key",
+			"the request body has the top-level key " + strconv.Quote(key) + "; spell it " + strconv.Quote(want)}
+	}
+	if seen {
+		return &badRequest{http.StatusBadRequest, "duplicate_key",
+			"the request body has the top-level key " + strconv.Quote(want) + " more than once"}
+	}
+	return nil
+}
+
+// valueStart skips the colon and blanks between a key and its value.
+func valueStart(body []byte, i, end int) int {
+	for i < end && (body[i] == ':' || body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r') {
+		i++
+	}
+	return i
+}
+
+// keepGuarded records where guarded key g's value is.
+func keepGuarded(k *bodyKeys, g int, body []byte, start, end int) {
+	switch g {
+	case guardModel:
+		k.hasModel = true
+		k.modelStart = start
+		k.modelEnd = end
+	case guardStore:
+		k.store = body[start:end]
+	case guardBackground:
+		k.background = body[start:end]
+	case guardTools:
+		k.tools = body[start:end]
+	}
+}
+
 // mayChangeState reports whether a JSON request body may change state
-// upstream, so that sending it twice is unsafe without an idempotency key:
+// upstream (see keysChangeState); false for a body scanBody rejects.
+func mayChangeState(body []byte, path string) bool {
+	keys, err := scanBody(body)
+	if err != nil {
+		return false
+	}
+	return keysChangeState(keys, path)
+}
+
+// keysChangeState reports whether a request may change state upstream, so
+// that sending it twice is unsafe without an idempotency key:
 // "store": true, "background": true, a Responses API call without
 // "store": false (the API stores by default), or server-side tools that act
 // (MCP, code interpreter, computer use, shell).
-func mayChangeState(body []byte, path string) bool {
-	isResponses := strings.HasSuffix(strings.TrimRight(path, "/"), "/responses")
-	if !isResponses && !bytes.Contains(body, keyStore) && !bytes.Contains(body, keyBackground) &&
-		!bytes.Contains(body, keyTools) && !bytes.Contains(body, escapeU) {
-		return false // cheap and common: nothing to decode (escaped keys are decoded)
-	}
-	return decodedMayChangeState(body, isResponses)
-}
-
-// decodedMayChangeState is mayChangeState's decoding half.
-func decodedMayChangeState(body []byte, isResponses bool) bool {
-	var doc struct {
-		Store      *bool             `json:"store"`
-		Background bool              `json:"background"`
-		Tools      []json.RawMessage `json:"tools"`
-	}
-	if json.Unmarshal(body, &doc) != nil {
+func keysChangeState(k *bodyKeys, path string) bool {
+	if !k.object {
 		return false
 	}
-	if doc.Store != nil && *doc.Store || doc.Background {
+	if string(k.store) == "true" || string(k.background) == "true" {
 		return true
 	}
-	if doc.Store == nil && isResponses {
+	if string(k.store) != "false" && responsesPath(path) {
 		return true
 	}
-	for _, raw := range doc.Tools {
-		var tool struct {
-			Type string `json:"type"`
-		}
-		if json.Unmarshal(raw, &tool) != nil {
-			continue
-		}
-		switch {
-		case tool.Type == "mcp", tool.Type == "code_interpreter", tool.Type == "local_shell",
-			tool.Type == "shell", tool.Type == "apply_patch", strings.HasPrefix(tool.Type, "computer_use"):
+	return k.tools != nil && toolsMayAct(k.tools)
+}
+
+// Tool types that act on the provider's side, as JSON strings.
+var actingTools = [][]byte{[]byte(`"mcp"`), []byte(`"code_interpreter"`), []byte(`"local_shell"`),
+	[]byte(`"shell"`), []byte(`"apply_patch"`), []byte(`"computer_use`)}
+
+var escapeU = []byte(`\u`)
+
+// toolsMayAct reports whether a tools value names a tool type that acts.
+// Conservatively, any string in it that is such a type counts, wherever it
+// stands: a tool's "type" might be given twice or in another case, and
+// upstreams would not agree on which one holds.
+func toolsMayAct(tools []byte) bool {
+	for _, name := range actingTools {
+		if bytes.Contains(tools, name) {
 			return true
 		}
 	}
-	return false
+	if !bytes.Contains(tools, escapeU) {
+		return false
+	}
+	return escapedToolsMayAct(tools) // rare: read every string unescaped
+}
+
+// escapedToolsMayAct is toolsMayAct for a value with \u escapes.
+func escapedToolsMayAct(tools []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(tools))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		s, ok := tok.(string)
+		if !ok {
+			continue
+		}
+		switch {
+		case s == "mcp", s == "code_interpreter", s == "local_shell", s == "shell", s == "apply_patch",
+			strings.HasPrefix(s, "computer_use"):
+			return true
+		}
+	}
 }
 
 // rewriteModel sets the top-level "model" of a JSON object, keeping every
 // other byte as it was (no re-encoding, so numbers and key order survive).
+// It fails on what scanBody rejects and on a body that is not an object.
 func rewriteModel(body []byte, model string) ([]byte, error) {
-	quoted, _ := json.Marshal(model)
-	dec := json.NewDecoder(bytes.NewReader(body))
-	tok, err := dec.Token()
+	keys, err := scanBody(body)
 	if err != nil {
 		return nil, err
 	}
-	if d, ok := tok.(json.Delim); !ok || d != '{' {
+	if !keys.object {
 		return nil, errors.New("the body is not a JSON object")
 	}
-	open := int(dec.InputOffset())
-	for dec.More() {
-		keyTok, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		afterKey := int(dec.InputOffset())
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		end := int(dec.InputOffset())
-		if keyTok == "model" {
-			start := afterKey
-			for start < end && (body[start] == ':' || body[start] == ' ' || body[start] == '\t' || body[start] == '\n' || body[start] == '\r') {
-				start++
-			}
-			out := make([]byte, 0, len(body)+len(quoted))
-			out = append(out, body[:start]...)
-			out = append(out, quoted...)
-			return append(out, body[end:]...), nil
-		}
+	return rewriteAt(body, keys, model), nil
+}
+
+// rewriteAt returns body with model as its top-level "model" value, the
+// key's place found by scanBody.
+func rewriteAt(body []byte, k *bodyKeys, model string) []byte {
+	quoted, _ := json.Marshal(model)
+	if k.hasModel {
+		out := make([]byte, 0, len(body)+len(quoted))
+		out = append(out, body[:k.modelStart]...)
+		out = append(out, quoted...)
+		return append(out, body[k.modelEnd:]...)
 	}
+	open := k.open
 	out := make([]byte, 0, len(body)+len(quoted)+10)
 	out = append(out, body[:open]...)
 	out = append(out, `"model":`...)
@@ -315,7 +530,7 @@ func rewriteModel(body []byte, model string) ([]byte, error) {
 	if len(rest) > 0 && rest[0] != '}' {
 		out = append(out, ',')
 	}
-	return append(out, body[open:]...), nil
+	return append(out, body[open:]...)
 }
 
 // hopHeaders are connection-level and never forwarded (RFC 9110 §7.6.1),

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"sync"
 )
 
@@ -30,6 +31,33 @@ func writeJSONError(w http.ResponseWriter, status int, code, message string) {
 	h.Del("Content-Length")
 	w.WriteHeader(status)
 	w.Write(append(body, '\n'))
+}
+
+// writeUpstreamError answers with an OpenAI-shaped error of type
+// "upstream_error": no attempt won, and the engine explains why in words
+// that name the upstream by its configured name only.
+func writeUpstreamError(w http.ResponseWriter, status int, code, message string) {
+	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: message, Type: "upstream_error", Code: code}})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Del("Content-Length")
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// upstreamMessage is the client's short account of a failed attempt: no
+// host, address or URL, which only the report (redacted) carries.
+func upstreamMessage(h *Hedger, a *attempt) string {
+	name := h.publicNames[a.upstream]
+	switch a.code {
+	case codeUpstreamUnreachable:
+		return name + " could not be reached"
+	case codeUpstreamTimeout:
+		return name + " did not answer in time"
+	case codeUpstreamBadResponse:
+		return name + " failed before its first output"
+	}
+	return name + " answered " + strconv.Itoa(a.status)
 }
 
 // writeStreamErrorEvent ends an SSE answer that failed after commit.
