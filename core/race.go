@@ -692,9 +692,50 @@ func streamEnded(rc *race, a *attempt, w http.ResponseWriter, tail []byte, err e
 		rep.Outcome = OutcomeTimeout
 	}
 	if rc.h.cfg.StreamErrorEvent && a.streaming {
+		// The upstream may have broken off mid-line or mid-event: end both
+		// first, or the error event's lines would join the partial event
+		// and no client would dispatch it.
+		if end := sseEventEnd(tail); end != "" {
+			w.Write([]byte(end))
+		}
 		writeStreamErrorEvent(w, "upstream stream failed: "+err.Error())
 		flush(w)
 		return nil
 	}
 	return ErrStreamAborted
+}
+
+// sseEventEnd returns the line ends that complete an SSE stream whose
+// delivered bytes end with tail: "" when tail ends with a blank line (an
+// event boundary), "\n" after one line end, "\n\n" mid-line. A lone "\r"
+// also gets "\n\n": a "\n" right after it belongs to the same line end.
+func sseEventEnd(tail []byte) string {
+	i := len(tail)
+	ends := 0
+	for ends < 2 && i > 0 {
+		switch tail[i-1] {
+		case '\n':
+			i--
+			if i > 0 && tail[i-1] == '\r' {
+				i--
+			}
+		case '\r':
+			i--
+		default:
+			return endsToPad(ends, tail)
+		}
+		ends++
+	}
+	return endsToPad(ends, tail)
+}
+
+// endsToPad is sseEventEnd's answer for a tail with `ends` line ends.
+func endsToPad(ends int, tail []byte) string {
+	switch {
+	case ends >= 2:
+		return ""
+	case ends == 1 && tail[len(tail)-1] == '\n':
+		return "\n"
+	}
+	return "\n\n"
 }
