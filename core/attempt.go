@@ -34,6 +34,10 @@ type attempt struct {
 	retryable bool
 	fatal     bool
 	connErr   bool // no response at all (connect error, reset before headers)
+	// answered: a complete 2xx answer without output or a final event (it
+	// ended, or sent [DONE]); it lost the race, but if every attempt fails
+	// it is the client's best answer (errBody holds it).
+	answered bool
 
 	result        string
 	cancelLatency time.Duration
@@ -99,11 +103,25 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 		a.resp = resp
 		return evReady // a.prefix goes back to the pool once delivered
 	}
+	if a.reason == reasonEnded || a.reason == reasonDone {
+		keepCompleteAnswer(a, resp)
+	}
 	putBuffer(a.prefix)
 	a.prefix = nil
 	resp.Body.Close()
 	a.retryable = true
 	return evFailed
+}
+
+// keepCompleteAnswer keeps a complete 2xx answer without output, bounded
+// like an error body, for the client in case no attempt wins.
+func keepCompleteAnswer(a *attempt, resp *http.Response) {
+	if len(a.prefix) > errorBodyLimit {
+		return
+	}
+	a.errBody = append([]byte(nil), a.prefix...)
+	a.answered = true
+	a.resp = resp
 }
 
 // keepErrorAnswer records a non-2xx answer, its body bounded, for the

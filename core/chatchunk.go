@@ -24,8 +24,9 @@ type chatEvent struct {
 }
 
 type chatEventChoice struct {
-	Text  json.RawMessage `json:"text"` // legacy completions
-	Delta *chatEventDelta `json:"delta"`
+	Text         json.RawMessage `json:"text"` // legacy completions
+	Delta        *chatEventDelta `json:"delta"`
+	FinishReason json.RawMessage `json:"finish_reason"` // set: a final event
 }
 
 // chatEventDelta holds the delta members chatOutput looks at.
@@ -54,6 +55,11 @@ func classifyChatChunk(data string) (verdict, bool) {
 		if len(ch.Text) > 2 && ch.Text[0] == '"' {
 			return verdictOutput, true
 		}
+		if len(ch.FinishReason) > 0 {
+			if v, ok := classifyFinishReason(ch.FinishReason); !ok || v == verdictOutput {
+				return v, ok
+			}
+		}
 		d := ch.Delta
 		if d == nil {
 			continue
@@ -72,6 +78,19 @@ func classifyChatChunk(data string) (verdict, bool) {
 		}
 	}
 	return verdictPending, true
+}
+
+// classifyFinishReason judges a choice's finish_reason: a reason (a
+// string) makes the chunk a final event, null and "" do not; anything else
+// is left to the general rules.
+func classifyFinishReason(raw json.RawMessage) (verdict, bool) {
+	switch {
+	case jsonNonEmptyString(raw):
+		return verdictOutput, true
+	case string(raw) == "null" || string(raw) == `""`:
+		return verdictPending, true
+	}
+	return verdictPending, false
 }
 
 // classifyRichDelta judges a delta with more than a role and content.

@@ -19,7 +19,7 @@ import "testing"
 //	go test -run='^$' -fuzz=FuzzFirstEventDetector -fuzztime=20s ./core
 func FuzzFirstEventDetector(f *testing.F) {
 	rules := []string{RuleAuto, RuleOpenAIChat, RuleOpenAIResponses, RuleAnthropic, RuleAny}
-	sse := []string{chatStream, chatNoOutputStream, responsesStream, anthropicStream, anthropicErrorStream, otherStream,
+	sse := []string{chatStream, chatNoOutputStream, chatFinishOnlyStream, responsesStream, anthropicStream, anthropicErrorStream, otherStream,
 		"data: {\"choices\":\r\ndata: [{\"delta\":\rdata: {\"content\":\"a\"}}]}\n\r\n",
 		"\xEF\xBB\xBFevent: error\ndata: {\"error\":{\"message\":\"overloaded\"}}\n\n",
 		"data: {\"type\":\"response.failed\",\"response\":{\"error\":{\"message\":\"x\"}}}\r\r",

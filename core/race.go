@@ -332,6 +332,11 @@ func noteFailure(rc *race, a *attempt) {
 	if a.fatal {
 		return
 	}
+	if a.answered {
+		// A complete answer, if an empty one: the upstream is up.
+		recordSuccess(st.health[a.upstream])
+		return
+	}
 	retryAfter := ""
 	if a.resp != nil {
 		retryAfter = a.resp.Header.Get("Retry-After")
@@ -467,8 +472,9 @@ func reportAttempts(rc *race) {
 // promptTokens estimates a request's prompt tokens from its body (4 bytes a token).
 func promptTokens(p *preparedRequest) int64 { return int64(len(p.body)) / 4 }
 
-// failAll answers the client when no attempt won: a held fatal error, else
-// the most useful upstream error, else 502.
+// failAll answers the client when no attempt won: a complete 2xx answer
+// without output, else a held fatal error, else the most useful upstream
+// error, else 502.
 func failAll(rc *race, w http.ResponseWriter) {
 	best := rc.heldFatal
 	for _, a := range rc.attempts {
@@ -482,13 +488,13 @@ func failAll(rc *race, w http.ResponseWriter) {
 	case best != nil && best.fatal:
 		rep.Outcome = OutcomeFatal
 		fallthrough
-	case best != nil && best.resp != nil && best.status != 0 && (best.status < 200 || best.status > 299):
+	case best != nil && best.resp != nil && best.status != 0 && (best.answered || best.status < 200 || best.status > 299):
 		rep.Status = best.status
 		hdr := w.Header()
 		copyHeader(hdr, best.resp.Header)
 		removeHopHeaders(hdr)
 		hdr.Del("Content-Length")
-		if len(best.errBody) == 0 {
+		if len(best.errBody) == 0 && !best.answered {
 			writeJSONError(w, best.status, "upstream_error", best.reason)
 			return
 		}
@@ -507,6 +513,8 @@ func failAll(rc *race, w http.ResponseWriter) {
 // errorRank orders failures by how useful they are to the client.
 func errorRank(a *attempt) int {
 	switch {
+	case a.answered:
+		return 6 // a complete 2xx answer beats any error status
 	case a.fatal:
 		return 5
 	case a.status == 429:
