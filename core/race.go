@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -550,7 +551,12 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 		}
 	}
 	if a.complete {
-		return nil // sent in full when the handler returns
+		// Sent in full when the handler returns; the whole body was read,
+		// so the trailers are known.
+		if len(a.resp.Trailer) > 0 {
+			forwardTrailers(w, a.resp.Trailer)
+		}
+		return nil
 	}
 	buf := getBuffer()
 	// The end of the pooled buffer holds the stream's tail, the rest takes
@@ -566,6 +572,8 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	tail, err := copyRest(w, a.resp.Body, reads, tail)
 	if err != nil {
 		err = streamEnded(rc, a, w, tail, err)
+	} else if len(a.resp.Trailer) > 0 {
+		forwardTrailers(w, a.resp.Trailer) // filled in at the body's EOF
 	}
 	putBuffer(buf) // after streamEnded: tail may live in buf
 	return err
@@ -604,8 +612,16 @@ func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 	hdr := w.Header()
 	copyHeader(hdr, a.resp.Header)
 	removeHopHeaders(hdr)
-	if a.streaming || !a.complete {
+	if (a.streaming || !a.complete) && !rc.passthrough {
+		// Pass-through streams the body unchanged, so its length holds
+		// (HEAD and GET answers keep theirs, as in a reverse proxy).
 		hdr.Del("Content-Length")
+	}
+	if len(a.resp.Trailer) > 0 {
+		// Trailers need a chunked HTTP/1.1 answer: no Content-Length (an
+		// HTTP/2 upstream may send both).
+		hdr.Del("Content-Length")
+		announceTrailers(hdr, a.resp.Trailer)
 	}
 	if h.cfg.ReportHeader != "" {
 		setReportHeader(rc, a, hdr)
@@ -746,4 +762,25 @@ func endsToPad(ends int, tail []byte) string {
 		return "\n"
 	}
 	return "\n\n"
+}
+
+// announceTrailers declares the trailers an upstream announced in its
+// Trailer header (the key set of resp.Trailer before the body is read), so
+// that the client's response is framed to carry them.
+func announceTrailers(hdr http.Header, trailer http.Header) {
+	names := make([]string, 0, len(trailer))
+	for name := range trailer {
+		names = append(names, name)
+	}
+	hdr["Trailer"] = []string{strings.Join(names, ", ")}
+}
+
+// forwardTrailers passes the upstream's trailers on once its body has
+// ended, announced or not (HTTP/2 trailers need no announcement): under
+// http.TrailerPrefix, which net/http sends as trailers and never as headers.
+func forwardTrailers(w http.ResponseWriter, trailer http.Header) {
+	hdr := w.Header()
+	for name, values := range trailer {
+		hdr[http.TrailerPrefix+name] = append([]string(nil), values...)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -359,12 +360,16 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	path := orig.URL.Path
 	base := h.bases[up]
 	target := *base
-	if h.rootBase[up] && path != "" {
+	switch {
+	case orig.URL.RawPath != "" || base.RawPath != "":
+		setEscapedPath(&target, base, orig.URL, h.rootBase[up])
+	case h.rootBase[up] && path != "":
 		target.Path = path
-	} else {
+		target.RawPath = ""
+	default:
 		target.Path = joinPath(base.Path, path)
+		target.RawPath = ""
 	}
-	target.RawPath = ""
 	target.RawQuery = orig.URL.RawQuery
 	var body io.Reader = http.NoBody
 	length := int64(0)
@@ -463,6 +468,26 @@ func editHeaders(hdr http.Header, u *UpstreamConfig) {
 	for name, value := range u.SetHeaders {
 		hdr.Set(name, value)
 	}
+}
+
+// setEscapedPath sets target's path to base's joined with the client's
+// when either is not in its default encoding (a RawPath is set, e.g. for
+// %2F): joined from the escaped forms, so that the upstream gets the
+// client's encoding and not a "/" where it sent %2F.
+func setEscapedPath(target, base, client *url.URL, rootBase bool) {
+	raw := client.EscapedPath()
+	if !rootBase || raw == "" {
+		raw = joinPath(base.EscapedPath(), raw)
+	}
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		// Not reached: both parts are valid escapes.
+		target.Path = joinPath(base.Path, client.Path)
+		target.RawPath = ""
+		return
+	}
+	target.Path = path
+	target.RawPath = raw
 }
 
 func joinPath(a, b string) string {
