@@ -23,6 +23,12 @@ func realHedger(t *testing.T, url string, tr http.RoundTripper) *Hedger {
 	return h
 }
 
+// frontServer serves h over HTTP/1.1. (Through a HandlerFunc: Yaegi cannot
+// hand an interpreted *Hedger to compiled code as an http.Handler.)
+func frontServer(h *Hedger) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { h.ServeHTTP(w, r) }))
+}
+
 // rawUpstream answers every request on one connection with response, raw
 // bytes: a Go server would rewrite the Connection header under test.
 func rawUpstream(t *testing.T, response string) string {
@@ -97,7 +103,7 @@ func TestPassThroughKeepsContentLength(t *testing.T) {
 		}
 	}))
 	defer up.Close()
-	front := httptest.NewServer(realHedger(t, up.URL, nil))
+	front := frontServer(realHedger(t, up.URL, nil))
 	defer front.Close()
 	for _, method := range []string{"GET", "HEAD"} {
 		req, _ := http.NewRequest(method, front.URL+"/v1/models", nil)
@@ -181,7 +187,7 @@ func TestUpstreamTrailersAreForwarded(t *testing.T) {
 		url  string
 		tr   http.RoundTripper
 	}{{"HTTP/1.1", h1.URL, nil}, {"HTTP/2", h2.URL, h2.Client().Transport}} {
-		front := httptest.NewServer(realHedger(t, up.url, up.tr))
+		front := frontServer(realHedger(t, up.url, up.tr))
 		for _, c := range []struct{ name, method, path string }{
 			{"streamed winner", "POST", "/v1/chat/completions"},
 			{"complete winner", "POST", "/v1/json"},
