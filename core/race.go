@@ -609,19 +609,20 @@ func cancelLosers(rc *race, a *attempt) {
 // writeWinnerHeader sends the winner's status and headers.
 func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 	h := rc.h
+	resp := a.resp
 	hdr := w.Header()
-	copyHeader(hdr, a.resp.Header)
+	copyHeader(hdr, resp.Header)
 	removeHopHeaders(hdr)
 	if (a.streaming || !a.complete) && !rc.passthrough {
 		// Pass-through streams the body unchanged, so its length holds
 		// (HEAD and GET answers keep theirs, as in a reverse proxy).
 		hdr.Del("Content-Length")
 	}
-	if len(a.resp.Trailer) > 0 {
+	if len(resp.Trailer) > 0 {
 		// Trailers need a chunked HTTP/1.1 answer: no Content-Length (an
 		// HTTP/2 upstream may send both).
 		hdr.Del("Content-Length")
-		announceTrailers(hdr, a.resp.Trailer)
+		announceTrailers(hdr, resp.Trailer)
 	}
 	if h.cfg.ReportHeader != "" {
 		setReportHeader(rc, a, hdr)
