@@ -103,25 +103,23 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 		a.resp = resp
 		return evReady // a.prefix goes back to the pool once delivered
 	}
-	if a.reason == reasonEnded || a.reason == reasonDone {
-		keepCompleteAnswer(a, resp)
+	return lostRace(a, resp)
+}
+
+// lostRace ends a 2xx attempt that failed before its first output event.
+// A complete answer without output is kept (bounded like an error body)
+// for the client in case no attempt wins.
+func lostRace(a *attempt, resp *http.Response) eventKind {
+	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit {
+		a.errBody = append([]byte(nil), a.prefix...)
+		a.answered = true
+		a.resp = resp
 	}
 	putBuffer(a.prefix)
 	a.prefix = nil
 	resp.Body.Close()
 	a.retryable = true
 	return evFailed
-}
-
-// keepCompleteAnswer keeps a complete 2xx answer without output, bounded
-// like an error body, for the client in case no attempt wins.
-func keepCompleteAnswer(a *attempt, resp *http.Response) {
-	if len(a.prefix) > errorBodyLimit {
-		return
-	}
-	a.errBody = append([]byte(nil), a.prefix...)
-	a.answered = true
-	a.resp = resp
 }
 
 // keepErrorAnswer records a non-2xx answer, its body bounded, for the

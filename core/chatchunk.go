@@ -24,9 +24,12 @@ type chatEvent struct {
 }
 
 type chatEventChoice struct {
-	Text         json.RawMessage `json:"text"` // legacy completions
-	Delta        *chatEventDelta `json:"delta"`
-	FinishReason json.RawMessage `json:"finish_reason"` // set: a final event
+	Text  json.RawMessage `json:"text"` // legacy completions
+	Delta *chatEventDelta `json:"delta"`
+	// A string pointer, not raw JSON: null (in every chunk but the last)
+	// costs no allocation, and a value that is not a string fails the
+	// decoding, which leaves the chunk to the general rules.
+	FinishReason *string `json:"finish_reason"`
 }
 
 // chatEventDelta holds the delta members chatOutput looks at.
@@ -55,10 +58,8 @@ func classifyChatChunk(data string) (verdict, bool) {
 		if len(ch.Text) > 2 && ch.Text[0] == '"' {
 			return verdictOutput, true
 		}
-		if len(ch.FinishReason) > 0 {
-			if v, ok := classifyFinishReason(ch.FinishReason); !ok || v == verdictOutput {
-				return v, ok
-			}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			return verdictOutput, true // a final event
 		}
 		d := ch.Delta
 		if d == nil {
@@ -78,19 +79,6 @@ func classifyChatChunk(data string) (verdict, bool) {
 		}
 	}
 	return verdictPending, true
-}
-
-// classifyFinishReason judges a choice's finish_reason: a reason (a
-// string) makes the chunk a final event, null and "" do not; anything else
-// is left to the general rules.
-func classifyFinishReason(raw json.RawMessage) (verdict, bool) {
-	switch {
-	case jsonNonEmptyString(raw):
-		return verdictOutput, true
-	case string(raw) == "null" || string(raw) == `""`:
-		return verdictPending, true
-	}
-	return verdictPending, false
 }
 
 // classifyRichDelta judges a delta with more than a role and content.

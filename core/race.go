@@ -619,9 +619,6 @@ func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 		hdr.Del("Content-Length")
 	}
 	if len(resp.Trailer) > 0 {
-		// Trailers need a chunked HTTP/1.1 answer: no Content-Length (an
-		// HTTP/2 upstream may send both).
-		hdr.Del("Content-Length")
 		announceTrailers(hdr, resp.Trailer)
 	}
 	if h.cfg.ReportHeader != "" {
@@ -767,8 +764,10 @@ func endsToPad(ends int, tail []byte) string {
 
 // announceTrailers declares the trailers an upstream announced in its
 // Trailer header (the key set of resp.Trailer before the body is read), so
-// that the client's response is framed to carry them.
+// that the client's response is framed to carry them: chunked in HTTP/1.1,
+// so without a Content-Length (an HTTP/2 upstream may send both).
 func announceTrailers(hdr http.Header, trailer http.Header) {
+	delete(hdr, "Content-Length")
 	names := make([]string, 0, len(trailer))
 	for name := range trailer {
 		names = append(names, name)
