@@ -39,6 +39,10 @@ type attempt struct {
 	// code is the stable error code the client gets if this failure is the
 	// one answered (codeUpstream*); reason, redacted, goes to the report.
 	code string
+	// answered: a complete 2xx answer without output or a final event (it
+	// ended, or sent [DONE]); it lost the race, but if every attempt fails
+	// it is the client's best answer (errBody holds it).
+	answered bool
 
 	result        string
 	cancelLatency time.Duration
@@ -111,6 +115,18 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	if readUntilDecided(h, a, resp, format) {
 		a.resp = resp
 		return evReady // a.prefix goes back to the pool once delivered
+	}
+	return lostRace(a, resp)
+}
+
+// lostRace ends a 2xx attempt that failed before its first output event.
+// A complete answer without output is kept (bounded like an error body)
+// for the client in case no attempt wins.
+func lostRace(a *attempt, resp *http.Response) eventKind {
+	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit {
+		a.errBody = append([]byte(nil), a.prefix...)
+		a.answered = true
+		a.resp = resp
 	}
 	putBuffer(a.prefix)
 	a.prefix = nil

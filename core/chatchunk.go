@@ -26,6 +26,10 @@ type chatEvent struct {
 type chatEventChoice struct {
 	Text  json.RawMessage `json:"text"` // legacy completions
 	Delta *chatEventDelta `json:"delta"`
+	// A string pointer, not raw JSON: null (in every chunk but the last)
+	// costs no allocation, and a value that is not a string fails the
+	// decoding, which leaves the chunk to the general rules.
+	FinishReason *string `json:"finish_reason"`
 }
 
 // chatEventDelta holds the delta members chatOutput looks at.
@@ -53,6 +57,9 @@ func classifyChatChunk(data string) (verdict, bool) {
 		ch := &c.Choices[i]
 		if len(ch.Text) > 2 && ch.Text[0] == '"' {
 			return verdictOutput, true
+		}
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			return verdictOutput, true // a final event
 		}
 		d := ch.Delta
 		if d == nil {

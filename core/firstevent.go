@@ -64,6 +64,7 @@ func parseStreamFormat(contentType string) (streamFormat, bool) {
 
 const (
 	reasonEnded = "stream ended before the first output event"
+	reasonDone  = "stream ended ([DONE]) before the first output event"
 	// maxReason bounds upstream text quoted in a reason (logs, headers).
 	maxReason = 160
 )
@@ -311,7 +312,8 @@ func appendBounded(b, p []byte, limit int) []byte {
 }
 
 // Event kinds (JSON "type" or SSE event name) of the Anthropic Messages
-// stream; only content_block_delta carries output.
+// stream; content_block_delta carries output, and message_delta with a
+// stop_reason and message_stop end the answer.
 var anthropicKinds = map[string]bool{
 	"message_start":       true,
 	"content_block_start": true,
@@ -354,7 +356,7 @@ func classifyEvent(rule, data, event string) (verdict, string) {
 		return verdictPending, "" // empty data is a keep-alive, never output
 	}
 	if s == "[DONE]" {
-		return verdictFailure, "stream ended ([DONE]) before the first output event"
+		return verdictFailure, reasonDone
 	}
 	if !isJSON {
 		val = s // plain text: output for auto/any unless its event name is a known control
@@ -399,17 +401,18 @@ func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind
 		choices, _ := obj["choices"].([]interface{})
 		if rule == RuleAny {
 			// Lenient: anything but role-only or empty choices is output.
-			return outputIf(!choicesEmpty(choices))
+			return outputIf(!choicesEmpty(choices) || chatFinished(choices))
 		}
-		return outputIf(chatOutput(choices))
+		return outputIf(chatOutput(choices) || chatFinished(choices))
 	case RuleOpenAIResponses:
 		return classifyResponses(kind, obj)
 	case RuleAnthropic:
 		switch kind {
-		case "content_block_delta":
+		case "content_block_delta", "message_stop":
 			return verdictOutput, ""
-		case "message_stop":
-			return verdictFailure, "stream ended (message_stop) before the first output event"
+		case "message_delta":
+			delta, _ := obj["delta"].(map[string]interface{})
+			return outputIf(!isEmptyJSON(delta["stop_reason"]))
 		}
 	}
 	return verdictPending, "" // not recognised by an explicit rule: control
@@ -461,6 +464,20 @@ func chatOutput(choices []interface{}) bool {
 	return false
 }
 
+// chatFinished reports whether a Chat Completions chunk is a final event:
+// a choice with a finish_reason. A complete answer decides the race even
+// without visible output (a reasoning model that spent its budget on
+// hidden reasoning, a content filter).
+func chatFinished(choices []interface{}) bool {
+	for _, c := range choices {
+		ch, _ := c.(map[string]interface{})
+		if !isEmptyJSON(ch["finish_reason"]) {
+			return true
+		}
+	}
+	return false
+}
+
 // choicesEmpty reports whether every choice is role-only or empty: nothing
 // but index, finish_reason, logprobs, and a delta/message with nothing but a
 // role.
@@ -495,16 +512,16 @@ func choicesEmpty(choices []interface{}) bool {
 	return true
 }
 
-// classifyResponses classifies an OpenAI Responses API event.
+// classifyResponses classifies an OpenAI Responses API event: a delta with
+// content is output, response.completed and response.incomplete are final
+// events (a complete answer, which decides as output does).
 func classifyResponses(kind string, obj map[string]interface{}) (verdict, string) {
 	switch kind {
-	case "response.failed", "response.incomplete", "response.completed":
+	case "response.completed", "response.incomplete":
+		return verdictOutput, ""
+	case "response.failed":
 		resp, _ := obj["response"].(map[string]interface{})
-		msg := errorMessage(resp)
-		if d, ok := resp["incomplete_details"].(map[string]interface{}); ok && msg == "" {
-			msg, _ = d["reason"].(string)
-		}
-		if msg != "" {
+		if msg := errorMessage(resp); msg != "" {
 			return verdictFailure, withDetail(kind, msg)
 		}
 		return verdictFailure, "stream ended (" + kind + ") before the first output event"
@@ -558,7 +575,7 @@ func (d *firstEventDetector) ndjsonLine(line []byte) (verdict, string) {
 		return verdictOutput, ""
 	}
 	if done, _ := obj["done"].(bool); done {
-		return verdictFailure, "stream ended (done) before the first output event"
+		return verdictOutput, "" // the final line: a complete answer decides as output does
 	}
 	return verdictPending, ""
 }

@@ -16,9 +16,16 @@ const (
 		"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hello\"},\"finish_reason\":null}]}\n\n" +
 		"data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
 		"data: [DONE]\n\n"
+	// No output and no final event: [DONE] decides, as a failure.
 	chatNoOutputStream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n" +
 		": ping\n\n" +
-		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":null}]}\n\n" +
+		"data: [DONE]\n\n"
+	// No visible output, but a final event (a reasoning model that spent
+	// its budget on hidden reasoning): the finish_reason chunk decides.
+	chatFinishOnlyStream = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n" +
+		": ping\n\n" +
+		"data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":{\"completion_tokens\":4096}}\n\n" +
 		"data: [DONE]\n\n"
 	responsesStream = "event: response.created\ndata: {\"type\":\"response.created\",\"sequence_number\":0,\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\"}}\n\n" +
 		"event: response.in_progress\ndata: {\"type\":\"response.in_progress\",\"sequence_number\":1,\"response\":{\"id\":\"resp_1\",\"status\":\"in_progress\"}}\n\n" +
@@ -166,6 +173,12 @@ func TestFirstEventSSEOpenAIChat(t *testing.T) {
 		{"empty content is not output", "", chatChunk(`{"role":"assistant","content":"","refusal":null,"tool_calls":[]}`), verdictFailure, "before the first output"},
 		{"[DONE] before output", "", chatNoOutputStream, verdictFailure, "stream ended ([DONE]) before the first output event"},
 		{"[DONE] before output, explicit rule", RuleOpenAIChat, chatNoOutputStream, verdictFailure, "[DONE]"},
+		{"finish_reason without output is final", "", chatFinishOnlyStream, verdictOutput, ""},
+		{"finish_reason without output, explicit rule", RuleOpenAIChat, chatFinishOnlyStream, verdictOutput, ""},
+		{"finish_reason without output, rule any", RuleAny, chatFinishOnlyStream, verdictOutput, ""},
+		{"content filter finish", "", roleOnly + "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"content_filter\"}]}\n\n", verdictOutput, ""},
+		{"empty finish_reason is not final", "", roleOnly + "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"\"}]}\n\n", verdictFailure, "before the first output"},
+		{"legacy completions finish", "", "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"\",\"index\":0,\"finish_reason\":\"length\"}]}\n\n", verdictOutput, ""},
 		{"tool_calls", "", roleOnly + chatChunk(`{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":""}}]}`), verdictOutput, ""},
 		{"refusal", "", chatChunk(`{"refusal":"I can't"}`), verdictOutput, ""},
 		{"reasoning_content", "", chatChunk(`{"content":null,"reasoning_content":"Let me think"}`), verdictOutput, ""},
@@ -206,8 +219,10 @@ func TestFirstEventSSEOpenAIResponses(t *testing.T) {
 		{"empty delta", "", ev("response.output_text.delta", `,"delta":""`), verdictFailure, "stream ended before the first output event"},
 		{"type without event name", "", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"x\"}\n\n", verdictOutput, ""},
 		{"failed", "", created + ev("response.failed", `,"response":{"status":"failed","error":{"code":"server_error","message":"The model failed"}}`), verdictFailure, "response.failed: The model failed"},
-		{"incomplete", "", created + ev("response.incomplete", `,"response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}`), verdictFailure, "response.incomplete: max_output_tokens"},
-		{"completed before output", RuleOpenAIResponses, created + ev("response.completed", `,"response":{"status":"completed","error":null}`), verdictFailure, "stream ended (response.completed) before the first output event"},
+		{"failed without a message", "", created + ev("response.failed", `,"response":{"status":"failed"}`), verdictFailure, "stream ended (response.failed) before the first output event"},
+		{"incomplete is final", "", created + ev("response.incomplete", `,"response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}`), verdictOutput, ""},
+		{"completed without output is final", RuleOpenAIResponses, created + ev("response.completed", `,"response":{"status":"completed","error":null}`), verdictOutput, ""},
+		{"completed without output, rule any", RuleAny, created + ev("response.completed", `,"response":{"status":"completed"}`), verdictOutput, ""},
 		{"error type without event name", "", "data: {\"type\":\"error\",\"code\":\"ERR\",\"message\":\"Something went wrong\"}\n\n", verdictFailure, "upstream error event: Something went wrong"},
 		{"error type", "", created + ev("error", `,"code":"ERR","message":"Something went wrong"`), verdictFailure, "upstream error event: Something went wrong"},
 		{"explicit rule ignores chat chunks", RuleOpenAIResponses, chatChunk(`{"content":"x"}`), verdictFailure, "stream ended before the first output event"},
@@ -220,7 +235,10 @@ func TestFirstEventSSEAnthropic(t *testing.T) {
 		{"realistic, explicit rule", RuleAnthropic, anthropicStream, verdictOutput, ""},
 		{"error event", "", anthropicErrorStream, verdictFailure, "upstream error event: Overloaded"},
 		{"control events never win", "", strings.Split(anthropicStream, "event: content_block_delta")[0], verdictFailure, "stream ended before the first output event"},
-		{"message_stop before output", "", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", verdictFailure, "stream ended (message_stop) before the first output event"},
+		{"stop_reason without output is final", "", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":0}}\n\n", verdictOutput, ""},
+		{"stop_reason from event name", RuleAnthropic, "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"refusal\"}}\n\n", verdictOutput, ""},
+		{"message_delta without stop_reason is control", "", "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":null},\"usage\":{\"output_tokens\":3}}\n\n", verdictFailure, "stream ended before the first output event"},
+		{"message_stop is final", "", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", verdictOutput, ""},
 		{"thinking delta", "", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Hmm\"}}\n\n", verdictOutput, ""},
 		{"type from event name", RuleAnthropic, "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n", verdictOutput, ""},
 		{"explicit rule ignores chat chunks", RuleAnthropic, chatStream, verdictFailure, "[DONE]"},
@@ -237,7 +255,7 @@ func TestFirstEventSSEAny(t *testing.T) {
 		{"[DONE]", RuleAny, "data: [DONE]\n\n", verdictFailure, "[DONE]"},
 		{"top-level error", RuleAny, "data: {\"error\":\"quota\"}\n\n", verdictFailure, "upstream error: quota"},
 		{"known control kinds", RuleAny, "event: ping\ndata: ping\n\n" + "data: {\"type\":\"response.in_progress\"}\n\n" + "data: {\"type\":\"message_start\"}\n\n", verdictFailure, "stream ended before the first output event"},
-		{"known terminator", RuleAny, "data: {\"type\":\"message_stop\"}\n\n", verdictFailure, "message_stop"},
+		{"known final event", RuleAny, "data: {\"type\":\"message_stop\"}\n\n", verdictOutput, ""},
 		{"role-only chat chunk", RuleAny, roleOnly + chatChunk(`{"content":"","tool_calls":null}`), verdictFailure, "stream ended before the first output event"},
 		{"any chat chunk with content", RuleAny, "data: {\"choices\":[{\"message\":{\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
 		{"chat content", RuleAny, chatStream, verdictOutput, ""},
@@ -316,6 +334,8 @@ func TestFirstEventSplitAtEveryByte(t *testing.T) {
 		{formatSSE, RuleAuto, cr(chatStream), verdictOutput},
 		{formatSSE, RuleAuto, chatNoOutputStream, verdictFailure},
 		{formatSSE, RuleAuto, crlf(chatNoOutputStream), verdictFailure},
+		{formatSSE, RuleAuto, chatFinishOnlyStream, verdictOutput},
+		{formatSSE, RuleOpenAIChat, cr(chatFinishOnlyStream), verdictOutput},
 		{formatSSE, RuleAuto, responsesStream, verdictOutput},
 		{formatSSE, RuleOpenAIResponses, cr(responsesStream), verdictOutput},
 		{formatSSE, RuleAuto, anthropicStream, verdictOutput},
@@ -381,7 +401,7 @@ func TestFirstEventNDJSON(t *testing.T) {
 		{"ollama chat thinking", "", "{\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Hmm\"},\"done\":false}\n", verdictOutput, ""},
 		{"ollama generate thinking", "", "{\"response\":\"\",\"thinking\":\"Hmm\",\"done\":false}\n", verdictOutput, ""},
 		{"ollama tool calls", "", "{\"message\":{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]},\"done\":false}\n", verdictOutput, ""},
-		{"done before output", "", strings.Replace(ollamaChatStream, "\"Hi\"", "\"\"", 1), verdictFailure, "stream ended (done) before the first output event"},
+		{"done without output is final", "", strings.Replace(ollamaChatStream, "\"Hi\"", "\"\"", 1), verdictOutput, ""},
 		{"error line", "", "{\"error\":\"model 'x' not found\"}\n", verdictFailure, "upstream error: model 'x' not found"},
 		{"malformed line", "", "{\"message\":\n", verdictFailure, "malformed NDJSON line"},
 		{"blank lines and CRLF", "", "\r\n\n" + strings.Replace(ollamaGenerateStream, "\n", "\r\n", -1), verdictOutput, ""},

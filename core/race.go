@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 )
@@ -352,6 +353,11 @@ func noteFailure(rc *race, a *attempt) {
 		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
+	if a.answered {
+		// A complete answer, if an empty one: the upstream is up.
+		recordSuccess(st.health[a.upstream], a.probe)
+		return
+	}
 	retryAfter := ""
 	if a.resp != nil {
 		retryAfter = a.resp.Header.Get("Retry-After")
@@ -492,8 +498,9 @@ func reportAttempts(rc *race) {
 // promptTokens estimates a request's prompt tokens from its body (4 bytes a token).
 func promptTokens(p *preparedRequest) int64 { return int64(len(p.body)) / 4 }
 
-// failAll answers the client when no attempt won: a held fatal error, else
-// the most useful upstream error, else 502.
+// failAll answers the client when no attempt won: a complete 2xx answer
+// without output, else a held fatal error, else the most useful upstream
+// error, else 502.
 func failAll(rc *race, w http.ResponseWriter) {
 	best := rc.heldFatal
 	for _, a := range rc.attempts {
@@ -507,13 +514,13 @@ func failAll(rc *race, w http.ResponseWriter) {
 	case best != nil && best.fatal:
 		rep.Outcome = OutcomeFatal
 		fallthrough
-	case best != nil && best.resp != nil && best.status != 0 && (best.status < 200 || best.status > 299):
+	case best != nil && best.resp != nil && best.status != 0 && (best.answered || best.status < 200 || best.status > 299):
 		rep.Status = best.status
 		hdr := w.Header()
 		copyHeader(hdr, best.resp.Header)
 		removeHopHeaders(hdr)
 		hdr.Del("Content-Length")
-		if len(best.errBody) == 0 {
+		if len(best.errBody) == 0 && !best.answered {
 			writeUpstreamError(w, best.status, codeUpstreamError, upstreamMessage(rc.h, best))
 			return
 		}
@@ -536,6 +543,8 @@ func failAll(rc *race, w http.ResponseWriter) {
 // errorRank orders failures by how useful they are to the client.
 func errorRank(a *attempt) int {
 	switch {
+	case a.answered:
+		return 6 // a complete 2xx answer beats any error status
 	case a.fatal:
 		return 5
 	case a.status == 429:
@@ -571,7 +580,12 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 		}
 	}
 	if a.complete {
-		return nil // sent in full when the handler returns
+		// Sent in full when the handler returns; the whole body was read,
+		// so the trailers are known.
+		if len(a.resp.Trailer) > 0 {
+			forwardTrailers(w, a.resp.Trailer)
+		}
+		return nil
 	}
 	buf := getBuffer()
 	// The end of the pooled buffer holds the stream's tail, the rest takes
@@ -587,6 +601,8 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	tail, err := copyRest(w, a.resp.Body, reads, tail)
 	if err != nil {
 		err = streamEnded(rc, a, w, tail, err)
+	} else if len(a.resp.Trailer) > 0 {
+		forwardTrailers(w, a.resp.Trailer) // filled in at the body's EOF
 	}
 	putBuffer(buf) // after streamEnded: tail may live in buf
 	return err
@@ -623,11 +639,17 @@ func cancelLosers(rc *race, a *attempt) {
 // writeWinnerHeader sends the winner's status and headers.
 func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 	h := rc.h
+	resp := a.resp
 	hdr := w.Header()
-	copyHeader(hdr, a.resp.Header)
+	copyHeader(hdr, resp.Header)
 	removeHopHeaders(hdr)
-	if a.streaming || !a.complete {
+	if (a.streaming || !a.complete) && !rc.passthrough {
+		// Pass-through streams the body unchanged, so its length holds
+		// (HEAD and GET answers keep theirs, as in a reverse proxy).
 		hdr.Del("Content-Length")
+	}
+	if len(resp.Trailer) > 0 {
+		announceTrailers(hdr, resp.Trailer)
 	}
 	if h.cfg.ReportHeader != "" {
 		setReportHeader(rc, a, hdr)
@@ -722,9 +744,73 @@ func streamEnded(rc *race, a *attempt, w http.ResponseWriter, tail []byte, err e
 		rep.Outcome = OutcomeTimeout
 	}
 	if rc.h.cfg.StreamErrorEvent && a.streaming {
+		// The upstream may have broken off mid-line or mid-event: end both
+		// first, or the error event's lines would join the partial event
+		// and no client would dispatch it.
+		if end := sseEventEnd(tail); end != "" {
+			w.Write([]byte(end))
+		}
 		writeStreamErrorEvent(w, "upstream stream failed: "+err.Error())
 		flush(w)
 		return nil
 	}
 	return ErrStreamAborted
+}
+
+// sseEventEnd returns the line ends that complete an SSE stream whose
+// delivered bytes end with tail: "" when tail ends with a blank line (an
+// event boundary), "\n" after one line end, "\n\n" mid-line. A lone "\r"
+// also gets "\n\n": a "\n" right after it belongs to the same line end.
+func sseEventEnd(tail []byte) string {
+	i := len(tail)
+	ends := 0
+	for ends < 2 && i > 0 {
+		switch tail[i-1] {
+		case '\n':
+			i--
+			if i > 0 && tail[i-1] == '\r' {
+				i--
+			}
+		case '\r':
+			i--
+		default:
+			return endsToPad(ends, tail)
+		}
+		ends++
+	}
+	return endsToPad(ends, tail)
+}
+
+// endsToPad is sseEventEnd's answer for a tail with `ends` line ends.
+func endsToPad(ends int, tail []byte) string {
+	switch {
+	case ends >= 2:
+		return ""
+	case ends == 1 && tail[len(tail)-1] == '\n':
+		return "\n"
+	}
+	return "\n\n"
+}
+
+// announceTrailers declares the trailers an upstream announced in its
+// Trailer header (the key set of resp.Trailer before the body is read), so
+// that the client's response is framed to carry them: chunked in HTTP/1.1,
+// so without a Content-Length (an HTTP/2 upstream may send both).
+func announceTrailers(hdr http.Header, trailer http.Header) {
+	delete(hdr, "Content-Length")
+	names := make([]string, 0, len(trailer))
+	for name := range trailer {
+		names = append(names, name)
+	}
+	hdr["Trailer"] = []string{strings.Join(names, ", ")}
+}
+
+// forwardTrailers passes the upstream's trailers on once its body has
+// ended, announced or not (HTTP/2 trailers need no announcement): under
+// http.TrailerPrefix, which net/http sends as trailers and never as headers.
+func forwardTrailers(w http.ResponseWriter, trailer http.Header) {
+	hdr := w.Header()
+	for name, values := range trailer {
+		hdr[http.TrailerPrefix+name] = append([]string(nil), values...)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -571,16 +572,18 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	// Under Yaegi every field selector takes a frame slot of its own, so
 	// chains used more than once are read once into locals.
 	orig := p.orig
-	path := orig.URL.Path
+	client := orig.URL
+	path := client.Path
 	base := h.bases[up]
-	target := *base
-	if h.rootBase[up] && path != "" {
+	target := *base // RawPath is base's: "" unless setEscapedPath sets it
+	if client.RawPath != "" || base.RawPath != "" {
+		setEscapedPath(h, &target, client, up)
+	} else if h.rootBase[up] && path != "" {
 		target.Path = path
 	} else {
 		target.Path = joinPath(base.Path, path)
 	}
-	target.RawPath = ""
-	target.RawQuery = orig.URL.RawQuery
+	target.RawQuery = client.RawQuery
 	var body io.Reader = http.NoBody
 	length := int64(0)
 	if p.rest == nil && p.bodies == nil {
@@ -678,6 +681,27 @@ func editHeaders(hdr http.Header, u *UpstreamConfig) {
 	for name, value := range u.SetHeaders {
 		hdr.Set(name, value)
 	}
+}
+
+// setEscapedPath sets target's path to upstream up's joined with the client's
+// when either is not in its default encoding (a RawPath is set, e.g. for
+// %2F): joined from the escaped forms, so that the upstream gets the
+// client's encoding and not a "/" where it sent %2F.
+func setEscapedPath(h *Hedger, target, client *url.URL, up int) {
+	base := h.bases[up]
+	raw := client.EscapedPath()
+	if !h.rootBase[up] || raw == "" {
+		raw = joinPath(base.EscapedPath(), raw)
+	}
+	path, err := url.PathUnescape(raw)
+	if err != nil {
+		// Not reached: both parts are valid escapes.
+		target.Path = joinPath(base.Path, client.Path)
+		target.RawPath = ""
+		return
+	}
+	target.Path = path
+	target.RawPath = raw
 }
 
 func joinPath(a, b string) string {
