@@ -189,12 +189,16 @@ func newFlight(fingerprint string, maxBytes int) *flight {
 // returned function releases it; call it when the race is over.
 func leadFlight(f *flight, clientCtx context.Context) (context.Context, func()) {
 	base := context.WithoutCancel(clientCtx)
-	var ctx context.Context
-	var cancel context.CancelFunc
+	// One target per assignment, from := locals (Yaegi).
+	ctx, cancel := context.WithCancel(base)
 	if deadline, ok := clientCtx.Deadline(); ok {
-		ctx, cancel = context.WithDeadline(base, deadline)
-	} else {
-		ctx, cancel = context.WithCancel(base)
+		dctx, dcancel := context.WithDeadline(ctx, deadline)
+		ctx = dctx
+		cancelAll := cancel
+		cancel = func() {
+			dcancel()
+			cancelAll()
+		}
 	}
 	f.mu.Lock()
 	f.stopReaders = cancel
