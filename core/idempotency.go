@@ -10,11 +10,13 @@ import (
 
 // StoredResponse is a completed response kept for replays.
 type StoredResponse struct {
-	// Fingerprint of the request (method, path, body) that produced it.
+	// Fingerprint of the request (method, path, query, body) that produced it.
 	Fingerprint string
 	Status      int
-	Header      http.Header
-	Body        []byte
+	// Header is the upstream answer's, without hop-by-hop headers,
+	// Set-Cookie and Content-Length (recordedHeader).
+	Header http.Header
+	Body   []byte
 }
 
 func (s *StoredResponse) size() int64 {
@@ -29,7 +31,9 @@ func (s *StoredResponse) size() int64 {
 }
 
 // Store keeps completed responses for replays. Implementations must be safe
-// for concurrent use and bounded; the in-memory default is.
+// for concurrent use and bounded; the in-memory default is. Keys are
+// SHA-256 hex digests of the caller and the client's idempotency key
+// (idempotencyIdentity), never a raw key.
 type Store interface {
 	Get(key string) (*StoredResponse, bool)
 	Put(key string, resp *StoredResponse, ttl time.Duration)
