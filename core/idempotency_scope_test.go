@@ -416,3 +416,28 @@ func TestIdempotentFollowerOfErrorAnswerEndsCleanly(t *testing.T) {
 		t.Fatalf("after the 400: body %q, want a new answer", bodyOf(res))
 	}
 }
+
+// The request fingerprint length-prefixes its parts: a path holding an
+// escaped "?" and a query that together spell another request's path and
+// query are a different request (422), not a replay of it.
+func TestIdempotencyFingerprintIsUnambiguous(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	first := keyed("", "k-fingerprint")
+	first.URL.Path = "/v1/a?b"
+	first.URL.RawPath = "/v1/a%3Fb"
+	first.URL.RawQuery = ""
+	out := hs.serve(first)
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("x"))
+	a.end()
+	<-out
+	second := keyed("", "k-fingerprint")
+	second.URL.Path = "/v1/a"
+	second.URL.RawPath = ""
+	second.URL.RawQuery = "b?"
+	if res := <-hs.serve(second); res.rec.Code != http.StatusUnprocessableEntity {
+		t.Fatalf("path /v1/a%%3Fb then /v1/a?b?: status %d (Idempotent-Replayed %q), want 422",
+			res.rec.Code, res.rec.Header().Get("Idempotent-Replayed"))
+	}
+}
