@@ -1,9 +1,11 @@
 package core
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -439,5 +441,100 @@ func TestIdempotencyFingerprintIsUnambiguous(t *testing.T) {
 	if res := <-hs.serve(second); res.rec.Code != http.StatusUnprocessableEntity {
 		t.Fatalf("path /v1/a%%3Fb then /v1/a?b?: status %d (Idempotent-Replayed %q), want 422",
 			res.rec.Code, res.rec.Header().Get("Idempotent-Replayed"))
+	}
+}
+
+// Through a real net/http server: the leader's HTTP client disconnects
+// after commit, and the follower still reads the whole answer to a clean
+// end.
+func TestIdempotentFollowerOutlivesLeaderOverHTTP(t *testing.T) {
+	hs := newHarness(t, testConfig())
+	leaderLeft := make(chan struct{})
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test-Role") == "leader" {
+			context.AfterFunc(r.Context(), func() { close(leaderLeft) })
+		}
+		hs.h.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	send := func(ctx context.Context, role string, out chan *http.Response) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, front.URL+"/v1/chat/completions",
+			strings.NewReader(`{"model":"gpt-x","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Error(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k-http")
+		req.Header.Set("X-Test-Role", role)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Errorf("%s: %v", role, err)
+		}
+		out <- resp
+	}
+	readEvent := func(who string, r *bufio.Reader) string {
+		t.Helper()
+		var ev string
+		for !strings.HasSuffix(ev, "\n\n") {
+			line, err := r.ReadString('\n')
+			ev += line
+			if err != nil {
+				t.Fatalf("%s: reading an event: %v (got %q)", who, err, ev)
+			}
+		}
+		return ev
+	}
+
+	lctx, leaderGone := context.WithCancel(context.Background())
+	defer leaderGone()
+	leaderResp := make(chan *http.Response, 1)
+	go send(lctx, "leader", leaderResp)
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("one"))
+	lresp := <-leaderResp
+	if lresp == nil {
+		t.FailNow()
+	}
+	if got := readEvent("leader", bufio.NewReader(lresp.Body)); got != tokenChunk("one") {
+		t.Fatalf("leader's first event %q", got)
+	}
+
+	followerResp := make(chan *http.Response, 1)
+	go send(context.Background(), "follower", followerResp)
+	fresp := <-followerResp
+	if fresp == nil {
+		t.FailNow()
+	}
+	defer fresp.Body.Close()
+	fbody := bufio.NewReader(fresp.Body)
+	if got := readEvent("follower", fbody); got != tokenChunk("one") {
+		t.Fatalf("follower's first event %q", got)
+	}
+
+	leaderGone() // the leader's client closes its connection
+	<-leaderLeft // and the server has seen it go
+	if err := a.req.Context().Err(); err != nil {
+		t.Fatalf("upstream attempt cancelled (%v) when the leader's client left with a follower reading", err)
+	}
+	if !a.write(tokenChunk("two")) {
+		t.Fatal("upstream attempt cut when the leader's client left with a follower reading")
+	}
+	a.end()
+	rest, err := io.ReadAll(fbody)
+	if err != nil || string(rest) != tokenChunk("two") {
+		t.Fatalf("follower's rest %q, error %v: want %q and a clean end", rest, err, tokenChunk("two"))
+	}
+	// Both handlers return (the leader's after the follower's answer).
+	joined := 0
+	for i := 0; i < 2; i++ {
+		if rep := <-hs.reports; rep.Outcome == OutcomeJoined && rep.Status == 200 {
+			joined++
+		}
+	}
+	if joined != 1 {
+		t.Fatalf("%d joined reports with status 200, want the follower's", joined)
 	}
 }
