@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 // keyedAs is a keyed request from the caller whose Authorization is auth.
@@ -536,5 +537,42 @@ func TestIdempotentFollowerOutlivesLeaderOverHTTP(t *testing.T) {
 	}
 	if joined != 1 {
 		t.Fatalf("%d joined reports with status 200, want the follower's", joined)
+	}
+}
+
+// The leader's race context keeps the client's deadline and values but
+// not its cancellation, which only ends it with no follower reading.
+func TestLeadFlightContext(t *testing.T) {
+	type ctxKey struct{}
+	deadline := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := context.WithValue(context.Background(), ctxKey{}, "v")
+	client, cancelClient := context.WithDeadline(base, deadline)
+	f := newFlight("fp", 1024)
+	if !f.join() {
+		t.Fatal("join refused on a fresh flight")
+	}
+	readers, release := leadFlight(f, client)
+	defer release()
+	if got, ok := readers.Deadline(); !ok || !got.Equal(deadline) {
+		t.Fatalf("readers' deadline %v (%v), want the client's %v", got, ok, deadline)
+	}
+	if readers.Value(ctxKey{}) != "v" {
+		t.Fatal("readers' context lost the request's values")
+	}
+	cancelClient()
+	f.leaderLeft() // what the hook on the client's context does
+	if readers.Err() != nil {
+		t.Fatalf("readers' context %v with a follower reading", readers.Err())
+	}
+	if !f.join() {
+		t.Fatal("join refused while a follower reads")
+	}
+	f.leave()
+	f.leave()
+	if readers.Err() == nil {
+		t.Fatal("readers' context not cancelled when the last reader left")
+	}
+	if f.join() {
+		t.Fatal("join accepted on an abandoned flight")
 	}
 }
