@@ -43,6 +43,7 @@ import (
 //	        max_entries <n>
 //	        max_bytes <size>
 //	        max_response_bytes <size>
+//	        scope_headers <field...>
 //	    }
 //	    budget {
 //	        ratio <0..1>|off
@@ -250,6 +251,8 @@ func (h *Handler) parseIdempotency(p args) error {
 			idem.MaxBytes, err = p.size()
 		case "max_response_bytes":
 			idem.MaxResponseBytes, err = p.intSize()
+		case "scope_headers":
+			idem.ScopeHeaders, err = p.atLeastOne()
 		default:
 			err = p.d.Errf("unrecognized idempotency option %q", option)
 		}

@@ -65,6 +65,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 			max_entries 500
 			max_bytes 16MiB
 			max_response_bytes 256KiB
+			scope_headers Authorization X-User
 		}
 		budget {
 			ratio 0.05
@@ -104,7 +105,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		`"max_attempts":3,"timeout":120000000000,"min_time_left":1000000000,` +
 		`"max_body":8388608,"max_prefix":524288,"max_line":65536,` +
 		`"methods":["POST","PUT"],"path_prefixes":["/v1/chat/","/v1/responses"],"first_event":"openai-chat",` +
-		`"idempotency":{"header":"X-Request-Key","ttl":-1,"max_entries":500,"max_bytes":16777216,"max_response_bytes":262144},` +
+		`"idempotency":{"header":"X-Request-Key","ttl":-1,"max_entries":500,"max_bytes":16777216,"max_response_bytes":262144,"scope_headers":["Authorization","X-User"]},` +
 		`"budget":{"ratio":0.05,"burst":4,"max_concurrent_hedges":-1,"cool_down":2000000000,"max_cool_down":30000000000,` +
 		`"overload_rate":0.3,"overload_window":50,"breaker_failures":3,"breaker_open":20000000000,` +
 		`"tenant_header":"X-Tenant","tenant_tokens_per_minute":100000},` +

@@ -90,6 +90,12 @@ type Idempotency struct {
 	// MaxResponseBytes is the largest response stored for joins and
 	// replays. Default 1 MiB.
 	MaxResponseBytes int `json:"max_response_bytes,omitempty"`
+
+	// ScopeHeaders name the request headers that identify the caller: a
+	// key is looked up per caller, so one caller never joins or replays
+	// another's answer. Default Authorization, X-Api-Key, Api-Key and the
+	// budget's tenant_header when set.
+	ScopeHeaders []string `json:"scope_headers,omitempty"`
 }
 
 // Budget rations hedges: they are extra load on the upstreams.
@@ -191,6 +197,7 @@ func (h *Handler) coreConfig(repl *caddy.Replacer) core.Config {
 			MaxEntries:       i.MaxEntries,
 			MaxBytes:         i.MaxBytes,
 			MaxResponseBytes: i.MaxResponseBytes,
+			ScopeHeaders:     i.ScopeHeaders,
 		}
 	}
 	if b := h.Budget; b != nil {

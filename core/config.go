@@ -110,6 +110,11 @@ type IdempotencyConfig struct {
 	// MaxResponseBytes is the largest response recorded for joins and
 	// replays. Default 1 MiB.
 	MaxResponseBytes int
+	// ScopeHeaders name the request headers that identify the caller: a
+	// key is looked up per caller (a hash of these headers' values), so one
+	// caller can neither join nor replay another's answer. Default
+	// Authorization, X-Api-Key, Api-Key and, when set, Budget.TenantHeader.
+	ScopeHeaders []string
 }
 
 // BudgetConfig rations hedges (the extra load).
@@ -218,6 +223,15 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Idempotency.MaxResponseBytes == 0 {
 		c.Idempotency.MaxResponseBytes = 1 << 20
+	}
+	if len(c.Idempotency.ScopeHeaders) == 0 {
+		scope := []string{"Authorization", "X-Api-Key", "Api-Key"}
+		if c.Budget.TenantHeader != "" {
+			scope = append(scope, c.Budget.TenantHeader)
+		}
+		c.Idempotency.ScopeHeaders = scope
+	} else {
+		c.Idempotency.ScopeHeaders = append([]string(nil), c.Idempotency.ScopeHeaders...)
 	}
 	b := &c.Budget
 	if b.Ratio == 0 {
@@ -333,6 +347,11 @@ func (c Config) Validate() error {
 	}
 	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 {
 		bad("idempotency max_entries, max_bytes and max_response_bytes must be positive")
+	}
+	for _, name := range c.Idempotency.ScopeHeaders {
+		if !validHeaderName(name) {
+			bad("idempotency scope header %q is not a valid token", name)
+		}
 	}
 	b := c.Budget
 	if b.Ratio > 1 {

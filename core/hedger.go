@@ -59,6 +59,8 @@ type Hedger struct {
 	// publicNames[i] names upstream i in answers to clients (see
 	// publicUpstreamName).
 	publicNames []string
+	// scopeHeaders is cfg.Idempotency.ScopeHeaders in canonical form.
+	scopeHeaders []string
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -110,10 +112,15 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		rootBase[i] = base.Path == "" || base.Path == "/"
 	}
 	_, systemClock := opts.Clock.(SystemClock)
+	scopeHeaders := make([]string, len(cfg.Idempotency.ScopeHeaders))
+	for i, name := range cfg.Idempotency.ScopeHeaders {
+		scopeHeaders[i] = http.CanonicalHeaderKey(name)
+	}
 	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
-		idempotencyTTL: cfg.Idempotency.TTL, secrets: secretsOf(cfg.Upstreams), publicNames: publicNames}, nil
+		idempotencyTTL: cfg.Idempotency.TTL, secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
+		scopeHeaders: scopeHeaders}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its
@@ -165,13 +172,14 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	case perr != nil:
 		rejectRequest(w, rep, perr)
 	case !p.hedgeable || !p.clientKey || h.idempotencyTTL < 0:
-		rep.Key = p.key
 		err = runRace(newRace(h, p, rep, start), w)
 	default:
-		rep.Key = p.key
 		err = handleKeyed(h, w, p, rep, start)
 	}
 	if h.opts.Observer != nil {
+		if p != nil {
+			rep.KeyHash = KeyHash(p.key)
+		}
 		h.opts.Observer.Observe(rep)
 	}
 	return err
@@ -193,11 +201,14 @@ func rejectRequest(w http.ResponseWriter, rep *Report, err error) {
 
 // handleKeyed runs a request that carries the client's idempotency key: it
 // replays a stored answer, joins a request in flight with the same key, or
-// leads its own race and stores the answer for the others.
+// leads its own race and records the answer for the others. Keys are
+// scoped to the caller (see idempotencyIdentity): another caller's use of
+// the same key is another entry, neither joined, replayed nor a conflict.
 func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report, start time.Time) error {
 	r := p.orig
 	idem := &h.cfg.Idempotency
-	replay, follow, lead, conflict := h.state.idem.claim(p.key, p.fingerprint(), idem.MaxResponseBytes)
+	identity := idempotencyIdentity(h, p)
+	replay, follow, lead, conflict := h.state.idem.claim(identity, p.fingerprint(), idem.MaxResponseBytes)
 	switch {
 	case conflict:
 		rep.Outcome = OutcomeRejected
@@ -222,10 +233,36 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 		}
 		return nil
 	}
+	return leadKeyed(h, w, p, rep, start, identity, lead)
+}
+
+// leadKeyed runs the race of a keyed request that leads its flight. The
+// race's context is not the leader's client's but the flight's readers':
+// when the leader's client leaves, the race goes on for as long as a
+// follower reads (the handler then keeps running to feed them) and is
+// cancelled when the last reader is gone.
+func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report, start time.Time, identity string, lead *flight) error {
+	clientCtx := p.orig.Context()
+	readers, stopLeaderHook := leadFlight(lead, clientCtx)
+	fw := &flightWriter{w: w, f: lead, hdr: make(http.Header), reportHeader: h.cfg.ReportHeader}
+	complete := false
+	store := false
 	// Deferred, so that followers are released even if the race panics.
-	ok := false
-	defer func() { h.state.idem.finish(p.key, lead, ok, idem.TTL) }()
-	err := runRace(newRace(h, p, rep, start), &flightWriter{w: w, f: lead})
-	ok = err == nil && rep.Outcome == OutcomeOK
+	defer func() {
+		stopLeaderHook()
+		h.state.idem.finish(identity, lead, complete, store, h.idempotencyTTL)
+	}()
+	rc := newRace(h, p, rep, start)
+	rc.clientCtx = readers
+	rc.ctx = readers
+	err := runRace(rc, fw)
+	// An answer that reached its end (an error answer included) is complete
+	// for the followers too; only a winner's is stored.
+	complete = err == nil && rep.Outcome != OutcomeClientGone
+	store = complete && rep.Outcome == OutcomeOK
+	if fw.clientGone {
+		// The answer went on to the followers, not to this client.
+		rep.Outcome = OutcomeClientGone
+	}
 	return err
 }

@@ -10,11 +10,13 @@ import (
 
 // StoredResponse is a completed response kept for replays.
 type StoredResponse struct {
-	// Fingerprint of the request (method, path, body) that produced it.
+	// Fingerprint of the request (method, path, query, body) that produced it.
 	Fingerprint string
 	Status      int
-	Header      http.Header
-	Body        []byte
+	// Header is the upstream answer's, without hop-by-hop headers,
+	// Set-Cookie and Content-Length (recordedHeader).
+	Header http.Header
+	Body   []byte
 }
 
 func (s *StoredResponse) size() int64 {
@@ -29,7 +31,9 @@ func (s *StoredResponse) size() int64 {
 }
 
 // Store keeps completed responses for replays. Implementations must be safe
-// for concurrent use and bounded; the in-memory default is.
+// for concurrent use and bounded; the in-memory default is. Keys are
+// SHA-256 hex digests of the caller and the client's idempotency key
+// (idempotencyIdentity), never a raw key.
 type Store interface {
 	Get(key string) (*StoredResponse, bool)
 	Put(key string, resp *StoredResponse, ttl time.Duration)
@@ -98,9 +102,10 @@ func (m *memoryStore) remove(el *list.Element) {
 	m.bytes -= e.size
 }
 
-// idempotencyTable joins requests with the same key: while a race runs its
-// response is recorded in a flight that later requests with the same key
-// follow, and when it completes it is stored for replays.
+// idempotencyTable joins requests with the same identity (caller and key,
+// see idempotencyIdentity): while a race runs its response is recorded in
+// a flight that later requests with the same identity follow, and when it
+// completes it is stored for replays.
 type idempotencyTable struct {
 	mu      sync.Mutex
 	flights map[string]*flight
@@ -111,38 +116,46 @@ func newIdempotencyTable(store Store) *idempotencyTable {
 	return &idempotencyTable{flights: make(map[string]*flight), store: store}
 }
 
-// claim looks key up. It returns exactly one of: a stored response to
-// replay, a flight to follow, or a new flight this request leads (and must
-// finish). conflict is true when the key was used with another request.
-func (t *idempotencyTable) claim(key, fingerprint string, maxBytes int) (replay *StoredResponse, follow *flight, lead *flight, conflict bool) {
+// claim looks identity up. It returns exactly one of: a stored response to
+// replay, a flight to follow (the caller is counted as its follower and
+// must follow it), or a new flight this request leads (and must finish).
+// conflict is true when the identity was used with another request.
+func (t *idempotencyTable) claim(identity, fingerprint string, maxBytes int) (replay *StoredResponse, follow *flight, lead *flight, conflict bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if f, ok := t.flights[key]; ok {
+	if f, ok := t.flights[identity]; ok {
 		if f.fingerprint != fingerprint {
 			return nil, nil, nil, true
 		}
-		return nil, f, nil, false
+		if f.join() {
+			return nil, f, nil, false
+		}
+		// Abandoned: nobody reads it and its race is being cancelled.
+		// This request leads a new flight in its place.
 	}
-	if s, ok := t.store.Get(key); ok {
+	if s, ok := t.store.Get(identity); ok {
 		if s.Fingerprint != fingerprint {
 			return nil, nil, nil, true
 		}
 		return s, nil, nil, false
 	}
 	f := newFlight(fingerprint, maxBytes)
-	t.flights[key] = f
+	t.flights[identity] = f
 	return nil, nil, f, false
 }
 
-// finish ends the leader's flight: followers see the end, and a complete 2xx
-// response that fitted is stored for ttl.
-func (t *idempotencyTable) finish(key string, f *flight, ok bool, ttl time.Duration) {
-	f.end(ok)
+// finish ends the leader's flight: followers see the end (complete: the
+// whole answer is in the flight, an error answer included), and when store
+// is set a complete 2xx response that fitted is kept for ttl.
+func (t *idempotencyTable) finish(identity string, f *flight, complete, store bool, ttl time.Duration) {
+	f.end(complete)
 	t.mu.Lock()
-	delete(t.flights, key)
+	if t.flights[identity] == f {
+		delete(t.flights, identity)
+	}
 	t.mu.Unlock()
-	if ok && !f.overflow && f.status >= 200 && f.status < 300 {
-		t.store.Put(key, &StoredResponse{Fingerprint: f.fingerprint, Status: f.status, Header: f.header, Body: f.body}, ttl)
+	if store && !f.overflow && f.status >= 200 && f.status < 300 {
+		t.store.Put(identity, &StoredResponse{Fingerprint: f.fingerprint, Status: f.status, Header: f.header, Body: f.body}, ttl)
 	}
 }
 
@@ -156,17 +169,88 @@ type flight struct {
 	cond     *sync.Cond
 	started  bool // status and header are set
 	status   int
-	header   http.Header
+	header   http.Header // the answer's own headers (see recordedHeader)
 	body     []byte
 	overflow bool // the response outgrew maxBytes; its bytes are gone
 	done     bool
-	ok       bool // the leader's response completed normally
+	complete bool // the leader's answer ended cleanly and is all in body
+
+	// Who reads the answer: the race goes on while anyone does.
+	followers   int
+	leaderGone  bool               // the leader's client left
+	stopReaders context.CancelFunc // cancels the race once nobody reads
 }
 
 func newFlight(fingerprint string, maxBytes int) *flight {
 	f := &flight{fingerprint: fingerprint, maxBytes: maxBytes}
 	f.cond = sync.NewCond(&f.mu)
 	return f
+}
+
+// leadFlight returns the context the leader's race runs in: it carries the
+// leader's request values and deadline but not its cancellation, and is
+// cancelled once the leader's client and every follower have gone. The
+// returned function releases it; call it when the race is over.
+func leadFlight(f *flight, clientCtx context.Context) (context.Context, func()) {
+	base := context.WithoutCancel(clientCtx)
+	// One target per assignment, from := locals (Yaegi).
+	ctx, cancel := context.WithCancel(base)
+	if deadline, ok := clientCtx.Deadline(); ok {
+		dctx, dcancel := context.WithDeadline(ctx, deadline)
+		ctx = dctx
+		cancelAll := cancel
+		cancel = func() {
+			dcancel()
+			cancelAll()
+		}
+	}
+	f.mu.Lock()
+	f.stopReaders = cancel
+	f.mu.Unlock()
+	stopHook := context.AfterFunc(clientCtx, func() { f.leaderLeft() })
+	release := func() {
+		stopHook()
+		cancel()
+	}
+	return ctx, release
+}
+
+// join counts a new follower, unless the flight is abandoned (its leader's
+// client left and no follower reads); it reports whether it did.
+func (f *flight) join() bool {
+	f.mu.Lock()
+	joined := !f.leaderGone || f.followers > 0
+	if joined {
+		f.followers++
+	}
+	f.mu.Unlock()
+	return joined
+}
+
+// leave uncounts a follower; the last reader to go cancels the race.
+func (f *flight) leave() {
+	f.mu.Lock()
+	f.followers--
+	stop := f.followers == 0 && f.leaderGone
+	cancel := f.stopReaders
+	f.mu.Unlock()
+	if stop && cancel != nil {
+		cancel()
+	}
+}
+
+// leaderLeft records that the leader's client is gone and reports whether
+// followers still read; when none does, the race is cancelled.
+func (f *flight) leaderLeft() bool {
+	f.mu.Lock()
+	f.leaderGone = true
+	reading := f.followers > 0
+	cancel := f.stopReaders
+	f.mu.Unlock()
+	if !reading && cancel != nil {
+		cancel()
+	}
+	return reading
 }
 
 func (f *flight) start(status int, header http.Header) {
@@ -194,17 +278,18 @@ func (f *flight) write(p []byte) {
 	f.mu.Unlock()
 }
 
-func (f *flight) end(ok bool) {
+func (f *flight) end(complete bool) {
 	f.mu.Lock()
 	f.done = true
-	f.ok = ok
+	f.complete = complete
 	f.cond.Broadcast()
 	f.mu.Unlock()
 }
 
-// follow streams the flight to w as the leader produces it. It returns
-// whether the whole response was delivered.
+// follow streams the flight to w as the leader produces it, for a follower
+// that join counted. It returns whether the whole response was delivered.
 func (f *flight) follow(ctx context.Context, w http.ResponseWriter) (status int, complete bool) {
+	defer f.leave()
 	stop := context.AfterFunc(ctx, func() {
 		f.mu.Lock()
 		f.cond.Broadcast()
@@ -220,7 +305,7 @@ func (f *flight) follow(ctx context.Context, w http.ResponseWriter) (status int,
 		}
 		gone := ctx.Err() != nil
 		started, st, hdr := f.started, f.status, f.header
-		overflow, done, ok := f.overflow, f.done, f.ok
+		overflow, done, ended := f.overflow, f.done, f.complete
 		var chunk []byte
 		if started && !overflow && len(f.body) > sent {
 			chunk = f.body[sent:]
@@ -256,28 +341,41 @@ func (f *flight) follow(ctx context.Context, w http.ResponseWriter) (status int,
 			rest := len(f.body) - sent
 			f.mu.Unlock()
 			if rest == 0 {
-				return st, ok
+				return st, ended
 			}
 		}
 	}
 }
 
-// flightWriter is the leader's writer: everything sent to the client is
-// recorded in the flight too.
+// flightWriter is the leader's writer: the answer goes to the leader's
+// client and into the flight. The race writes the answer's headers into a
+// map of the flightWriter's own, so that followers and replays get the
+// answer's headers only, never those the host (or this request's handlers)
+// had set on the client's writer.
 type flightWriter struct {
-	w      http.ResponseWriter
-	f      *flight
-	status int
+	w            http.ResponseWriter
+	f            *flight
+	hdr          http.Header
+	reportHeader string // the race's report header: not part of the answer
+	status       int
+	// clientGone: a write to the leader's client failed while followers
+	// read; the answer goes on into the flight only.
+	clientGone bool
 }
 
-func (fw *flightWriter) Header() http.Header { return fw.w.Header() }
+func (fw *flightWriter) Header() http.Header { return fw.hdr }
 
 func (fw *flightWriter) WriteHeader(status int) {
 	if fw.status != 0 {
 		return
 	}
 	fw.status = status
-	fw.f.start(status, fw.w.Header().Clone())
+	fw.f.start(status, recordedHeader(fw.hdr, fw.reportHeader))
+	dst := fw.w.Header()
+	copyHeader(dst, fw.hdr)
+	if _, ok := fw.hdr["Content-Length"]; !ok {
+		delete(dst, "Content-Length")
+	}
 	fw.w.WriteHeader(status)
 }
 
@@ -286,7 +384,36 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		fw.WriteHeader(http.StatusOK)
 	}
 	fw.f.write(p)
-	return fw.w.Write(p)
+	if fw.clientGone {
+		return len(p), nil
+	}
+	n, err := fw.w.Write(p)
+	if err != nil && fw.f.leaderLeft() {
+		// Followers still read: the answer goes on to them.
+		fw.clientGone = true
+		return len(p), nil
+	}
+	return n, err
 }
 
-func (fw *flightWriter) Flush() { flush(fw.w) }
+func (fw *flightWriter) Flush() {
+	if !fw.clientGone {
+		flush(fw.w)
+	}
+}
+
+// recordedHeader is what followers and replays get of an answer's
+// headers: the upstream's (or the engine's own error answer's), without
+// hop-by-hop headers, Set-Cookie (one response's cookies are not handed
+// out again), Content-Length (a follower's copy is streamed) and the
+// race's report header.
+func recordedHeader(hdr http.Header, reportHeader string) http.Header {
+	rec := hdr.Clone()
+	removeHopHeaders(rec)
+	delete(rec, "Set-Cookie")
+	delete(rec, "Content-Length")
+	if reportHeader != "" {
+		rec.Del(reportHeader)
+	}
+	return rec
+}

@@ -50,16 +50,14 @@ func TestIdempotentFollowerStreams(t *testing.T) {
 	a := hs.tr.next(t)
 	a.respond(200, "text/event-stream")
 	a.write(tokenChunk("one"))
-	f := hs.h.state.idem
-	f.mu.Lock()
-	fl := f.flights["k2"]
-	f.mu.Unlock()
+	fl := onlyFlight(hs)
 	if fl == nil {
 		t.Fatal("no flight for k2")
 	}
 	pw := newPipeWriter()
 	done := make(chan struct{})
 	go func() {
+		fl.join()
 		fl.follow(context.Background(), pw)
 		close(done)
 	}()
@@ -165,9 +163,11 @@ func TestMemoryStoreBounds(t *testing.T) {
 	}
 }
 
-// pipeWriter is a ResponseWriter that hands each Write to the test.
+// pipeWriter is a ResponseWriter that hands each Write to the test. Its
+// status and headers may be read once a write has been received.
 type pipeWriter struct {
 	h      http.Header
+	status int
 	writes chan string
 }
 
@@ -176,8 +176,15 @@ func newPipeWriter() *pipeWriter {
 }
 
 func (p *pipeWriter) Header() http.Header { return p.h }
-func (p *pipeWriter) WriteHeader(int)     {}
+func (p *pipeWriter) WriteHeader(status int) {
+	if p.status == 0 {
+		p.status = status
+	}
+}
 func (p *pipeWriter) Write(b []byte) (int, error) {
+	if p.status == 0 {
+		p.status = http.StatusOK
+	}
 	p.writes <- string(b)
 	return len(b), nil
 }

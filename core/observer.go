@@ -62,10 +62,15 @@ type AttemptReport struct {
 type Report struct {
 	// Request is the client's request, so an observer can attach results
 	// to it (e.g. Caddy placeholders). Observers must not read its body.
-	Request  *http.Request
-	Route    string
-	Key      string // the idempotency key (client's or generated)
-	Hedged   bool   // the request was eligible for a race
+	Request *http.Request
+	Route   string
+	// KeyHash names the idempotency key (the client's or a generated one)
+	// without revealing it: KeyHash(key), the first 16 hex digits of the
+	// key's SHA-256. The same key sent by two callers hashes the same,
+	// though it names two separate entries. Empty for a request rejected
+	// before its key was read.
+	KeyHash  string
+	Hedged   bool // the request was eligible for a race
 	Outcome  string
 	Status   int // status sent to the client
 	Attempts []AttemptReport

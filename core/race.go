@@ -47,7 +47,7 @@ type race struct {
 	rep       *Report
 	start     time.Time
 	events    chan event
-	clientCtx context.Context
+	clientCtx context.Context    // the client's; for an idempotency leader, its flight's readers' (leadFlight)
 	ctx       context.Context    // parent of every attempt: clientCtx, or its child when there is a deadline
 	cancel    context.CancelFunc // ctx's, when it is the race's own
 	timedOut  int32              // atomic: the deadline callback fired

@@ -225,12 +225,50 @@ func newKey() string {
 	return "llmhedge-" + hex.EncodeToString(b[:])
 }
 
-// fingerprint identifies a request for idempotency conflicts.
+// fingerprint identifies a request for idempotency conflicts: its method,
+// path, query and body, each length-prefixed so that no two requests
+// share an input.
 func (p *preparedRequest) fingerprint() string {
 	sum := sha256.New()
-	io.WriteString(sum, p.orig.Method+" "+p.orig.URL.Path+"?"+p.orig.URL.RawQuery+"\n")
+	orig := p.orig
+	writeField(sum, orig.Method)
+	writeField(sum, orig.URL.Path)
+	writeField(sum, orig.URL.RawQuery)
 	sum.Write(p.body)
 	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// idempotencyIdentity is what the idempotency table is keyed by: a SHA-256
+// of the caller (the values of every scope header, in configured order)
+// and the client's key. Every value is length-prefixed and every header's
+// value count written, so that no two callers share an input; the raw key
+// never reaches the store.
+func idempotencyIdentity(h *Hedger, p *preparedRequest) string {
+	sum := sha256.New()
+	hdr := p.orig.Header
+	for _, name := range h.scopeHeaders {
+		values := hdr[name]
+		io.WriteString(sum, strconv.Itoa(len(values))+"#")
+		for _, v := range values {
+			writeField(sum, v)
+		}
+	}
+	writeField(sum, p.key)
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// writeField writes s length-prefixed.
+func writeField(w io.Writer, s string) {
+	io.WriteString(w, strconv.Itoa(len(s))+":"+s)
+}
+
+// KeyHash is how reports and logs name an idempotency key: the first 16
+// hex digits of the SHA-256 of the key alone (not of the caller), so that
+// an operator given a key can find its requests while the key itself is
+// never logged.
+func KeyHash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
 }
 
 func looksJSON(contentType string) bool {

@@ -94,6 +94,12 @@ func flusherFor(w http.ResponseWriter) func() {
 	if f, ok := w.(flusher); ok {
 		return f.Flush
 	}
+	if fw, ok := w.(*flightWriter); ok {
+		// Under Yaegi the assertion to flusher fails on the idempotency
+		// leader's writer once it has been passed as an
+		// http.ResponseWriter; its concrete type is still seen.
+		return func() { fw.Flush() }
+	}
 	rc := http.NewResponseController(w)
 	return func() { rc.Flush() }
 }

@@ -288,6 +288,10 @@ type IdempotencyConfig struct {
 	MaxBytes   ByteSize `json:"max_bytes"`
 	// MaxResponseBytes is the largest response kept. Default 1MiB.
 	MaxResponseBytes ByteSize `json:"max_response_bytes"`
+	// ScopeHeaders name the request headers that identify the caller: a
+	// key is looked up per caller. Default Authorization, X-Api-Key,
+	// Api-Key and budget.tenant_header when set.
+	ScopeHeaders []string `json:"scope_headers"`
 }
 
 // BudgetConfig is core.BudgetConfig.
@@ -568,6 +572,7 @@ func (r RouteConfig) CoreConfig() (core.Config, error) {
 			MaxEntries:       r.Idempotency.MaxEntries,
 			MaxBytes:         int64(r.Idempotency.MaxBytes),
 			MaxResponseBytes: int(r.Idempotency.MaxResponseBytes),
+			ScopeHeaders:     r.Idempotency.ScopeHeaders,
 		},
 		Budget: core.BudgetConfig{
 			Ratio:                 r.Budget.Ratio,

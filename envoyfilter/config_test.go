@@ -64,7 +64,7 @@ routes:
     methods: [POST, PUT]
     path_prefixes: [/v1/chat/]
     first_event: openai-chat
-    idempotency: {header: X-Key, ttl: -1s, max_entries: 10, max_bytes: 1MiB, max_response_bytes: 64KiB}
+    idempotency: {header: X-Key, ttl: -1s, max_entries: 10, max_bytes: 1MiB, max_response_bytes: 64KiB, scope_headers: [Authorization, X-User]}
     budget: {ratio: 0.2, burst: 5, max_concurrent_hedges: 7, cool_down: 2s, max_cool_down: 30s, overload_rate: 0.5,
              overload_window: 50, breaker_failures: 3, breaker_open: 5s, tenant_header: x-tenant, tenant_tokens_per_minute: 1000}
     report_header: Server-Timing
@@ -91,7 +91,8 @@ routes:
 		cc.FirstEvent != core.RuleOpenAIChat || cc.ReportHeader != "Server-Timing" || !cc.StreamErrorEvent {
 		t.Fatalf("core config %+v", cc)
 	}
-	if i := cc.Idempotency; i.Header != "X-Key" || i.TTL != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 {
+	if i := cc.Idempotency; i.Header != "X-Key" || i.TTL != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 ||
+		len(i.ScopeHeaders) != 2 || i.ScopeHeaders[1] != "X-User" {
 		t.Fatalf("idempotency %+v", i)
 	}
 	b := cc.Budget

@@ -124,6 +124,11 @@ type Idempotency struct {
 	// MaxResponseBytes is the largest response recorded for joins and
 	// replays. Default 1048576 (1 MiB).
 	MaxResponseBytes int `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty"`
+	// ScopeHeaders name the request headers that identify the caller: a
+	// key is looked up per caller, so one caller never joins or replays
+	// another's answer. Default Authorization, X-Api-Key, Api-Key and
+	// budget.tenantHeader when set.
+	ScopeHeaders []string `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty"`
 }
 
 // Budget rations hedges, which are extra load.
@@ -224,6 +229,8 @@ func CreateConfig() *Config {
 			MaxEntries:       d.Idempotency.MaxEntries,
 			MaxBytes:         d.Idempotency.MaxBytes,
 			MaxResponseBytes: d.Idempotency.MaxResponseBytes,
+			// ScopeHeaders stays empty: the core's default depends on
+			// budget.tenantHeader, which the dynamic configuration sets.
 		},
 		Budget: Budget{
 			Ratio:               d.Budget.Ratio,
@@ -288,6 +295,7 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 			MaxEntries:       c.Idempotency.MaxEntries,
 			MaxBytes:         c.Idempotency.MaxBytes,
 			MaxResponseBytes: c.Idempotency.MaxResponseBytes,
+			ScopeHeaders:     c.Idempotency.ScopeHeaders,
 		},
 		Budget: core.BudgetConfig{
 			Ratio:                 c.Budget.Ratio,

@@ -14,7 +14,7 @@ import (
 
 // requestLine is the log line of one request. Field names are stable: tools
 // parse them. Credentials never appear (upstreams are named, not their
-// headers).
+// headers), nor idempotency keys (only their hash).
 type requestLine struct {
 	Msg                string        `json:"msg"`        // always "llmhedge request"
 	Middleware         string        `json:"middleware"` // the Traefik middleware name
@@ -31,7 +31,7 @@ type requestLine struct {
 	DelayMillis        float64       `json:"delay_ms"`
 	Denials            []string      `json:"denials,omitempty"`
 	WastedPromptTokens int64         `json:"wasted_prompt_tokens"`
-	IdempotencyKey     string        `json:"idempotency_key,omitempty"`
+	IdempotencyKeyHash string        `json:"idempotency_key_hash,omitempty"` // core.KeyHash: never the key
 	AttemptList        []attemptLine `json:"attempt_list"`
 }
 
@@ -70,7 +70,7 @@ func (o *logObserver) Observe(r *core.Report) {
 		DelayMillis:        millis(r.Delay),
 		Denials:            r.Denials,
 		WastedPromptTokens: r.WastedPromptTokens,
-		IdempotencyKey:     r.Key,
+		IdempotencyKeyHash: r.KeyHash,
 		AttemptList:        make([]attemptLine, 0, len(r.Attempts)),
 	}
 	for _, a := range r.Attempts {

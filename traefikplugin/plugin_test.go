@@ -568,3 +568,32 @@ func TestPassThroughNeverForwardsTheOptOutHeader(t *testing.T) {
 		}
 	}
 }
+
+// The log line names the idempotency key by its hash, never by the key.
+func TestLogLineCarriesKeyHashNotKey(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	cfg := CreateConfig()
+	cfg.Upstreams = []Upstream{{Name: "A", URL: a.srv.URL}}
+	logs := &lineBuffer{}
+	front := frontFor(t, newHedge(t, cfg, "keyed", nil, logs))
+	key := "client-key-7f3a9"
+	checkWhole(t, readAnswer(post(t, front.URL, "k1", true, http.Header{"Idempotency-Key": {key}})), "A", "k1", 3)
+	lines := logs.all()
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want 1", len(lines))
+	}
+	if strings.Contains(lines[0], key) {
+		t.Fatalf("the idempotency key reached the log: %q", lines[0])
+	}
+	var fields map[string]interface{}
+	if err := json.Unmarshal([]byte(lines[0]), &fields); err != nil {
+		t.Fatalf("log line is not JSON: %v", err)
+	}
+	if _, ok := fields["idempotency_key"]; ok {
+		t.Errorf("log line has an idempotency_key field")
+	}
+	want := core.KeyHash(key)
+	if got, _ := fields["idempotency_key_hash"].(string); got != want {
+		t.Errorf("idempotency_key_hash = %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,54 @@
+package envoyfilter
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// The request log names the idempotency key by its hash, never by the key.
+func TestRequestLogCarriesKeyHashNotKey(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"choices":[{"message":{"content":"hi"}}]}`))
+	}))
+	defer upstream.Close()
+	logCore, logs := observer.New(zapcore.InfoLevel)
+	h, err := core.New(core.Config{Upstreams: []core.UpstreamConfig{{Name: "A", URL: upstream.URL}}},
+		core.Options{Observer: requestLogger{log: zap.New(logCore)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := "client-key-7f3a9"
+	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", key)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 {
+		t.Fatalf("status %d, want 200", rec.Code)
+	}
+	entries := logs.All()
+	if len(entries) != 1 {
+		t.Fatalf("%d log entries, want 1", len(entries))
+	}
+	fields := entries[0].ContextMap()
+	if _, ok := fields["idempotency_key"]; ok {
+		t.Errorf("the log has an idempotency_key field")
+	}
+	if got := fields["idempotency_key_hash"]; got != core.KeyHash(key) {
+		t.Errorf("idempotency_key_hash = %v, want %q", got, core.KeyHash(key))
+	}
+	for name, v := range fields {
+		if s, ok := v.(string); ok && strings.Contains(s, key) {
+			t.Errorf("field %s carries the idempotency key", name)
+		}
+	}
+}
