@@ -52,7 +52,7 @@ func TestProvisionValidateErrors(t *testing.T) {
 	}{
 		{"no upstream", `{}`, []string{"at least one upstream is required"}},
 		{"bad scheme", `{"upstreams":[{"url":"ftp://a"}]}`, []string{`url "ftp://a": scheme must be http or https`}},
-		{"query in url", `{"upstreams":[{"url":"http://a/?key=1"}]}`, []string{"must not have a query"}},
+		{"fragment in url", `{"upstreams":[{"url":"http://a/?key=1#x"}]}`, []string{"must not have a fragment"}},
 		{"bad header name", `{"upstreams":[{"url":"http://a","set_headers":{"Bad Header":"x"}}]}`, []string{`header name "Bad Header" is not a valid token`}},
 		{"quantile", `{"upstreams":[{"url":"http://a"}],"delay":{"mode":"adaptive","quantile":1.5}}`, []string{"quantile 1.5 must be between 0 and 1"}},
 		{"delay mode", `{"upstreams":[{"url":"http://a"}],"delay":{"mode":"smart"}}`, []string{`delay mode "smart"`}},

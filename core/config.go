@@ -402,8 +402,8 @@ func validateUpstreamURL(bad func(string, ...interface{}), i int, raw string) {
 		bad("upstream %d: url %q: scheme must be http or https", i, shown)
 	case parsed.Host == "":
 		bad("upstream %d: url %q has no host", i, shown)
-	case parsed.RawQuery != "" || parsed.Fragment != "" || parsed.ForceQuery:
-		bad("upstream %d: url %q must not have a query or fragment (put credentials in set_headers)", i, shown)
+	case parsed.Fragment != "":
+		bad("upstream %d: url %q must not have a fragment", i, shown)
 	}
 }
 

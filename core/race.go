@@ -750,7 +750,12 @@ func streamEnded(rc *race, a *attempt, w http.ResponseWriter, tail []byte, err e
 		if end := sseEventEnd(tail); end != "" {
 			w.Write([]byte(end))
 		}
-		writeStreamErrorEvent(w, "upstream stream failed: "+err.Error())
+		// The cause (a read error quoting addresses) is not the client's to see.
+		msg := rc.h.publicNames[a.upstream] + " broke off its answer"
+		if rep.Outcome == OutcomeTimeout {
+			msg = "the deadline passed during the answer"
+		}
+		writeStreamErrorEvent(w, msg)
 		flush(w)
 		return nil
 	}

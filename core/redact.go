@@ -1,6 +1,7 @@
 package core
 
 import (
+	"net/url"
 	"strings"
 )
 
@@ -100,11 +101,13 @@ func isSchemeByte(c byte) bool {
 }
 
 // secretsOf lists what must never appear in error text: every configured
-// header value, and the credential of a `<scheme> <credential>` value
-// (`Bearer sk-…`) on its own.
+// header value, the credential of a `<scheme> <credential>` value
+// (`Bearer sk-…`) on its own, and every value of an upstream URL's query
+// (a provider key may travel there), raw and decoded.
 func secretsOf(ups []UpstreamConfig) []string {
 	var out []string
 	for _, u := range ups {
+		out = appendQuerySecrets(out, u.URL)
 		for _, v := range u.SetHeaders {
 			v = strings.TrimSpace(v)
 			if len(v) >= minSecretLen {
@@ -116,6 +119,24 @@ func secretsOf(ups []UpstreamConfig) []string {
 					out = append(out, cred)
 				}
 			}
+		}
+	}
+	return out
+}
+
+// appendQuerySecrets adds the values of rawURL's query to out.
+func appendQuerySecrets(out []string, rawURL string) []string {
+	_, query, ok := strings.Cut(rawURL, "?")
+	if !ok {
+		return out
+	}
+	for _, pair := range strings.Split(query, "&") {
+		_, v, _ := strings.Cut(pair, "=")
+		if len(v) >= minSecretLen {
+			out = append(out, v)
+		}
+		if dec, err := url.QueryUnescape(v); err == nil && dec != v && len(dec) >= minSecretLen {
+			out = append(out, dec)
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -51,7 +52,7 @@ func TestRedactURL(t *testing.T) {
 // engine would silently drop) pointing at set_headers.
 func TestValidateRedactsURLs(t *testing.T) {
 	cfg := Config{Upstreams: []UpstreamConfig{
-		{URL: "http://h.test/v1?key=" + canaryQuery},
+		{URL: "http://h.test/v1?key=" + canaryQuery + "#frag"},
 		{URL: "http://user:" + canaryQuery + "@h.test"},
 		{URL: "http://us er:" + canaryQuery + "@h.test"}, // does not parse
 		{URL: "ftp://h.test/#" + canaryQuery},
@@ -64,7 +65,7 @@ func TestValidateRedactsURLs(t *testing.T) {
 	msg := err.Error()
 	mustNotContain(t, "Validate error", msg, canaryQuery, canaryHeader)
 	for _, want := range []string{
-		`upstream 0: url "http://h.test/v1?key=REDACTED" must not have a query`,
+		`upstream 0: url "http://h.test/v1?key=REDACTED#REDACTED" must not have a fragment`,
 		`upstream 1: url "http://REDACTED@h.test" has a user name or password, which is never sent`,
 		`set_headers Authorization "Basic <base64 of user:password>"`,
 		`upstream 2: url "http://REDACTED@h.test" is not a valid URL`,
@@ -108,7 +109,7 @@ func TestTransportErrorsReachNoClient(t *testing.T) {
 	cfg := Config{
 		Upstreams: []UpstreamConfig{
 			{Name: "a", URL: "http://" + refused, SetHeaders: map[string]string{"Authorization": "Bearer " + canaryHeader}},
-			{Name: "b", URL: "http://internal-name.invalid:8123/v1"},
+			{Name: "b", URL: "http://internal-name.invalid:8123/v1?api-version=1&key=" + canaryURLKey},
 		},
 		Delay:       DelayConfig{Fixed: time.Hour},
 		Budget:      BudgetConfig{Ratio: -1},
@@ -128,7 +129,7 @@ func TestTransportErrorsReachNoClient(t *testing.T) {
 	_, refusedPort, _ := net.SplitHostPort(refused)
 	_, dnsPortOnly, _ := net.SplitHostPort(dnsPort)
 	mustNotContain(t, "client body", body, canaryQuery, canaryHeader, "127.0.0.1", refusedPort, dnsPortOnly,
-		"internal-name", "8123", "dial", "lookup")
+		"internal-name", "8123", "dial", "lookup", canaryURLKey)
 	if rec.Code != http.StatusBadGateway || !strings.Contains(body, `"type":"upstream_error","code":"upstream_unreachable"`) {
 		t.Fatalf("client got %d %q, want 502 with type upstream_error and code upstream_unreachable", rec.Code, body)
 	}
@@ -139,7 +140,39 @@ func TestTransportErrorsReachNoClient(t *testing.T) {
 		if a.Error == "" {
 			t.Fatalf("attempt %d has no error in the report", a.Index)
 		}
-		mustNotContain(t, "report error", a.Error, canaryQuery, canaryHeader)
+		mustNotContain(t, "report error", a.Error, canaryQuery, canaryHeader, canaryURLKey)
+	}
+}
+
+// canaryURLKey is a provider key carried in an upstream URL's query.
+const canaryURLKey = "CANARY-URL-KEY-5d2e"
+
+// An upstream URL's own query (Azure's api-version, a provider key) reaches
+// the upstream before the client's query.
+func TestUpstreamQueryComesBeforeTheClients(t *testing.T) {
+	got := make(chan string, 2)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.URL.RawQuery
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+	}))
+	defer up.Close()
+	h, err := New(Config{Upstreams: []UpstreamConfig{{Name: "a", URL: up.URL + "/v1?api-version=2024-06-01&key=" + canaryURLKey}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ client, want string }{
+		{"", "api-version=2024-06-01&key=" + canaryURLKey},
+		{"?x=1", "api-version=2024-06-01&key=" + canaryURLKey + "&x=1"},
+	} {
+		rec := httptest.NewRecorder()
+		h.Handle(rec, httptest.NewRequest("POST", "/chat/completions"+tc.client, strings.NewReader(`{}`)))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("client query %q: status %d, want 200", tc.client, rec.Code)
+		}
+		if q := <-got; q != tc.want {
+			t.Errorf("client query %q: upstream got query %q, want %q", tc.client, q, tc.want)
+		}
 	}
 }
 

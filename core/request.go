@@ -605,6 +605,18 @@ func removeConnectionOptions(h http.Header, conn []string) {
 	}
 }
 
+// joinQuery puts the upstream URL's own query (e.g. Azure's api-version, a
+// provider key) before the client's, as httputil.ReverseProxy does.
+func joinQuery(upstream, client string) string {
+	if upstream == "" {
+		return client
+	}
+	if client == "" {
+		return upstream
+	}
+	return upstream + "&" + client
+}
+
 // attemptRequest builds attempt `index`'s request to upstream `up`.
 func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, index int) (*http.Request, error) {
 	// Under Yaegi every field selector takes a frame slot of its own, so
@@ -621,7 +633,7 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	} else {
 		target.Path = joinPath(base.Path, path)
 	}
-	target.RawQuery = client.RawQuery
+	target.RawQuery = joinQuery(base.RawQuery, client.RawQuery)
 	var body io.Reader = http.NoBody
 	length := int64(0)
 	if p.rest == nil && p.bodies == nil {
