@@ -34,6 +34,7 @@ const (
 	VHang             = "hang"
 	VTwinsDiffer      = "twins_differ"
 	VCanary           = "canary_in_response"
+	VNoRetryAfter     = "429_without_retry_after"
 )
 
 var genRef = regexp.MustCompile(`chatcmpl-([A-Z][0-9]{6})|chaos ([A-Z][0-9]{6}):`)
@@ -141,6 +142,9 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 		}
 		if r.ReadErr != nil || json.Unmarshal(r.Got, &e) != nil || e.Error == nil || e.Error.Message == nil {
 			return c.fail(VErrorShape, r, s, "body %q (read error %v)", clip(r.Got), r.ReadErr), g
+		}
+		if r.Status == 429 && g != nil && len(r.Header["Retry-After"]) == 0 {
+			return c.fail(VNoRetryAfter, r, s, "the upstream's 429 (%s) lost its Retry-After", g.ID), g
 		}
 		return OutCleanError, g
 	}

@@ -25,6 +25,8 @@ const (
 	numCallers               = 5
 	slowReaderChunks         = 300
 	slowReaderPadding        = 4000
+	largeChunks              = 300 // with largePadding, 1.2 MB: above max_prefix
+	largePadding             = 4000
 	defaultConcurrency       = 20
 )
 
@@ -138,10 +140,21 @@ func generate(rng *rand.Rand, n int, fault Fault) *Scenario {
 			a = act(ActResetPreamble, 0)
 		}
 		set(a)
-	case FaultResetAfter:
-		set(act(ActResetAfter, 1+rng.Intn(r.Shape.Chunks-1)))
-	case FaultTruncated:
-		set(act(ActTruncate, k))
+	case FaultResetAfter, FaultTruncated:
+		kind := ActResetAfter
+		if fault == FaultTruncated {
+			kind = ActTruncate
+		} else if k == 0 {
+			k = 1
+		}
+		if !r.Stream && rng.Intn(2) == 0 {
+			// Larger than max_prefix (1 MiB): the engine streams it, and the
+			// cut comes after the first MiB.
+			s.Variant = "large_json"
+			r.Shape = Shape{Chunks: largeChunks, Padding: largePadding}
+			k = largeChunks - 1 - rng.Intn(8)
+		}
+		set(act(kind, k))
 	case Fault5xx:
 		codes := []int{500, 502, 503}
 		set(act(ActStatus, codes[rng.Intn(len(codes))]))

@@ -447,7 +447,13 @@ func serveJSON(w http.ResponseWriter, r *http.Request, g *Generation) {
 		return
 	}
 	body := g.Expected()
-	half := body[:len(body)/2]
+	// The cut is K chunks' share of the body (half without K): past
+	// max_prefix in a large answer, which the engine then streams.
+	cut := len(body) / 2
+	if act.K > 0 {
+		cut = len(body) * act.K / g.Shape.Chunks
+	}
+	half := body[:cut]
 	w.Header().Set("Content-Type", "application/json")
 	switch act.Kind {
 	case ActTruncate: // chunked, so the response ends cleanly after half the JSON
