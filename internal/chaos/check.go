@@ -30,6 +30,7 @@ const (
 	VUnknownGen       = "unknown_generation"
 	VNoOutput200      = "200_without_output"
 	VErrorShape       = "error_not_openai_json"
+	VErrorCut         = "error_response_broken" // a whole JSON error, then a broken end instead of a clean one
 	VNoResponse       = "no_response"
 	VHang             = "hang"
 	VTwinsDiffer      = "twins_differ"
@@ -140,8 +141,11 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 				Message *string `json:"message"`
 			} `json:"error"`
 		}
-		if r.ReadErr != nil || json.Unmarshal(r.Got, &e) != nil || e.Error == nil || e.Error.Message == nil {
+		if json.Unmarshal(r.Got, &e) != nil || e.Error == nil || e.Error.Message == nil {
 			return c.fail(VErrorShape, r, s, "body %q (read error %v)", clip(r.Got), r.ReadErr), g
+		}
+		if r.ReadErr != nil {
+			return c.fail(VErrorCut, r, s, "the whole error %q came, then the response broke: %v", clip(r.Got), r.ReadErr), g
 		}
 		if r.Status == 429 && g != nil && len(r.Header["Retry-After"]) == 0 {
 			return c.fail(VNoRetryAfter, r, s, "the upstream's 429 (%s) lost its Retry-After", g.ID), g
