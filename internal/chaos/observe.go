@@ -113,12 +113,15 @@ func observe(t *testing.T, env *Env, target Target) snapshot {
 // passes, and returns the last snapshot. The proxy is another process or
 // runs its own goroutines: polling with a deadline is how to see it wind
 // down.
-func settle(t *testing.T, env *Env, target Target, base snapshot) snapshot {
+func settle(t *testing.T, rn *runner, env *Env, target Target, base snapshot) snapshot {
 	t.Helper()
 	deadline := time.Now().Add(settleDeadline)
 	for {
+		// Connections that were busy a moment ago may since have gone back
+		// to a pool.
+		rn.closeIdle(target)
 		s := observe(t, env, target)
-		done := s.busy == 0 &&
+		done := s.busy == 0 && (target.CloseIdle == nil || s.idle == 0) &&
 			(target.PID == 0 || s.ownSockets(target) <= base.ownSockets(target)) &&
 			(target.Goroutines == nil || s.ownGoroutines(target) <= base.ownGoroutines(target))
 		if done || time.Now().After(deadline) {

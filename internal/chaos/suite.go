@@ -164,7 +164,7 @@ func Run(t *testing.T, env *Env, target Target, n int, seed int64) {
 		target.Name, len(scenarios), requests, env.reg.Count(), elapsed.Round(time.Millisecond), seed, ck.table())
 
 	rn.closeIdle(target)
-	after := settle(t, env, target, base)
+	after := settle(t, rn, env, target, base)
 	t.Logf("%s: after the run %s", target.Name, after)
 	if after.busy > 0 {
 		t.Errorf("%s: %d upstream connections still busy after %v (requests the proxy never ended)", target.Name, after.busy, settleDeadline)
