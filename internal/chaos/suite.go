@@ -195,6 +195,34 @@ func Run(t *testing.T, env *Env, target Target, n int, seed int64) {
 	if logHits > 3 {
 		t.Errorf("%s: %d log lines carry a canary credential in all", target.Name, logHits)
 	}
+	// The callers' own secrets: their API keys and raw idempotency keys
+	// belong in no log line either.
+	if target.Logs != nil {
+		secrets := []string{"sk-chaos-caller-", "chaos-key-", "chaos-shared-"}
+		hits := map[string]int{}
+		first := map[string]string{}
+		for _, line := range strings.Split(target.Logs(), "\n") {
+			for _, secret := range secrets {
+				if strings.Contains(line, secret) {
+					if hits[secret] == 0 {
+						first[secret] = line
+					}
+					hits[secret]++
+				}
+			}
+		}
+		for _, secret := range secrets {
+			if hits[secret] > 0 {
+				line := first[secret]
+				at := strings.Index(line, secret)
+				from := at - 80
+				if from < 0 {
+					from = 0
+				}
+				t.Errorf("%s: %d log lines carry a caller's secret (%s…); first: …%s", target.Name, hits[secret], secret, clip([]byte(line[from:])))
+			}
+		}
+	}
 	for _, kind := range sortedKeys(ck.violation) {
 		list := ck.violation[kind]
 		examples := list
