@@ -49,11 +49,12 @@ type checker struct {
 	deadline  time.Duration // the route's timeout
 	outcomes  map[Fault]map[string]int
 	violation map[string][]string
+	where     map[string]map[string]int // violation -> fault/variant/form -> count
 }
 
 func newChecker(reg *Registry, scenarios []*Scenario, authOf map[string]string, canaries []string, deadline time.Duration) *checker {
 	c := &checker{reg: reg, byID: map[string]*Request{}, authOf: authOf, canaries: canaries, deadline: deadline,
-		outcomes: map[Fault]map[string]int{}, violation: map[string][]string{}}
+		outcomes: map[Fault]map[string]int{}, violation: map[string][]string{}, where: map[string]map[string]int{}}
 	for _, s := range scenarios {
 		for _, r := range s.Reqs {
 			c.byID[r.ID] = r
@@ -73,6 +74,10 @@ func (c *checker) fail(kind string, r *Request, s *Scenario, format string, args
 	}
 	msg := fmt.Sprintf("%s (%s/%s, %s, status %d, %d bytes): ", r.ID, s.Fault, variant, form, r.Status, len(r.Got)) + fmt.Sprintf(format, args...)
 	c.violation[kind] = append(c.violation[kind], msg)
+	if c.where[kind] == nil {
+		c.where[kind] = map[string]int{}
+	}
+	c.where[kind][string(s.Fault)+"/"+variant+"/"+form]++
 	return kind
 }
 

@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"math/rand"
+	"strings"
 	"time"
 )
 
@@ -207,6 +208,9 @@ func generate(rng *rand.Rand, n int, fault Fault) *Scenario {
 		if fault == FaultCrossCaller {
 			twin.Caller = (r.Caller + 1 + rng.Intn(numCallers-1)) % numCallers
 			s.Sequential = rng.Intn(2) == 0
+			if s.Sequential {
+				s.Variant = strings.TrimPrefix(s.Variant+"+sequential", "+")
+			}
 		}
 		s.Reqs = append(s.Reqs, r, &twin)
 	}

@@ -123,7 +123,11 @@ func Run(t *testing.T, env *Env, target Target, n int, seed int64) {
 	warm := Generate(seed^0x5eed, 4)
 	for _, s := range warm {
 		for _, r := range s.Reqs {
-			r.Plan, r.CancelAt, r.Slow = Plan{Default: Action{Kind: ActOK}}, -1, false
+			// No key: a warm-up answer must never be replayed to the run.
+			r.Plan = Plan{Default: Action{Kind: ActOK}}
+			r.CancelAt = -1
+			r.Slow = false
+			r.Key = ""
 			r.ID = "warm-" + r.ID
 		}
 		rn.scenario(s)
@@ -258,7 +262,11 @@ func (c *checker) table() string {
 		fmt.Fprintf(&b, "%-22s %8d %8d %8d %8d %8d\n", f.Fault, m[OutComplete], m[OutCleanError], m[OutBroken], m[OutCancelled], wrong)
 	}
 	for _, kind := range sortedKeys(c.violation) {
-		fmt.Fprintf(&b, "violation %-30s %d\n", kind, len(c.violation[kind]))
+		fmt.Fprintf(&b, "violation %-30s %d:", kind, len(c.violation[kind]))
+		for _, where := range sortedKeys(c.where[kind]) {
+			fmt.Fprintf(&b, " %s=%d", where, c.where[kind][where])
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }
