@@ -120,10 +120,12 @@ func generate(rng *rand.Rand, n int, fault Fault) *Scenario {
 	plan := Plan{ByAttempt: map[int]Action{}, Default: act(ActOK, 0)}
 	// Which attempt carries the fault, and whether every attempt does.
 	all := rng.Intn(3) == 0
+	everyAttempt := false
 	set := func(a Action) {
 		plan.ByAttempt[0] = a
 		if all {
 			plan.Default = a
+			everyAttempt = true
 		}
 	}
 	k := rng.Intn(r.Shape.Chunks)
@@ -214,8 +216,10 @@ func generate(rng *rand.Rand, n int, fault Fault) *Scenario {
 		}
 		s.Reqs = append(s.Reqs, r, &twin)
 	}
-	if s.Variant == "" && all {
+	if s.Variant == "" && everyAttempt {
 		s.Variant = "all_attempts"
+	} else if everyAttempt {
+		s.Variant += "+all_attempts"
 	}
 	r.Body = fmt.Sprintf(r.Body, r.Stream)
 	r.Plan = plan
