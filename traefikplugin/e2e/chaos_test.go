@@ -8,7 +8,7 @@ import (
 )
 
 // TestChaos runs the fault-injection suite (internal/chaos) through the
-// real Traefik, the plugin interpreted by Yaegi: Traefik's output at DEBUG
+// real Traefik, the plugin interpreted by Yaegi: Traefik's output at INFO
 // (with the plugin's request log lines) is captured for the canary check,
 // its goroutines read from the debug API's pprof endpoint and its sockets
 // counted from /proc. LLMHEDGE_CHAOS=full runs 10,000 scenarios.
@@ -34,7 +34,7 @@ budget:
   breakerOpen: 1ms
 `, env.URLA, env.URLB, env.AuthB, chaos.Delay, chaos.Timeout, chaos.MaxAttempts)
 	d := newDynamic("chaos").hedge("hedge", cfg).route("chaos", "noop@internal", "hedge")
-	tr, api := startTraefikWithDebugAPI(t, "DEBUG", d)
+	tr, api := startTraefikWithDebugAPI(t, "INFO", d)
 	chaos.Run(t, env, chaos.Target{
 		Name:       "traefik",
 		BaseURL:    tr.URL + "/chaos",
