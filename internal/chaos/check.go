@@ -161,7 +161,7 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 		if r.ReadErr == nil {
 			return c.fail(VBrokenAsComplete, r, s, "a 2xx answer without any generation ended cleanly: %q", clip(r.Got)), nil
 		}
-		return c.fail(VNoOutput200, r, s, "a 2xx answer broke before any output: %q (%v)", clip(r.Got), r.ReadErr), nil
+		return c.fail(VNoOutput200, r, s, "a 2xx answer broke after %v before any byte of output: %q (%v)", r.Elapsed.Round(time.Millisecond), clip(r.Got), r.ReadErr), nil
 	}
 	want := g.Expected()
 	switch {
