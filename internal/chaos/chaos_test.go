@@ -1,10 +1,19 @@
 package chaos
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -148,5 +157,100 @@ func TestCheckerTwinsAndCanaries(t *testing.T) {
 	}
 	if n := len(ck.violation[VCanary]); n != 1 {
 		t.Errorf("a canary in a header: %d %s violations, want 1", n, VCanary)
+	}
+}
+
+// recorder is a T that keeps what the suite reports.
+type recorder struct {
+	mu     sync.Mutex
+	errors []string
+	clean  []func()
+}
+
+func (r *recorder) Helper()             {}
+func (r *recorder) Logf(string, ...any) {}
+func (r *recorder) Cleanup(f func())    { r.clean = append(r.clean, f) }
+func (r *recorder) Fatalf(f string, a ...any) {
+	r.Errorf(f, a...)
+	panic("fatal")
+}
+func (r *recorder) Errorf(f string, a ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errors = append(r.errors, fmt.Sprintf(f, a...))
+}
+
+func (r *recorder) has(substr string) bool {
+	for _, e := range r.errors {
+		if strings.Contains(e, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// A proxy that leaks a goroutine per request and logs its upstream's key
+// fails the suite's leak and canary checks.
+func TestSuiteSeesLeaksAndCanaries(t *testing.T) {
+	saved := settleDeadline
+	settleDeadline = 300 * time.Millisecond
+	defer func() { settleDeadline = saved }()
+	rec := &recorder{}
+	defer func() {
+		for i := len(rec.clean) - 1; i >= 0; i-- {
+			rec.clean[i]()
+		}
+	}()
+	env := NewEnv(rec)
+	target, _ := url.Parse(env.URLA)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	transport := &http.Transport{}
+	proxy.Transport = transport
+	proxy.ErrorLog = log.New(io.Discard, "", 0)
+	var logs strings.Builder
+	var logMu sync.Mutex
+	release := make(chan struct{})
+	var leaked sync.WaitGroup
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked.Add(1)
+		go func() { // the leak
+			defer leaked.Done()
+			<-release
+		}()
+		logMu.Lock()
+		fmt.Fprintf(&logs, "forwarding with %s\n", env.AuthB)
+		logMu.Unlock()
+		// A deadline, so that the stalled upstreams end.
+		ctx, cancel := context.WithTimeout(r.Context(), 300*time.Millisecond)
+		defer cancel()
+		proxy.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	defer func() {
+		close(release)
+		leaked.Wait()
+		front.Close()
+		transport.CloseIdleConnections()
+	}()
+	func() {
+		defer func() { recover() }()
+		Run(rec, env, Target{
+			Name: "leaky", BaseURL: front.URL, PID: os.Getpid(), InProcess: true,
+			Goroutines: func() (int, error) { return runtime.NumGoroutine(), nil },
+			CloseIdle:  transport.CloseIdleConnections,
+			Logs: func() string {
+				logMu.Lock()
+				defer logMu.Unlock()
+				return logs.String()
+			},
+		}, 30, 7)
+	}()
+	if !rec.has("leaked goroutines") {
+		t.Errorf("no goroutine leak reported; the suite said:\n%s", strings.Join(rec.errors, "\n"))
+	}
+	if !rec.has("a log line carries a canary credential") {
+		t.Errorf("no canary in the log reported; the suite said:\n%s", strings.Join(rec.errors, "\n"))
+	}
+	if strings.Contains(strings.Join(rec.errors, "\n"), canaryHeader) {
+		t.Errorf("the suite's own report prints the canary")
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"testing"
 	"time"
 )
 
@@ -73,7 +72,7 @@ func (s snapshot) ownGoroutines(t Target) int {
 
 // quiet polls until no upstream connection is busy (and, where the target
 // closes them, none is idle), and returns the snapshot then.
-func quiet(t *testing.T, env *Env, target Target) snapshot {
+func quiet(t T, env *Env, target Target) snapshot {
 	t.Helper()
 	deadline := time.Now().Add(settleDeadline)
 	for {
@@ -85,7 +84,7 @@ func quiet(t *testing.T, env *Env, target Target) snapshot {
 	}
 }
 
-func observe(t *testing.T, env *Env, target Target) snapshot {
+func observe(t T, env *Env, target Target) snapshot {
 	t.Helper()
 	var s snapshot
 	ab, ai := env.A.Conns()
@@ -113,7 +112,7 @@ func observe(t *testing.T, env *Env, target Target) snapshot {
 // passes, and returns the last snapshot. The proxy is another process or
 // runs its own goroutines: polling with a deadline is how to see it wind
 // down.
-func settle(t *testing.T, rn *runner, env *Env, target Target, base snapshot) snapshot {
+func settle(t T, rn *runner, env *Env, target Target, base snapshot) snapshot {
 	t.Helper()
 	deadline := time.Now().Add(settleDeadline)
 	for {

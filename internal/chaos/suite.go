@@ -20,9 +20,18 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 )
+
+// T is the part of testing.TB the suite uses (its own tests pass a
+// recorder, to see that the leak and canary checks fire).
+type T interface {
+	Helper()
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
 
 // The route every adapter configures for the suite.
 const (
@@ -51,16 +60,16 @@ type Env struct {
 }
 
 // NewEnv starts the two fault upstreams; they stop at the end of the test.
-func NewEnv(t testing.TB) *Env {
+func NewEnv(t T) *Env {
 	t.Helper()
 	reg := newRegistry()
 	a, err := startUpstream("A", reg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("starting upstream A: %v", err)
 	}
 	b, err := startUpstream("B", reg)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("starting upstream B: %v", err)
 	}
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
@@ -109,13 +118,13 @@ func Seed() int64 {
 }
 
 // settleDeadline bounds how long the proxy may take to wind down after the
-// run: polled, never slept.
-const settleDeadline = 20 * time.Second
+// run: polled, never slept. A variable for the suite's own tests.
+var settleDeadline = 20 * time.Second
 
 // Run drives n seeded scenarios through target with 20 concurrent clients,
 // checks every answer, then that connections and goroutines are back to
 // their starting level and that no canary reached a response or a log.
-func Run(t *testing.T, env *Env, target Target, n int, seed int64) {
+func Run(t T, env *Env, target Target, n int, seed int64) {
 	t.Helper()
 	rn := newRunner(env, target)
 	// Warm up with healthy requests, so lazily started parts of the proxy
