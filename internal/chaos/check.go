@@ -173,7 +173,7 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 	case r.ReadErr == nil:
 		return c.fail(VBrokenAsComplete, r, s, "%s (%s) ended cleanly after %d of %d bytes, last %q",
 			g.ID, g.Action, len(r.Got), len(want), tailOf(r.Got)), g
-	case g.postCommitFault() || r.Elapsed >= c.deadline-c.deadline/10:
+	case g.postCommitFault() || sinceFlightStart(s, r) >= c.deadline-c.deadline/10:
 		return OutBroken, g
 	default:
 		return c.fail(VUnexpectedBreak, r, s, "%s (%s, healthy) broke after %d of %d bytes at %v: %v",
@@ -217,6 +217,18 @@ func (c *checker) canaryInResponse(s *Scenario, r *Request) {
 			c.fail(VCanary, r, s, "the response carries the canary %s…", canary[:len(canary)/2])
 		}
 	}
+}
+
+// sinceFlightStart is how long after the scenario's first request r ended:
+// a twin that joined another's flight shares that flight's deadline.
+func sinceFlightStart(s *Scenario, r *Request) time.Duration {
+	first := r.Start
+	for _, o := range s.Reqs {
+		if !o.Start.IsZero() && o.Start.Before(first) {
+			first = o.Start
+		}
+	}
+	return r.Start.Add(r.Elapsed).Sub(first)
 }
 
 func commonPrefix(a, b []byte) int {

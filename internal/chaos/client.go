@@ -52,6 +52,7 @@ func (rn *runner) scenario(s *Scenario) {
 
 func (rn *runner) do(r *Request) {
 	start := time.Now()
+	r.Start = start
 	defer func() { r.Elapsed = time.Since(start) }()
 	ctx, cancel := context.WithTimeout(context.Background(), requestDeadline)
 	defer cancel()

@@ -63,6 +63,7 @@ type Request struct {
 	ReadErr   error // the body ended with an error (broken), nil on a clean end
 	DoErr     error // no response at all
 	Cancelled bool  // the client left on purpose
+	Start     time.Time
 	Elapsed   time.Duration
 }
 
