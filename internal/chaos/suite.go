@@ -239,8 +239,8 @@ func Run(t T, env *Env, target Target, n int, seed int64) {
 	for _, kind := range sortedKeys(ck.violation) {
 		list := ck.violation[kind]
 		examples := list
-		if len(examples) > 3 {
-			examples = examples[:3]
+		if len(examples) > 3 && os.Getenv("LLMHEDGE_CHAOS_VERBOSE") == "" {
+			examples = examples[:3] // LLMHEDGE_CHAOS_VERBOSE=1 lists them all
 		}
 		t.Errorf("%s: %d answers %s; first:\n  %s", target.Name, len(list), kind,
 			redact(strings.Join(examples, "\n  "), env.Canaries()))
