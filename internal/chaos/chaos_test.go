@@ -148,7 +148,7 @@ func TestCheckerTwinsAndCanaries(t *testing.T) {
 		reg.add(g)
 		r.Got = g.Expected()
 	}
-	b.Header = map[string][]string{"X-Upstream-Url": {"http://chaos:CANARY-x@host"}}
+	b.Header = map[string][]string{"X-Upstream-Url": {"http://host/?key=CANARY-x"}}
 	s := &Scenario{Fault: FaultTwins, Reqs: []*Request{a, b}}
 	ck := newChecker(reg, []*Scenario{s}, map[string]string{}, []string{"CANARY-x"}, Timeout)
 	ck.scenario(s)

@@ -4,7 +4,7 @@
 //
 // The suite starts two fault upstreams, A and B. The adapter's test builds
 // its route from them with Route's values (upstream B gets a canary
-// Authorization through set_headers and a canary password in its URL),
+// Authorization through set_headers and a canary provider key in its URL query),
 // starts its proxy, and calls Run with the proxy's address and hooks to
 // observe it. Every upstream answer embeds its generation id, the request
 // it was produced for and a hash of the Authorization the upstream
@@ -15,7 +15,6 @@ package chaos
 
 import (
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -45,14 +44,14 @@ const (
 	Path = "/v1/chat/completions"
 	// canary values: they must appear in no response and no log line.
 	canaryHeader   = "CANARY-hdr-5e1f0c9a77d24b"
-	canaryPassword = "CANARY-url-0b93d6e1c4a85f"
+	canaryURLKey   = "CANARY-url-0b93d6e1c4a85f"
 )
 
 // Env is the suite's upstreams and the values a route must use.
 type Env struct {
 	A, B *Upstream
 	// URLA is upstream A's URL as the route must name it; URLB is B's,
-	// with the canary password in its userinfo.
+	// with the canary as a provider key in its query.
 	URLA, URLB string
 	// AuthB is the Authorization value the route sets on upstream B.
 	AuthB string
@@ -73,13 +72,12 @@ func NewEnv(t T) *Env {
 	}
 	t.Cleanup(a.Close)
 	t.Cleanup(b.Close)
-	ub, _ := url.Parse(b.URL)
-	ub.User = url.UserPassword("chaos", canaryPassword)
-	return &Env{A: a, B: b, URLA: a.URL, URLB: ub.String(), AuthB: "Bearer " + canaryHeader, reg: reg}
+	urlB := b.URL + "?key=" + canaryURLKey
+	return &Env{A: a, B: b, URLA: a.URL, URLB: urlB, AuthB: "Bearer " + canaryHeader, reg: reg}
 }
 
 // Canaries are the secret values the route configuration carries.
-func (e *Env) Canaries() []string { return []string{canaryHeader, canaryPassword} }
+func (e *Env) Canaries() []string { return []string{canaryHeader, canaryURLKey} }
 
 // Target is a running proxy serving the suite's route, and how to look at it.
 type Target struct {
