@@ -149,14 +149,16 @@ func (t *idempotencyTable) claim(identity, fingerprint string, maxBytes int) (re
 // is set a complete 2xx response that fitted is kept for ttl.
 func (t *idempotencyTable) finish(identity string, f *flight, complete, store bool, ttl time.Duration) {
 	f.end(complete)
+	// Store before the flight leaves the table: a twin arriving in between
+	// must find one or the other, or it would start a second generation.
+	if store && !f.overflow && f.status >= 200 && f.status < 300 {
+		t.store.Put(identity, &StoredResponse{Fingerprint: f.fingerprint, Status: f.status, Header: f.header, Body: f.body}, ttl)
+	}
 	t.mu.Lock()
 	if t.flights[identity] == f {
 		delete(t.flights, identity)
 	}
 	t.mu.Unlock()
-	if store && !f.overflow && f.status >= 200 && f.status < 300 {
-		t.store.Put(identity, &StoredResponse{Fingerprint: f.fingerprint, Status: f.status, Header: f.header, Body: f.body}, ttl)
-	}
 }
 
 // flight is one in-progress response, shared by its leader and followers.

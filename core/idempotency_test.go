@@ -188,3 +188,41 @@ func (p *pipeWriter) Write(b []byte) (int, error) {
 	p.writes <- string(b)
 	return len(b), nil
 }
+
+// claimDuringPut is a Store that claims the identity again while the
+// leader's answer is being stored: the moment a twin could arrive in.
+type claimDuringPut struct {
+	Store
+	table    *idempotencyTable
+	identity string
+	replay   *StoredResponse
+	follow   *flight
+	lead     *flight
+}
+
+func (s *claimDuringPut) Put(key string, resp *StoredResponse, ttl time.Duration) {
+	s.replay, s.follow, s.lead, _ = s.table.claim(s.identity, "fp", 1<<20)
+	s.Store.Put(key, resp, ttl)
+}
+
+// A twin that arrives while the leader's complete answer is being stored
+// finds the flight or the stored answer, never an empty table that would
+// make it start a second generation.
+func TestIdempotentTwinDuringStoreJoins(t *testing.T) {
+	store := &claimDuringPut{Store: newMemoryStore(10, 1<<20, newFakeClock()), identity: "id"}
+	table := newIdempotencyTable(store)
+	store.table = table
+	_, _, f, _ := table.claim("id", "fp", 1<<20)
+	if f == nil {
+		t.Fatal("the first claim did not lead")
+	}
+	f.start(200, http.Header{})
+	f.write([]byte("answer"))
+	table.finish("id", f, true, true, time.Minute)
+	if store.lead != nil {
+		t.Fatal("a twin arriving while the answer was stored led a new flight, want it to follow or replay")
+	}
+	if store.follow == nil && store.replay == nil {
+		t.Fatal("a twin arriving while the answer was stored got neither the flight nor the stored answer")
+	}
+}
