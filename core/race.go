@@ -595,10 +595,20 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	if a.streaming {
 		tail = keepTail(buf[len(buf)-tailCompactAt:len(buf)-tailCompactAt], a.prefix)
 	}
+	var shape *jsonShape
+	if !a.streaming {
+		if ct := a.resp.Header.Get("Content-Type"); ct != "" && looksJSON(ct) {
+			shape = &jsonShape{}
+			feedShape(shape, a.prefix)
+		}
+	}
 	// Streaming holds one buffer, not two.
 	putBuffer(a.prefix)
 	a.prefix = nil
-	tail, err := copyRest(w, a.resp.Body, reads, tail)
+	tail, err := copyRest(w, a.resp.Body, reads, tail, shape)
+	if err == nil && brokenAtEnd(a, tail, shape) {
+		err = errEndedBroken
+	}
 	if err != nil {
 		err = streamEnded(rc, a, w, tail, err)
 	} else if len(a.resp.Trailer) > 0 {
@@ -675,7 +685,7 @@ var errClientWrite = errors.New("writing to the client failed")
 // upstream read, and under Yaegi each call and interface conversion costs
 // microseconds: the flush method is resolved once, and the tail is appended
 // inline and cut back only now and then.
-func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte) ([]byte, error) {
+func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte, shape *jsonShape) ([]byte, error) {
 	// Flush called directly where it can be (see flusherFor): a function
 	// value would cost an interpreted call per read.
 	hf, hasFlush := w.(http.Flusher)
@@ -699,6 +709,9 @@ func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte) ([]byte, 
 			} else {
 				flushW()
 			}
+			if shape != nil {
+				feedShape(shape, chunk)
+			}
 			if keep {
 				tail = append(tail, chunk...)
 				if len(tail) > tailCompactAt {
@@ -713,6 +726,22 @@ func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte) ([]byte, 
 			return tail, err
 		}
 	}
+}
+
+// errEndedBroken: the upstream ended its body cleanly inside its answer.
+var errEndedBroken = errors.New("the upstream ended its answer in the middle")
+
+// brokenAtEnd reports whether an answer whose body ended cleanly is
+// nonetheless cut (see complete.go).
+func brokenAtEnd(a *attempt, tail []byte, shape *jsonShape) bool {
+	if shape != nil {
+		return shapeOpen(shape)
+	}
+	if !a.streaming {
+		return false
+	}
+	format, _ := streamFormatOf(a.resp.Header.Get("Content-Type"))
+	return format == formatSSE && endsMidLine(tail)
 }
 
 // streamEnded classifies how the winner's copy ended (err from copyRest)

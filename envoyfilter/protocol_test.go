@@ -123,8 +123,8 @@ func TestHalfCloseBeforeBodyEnds(t *testing.T) {
 	stream.Send(headersMsg(false, chatHeaders...))
 	stream.Send(bodyMsg(`{"model":"m","stream":true,`, false))
 	stream.CloseSend()
-	if _, err := stream.Recv(); err != io.EOF {
-		t.Fatalf("got %v, want the server to close cleanly", err)
+	if m, err := stream.Recv(); err != io.EOF {
+		t.Fatalf("got %v %v, want the server to close cleanly", m, err)
 	}
 	waitFor(t, "the stream to end", func() bool { return h.srv.InFlight() == 0 })
 	if h.A.Served()+h.B.Served() != 0 {

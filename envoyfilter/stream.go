@@ -164,6 +164,11 @@ func (p *processStream) loop(msgs <-chan *extprocv3.ProcessingRequest, handled c
 // its remote close timeout), so a request still being hedged is cancelled:
 // core then cancels every attempt.
 func (p *processStream) recvEnded(err error) error {
+	// Cancel before the body ends: core must see a client that left, not a
+	// truncated body it would answer with 400.
+	if p.cancel != nil {
+		p.cancel()
+	}
 	if p.body != nil {
 		p.body.finish(io.ErrUnexpectedEOF)
 	}

@@ -139,7 +139,7 @@ func TestStreamErrorEvent(t *testing.T) {
 	a, b := startSims(t)
 	c := startCaddy(t, "", hedgeSite(a, b, "\t\tstream_error_event"))
 	got := streamChat(testContext(t), sdkClient(c.url(0), "event-1", "A=reset_after:2;B=stall"))
-	if got.err == nil || !strings.Contains(got.err.Error(), "upstream stream failed") {
+	if got.err == nil || !strings.Contains(got.err.Error(), "broke off its answer") {
 		t.Fatalf("error %v, want the final error event's message", got.err)
 	}
 }
