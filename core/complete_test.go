@@ -1,0 +1,95 @@
+package core
+
+import (
+	"strings"
+	"testing"
+)
+
+// An upstream that ends its body cleanly inside an SSE line, after commit:
+// the client's answer is cut, never complete.
+func TestStreamEndedMidLineIsCut(t *testing.T) {
+	for name, end := range map[string]struct {
+		last    string
+		aborted bool
+	}{
+		"mid-line":        {"data: {\"choices\":[{\"in", true},
+		"at a line end":   {"data: [DONE]\n", false},
+		"at event end":    {"data: [DONE]\n\n", false},
+		"after a lone CR": {"data: [DONE]\r", false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			hs := newHarness(t, testConfig())
+			out := hs.serve(chatRequest(""))
+			a := hs.tr.next(t)
+			a.respond(200, "text/event-stream")
+			a.write(tokenChunk("one"))
+			a.write(end.last)
+			a.end()
+			res := <-out
+			if got := res.err == ErrStreamAborted; got != end.aborted {
+				t.Fatalf("Handle = %v after %q, want aborted %v", res.err, end.last, end.aborted)
+			}
+			rep := <-hs.reports
+			if end.aborted && rep.Outcome != OutcomeStreamFailed {
+				t.Fatalf("outcome %q, want %q", rep.Outcome, OutcomeStreamFailed)
+			}
+		})
+	}
+}
+
+// A non-streaming JSON answer larger than max_prefix is streamed; if the
+// upstream ends it cleanly with the document still open, it is cut.
+func TestLargeJSONEndedOpenIsCut(t *testing.T) {
+	big := `{"choices":[{"message":{"content":"` + strings.Repeat("x", 4096) + `"}}]}`
+	for name, tc := range map[string]struct {
+		body    string
+		aborted bool
+	}{
+		"whole":            {big, false},
+		"cut in a string":  {big[:2000], true},
+		"cut after string": {big[:len(big)-3], true},
+		"escaped quote":    {`{"a":"\"` + strings.Repeat("y", 3000) + `\""}`, false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.MaxPrefix = 1024
+			hs := newHarness(t, cfg)
+			r := chatRequest(`{"model":"m"}`)
+			out := hs.serve(r)
+			a := hs.tr.next(t)
+			a.respond(200, "application/json")
+			a.write(tc.body)
+			a.end()
+			res := <-out
+			if got := res.err == ErrStreamAborted; got != tc.aborted {
+				t.Fatalf("Handle = %v, want aborted %v", res.err, tc.aborted)
+			}
+			if bodyOf(res) != tc.body {
+				t.Fatalf("client got %d bytes, want the %d the upstream sent", len(bodyOf(res)), len(tc.body))
+			}
+		})
+	}
+}
+
+func TestJSONShape(t *testing.T) {
+	for text, open := range map[string]bool{
+		``:                      false,
+		`  `:                    false,
+		`{}`:                    false,
+		`{"a":[1,2,{"b":"}"}]}`: false,
+		`{"a":"\\"}`:            false,
+		`{"a":"\\\"}`:           true,
+		`{"a":[`:                true,
+		`"str`:                  true,
+		`123`:                   false,
+	} {
+		s := &jsonShape{}
+		// Fed a byte at a time, as a worst case of chunking.
+		for i := 0; i < len(text); i++ {
+			feedShape(s, []byte{text[i]})
+		}
+		if got := shapeOpen(s); got != open {
+			t.Errorf("shapeOpen after %q = %v, want %v", text, got, open)
+		}
+	}
+}
