@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/core/llmsim"
 )
 
@@ -224,5 +225,36 @@ func TestServeHTTPLogsNoQuotedKey(t *testing.T) {
 	line := encodeLogEntry(t, entries[0])
 	if strings.Contains(line, "sk-quoted-secret") || !strings.Contains(line, "bad key REDACTED") {
 		t.Fatalf("log line = %s, want the upstream's error with the key REDACTED", line)
+	}
+}
+
+// The log line names a client's idempotency key by its hash, never by the
+// key; a request without one (its key generated) has no such field.
+func TestLogLineCarriesClientKeyHashOnly(t *testing.T) {
+	a, b := startSims(t)
+	h, logs := provisionForTest(t, "", a, b)
+	key := "client-key-7f3a9"
+	for _, sent := range []string{key, ""} {
+		r, _ := caddyRequest("key-"+sent, "")
+		if sent != "" {
+			r.Header.Set("Idempotency-Key", sent)
+		}
+		if err := h.ServeHTTP(httptest.NewRecorder(), r, forbiddenNext(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entries := logs.FilterMessage(logMessage).All()
+	if len(entries) != 2 {
+		t.Fatalf("%d log lines, want 2", len(entries))
+	}
+	keyed := entries[0].ContextMap()
+	if got := keyed["idempotency_key_hash"]; got != core.KeyHash(key) {
+		t.Errorf("keyed request: idempotency_key_hash = %v, want %q", got, core.KeyHash(key))
+	}
+	if line := encodeLogEntry(t, entries[0]); strings.Contains(line, key) {
+		t.Errorf("the log line carries the idempotency key: %s", line)
+	}
+	if got, ok := entries[1].ContextMap()["idempotency_key_hash"]; ok {
+		t.Errorf("request without a key: idempotency_key_hash = %v, want no field", got)
 	}
 }

@@ -36,7 +36,7 @@ func (h *Handler) logReport(rep *core.Report) {
 	if ce == nil {
 		return
 	}
-	fields := make([]zap.Field, 0, 18)
+	fields := make([]zap.Field, 0, 19)
 	fields = append(fields, zap.String("route", rep.Route))
 	if r := rep.Request; r != nil {
 		// The path only: a query may carry credentials.
@@ -62,6 +62,10 @@ func (h *Handler) logReport(rep *core.Report) {
 	}
 	if rep.WastedPromptTokens > 0 {
 		fields = append(fields, zap.Int64("wasted_prompt_tokens", rep.WastedPromptTokens))
+	}
+	if rep.KeyHash != "" {
+		// Set by core for a client's key only; never the key itself.
+		fields = append(fields, zap.String("idempotency_key_hash", rep.KeyHash))
 	}
 	fields = append(fields, zap.Array("attempt_details", attemptList(rep.Attempts)))
 	ce.Write(fields...)

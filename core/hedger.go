@@ -177,7 +177,8 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 		err = handleKeyed(h, w, p, rep, start)
 	}
 	if h.opts.Observer != nil {
-		if p != nil {
+		if p != nil && p.clientKey {
+			// A generated key names nothing the client knows: no hash.
 			rep.KeyHash = KeyHash(p.key)
 		}
 		h.opts.Observer.Observe(rep)

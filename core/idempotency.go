@@ -365,7 +365,15 @@ type flightWriter struct {
 	clientGone bool
 }
 
-func (fw *flightWriter) Header() http.Header { return fw.hdr }
+// Header is the answer's own header map until the status is written;
+// after it, only trailers are set (forwardTrailers), and they must reach
+// the client's writer, which alone sends them.
+func (fw *flightWriter) Header() http.Header {
+	if fw.status != 0 {
+		return fw.w.Header()
+	}
+	return fw.hdr
+}
 
 func (fw *flightWriter) WriteHeader(status int) {
 	if fw.status != 0 {

@@ -64,11 +64,12 @@ type Report struct {
 	// to it (e.g. Caddy placeholders). Observers must not read its body.
 	Request *http.Request
 	Route   string
-	// KeyHash names the idempotency key (the client's or a generated one)
-	// without revealing it: KeyHash(key), the first 16 hex digits of the
-	// key's SHA-256. The same key sent by two callers hashes the same,
-	// though it names two separate entries. Empty for a request rejected
-	// before its key was read.
+	// KeyHash names the client's idempotency key without revealing it:
+	// KeyHash(key), the first 16 hex digits of the key's SHA-256. The same
+	// key sent by two callers hashes the same, though it names two
+	// separate entries. Empty when the client sent no key (the engine's
+	// generated one is not hashed) and for a request rejected before its
+	// key was read.
 	KeyHash  string
 	Hedged   bool // the request was eligible for a race
 	Outcome  string

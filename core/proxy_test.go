@@ -216,3 +216,31 @@ func TestUpstreamTrailersAreForwarded(t *testing.T) {
 		front.Close()
 	}
 }
+
+// An idempotency leader (a request with a client key) gets the upstream's
+// trailers too, streamed or complete.
+func TestUpstreamTrailersReachKeyedLeader(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(trailerUpstream))
+	defer up.Close()
+	front := frontServer(realHedger(t, up.URL, nil))
+	defer front.Close()
+	for i, path := range []string{"/v1/chat/completions", "/v1/json"} {
+		req, _ := http.NewRequest("POST", front.URL+path, strings.NewReader(`{"stream":true}`))
+		req.Header.Set("Idempotency-Key", "trailer-key-"+strconv.Itoa(i))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s: status %d, want 200", path, resp.StatusCode)
+		}
+		if got := resp.Trailer.Get("X-Checksum"); got != "abc" {
+			t.Errorf("%s: trailer X-Checksum = %q, want abc", path, got)
+		}
+		if got := resp.Trailer.Get("X-Late"); got != "late" {
+			t.Errorf("%s: trailer X-Late = %q, want late", path, got)
+		}
+	}
+}

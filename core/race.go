@@ -97,7 +97,17 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		deadlineTimer = armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
-	first, _, probe := claimUpstream(h, nil, rc.start)
+	var first int
+	var probe uint64
+	if rc.passthrough {
+		// Pass-through is never a breaker's probe: its answer says
+		// nothing to the breaker (commit records nothing for it), and a
+		// long stream would hold the probe slot, keeping every hedged
+		// request off the upstream for as long as it runs.
+		first, _ = pickUpstream(h, nil, rc.start)
+	} else {
+		first, _, probe = claimUpstream(h, nil, rc.start)
+	}
 	rc.delay = h.cfg.Delay.Fixed
 	if h.cfg.Delay.Mode == DelayAdaptive {
 		rc.delay = hedgeDelay(h.state, h.cfg, first)
@@ -354,8 +364,10 @@ func noteFailure(rc *race, a *attempt) {
 		return
 	}
 	if a.answered {
-		// A complete answer, if an empty one: the upstream is up.
-		recordSuccess(st.health[a.upstream], a.probe)
+		// A complete but empty answer: as likely a broken upstream as a
+		// working one, so it counts neither way; as a probe it lets the
+		// next attempt probe.
+		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
 	retryAfter := ""

@@ -119,12 +119,37 @@ func tooLargeToRewrite(h *Hedger) error {
 // An adapter that hands other requests to its next handler asks it first.
 func (h *Hedger) Hedgeable(r *http.Request) bool { return whyNotHedgeable(h, r) == "" }
 
+// ForNext reports whether an adapter that can hand requests to its next
+// handler (the proxy's own service, which rewrites nothing) may hand it r:
+// r is not hedgeable. A client's opt-out alone does not qualify on a route
+// where an upstream rewrites the model, or the client would reach its own
+// model through next: that request goes to Handle, whose single unhedged
+// attempt rewrites it.
+func (h *Hedger) ForNext(r *http.Request) bool {
+	if whyNotOnRoute(h, r) != "" {
+		return true
+	}
+	return optedOut(r) && !h.rewritesModel
+}
+
 // whyNotHedgeable returns why r may not be raced ("" when it may): the
 // client opted out, or its method or path is not configured.
 func whyNotHedgeable(h *Hedger, r *http.Request) string {
-	if opt := r.Header[canonicalHedge]; len(opt) > 0 && strings.EqualFold(strings.TrimSpace(opt[0]), "off") {
+	if optedOut(r) {
 		return "opted out"
 	}
+	return whyNotOnRoute(h, r)
+}
+
+// optedOut reports whether the client sent X-LLM-Hedge: off.
+func optedOut(r *http.Request) bool {
+	opt := r.Header[canonicalHedge]
+	return len(opt) > 0 && strings.EqualFold(strings.TrimSpace(opt[0]), "off")
+}
+
+// whyNotOnRoute returns "method" or "path" when r's method or path is not
+// configured for hedging, else "".
+func whyNotOnRoute(h *Hedger, r *http.Request) string {
 	if !h.methods[r.Method] && !methodAllowed(h, r.Method) {
 		return "method"
 	}

@@ -58,7 +58,10 @@ func (l requestLogger) Observe(r *core.Report) {
 			zap.Duration("ttft", r.TTFT),
 			zap.Duration("total", r.Total),
 			zap.Duration("delay", r.Delay),
-			zap.String("idempotency_key_hash", r.KeyHash), // never the key
+		}
+		if r.KeyHash != "" {
+			// Set by core for a client's key only; never the key itself.
+			fields = append(fields, zap.String("idempotency_key_hash", r.KeyHash))
 		}
 		if w := r.WinnerAttempt(); w != nil {
 			fields = append(fields, zap.Int("winner", r.Winner), zap.String("winner_upstream", w.Upstream))

@@ -126,6 +126,9 @@ func (s *sender) send(ctx context.Context, msg *extprocv3.ProcessingResponse) er
 		s.mu.Lock()
 		s.queued -= size
 		s.mu.Unlock()
+		// The bytes given back may be what a writer waits for, and no
+		// drain of this message will wake it.
+		signal(s.drained)
 		return ctx.Err()
 	}
 }

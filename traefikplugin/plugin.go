@@ -68,7 +68,8 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 }
 
 // ServeHTTP hedges r, or hands it to the next handler once when it is not
-// eligible and PassThrough is set.
+// eligible and PassThrough is set (an opted-out request only when no
+// upstream rewrites the model: next would not rewrite it).
 func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Read under the lock without a deferred unlock or a method call:
 	// under Yaegi both cost more than the rest of this function.
@@ -88,7 +89,7 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// and then one sweeps it.
 		sweepFromRequest(h.reg) // set with entry, never changed
 	}
-	if h.passThrough && !engine.Hedgeable(r) {
+	if h.passThrough && engine.ForNext(r) {
 		// The opt-out header is the plugin's own and is never forwarded,
 		// not even to the router's service.
 		r.Header.Del(core.HeaderHedge)

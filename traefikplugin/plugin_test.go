@@ -438,6 +438,48 @@ func TestPassThroughCallsNextOnceForIneligibleRequests(t *testing.T) {
 	}
 }
 
+// With passThrough and a model rewrite, a client's opt-out does not reach
+// the router's service (it would get the client's own model): it takes the
+// engine's single unhedged attempt, which rewrites the model. A request
+// the route does not hedge by its path still goes to next.
+func TestPassThroughOptOutKeepsTheModelRewrite(t *testing.T) {
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
+	var nextCalls int32
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		atomic.AddInt32(&nextCalls, 1)
+		io.WriteString(w, "from next")
+	})
+	cfg := CreateConfig()
+	cfg.Log = logOff
+	cfg.Upstreams = []Upstream{{URL: a.srv.URL, Model: "gpt-cheap"}}
+	cfg.PathPrefixes = []string{"/v1/"}
+	cfg.PassThrough = true
+	front := frontFor(t, newHedge(t, cfg, "pass-rewrite", next, nil))
+
+	ans := readAnswer(post(t, front.URL, "o1", true, http.Header{"X-Llm-Hedge": {"off"}}))
+	if calls := atomic.LoadInt32(&nextCalls); calls != 0 {
+		t.Fatalf("opted-out request: next called %d times, want 0", calls)
+	}
+	checkWhole(t, ans, "A", "o1", 3)
+	if body := a.lastBody(); !strings.Contains(body, `"model":"gpt-cheap"`) {
+		t.Fatalf("opted-out request: upstream saw body %q, want model gpt-cheap", body)
+	}
+	if got := a.lastHeader().Get("X-Llm-Hedge"); got != "" {
+		t.Fatalf("opted-out request: upstream got X-LLM-Hedge %q, want none", got)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, front.URL+"/other", strings.NewReader(`{"model":"m"}`))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if calls := atomic.LoadInt32(&nextCalls); calls != 1 || string(body) != "from next" {
+		t.Fatalf("POST /other: next called %d times, body %q, want once with \"from next\"", calls, body)
+	}
+}
+
 func TestWithoutPassThroughIneligibleRequestsGoToTheFirstUpstreamOnce(t *testing.T) {
 	a := startUpstream(t, "A", func(_ *http.Request) script { return script{} })
 	b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
