@@ -123,7 +123,7 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 // A complete answer without output is kept (bounded like an error body)
 // for the client in case no attempt wins.
 func lostRace(a *attempt, resp *http.Response) eventKind {
-	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit {
+	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a, resp) {
 		a.errBody = append([]byte(nil), a.prefix...)
 		a.answered = true
 		a.resp = resp
@@ -134,6 +134,13 @@ func lostRace(a *attempt, resp *http.Response) eventKind {
 	a.retryable = true
 	a.code = codeUpstreamBadResponse
 	return evFailed
+}
+
+// cutMidLine: an SSE answer that ended inside a line is broken, not an
+// empty answer (see complete.go).
+func cutMidLine(a *attempt, resp *http.Response) bool {
+	format, _ := streamFormatOf(resp.Header.Get("Content-Type"))
+	return format == formatSSE && endsMidLine(a.prefix)
 }
 
 // transportFailed records an attempt that got no response. The transport's

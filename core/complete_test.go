@@ -93,3 +93,24 @@ func TestJSONShape(t *testing.T) {
 		}
 	}
 }
+
+// Every attempt's stream ends cleanly inside a line before any output: no
+// attempt answered, so the client gets an error, not the broken bytes as a
+// complete empty answer.
+func TestEveryStreamEndedMidLineIsAnError(t *testing.T) {
+	cfg := testConfig()
+	cfg.Budget.Ratio = -1
+	hs := newHarness(t, cfg)
+	out := hs.serve(chatRequest(""))
+	for i := 0; i < 2; i++ {
+		a := hs.tr.next(t)
+		a.respond(200, "text/event-stream")
+		a.write(roleChunk)
+		a.write("data: {\"choices\":[{\"ind")
+		a.end()
+	}
+	res := <-out
+	if res.rec.Code != 502 {
+		t.Fatalf("status %d with body %q, want 502", res.rec.Code, bodyOf(res))
+	}
+}
