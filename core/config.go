@@ -113,7 +113,9 @@ type IdempotencyConfig struct {
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller (a hash of these headers' values), so one
 	// caller can neither join nor replay another's answer. Default
-	// Authorization, X-Api-Key, Api-Key and, when set, Budget.TenantHeader.
+	// Authorization, X-Api-Key, Api-Key, X-Goog-Api-Key and, when set,
+	// Budget.TenantHeader. A caller identified any other way (a key in the
+	// query, a cookie, mTLS, a proxy in front) needs them set.
 	ScopeHeaders []string
 }
 
@@ -225,7 +227,7 @@ func (c Config) WithDefaults() Config {
 		c.Idempotency.MaxResponseBytes = 1 << 20
 	}
 	if len(c.Idempotency.ScopeHeaders) == 0 {
-		scope := []string{"Authorization", "X-Api-Key", "Api-Key"}
+		scope := append([]string(nil), credentialHeaders...)
 		if c.Budget.TenantHeader != "" {
 			scope = append(scope, c.Budget.TenantHeader)
 		}
