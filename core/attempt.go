@@ -49,7 +49,7 @@ type attempt struct {
 }
 
 // Error codes of the answers the engine writes itself when no attempt won,
-// all with type "upstream_error" (see writeUpstreamError).
+// all with type "upstream_error" (errTypeUpstream).
 const (
 	codeUpstreamUnreachable = "upstream_unreachable"  // no response: connect, DNS, TLS, reset before headers
 	codeUpstreamTimeout     = "upstream_timeout"      // the deadline passed, or the transport timed out
