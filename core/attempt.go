@@ -140,7 +140,13 @@ func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
 // error names the URL (the client's query included), addresses and the
 // resolver: the report gets it redacted, the client only a code.
 func transportFailed(h *Hedger, a *attempt, p *preparedRequest, err error) {
-	a.reason = "upstream request failed: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
+	if a.ctx.Err() != nil {
+		// Cancelled (a loser, the deadline, the client gone): no report
+		// shows this reason, and a loser's is the common case.
+		a.reason = "cancelled"
+	} else {
+		a.reason = "upstream request failed: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
+	}
 	a.code = codeUpstreamUnreachable
 	if isTimeout(err) {
 		a.code = codeUpstreamTimeout
@@ -244,9 +250,9 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 // before readUntilDecided could.
 func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *firstEventDetector, err error) bool {
 	if err != io.EOF {
-		a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
-		if errors.Is(err, context.Canceled) {
-			a.reason = "cancelled"
+		a.reason = "cancelled" // a loser's, the common case: nothing to redact
+		if !errors.Is(err, context.Canceled) {
+			a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
 		}
 		return false
 	}
