@@ -93,8 +93,8 @@ type Idempotency struct {
 
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller, so one caller never joins or replays
-	// another's answer. Default Authorization, X-Api-Key, Api-Key and the
-	// budget's tenant_header when set.
+	// another's answer. Default Authorization, X-Api-Key, Api-Key,
+	// X-Goog-Api-Key and the budget's tenant_header when set.
 	ScopeHeaders []string `json:"scope_headers,omitempty"`
 }
 

@@ -49,7 +49,7 @@ type attempt struct {
 }
 
 // Error codes of the answers the engine writes itself when no attempt won,
-// all with type "upstream_error" (see writeUpstreamError).
+// all with type "upstream_error" (errTypeUpstream).
 const (
 	codeUpstreamUnreachable = "upstream_unreachable"  // no response: connect, DNS, TLS, reset before headers
 	codeUpstreamTimeout     = "upstream_timeout"      // the deadline passed, or the transport timed out
@@ -88,14 +88,14 @@ func runAttempt(h *Hedger, a *attempt, p *preparedRequest, events chan<- event, 
 func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) eventKind {
 	req, err := attemptRequest(h, a.ctx, p, a.upstream, a.index)
 	if err != nil {
-		a.reason = "building the upstream request: " + redactText(err.Error(), h.secrets)
+		a.reason = "building the upstream request: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
 		a.code = codeUpstreamUnreachable
 		a.connErr = true
 		return evFailed
 	}
 	resp, err := h.opts.Transport.RoundTrip(req)
 	if err != nil {
-		transportFailed(h, a, err)
+		transportFailed(h, a, p, err)
 		return evFailed
 	}
 	a.status = resp.StatusCode
@@ -107,24 +107,24 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 		return evReady
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		keepErrorAnswer(a, resp)
+		keepErrorAnswer(h, a, resp)
 		return evFailed
 	}
 	format, streaming := streamFormatOf(resp.Header.Get("Content-Type"))
 	a.streaming = streaming
-	if readUntilDecided(h, a, resp, format) {
+	if readUntilDecided(h, a, p, resp, format) {
 		a.resp = resp
 		return evReady // a.prefix goes back to the pool once delivered
 	}
-	return lostRace(a, resp)
+	return lostRace(h, a, resp)
 }
 
 // lostRace ends a 2xx attempt that failed before its first output event.
-// A complete answer without output is kept (bounded like an error body)
-// for the client in case no attempt wins.
-func lostRace(a *attempt, resp *http.Response) eventKind {
+// A complete answer without output is kept (bounded like an error body,
+// redacted like one) for the client in case no attempt wins.
+func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
 	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a, resp) {
-		a.errBody = append([]byte(nil), a.prefix...)
+		a.errBody = redactBody(append([]byte(nil), a.prefix...), h.secrets)
 		a.answered = true
 		a.resp = resp
 	}
@@ -146,8 +146,14 @@ func cutMidLine(a *attempt, resp *http.Response) bool {
 // transportFailed records an attempt that got no response. The transport's
 // error names the URL (the client's query included), addresses and the
 // resolver: the report gets it redacted, the client only a code.
-func transportFailed(h *Hedger, a *attempt, err error) {
-	a.reason = "upstream request failed: " + redactText(err.Error(), h.secrets)
+func transportFailed(h *Hedger, a *attempt, p *preparedRequest, err error) {
+	if a.ctx.Err() != nil {
+		// Cancelled (a loser, the deadline, the client gone): no report
+		// shows this reason, and a loser's is the common case.
+		a.reason = "cancelled"
+	} else {
+		a.reason = "upstream request failed: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
+	}
 	a.code = codeUpstreamUnreachable
 	if isTimeout(err) {
 		a.code = codeUpstreamTimeout
@@ -169,10 +175,12 @@ func isTimeout(err error) bool {
 }
 
 // keepErrorAnswer records a non-2xx answer, its body bounded, for the
-// client in case no attempt wins.
-func keepErrorAnswer(a *attempt, resp *http.Response) {
+// client in case no attempt wins. The body may quote the key the gateway
+// sent (`Incorrect API key provided: sk-…`): configured secrets are
+// redacted from it.
+func keepErrorAnswer(h *Hedger, a *attempt, resp *http.Response) {
 	errBody, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
-	a.errBody = errBody
+	a.errBody = redactBody(errBody, h.secrets)
 	resp.Body.Close()
 	a.resp = resp
 	a.reason = fmt.Sprintf("upstream answered %d", resp.StatusCode)
@@ -184,7 +192,7 @@ func keepErrorAnswer(a *attempt, resp *http.Response) {
 // readUntilDecided reads resp until the first output event (stream) or
 // the whole body (non-stream), keeping every byte in a.prefix, a pooled
 // buffer read into directly. It reports whether the attempt is ready to win.
-func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamFormat) bool {
+func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, format streamFormat) bool {
 	var det *firstEventDetector
 	if a.streaming {
 		det = newFirstEventDetector(format, h.cfg.FirstEvent, h.cfg.MaxLine)
@@ -201,26 +209,30 @@ func readUntilDecided(h *Hedger, a *attempt, resp *http.Response, format streamF
 		a.prefix = buf
 		if n > 0 && det != nil {
 			if v, why := feed(det, buf[end:]); v != verdictPending {
-				return decided(h, a, v, why)
+				return decided(h, a, p, v, why)
 			}
 		}
 		if n > 0 && len(buf) > h.cfg.MaxPrefix {
 			return prefixFull(h, a, det != nil)
 		}
 		if err != nil {
-			return readEnded(h, a, resp, det, err)
+			return readEnded(h, a, p, resp, det, err)
 		}
 	}
 }
 
 // decided records the detector's verdict on an attempt and reports
 // whether it is ready to win.
-func decided(h *Hedger, a *attempt, v verdict, why string) bool {
+func decided(h *Hedger, a *attempt, p *preparedRequest, v verdict, why string) bool {
 	if v == verdictOutput {
 		a.firstAt = clockNow(h)
 		return true
 	}
-	a.reason = redactText(why, h.secrets) // upstream text may quote a key
+	a.reason = why
+	if why != reasonEnded && why != reasonDone {
+		// Upstream text may quote the gateway's key or echo the client's.
+		a.reason = redactReason(why, reasonSecrets(h, p.orig.Header))
+	}
 	return false
 }
 
@@ -243,17 +255,17 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 
 // readEnded decides an attempt whose body ended (err, io.EOF included)
 // before readUntilDecided could.
-func readEnded(h *Hedger, a *attempt, resp *http.Response, det *firstEventDetector, err error) bool {
+func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *firstEventDetector, err error) bool {
 	if err != io.EOF {
-		a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), h.secrets)
-		if errors.Is(err, context.Canceled) {
-			a.reason = "cancelled"
+		a.reason = "cancelled" // a loser's, the common case: nothing to redact
+		if !errors.Is(err, context.Canceled) {
+			a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
 		}
 		return false
 	}
 	if det != nil {
 		v, why := det.End()
-		return decided(h, a, v, why)
+		return decided(h, a, p, v, why)
 	}
 	if ct := resp.Header.Get("Content-Type"); ct != "" && looksJSON(ct) && !json.Valid(a.prefix) {
 		a.reason = "upstream answered 2xx with invalid JSON"

@@ -113,7 +113,9 @@ type IdempotencyConfig struct {
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller (a hash of these headers' values), so one
 	// caller can neither join nor replay another's answer. Default
-	// Authorization, X-Api-Key, Api-Key and, when set, Budget.TenantHeader.
+	// Authorization, X-Api-Key, Api-Key, X-Goog-Api-Key and, when set,
+	// Budget.TenantHeader. A caller identified any other way (a key in the
+	// query, a cookie, mTLS, a proxy in front) needs them set.
 	ScopeHeaders []string
 }
 
@@ -225,7 +227,7 @@ func (c Config) WithDefaults() Config {
 		c.Idempotency.MaxResponseBytes = 1 << 20
 	}
 	if len(c.Idempotency.ScopeHeaders) == 0 {
-		scope := []string{"Authorization", "X-Api-Key", "Api-Key"}
+		scope := append([]string(nil), credentialHeaders...)
 		if c.Budget.TenantHeader != "" {
 			scope = append(scope, c.Budget.TenantHeader)
 		}
@@ -408,35 +410,25 @@ func validateUpstreamURL(bad func(string, ...interface{}), i int, raw string) {
 }
 
 // urlParseProblem is url.Parse's complaint without the URL it quotes, and
-// with the parts of the URL that may be secret redacted.
+// with the parts of the URL that may be secret (as redactURL finds them)
+// redacted.
 func urlParseProblem(err error, raw string) string {
 	msg := err.Error()
 	if ue, ok := err.(*url.Error); ok {
 		msg = ue.Err.Error()
 	}
-	var secrets []string
-	rest := raw
-	if i := strings.Index(rest, "://"); i >= 0 {
-		rest = rest[i+3:]
+	u := splitURL(raw)
+	secrets := appendQuerySecrets(nil, raw)
+	if u.query != "" {
+		secrets = append(secrets, u.query)
 	}
-	if end := strings.IndexAny(rest, "/?#"); end >= 0 {
-		if q := strings.IndexByte(rest[end:], '?'); q >= 0 {
-			secrets = append(secrets, rest[end+q+1:])
-		}
-		rest = rest[:end]
-	}
-	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		secrets = append(secrets, rest[:at])
-		if _, password, ok := strings.Cut(rest[:at], ":"); ok && password != "" {
+	if u.userinfo != "" {
+		secrets = append(secrets, u.userinfo)
+		if _, password, ok := strings.Cut(u.userinfo, ":"); ok && password != "" {
 			secrets = append(secrets, password)
 		}
 	}
-	for _, s := range secrets {
-		if s != "" {
-			msg = strings.ReplaceAll(msg, s, redactedMark)
-		}
-	}
-	return msg
+	return redactText(msg, secrets)
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.

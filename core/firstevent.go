@@ -65,8 +65,12 @@ func parseStreamFormat(contentType string) (streamFormat, bool) {
 const (
 	reasonEnded = "stream ended before the first output event"
 	reasonDone  = "stream ended ([DONE]) before the first output event"
-	// maxReason bounds upstream text quoted in a reason (logs, headers).
+	// maxReason bounds a failed attempt's reason (logs, headers), cut once
+	// redacted (see redactReason).
 	maxReason = 160
+	// maxDetail bounds the upstream text the detector quotes: far more than
+	// maxReason, so that redaction can shorten it first.
+	maxDetail = 4 << 10
 )
 
 var utf8BOM = []byte("\xEF\xBB\xBF")
@@ -628,9 +632,11 @@ func errorMessage(obj map[string]interface{}) string {
 	return m
 }
 
-// withDetail returns prefix, followed by ": " and msg made short and
-// single-line when msg is not empty. (A plain loop, not strings.Map: no
-// interpreted callback is handed to compiled code under Yaegi.)
+// withDetail returns prefix, followed by ": " and msg made single-line
+// when msg is not empty, at most maxDetail bytes of it. A cut drops the word
+// it falls in: that may be the start of a key, which redaction (later)
+// would not recognise. (A plain loop, not strings.Map: no interpreted
+// callback is handed to compiled code under Yaegi.)
 func withDetail(prefix, msg string) string {
 	var b strings.Builder
 	space := false
@@ -639,9 +645,8 @@ func withDetail(prefix, msg string) string {
 			space = b.Len() > 0
 			continue
 		}
-		if b.Len() >= maxReason {
-			b.WriteString("…")
-			break
+		if b.Len() >= maxDetail {
+			return prefix + ": " + withoutLastWord(b.String()) + "…"
 		}
 		if space {
 			b.WriteByte(' ')
@@ -653,4 +658,12 @@ func withDetail(prefix, msg string) string {
 		return prefix
 	}
 	return prefix + ": " + b.String()
+}
+
+// withoutLastWord returns s up to its last space ("" when it has none).
+func withoutLastWord(s string) string {
+	if i := strings.LastIndexByte(s, ' '); i >= 0 {
+		return s[:i+1]
+	}
+	return ""
 }

@@ -193,7 +193,7 @@ func rejectRequest(w http.ResponseWriter, rep *Report, err error) {
 	if bad, ok := err.(*badRequest); ok {
 		rep.Outcome = OutcomeRejected
 		rep.Status = bad.status
-		writeJSONError(w, bad.status, bad.code, bad.msg)
+		writeJSONError(w, bad.status, errTypeInvalidRequest, bad.code, bad.msg)
 		return
 	}
 	rep.Outcome = OutcomeClientGone
@@ -214,7 +214,7 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 	case conflict:
 		rep.Outcome = OutcomeRejected
 		rep.Status = http.StatusUnprocessableEntity
-		writeJSONError(w, http.StatusUnprocessableEntity, "idempotency_key_reused",
+		writeJSONError(w, http.StatusUnprocessableEntity, errTypeInvalidRequest, "idempotency_key_reused",
 			"this idempotency key was already used with a different request")
 		return nil
 	case replay != nil:

@@ -319,7 +319,7 @@ func (f *flight) follow(ctx context.Context, w http.ResponseWriter) (status int,
 		if !started || (overflow && !headerSent) {
 			// The leader ended without a response, or its response is too
 			// large to share: this follower cannot get the same answer.
-			writeJSONError(w, http.StatusConflict, "idempotency_key_in_use",
+			writeJSONError(w, http.StatusConflict, errTypeInvalidRequest, "idempotency_key_in_use",
 				"a request with this idempotency key was in flight and its response cannot be shared; retry the request")
 			return http.StatusConflict, false
 		}

@@ -175,7 +175,7 @@ func answerNoWinner(rc *race, w http.ResponseWriter) {
 	case OutcomeTimeout:
 		rc.rep.Outcome = OutcomeTimeout
 		rc.rep.Status = http.StatusGatewayTimeout
-		writeUpstreamError(w, http.StatusGatewayTimeout, codeUpstreamTimeout, "no upstream answered before the deadline")
+		writeJSONError(w, http.StatusGatewayTimeout, errTypeUpstream, codeUpstreamTimeout, "no upstream answered before the deadline")
 	default:
 		failAll(rc, w)
 	}
@@ -533,7 +533,7 @@ func failAll(rc *race, w http.ResponseWriter) {
 		removeHopHeaders(hdr)
 		hdr.Del("Content-Length")
 		if len(best.errBody) == 0 && !best.answered {
-			writeUpstreamError(w, best.status, codeUpstreamError, upstreamMessage(rc.h, best))
+			writeJSONError(w, best.status, errTypeUpstream, codeUpstreamError, upstreamMessage(rc.h, best))
 			return
 		}
 		w.WriteHeader(best.status)
@@ -548,7 +548,7 @@ func failAll(rc *race, w http.ResponseWriter) {
 			msg = upstreamMessage(rc.h, best)
 		}
 		rep.Status = http.StatusBadGateway
-		writeUpstreamError(w, http.StatusBadGateway, code, msg)
+		writeJSONError(w, http.StatusBadGateway, errTypeUpstream, code, msg)
 	}
 }
 

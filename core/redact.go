@@ -1,15 +1,21 @@
 package core
 
 import (
+	"bytes"
+	"net/http"
 	"net/url"
 	"strings"
+	"unicode/utf8"
 )
 
 // Error text never carries a credential: a URL's userinfo and query values
 // are replaced by redactedMark (query keys stay, to say which parameter was
 // there), and so is every configured header value. Upstream URLs reach text
 // through Validate and through transport errors (`Post "http://…": dial …`);
-// header values through upstream error events that quote them.
+// header values through upstream error events and bodies that quote them.
+// The reasons of failed attempts (the report, so the adapters' logs) are
+// also cleared of the client's own credential headers, which an upstream
+// may echo back.
 
 const redactedMark = "REDACTED"
 
@@ -18,14 +24,27 @@ const redactedMark = "REDACTED"
 // garble every number in a message.
 const minSecretLen = 4
 
-// redactURL returns a URL with its userinfo and every query value replaced
-// and its fragment dropped. It works on the text, so it also redacts a URL
-// that does not parse.
-func redactURL(raw string) string {
+// credentialHeaders carry a caller's credential in the common APIs: the
+// default idempotency scope, and redacted from reasons whatever the scope.
+var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
+
+// urlParts is a URL's text cut into its parts, without parsing it: a URL
+// that does not parse is still taken apart.
+type urlParts struct {
+	scheme   string // up to and including "://", "" when absent
+	userinfo string // before the authority's last "@", without it
+	hasUser  bool
+	rest     string // host, port and path
+	query    string // without "?"
+	hasQuery bool
+	hasFrag  bool // the fragment itself is never needed
+}
+
+func splitURL(raw string) urlParts {
+	var u urlParts
 	rest := raw
-	prefix := ""
 	if i := strings.Index(rest, "://"); i >= 0 {
-		prefix = rest[:i+3]
+		u.scheme = rest[:i+3]
 		rest = rest[i+3:]
 	}
 	authorityEnd := strings.IndexAny(rest, "/?#")
@@ -33,27 +52,51 @@ func redactURL(raw string) string {
 		authorityEnd = len(rest)
 	}
 	if at := strings.LastIndex(rest[:authorityEnd], "@"); at >= 0 {
-		rest = redactedMark + rest[at:]
+		u.userinfo = rest[:at]
+		u.hasUser = true
+		rest = rest[at+1:]
 	}
-	fragment := ""
 	if i := strings.IndexByte(rest, '#'); i >= 0 {
-		fragment = "#" + redactedMark
+		u.hasFrag = true
 		rest = rest[:i]
 	}
-	query := ""
 	if i := strings.IndexByte(rest, '?'); i >= 0 {
-		query = "?" + redactQuery(rest[i+1:])
+		u.query = rest[i+1:]
+		u.hasQuery = true
 		rest = rest[:i]
 	}
-	return prefix + rest + query + fragment
+	u.rest = rest
+	return u
 }
 
-// redactQuery keeps the keys of a raw query and replaces its values.
+// redactURL returns a URL with its userinfo and every query value replaced
+// and its fragment's text too. It works on the text, so it also redacts a
+// URL that does not parse.
+func redactURL(raw string) string {
+	u := splitURL(raw)
+	out := u.scheme
+	if u.hasUser {
+		out += redactedMark + "@"
+	}
+	out += u.rest
+	if u.hasQuery {
+		out += "?" + redactQuery(u.query)
+	}
+	if u.hasFrag {
+		out += "#" + redactedMark
+	}
+	return out
+}
+
+// redactQuery keeps the keys of a raw query and replaces its values. A part
+// without "=" is a value (`?sk-…`): a bare key is still a key.
 func redactQuery(q string) string {
 	parts := strings.Split(q, "&")
 	for i, part := range parts {
 		if eq := strings.IndexByte(part, '='); eq >= 0 {
 			parts[i] = part[:eq+1] + redactedMark
+		} else if part != "" {
+			parts[i] = redactedMark
 		}
 	}
 	return strings.Join(parts, "&")
@@ -70,6 +113,49 @@ func redactText(msg string, secrets []string) string {
 		}
 	}
 	return msg
+}
+
+// redactBody replaces every secret in an upstream's body, kept for the
+// client: it returns body itself when there is none.
+func redactBody(body []byte, secrets []string) []byte {
+	for _, s := range secrets {
+		if bytes.Contains(body, []byte(s)) {
+			body = bytes.ReplaceAll(body, []byte(s), []byte(redactedMark))
+		}
+	}
+	return body
+}
+
+// redactReason redacts upstream text quoted in a reason, then cuts it to
+// maxReason bytes: cut first, a key's start would survive the cut.
+func redactReason(reason string, secrets []string) string {
+	reason = redactText(reason, secrets)
+	if len(reason) <= maxReason {
+		return reason
+	}
+	end := maxReason
+	for end > 0 && !utf8.RuneStart(reason[end]) {
+		end--
+	}
+	return reason[:end] + "…"
+}
+
+// reasonSecrets is what a failed attempt's reason must not quote: the
+// configured secrets and the client's own credentials (the scope headers'
+// values and credentialHeaders'). Built on the failure path only.
+func reasonSecrets(h *Hedger, hdr http.Header) []string {
+	out := append([]string(nil), h.secrets...)
+	for _, name := range h.scopeHeaders {
+		for _, v := range hdr[name] {
+			out = appendHeaderSecrets(out, v)
+		}
+	}
+	for _, name := range credentialHeaders {
+		for _, v := range hdr[name] {
+			out = appendHeaderSecrets(out, v)
+		}
+	}
+	return out
 }
 
 // redactURLsIn redacts each URL in msg; a URL ends at a space or a quote
@@ -101,37 +187,48 @@ func isSchemeByte(c byte) bool {
 }
 
 // secretsOf lists what must never appear in error text: every configured
-// header value, the credential of a `<scheme> <credential>` value
-// (`Bearer sk-…`) on its own, and every value of an upstream URL's query
-// (a provider key may travel there), raw and decoded.
+// header value (see appendHeaderSecrets) and every value of an upstream
+// URL's query (a provider key may travel there), raw and decoded.
 func secretsOf(ups []UpstreamConfig) []string {
 	var out []string
 	for _, u := range ups {
 		out = appendQuerySecrets(out, u.URL)
 		for _, v := range u.SetHeaders {
-			v = strings.TrimSpace(v)
-			if len(v) >= minSecretLen {
-				out = append(out, v)
-			}
-			if _, cred, ok := strings.Cut(v, " "); ok {
-				cred = strings.TrimSpace(cred)
-				if len(cred) >= minSecretLen {
-					out = append(out, cred)
-				}
-			}
+			out = appendHeaderSecrets(out, v)
 		}
 	}
 	return out
 }
 
-// appendQuerySecrets adds the values of rawURL's query to out.
+// appendHeaderSecrets adds a header value to out, and the credential of a
+// `<scheme> <credential>` value (`Bearer sk-…`) on its own, each when it is
+// at least minSecretLen long.
+func appendHeaderSecrets(out []string, v string) []string {
+	v = strings.TrimSpace(v)
+	if len(v) >= minSecretLen {
+		out = append(out, v)
+	}
+	if _, cred, ok := strings.Cut(v, " "); ok {
+		cred = strings.TrimSpace(cred)
+		if len(cred) >= minSecretLen {
+			out = append(out, cred)
+		}
+	}
+	return out
+}
+
+// appendQuerySecrets adds the values of rawURL's query to out (a part
+// without "=" is a value, as in redactQuery).
 func appendQuerySecrets(out []string, rawURL string) []string {
-	_, query, ok := strings.Cut(rawURL, "?")
-	if !ok {
+	u := splitURL(rawURL)
+	if !u.hasQuery {
 		return out
 	}
-	for _, pair := range strings.Split(query, "&") {
-		_, v, _ := strings.Cut(pair, "=")
+	for _, pair := range strings.Split(u.query, "&") {
+		v := pair
+		if _, after, ok := strings.Cut(pair, "="); ok {
+			v = after
+		}
 		if len(v) >= minSecretLen {
 			out = append(out, v)
 		}

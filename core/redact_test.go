@@ -31,7 +31,7 @@ func mustNotContain(t *testing.T, what, text string, needles ...string) {
 func TestRedactURL(t *testing.T) {
 	cases := map[string]string{
 		"http://user:pass@h.test/p?key=secret&a=b#frag": "http://REDACTED@h.test/p?key=REDACTED&a=REDACTED#REDACTED",
-		"https://h.test:8443/v1?flag":                   "https://h.test:8443/v1?flag",
+		"https://h.test:8443/v1?flag":                   "https://h.test:8443/v1?REDACTED",
 		"http://h.test/a@b?x=":                          "http://h.test/a@b?x=REDACTED",
 		"http://us er:pw@h":                             "http://REDACTED@h",
 	}

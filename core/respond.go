@@ -19,25 +19,17 @@ type errorDetail struct {
 	Code    string `json:"code"`
 }
 
-// writeJSONError answers with an OpenAI-shaped JSON error.
-func writeJSONError(w http.ResponseWriter, status int, code, message string) {
-	typ := "llmhedge_error"
-	if status >= 400 && status < 500 {
-		typ = "invalid_request_error"
-	}
-	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: message, Type: typ, Code: code}})
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Del("Content-Length")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
+// The types of the errors the engine writes: a request refused before any
+// upstream was tried, and no attempt won (the message names the upstream
+// by its configured name only).
+const (
+	errTypeInvalidRequest = "invalid_request_error"
+	errTypeUpstream       = "upstream_error"
+)
 
-// writeUpstreamError answers with an OpenAI-shaped error of type
-// "upstream_error": no attempt won, and the engine explains why in words
-// that name the upstream by its configured name only.
-func writeUpstreamError(w http.ResponseWriter, status int, code, message string) {
-	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: message, Type: "upstream_error", Code: code}})
+// writeJSONError answers with an OpenAI-shaped JSON error.
+func writeJSONError(w http.ResponseWriter, status int, typ, code, message string) {
+	body, _ := json.Marshal(errorBody{Error: errorDetail{Message: message, Type: typ, Code: code}})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Del("Content-Length")

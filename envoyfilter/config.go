@@ -290,7 +290,7 @@ type IdempotencyConfig struct {
 	MaxResponseBytes ByteSize `json:"max_response_bytes"`
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller. Default Authorization, X-Api-Key,
-	// Api-Key and budget.tenant_header when set.
+	// Api-Key, X-Goog-Api-Key and budget.tenant_header when set.
 	ScopeHeaders []string `json:"scope_headers"`
 }
 

@@ -126,8 +126,8 @@ type Idempotency struct {
 	MaxResponseBytes int `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty"`
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller, so one caller never joins or replays
-	// another's answer. Default Authorization, X-Api-Key, Api-Key and
-	// budget.tenantHeader when set.
+	// another's answer. Default Authorization, X-Api-Key, Api-Key,
+	// X-Goog-Api-Key and budget.tenantHeader when set.
 	ScopeHeaders []string `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty"`
 }
 
