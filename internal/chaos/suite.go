@@ -43,8 +43,8 @@ const (
 	// Path is where the suite sends its requests.
 	Path = "/v1/chat/completions"
 	// canary values: they must appear in no response and no log line.
-	canaryHeader   = "CANARY-hdr-5e1f0c9a77d24b"
-	canaryURLKey   = "CANARY-url-0b93d6e1c4a85f"
+	canaryHeader = "CANARY-hdr-5e1f0c9a77d24b"
+	canaryURLKey = "CANARY-url-0b93d6e1c4a85f"
 )
 
 // Env is the suite's upstreams and the values a route must use.
