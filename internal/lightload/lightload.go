@@ -364,3 +364,95 @@ func parseStatCPU(data []byte) (time.Duration, error) {
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
+
+// Target is one setup of a Compare: a proxy and the request to send it.
+type Target struct {
+	Name    string
+	Options Options
+	// CPU, if not nil, returns the CPU time the proxy has used so far
+	// (ProcessCPU of its pid).
+	CPU func() (time.Duration, error)
+}
+
+// Comparison is what Compare measured, per target in the order given.
+type Comparison struct {
+	Names    []string
+	Requests []int
+	Failed   []int
+	Errors   [][]error
+	Wall     []time.Duration
+	CPU      []time.Duration
+	// RoundRPS[i][r] is target i's requests per second in round r.
+	RoundRPS [][]float64
+}
+
+// RPS is target i's requests per second over all rounds.
+func (c *Comparison) RPS(i int) float64 {
+	if c.Wall[i] <= 0 {
+		return 0
+	}
+	return float64(c.Requests[i]) / c.Wall[i].Seconds()
+}
+
+// CPUPerRequest is target i's proxy CPU time per request whole.
+func (c *Comparison) CPUPerRequest(i int) time.Duration {
+	if c.Requests[i] == 0 {
+		return 0
+	}
+	return c.CPU[i] / time.Duration(c.Requests[i])
+}
+
+// RoundRatios are the rounds' requests/s of target i over target j's, in
+// round order.
+func (c *Comparison) RoundRatios(i, j int) []float64 {
+	ratios := make([]float64, len(c.RoundRPS[i]))
+	for r := range ratios {
+		ratios[r] = c.RoundRPS[i][r] / c.RoundRPS[j][r]
+	}
+	return ratios
+}
+
+// Compare runs the targets in turns, rounds times (each round starts with
+// a different target, so that none always goes first), so that bursts of
+// load from other processes on a shared machine hit all alike. Each run is
+// one Run of the target's Options.
+func Compare(ctx context.Context, rounds int, targets []Target) (*Comparison, error) {
+	n := len(targets)
+	c := &Comparison{Names: make([]string, n), Requests: make([]int, n), Failed: make([]int, n), Errors: make([][]error, n),
+		Wall: make([]time.Duration, n), CPU: make([]time.Duration, n), RoundRPS: make([][]float64, n)}
+	for i, t := range targets {
+		c.Names[i] = t.Name
+		c.RoundRPS[i] = make([]float64, rounds)
+	}
+	for r := 0; r < rounds; r++ {
+		for k := 0; k < n; k++ {
+			i := (r + k) % n
+			t := targets[i]
+			var cpu0 time.Duration
+			if t.CPU != nil {
+				var err error
+				if cpu0, err = t.CPU(); err != nil {
+					return c, fmt.Errorf("%s: CPU time: %v", t.Name, err)
+				}
+			}
+			res := Run(ctx, t.Options)
+			if t.CPU != nil {
+				cpu1, err := t.CPU()
+				if err != nil {
+					return c, fmt.Errorf("%s: CPU time: %v", t.Name, err)
+				}
+				c.CPU[i] += cpu1 - cpu0
+			}
+			c.Requests[i] += res.Requests
+			c.Failed[i] += res.Failed
+			c.Wall[i] += res.Wall
+			c.RoundRPS[i][r] = res.RPS()
+			for _, err := range res.Errors {
+				if len(c.Errors[i]) < maxErrors {
+					c.Errors[i] = append(c.Errors[i], err)
+				}
+			}
+		}
+	}
+	return c, ctx.Err()
+}

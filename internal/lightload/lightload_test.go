@@ -145,3 +145,39 @@ func TestProcessCPUOfSelf(t *testing.T) {
 		t.Errorf("CPU time went back: %v then %v", before, after)
 	}
 }
+
+func TestCompareAlternatesAndSums(t *testing.T) {
+	var order []string
+	handler := func(name string) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte(name)) })
+	}
+	a, b := start(t, handler("a"), nil), start(t, handler("b"), nil)
+	cpu := func(name string) func() (time.Duration, error) {
+		var calls time.Duration
+		return func() (time.Duration, error) {
+			order = append(order, name) // twice per run: before and after
+			calls += 10 * time.Millisecond // 10ms more at every call: 10ms per run
+			return calls, nil
+		}
+	}
+	targets := []Target{
+		{Name: "a", Options: Options{Addr: addr(a), Request: NewRequest("GET", addr(a), "/", ""), N: 10, WantSuffix: []byte("a")}, CPU: cpu("a")},
+		{Name: "b", Options: Options{Addr: addr(b), Request: NewRequest("GET", addr(b), "/", ""), N: 5, WantSuffix: []byte("b")}, CPU: cpu("b")},
+	}
+	c, err := Compare(context.Background(), 3, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(order, ""); got != "aabbbbaaaabb" {
+		t.Errorf("CPU readings = %q, want \"aabbbbaaaabb\" (rounds a,b then b,a then a,b)", got)
+	}
+	if c.Requests[0] != 30 || c.Requests[1] != 15 || c.Failed[0]+c.Failed[1] != 0 {
+		t.Errorf("Requests = %v, Failed = %v, want [30 15] and none: %v", c.Requests, c.Failed, c.Errors)
+	}
+	if c.CPU[0] != 30*time.Millisecond || c.CPUPerRequest(1) != 2*time.Millisecond {
+		t.Errorf("CPU = %v, CPUPerRequest(1) = %v, want 30ms for a and 2ms per request for b", c.CPU, c.CPUPerRequest(1))
+	}
+	if r := c.RoundRatios(0, 1); len(r) != 3 || r[0] <= 0 {
+		t.Errorf("RoundRatios = %v, want 3 positive ratios", r)
+	}
+}
