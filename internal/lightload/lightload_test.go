@@ -155,7 +155,7 @@ func TestCompareAlternatesAndSums(t *testing.T) {
 	cpu := func(name string) func() (time.Duration, error) {
 		var calls time.Duration
 		return func() (time.Duration, error) {
-			order = append(order, name) // twice per run: before and after
+			order = append(order, name)    // twice per run: before and after
 			calls += 10 * time.Millisecond // 10ms more at every call: 10ms per run
 			return calls, nil
 		}
