@@ -16,8 +16,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 const tokens = 20

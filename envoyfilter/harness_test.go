@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // testScale runs the reference workload 20x faster.

@@ -10,7 +10,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // TestRetryableUpstreamFailures: a primary that fails before its first

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // TestHedgeWinsOnFirstToken: A answers 200 at once, sends a role-only chunk

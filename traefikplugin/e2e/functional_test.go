@@ -14,7 +14,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // functionalWorkload is fast and has no random stalls: every scenario
