@@ -20,6 +20,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -246,18 +247,23 @@ func nonStreaming(t *testing.T, s *suite, id string) {
 // fatalPassthrough: a fatal client error reaches the client as the
 // upstream sent it, and is never hedged or retried.
 func fatalPassthrough(t *testing.T, s *suite, id string) {
-	_, err := s.client.Chat.Completions.New(context.Background(), chatParams(), requestOptions(id, "A=status:400")...)
-	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) {
-		t.Fatalf("error %v, want A's 400 as an API error", err)
+	for _, status := range []int{400, 401, 404, 422} {
+		id := id + "-" + strconv.Itoa(status)
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			_, err := s.client.Chat.Completions.New(context.Background(), chatParams(), requestOptions(id, "A=status:"+strconv.Itoa(status))...)
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("error %v, want A's %d as an API error", err, status)
+			}
+			if apiErr.StatusCode != status {
+				t.Fatalf("status %d, want %d", apiErr.StatusCode, status)
+			}
+			if want := "simulated " + strconv.Itoa(status); !strings.Contains(apiErr.Message, want) {
+				t.Fatalf("error message %q is not the upstream's (no %q)", apiErr.Message, want)
+			}
+			wantAttempts(t, s, id, 1, 0)
+		})
 	}
-	if apiErr.StatusCode != 400 {
-		t.Fatalf("status %d, want 400", apiErr.StatusCode)
-	}
-	if !strings.Contains(apiErr.Message, "simulated 400") {
-		t.Fatalf("error message %q is not the upstream's", apiErr.Message)
-	}
-	wantAttempts(t, s, id, 1, 0)
 }
 
 // clientDisconnect: a client that goes away while both attempts wait for
