@@ -142,26 +142,6 @@ func TestSSEFlushedPerEvent(t *testing.T) {
 	}
 }
 
-// TestNonStreamingJSON: a non-streaming request is hedged on the complete
-// JSON answer; the SDK decodes the winner's.
-func TestNonStreamingJSON(t *testing.T) {
-	a, b := startSims(t)
-	c := startCaddy(t, "", hedgeSite(a, b, ""))
-	ctx := testContext(t)
-	client := sdkClient(c.url(0), "json-1", "A=stall")
-	resp, err := client.Chat.Completions.New(ctx, chatParams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.ID != "chatcmpl-B-json-1" || len(resp.Choices) != 1 ||
-		resp.Choices[0].Message.Content != llmsim.ExpectedChatText("json-1", simTokens) || resp.Model != "model-b" {
-		t.Fatalf("response %+v", resp)
-	}
-	if err := a.WaitFor(ctx, func() bool { return a.Cancelled() == 1 }); err != nil {
-		t.Fatalf("A was not cancelled: %v", err)
-	}
-}
-
 // TestPlaceholdersAndReportHeader: {http.llm_hedge.*} reach the access log
 // through log_append, and report_header reports the race to the client.
 func TestPlaceholdersAndReportHeader(t *testing.T) {
