@@ -43,6 +43,7 @@ type attempt struct {
 	// ended, or sent [DONE]); it lost the race, but if every attempt fails
 	// it is the client's best answer (errBody holds it).
 	answered bool
+	sse      bool // the answer is text/event-stream
 
 	result        string
 	cancelLatency time.Duration
@@ -88,7 +89,7 @@ func runAttempt(h *Hedger, a *attempt, p *preparedRequest, events chan<- event, 
 func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) eventKind {
 	req, err := attemptRequest(h, a.ctx, p, a.upstream, a.index)
 	if err != nil {
-		a.reason = "building the upstream request: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
+		a.reason = "building the upstream request: " + redactText(err.Error(), reasonSecrets(h, p.orig))
 		a.code = codeUpstreamUnreachable
 		a.connErr = true
 		return evFailed
@@ -112,6 +113,7 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	}
 	format, streaming := streamFormatOf(resp.Header.Get("Content-Type"))
 	a.streaming = streaming
+	a.sse = format == formatSSE
 	if readUntilDecided(h, a, p, resp, format) {
 		a.resp = resp
 		return evReady // a.prefix goes back to the pool once delivered
@@ -123,7 +125,7 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 // A complete answer without output is kept (bounded like an error body,
 // redacted like one) for the client in case no attempt wins.
 func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
-	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a, resp) {
+	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a) {
 		a.errBody = redactBody(append([]byte(nil), a.prefix...), h.secrets)
 		a.answered = true
 		a.resp = resp
@@ -137,10 +139,9 @@ func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
 }
 
 // cutMidLine: an SSE answer that ended inside a line is broken, not an
-// empty answer (see complete.go).
-func cutMidLine(a *attempt, resp *http.Response) bool {
-	format, _ := streamFormatOf(resp.Header.Get("Content-Type"))
-	return format == formatSSE && endsMidLine(a.prefix)
+// empty answer (see complete.go), unless its end marker is there.
+func cutMidLine(a *attempt) bool {
+	return a.sse && endsMidLine(a.prefix) && !streamFinished(a.prefix)
 }
 
 // transportFailed records an attempt that got no response. The transport's
@@ -152,7 +153,7 @@ func transportFailed(h *Hedger, a *attempt, p *preparedRequest, err error) {
 		// shows this reason, and a loser's is the common case.
 		a.reason = "cancelled"
 	} else {
-		a.reason = "upstream request failed: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
+		a.reason = "upstream request failed: " + redactText(err.Error(), reasonSecrets(h, p.orig))
 	}
 	a.code = codeUpstreamUnreachable
 	if isTimeout(err) {
@@ -231,7 +232,7 @@ func decided(h *Hedger, a *attempt, p *preparedRequest, v verdict, why string) b
 	a.reason = why
 	if why != reasonEnded && why != reasonDone {
 		// Upstream text may quote the gateway's key or echo the client's.
-		a.reason = redactReason(why, reasonSecrets(h, p.orig.Header))
+		a.reason = redactReason(why, reasonSecrets(h, p.orig))
 	}
 	return false
 }
@@ -259,7 +260,7 @@ func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, d
 	if err != io.EOF {
 		a.reason = "cancelled" // a loser's, the common case: nothing to redact
 		if !errors.Is(err, context.Canceled) {
-			a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), reasonSecrets(h, p.orig.Header))
+			a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), reasonSecrets(h, p.orig))
 		}
 		return false
 	}

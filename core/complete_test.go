@@ -12,10 +12,12 @@ func TestStreamEndedMidLineIsCut(t *testing.T) {
 		last    string
 		aborted bool
 	}{
-		"mid-line":        {"data: {\"choices\":[{\"in", true},
-		"at a line end":   {"data: [DONE]\n", false},
-		"at event end":    {"data: [DONE]\n\n", false},
-		"after a lone CR": {"data: [DONE]\r", false},
+		"mid-line":                        {"data: {\"choices\":[{\"in", true},
+		"at a line end":                   {"data: [DONE]\n", false},
+		"at event end":                    {"data: [DONE]\n\n", false},
+		"after a lone CR":                 {"data: [DONE]\r", false},
+		"[DONE] without a line end":       {"data: [DONE]", false},
+		"message_stop without a line end": {"event: message_stop\ndata: {\"type\":\"message_stop\"}", false},
 	} {
 		t.Run(name, func(t *testing.T) {
 			hs := newHarness(t, testConfig())

@@ -221,7 +221,11 @@ func leadFlight(f *flight, clientCtx context.Context) (context.Context, func()) 
 // client left and no follower reads); it reports whether it did.
 func (f *flight) join() bool {
 	f.mu.Lock()
-	joined := !f.leaderGone || f.followers > 0
+	// A flight whose readers all left is still joined once its answer has
+	// started: its bytes may be whole (a client such as the OpenAI SDK
+	// closes at [DONE], before the upstream's EOF), and at worst the
+	// follower sees it cut and retries. Before that, a new flight leads.
+	joined := !f.leaderGone || f.followers > 0 || f.started && !f.overflow
 	if joined {
 		f.followers++
 	}

@@ -226,3 +226,18 @@ func TestIdempotentTwinDuringStoreJoins(t *testing.T) {
 		t.Fatal("a twin arriving while the answer was stored got neither the flight nor the stored answer")
 	}
 }
+
+// The leader's client closes right after [DONE], before the upstream's EOF:
+// a twin arriving then follows the started flight, it does not start a
+// second generation.
+func TestIdempotentTwinAfterLeaderClosedAtDone(t *testing.T) {
+	table := newIdempotencyTable(newMemoryStore(10, 1<<20, newFakeClock()))
+	_, _, f, _ := table.claim("id", "fp", 1<<20)
+	f.start(200, http.Header{})
+	f.write([]byte("data: [DONE]\n\n"))
+	f.leaderLeft()
+	_, follow, lead, _ := table.claim("id", "fp", 1<<20)
+	if lead != nil || follow != f {
+		t.Fatalf("twin after the leader's client left: lead %v, follows the flight %v; want it to follow", lead != nil, follow == f)
+	}
+}

@@ -609,16 +609,13 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	}
 	var shape *jsonShape
 	if !a.streaming {
-		if ct := a.resp.Header.Get("Content-Type"); ct != "" && looksJSON(ct) {
-			shape = &jsonShape{}
-			feedShape(shape, a.prefix)
-		}
+		shape = shapeFor(a)
 	}
 	// Streaming holds one buffer, not two.
 	putBuffer(a.prefix)
 	a.prefix = nil
 	tail, err := copyRest(w, a.resp.Body, reads, tail, shape)
-	if err == nil && brokenAtEnd(a, tail, shape) {
+	if err == nil && (a.sse && endsMidLine(tail) && !streamFinished(tail) || shape != nil && shapeOpen(shape)) {
 		err = errEndedBroken
 	}
 	if err != nil {
@@ -743,17 +740,16 @@ func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte, shape *js
 // errEndedBroken: the upstream ended its body cleanly inside its answer.
 var errEndedBroken = errors.New("the upstream ended its answer in the middle")
 
-// brokenAtEnd reports whether an answer whose body ended cleanly is
-// nonetheless cut (see complete.go).
-func brokenAtEnd(a *attempt, tail []byte, shape *jsonShape) bool {
-	if shape != nil {
-		return shapeOpen(shape)
+// shapeFor returns a jsonShape fed with a's prefix when a is a JSON answer
+// whose rest is streamed, else nil.
+func shapeFor(a *attempt) *jsonShape {
+	ct := a.resp.Header.Get("Content-Type")
+	if ct == "" || !looksJSON(ct) {
+		return nil
 	}
-	if !a.streaming {
-		return false
-	}
-	format, _ := streamFormatOf(a.resp.Header.Get("Content-Type"))
-	return format == formatSSE && endsMidLine(tail)
+	shape := &jsonShape{}
+	feedShape(shape, a.prefix)
+	return shape
 }
 
 // streamEnded classifies how the winner's copy ended (err from copyRest)

@@ -28,6 +28,27 @@ const minSecretLen = 4
 // default idempotency scope, and redacted from reasons whatever the scope.
 var credentialHeaders = []string{"Authorization", "X-Api-Key", "Api-Key", "X-Goog-Api-Key"}
 
+// longSecretLen: a configured header or query value this long is treated
+// as a credential whatever its name; shorter ones only under a credential
+// name (credentialName). Redacting every short value would garble kept
+// error bodies (`"retryable":true`, `?alt=json`) for nothing.
+const longSecretLen = 16
+
+// credentialName reports whether a header or query parameter name says it
+// carries a credential.
+func credentialName(name string) bool {
+	n := strings.ToLower(name)
+	if n == "sig" || n == "code" {
+		return true
+	}
+	for _, part := range []string{"auth", "key", "token", "secret", "signature", "password", "passwd", "cookie", "credential", "session"} {
+		if strings.Contains(n, part) {
+			return true
+		}
+	}
+	return false
+}
+
 // urlParts is a URL's text cut into its parts, without parsing it: a URL
 // that does not parse is still taken apart.
 type urlParts struct {
@@ -143,8 +164,12 @@ func redactReason(reason string, secrets []string) string {
 // reasonSecrets is what a failed attempt's reason must not quote: the
 // configured secrets and the client's own credentials (the scope headers'
 // values and credentialHeaders'). Built on the failure path only.
-func reasonSecrets(h *Hedger, hdr http.Header) []string {
+func reasonSecrets(h *Hedger, r *http.Request) []string {
 	out := append([]string(nil), h.secrets...)
+	hdr := r.Header
+	if r.URL != nil && r.URL.RawQuery != "" {
+		out = appendQuerySecrets(out, "?"+r.URL.RawQuery)
+	}
 	for _, name := range h.scopeHeaders {
 		for _, v := range hdr[name] {
 			out = appendHeaderSecrets(out, v)
@@ -187,14 +212,17 @@ func isSchemeByte(c byte) bool {
 }
 
 // secretsOf lists what must never appear in error text: every configured
-// header value (see appendHeaderSecrets) and every value of an upstream
-// URL's query (a provider key may travel there), raw and decoded.
+// header value that is a credential (see appendHeaderSecrets) and the
+// credentials of an upstream URL's query (a provider key may travel
+// there), raw and decoded.
 func secretsOf(ups []UpstreamConfig) []string {
 	var out []string
 	for _, u := range ups {
 		out = appendQuerySecrets(out, u.URL)
-		for _, v := range u.SetHeaders {
-			out = appendHeaderSecrets(out, v)
+		for name, v := range u.SetHeaders {
+			if credentialName(name) || len(strings.TrimSpace(v)) >= longSecretLen {
+				out = appendHeaderSecrets(out, v)
+			}
 		}
 	}
 	return out
@@ -217,8 +245,9 @@ func appendHeaderSecrets(out []string, v string) []string {
 	return out
 }
 
-// appendQuerySecrets adds the values of rawURL's query to out (a part
-// without "=" is a value, as in redactQuery).
+// appendQuerySecrets adds the credentials in rawURL's query to out: values
+// of credential-named parameters, and any value (a part without "=" is a
+// value, as in redactQuery) at least longSecretLen long.
 func appendQuerySecrets(out []string, rawURL string) []string {
 	u := splitURL(rawURL)
 	if !u.hasQuery {
@@ -226,8 +255,12 @@ func appendQuerySecrets(out []string, rawURL string) []string {
 	}
 	for _, pair := range strings.Split(u.query, "&") {
 		v := pair
-		if _, after, ok := strings.Cut(pair, "="); ok {
+		name, after, ok := strings.Cut(pair, "=")
+		if ok {
 			v = after
+		}
+		if !(ok && credentialName(name)) && len(v) < longSecretLen {
+			continue
 		}
 		if len(v) >= minSecretLen {
 			out = append(out, v)

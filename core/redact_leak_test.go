@@ -150,3 +150,42 @@ func TestDetailCutLeavesNoTokenFragment(t *testing.T) {
 		t.Fatalf("reason = %q, want it to start with the redacted keys", got)
 	}
 }
+
+// Configured values that are not credentials (a short feature flag, a
+// format parameter) are left alone in a kept error body: replacing them
+// would break its JSON for nothing.
+func TestKeptErrorBodyKeepsValuesThatAreNotCredentials(t *testing.T) {
+	cfg := cfgWithGatewayKey()
+	cfg.Upstreams[0].URL = "http://a.test/base?alt=json"
+	cfg.Upstreams[0].SetHeaders["X-Feature"] = "true"
+	hs := newHarness(t, cfg)
+	out := hs.serve(chatRequest(""))
+	a := hs.tr.next(t)
+	a.respond(400, "application/json")
+	body := `{"error":{"message":"Invalid json payload","retryable":true}}`
+	a.write(body)
+	a.end()
+	res := <-out
+	<-hs.reports
+	if bodyOf(res) != body {
+		t.Fatalf("client got %q, want the upstream's body %q unchanged", bodyOf(res), body)
+	}
+}
+
+// The client's own key sent in its query (Gemini's ?key=) and quoted back
+// by the upstream is redacted from the report.
+func TestReasonRedactsTheClientsQueryKey(t *testing.T) {
+	hs := newHarness(t, cfgWithGatewayKey())
+	r := chatRequest("")
+	r.URL.RawQuery = "key=" + clientOwnKey
+	out := hs.serve(r)
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write("event: error\ndata: {\"error\":{\"message\":\"invalid key " + clientOwnKey + "\"}}\n\n")
+	a.end()
+	<-out
+	rep := <-hs.reports
+	if got, want := rep.Attempts[0].Error, "upstream error event: invalid key REDACTED"; got != want {
+		t.Errorf("report error = %q, want %q", got, want)
+	}
+}

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/core/llmsim/refload"
 	"github.com/llmhedge/llmhedge/envoyfilter"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
 func envInt(name string, def int) int {

@@ -13,8 +13,8 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
-	"github.com/llmhedge/llmhedge/internal/chaos"
+	"github.com/llmhedge/llmhedge/internal/testkit/chaos"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 )
 
 // lockedBuffer collects the server's log lines.
@@ -35,7 +35,7 @@ func (b *lockedBuffer) String() string {
 	return b.buf.String()
 }
 
-// TestChaos runs the fault-injection suite (internal/chaos) through the
+// TestChaos runs the fault-injection suite (internal/testkit/chaos) through the
 // ext_proc server behind the Envoy-side driver: the server's zap logger at
 // debug level is captured for the canary check, its goroutines counted in
 // process. LLMHEDGE_CHAOS=full runs 10,000 scenarios.

@@ -27,6 +27,6 @@
 // The rules each step relies on were read from Envoy's ext_proc filter
 // (source/extensions/filters/http/ext_proc/ext_proc.cc, processor_state.cc,
 // config.cc, mutation_utils.cc) and are cited where they are used. The
-// package envoydriver speaks to this server the way that filter does, for
+// package internal/testkit/envoydriver speaks to this server the way that filter does, for
 // tests; README.md says what was and was not run against a real Envoy.
 package envoyfilter

@@ -16,8 +16,8 @@ import (
 	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 const tokens = 20
@@ -143,46 +143,6 @@ func TestLargeNonStreamingAnswerIsStreamed(t *testing.T) {
 	}
 	if s := h.driver.Stats(); s.StreamedImmediate != 1 || s.Immediate != 0 {
 		t.Fatalf("driver stats %+v: want the answer streamed", s)
-	}
-}
-
-// Retryable failures of the primary start the next attempt at once.
-func TestRetryableFailures(t *testing.T) {
-	for _, behavior := range []string{"A=status:503", "A=status:429,retry_after:1", "A=status:500",
-		"A=reset_after:0", "A=error_event", "A=done_early"} {
-		t.Run(behavior, func(t *testing.T) {
-			h := newHarness(t, harnessOptions{routes: strings.Replace(defaultRoutes, "delay: 100ms", "delay: 10s", 1)})
-			text, from, err := streamChat(context.Background(), h.client(), simHeaders("retry-1", behavior)...)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if text != llmsim.ExpectedChatText("retry-1", tokens) || len(from) != 1 || !from["B"] {
-				t.Fatalf("text %q from %v", text, from)
-			}
-			rep := h.report()
-			if rep.Winner != 1 || rep.Attempts[0].Result != core.ResultFailed || rep.Attempts[1].Role != core.RoleRetry {
-				t.Fatalf("report %+v", rep)
-			}
-		})
-	}
-}
-
-// A fatal client error goes to the client as it is, unhedged.
-func TestFatal4xxPassthrough(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	_, err := chat(h).New(context.Background(), chatParams(), simHeaders("fatal-1", "A=status:400")...)
-	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 {
-		t.Fatalf("err %v, want a 400 API error", err)
-	}
-	if !strings.Contains(apiErr.Message, "simulated 400") {
-		t.Fatalf("error message %q is not the upstream's", apiErr.Message)
-	}
-	if n := h.B.Attempts("fatal-1"); n != 0 {
-		t.Fatalf("B got %d attempts for a fatal error", n)
-	}
-	if rep := h.report(); rep.Outcome != core.OutcomeFatal || rep.Status != 400 || len(rep.Attempts) != 1 {
-		t.Fatalf("report %+v", rep)
 	}
 }
 

@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // testScale runs the reference workload 20x faster.
@@ -42,6 +42,8 @@ type harness struct {
 	driver  *envoydriver.Driver
 	front   *httptest.Server
 	reports chan *core.Report
+	// sharedSims: A and B belong to the caller, who closes them.
+	sharedSims bool
 }
 
 // seenRequest is what the continue-path upstream received.
@@ -59,6 +61,8 @@ type harnessOptions struct {
 	workload *llmsim.Workload
 	// behaveA, if set, is upstream A's Behave hook.
 	behaveA func(*http.Request) llmsim.Behavior
+	// sims, if set, are upstreams A and B, started and closed by the caller.
+	sims *[2]*llmsim.Running
 }
 
 const defaultRoutes = `
@@ -79,8 +83,12 @@ func newHarness(t *testing.T, o harnessOptions) *harness {
 	if o.workload != nil {
 		wl = *o.workload
 	}
-	h.A = (&llmsim.Server{Name: "A", Workload: wl, Behave: o.behaveA}).Start()
-	h.B = (&llmsim.Server{Name: "B", Workload: wl}).Start()
+	if o.sims != nil {
+		h.A, h.B, h.sharedSims = o.sims[0], o.sims[1], true
+	} else {
+		h.A = (&llmsim.Server{Name: "A", Workload: wl, Behave: o.behaveA}).Start()
+		h.B = (&llmsim.Server{Name: "B", Workload: wl}).Start()
+	}
 	h.other = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		h.seen <- seenRequest{method: r.Method, path: r.URL.RequestURI(), header: r.Header.Clone(), body: string(body)}
@@ -156,8 +164,10 @@ func (h *harness) close() {
 	h.driver.Close()
 	h.conn.Close()
 	h.grpc.Stop()
-	h.A.Close()
-	h.B.Close()
+	if !h.sharedSims {
+		h.A.Close()
+		h.B.Close()
+	}
 	h.other.Close()
 	if tr, ok := http.DefaultTransport.(*http.Transport); ok {
 		tr.CloseIdleConnections()

@@ -17,10 +17,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
-	"github.com/llmhedge/llmhedge/internal/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // helperConfigEnv carries the configuration file of the ext_proc server

@@ -23,8 +23,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
 	"github.com/llmhedge/llmhedge/envoyfilter"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 const onlyA = `

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/core/llmsim/refload"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
 // The benchmarks drive the real Caddy binary and print their numbers; the

@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/internal/chaos"
+	"github.com/llmhedge/llmhedge/internal/testkit/chaos"
 )
 
-// TestChaos runs the fault-injection suite (internal/chaos) through the
+// TestChaos runs the fault-injection suite (internal/testkit/chaos) through the
 // real Caddy: its stdout and stderr (JSON logs) are captured for the
 // canary check, its goroutines read from the admin API's pprof endpoint and
 // its sockets counted from /proc. LLMHEDGE_CHAOS=full runs 10,000

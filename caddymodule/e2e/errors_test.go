@@ -4,13 +4,12 @@ import (
 	"errors"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // TestRetryableUpstreamFailures: a primary that fails before its first
@@ -78,26 +77,6 @@ func TestRetryAfterCoolsUpstreamDown(t *testing.T) {
 	}
 	if n := a.Attempts("cool-2"); n != 0 {
 		t.Fatalf("A got %d attempts while cooling down after its 429", n)
-	}
-}
-
-// TestFatalClientErrorPassthrough: a 4xx that no other upstream would
-// answer better goes to the client at once, unhedged.
-func TestFatalClientErrorPassthrough(t *testing.T) {
-	a, b := startSims(t)
-	c := startCaddy(t, "", hedgeSite(a, b, ""))
-	ctx := testContext(t)
-	for _, status := range []string{"400", "401", "404", "422"} {
-		t.Run(status, func(t *testing.T) {
-			id := "fatal-" + status
-			got := streamChat(ctx, sdkClient(c.url(0), id, "A=status:"+status))
-			if s := apiStatus(got.err); strconv.Itoa(s) != status {
-				t.Fatalf("error %v (status %d), want %s", got.err, s, status)
-			}
-			if b.Attempts(id) != 0 {
-				t.Fatalf("B got %d attempts of a request A rejected with %s", b.Attempts(id), status)
-			}
-		})
 	}
 }
 

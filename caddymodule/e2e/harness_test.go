@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/caddymodule/caddybin"
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // caddyBinary is the real Caddy with llm_hedge, built (or found in the

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/internal/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // throughputWorkload is the fast streaming upstream of the throughput

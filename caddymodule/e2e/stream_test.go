@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // TestHedgeWinsOnFirstToken: A answers 200 at once, sends a role-only chunk
@@ -139,26 +139,6 @@ func TestSSEFlushedPerEvent(t *testing.T) {
 	}
 	if err := stream.Err(); err != nil || text.String() != "first second" || !released {
 		t.Fatalf("text %q, err %v, released %v", text.String(), err, released)
-	}
-}
-
-// TestNonStreamingJSON: a non-streaming request is hedged on the complete
-// JSON answer; the SDK decodes the winner's.
-func TestNonStreamingJSON(t *testing.T) {
-	a, b := startSims(t)
-	c := startCaddy(t, "", hedgeSite(a, b, ""))
-	ctx := testContext(t)
-	client := sdkClient(c.url(0), "json-1", "A=stall")
-	resp, err := client.Chat.Completions.New(ctx, chatParams())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.ID != "chatcmpl-B-json-1" || len(resp.Choices) != 1 ||
-		resp.Choices[0].Message.Content != llmsim.ExpectedChatText("json-1", simTokens) || resp.Model != "model-b" {
-		t.Fatalf("response %+v", resp)
-	}
-	if err := a.WaitFor(ctx, func() bool { return a.Cancelled() == 1 }); err != nil {
-		t.Fatalf("A was not cancelled: %v", err)
 	}
 }
 

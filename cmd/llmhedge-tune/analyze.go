@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/core/llmsim/refload"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
 // millis is a duration that reads as milliseconds in JSON.

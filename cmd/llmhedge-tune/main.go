@@ -57,7 +57,7 @@
 // second Ctrl-C exits at once.
 //
 // The request id is sent as X-Sim-Request: tune-<i>, which the simulated
-// upstreams of core/llmsim use to draw latencies; real providers ignore it.
+// upstreams of internal/testkit/llmsim use to draw latencies; real providers ignore it.
 package main
 
 import (

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // mainEnv makes the test binary run the command's main instead of the

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // requestIDPrefix names request i "tune-<i>" in the X-Sim-Request header:

@@ -14,7 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // fault is one injected failure and what the client must see because of it.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // rig is two simulated upstreams (A primary, B hedge) behind a core Hedger

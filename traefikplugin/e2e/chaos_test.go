@@ -4,10 +4,10 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/internal/chaos"
+	"github.com/llmhedge/llmhedge/internal/testkit/chaos"
 )
 
-// TestChaos runs the fault-injection suite (internal/chaos) through the
+// TestChaos runs the fault-injection suite (internal/testkit/chaos) through the
 // real Traefik, the plugin interpreted by Yaegi: Traefik's output at INFO
 // (with the plugin's request log lines) is captured for the canary check,
 // its goroutines read from the debug API's pprof endpoint and its sockets

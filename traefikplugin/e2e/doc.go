@@ -3,7 +3,7 @@
 // cached outside the checkout, with the repository loaded as a local plugin
 // (experimental.localPlugins, interpreted by Yaegi exactly as in
 // production). Clients are the official OpenAI Go SDK; upstreams are
-// core/llmsim servers and small scripted servers.
+// internal/testkit/llmsim servers and small scripted servers.
 //
 // Its tests are part of `go test ./...`. The long benchmarks (the reference
 // workload, ≥ 2,000 requests; the truncation study; requests per second)

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/internal/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // TestBenchLightOverhead is TestBenchThroughput with the light load client

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // TestReloadWhileStreamsOpen rewrites the dynamic configuration while ten

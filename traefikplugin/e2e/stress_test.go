@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/core/llmsim/refload"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
 // The acceptance test of the Yaegi-safety issue through the real Traefik:

@@ -21,8 +21,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
-	"github.com/llmhedge/llmhedge/envoyfilter/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // The test binary doubles as the command: with this variable set it runs

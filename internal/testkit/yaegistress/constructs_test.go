@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/traefikplugin/yaegistress/probe"
+	"github.com/llmhedge/llmhedge/internal/testkit/yaegistress/probe"
 )
 
 // safeProbes are the constructs core and the plugin use. Each is run from
@@ -66,7 +66,7 @@ func TestSafeConstructsUnderConcurrentInterpretation(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(streamIDs))
 	defer srv.Close()
 
-	i := newInterpreter(t, newGoPath(t), "traefikplugin/yaegistress/probe")
+	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/probe")
 	evalAs[func(string)](t, i, "probe.SetBaseURL")(srv.URL)
 	defer evalAs[func()](t, i, "probe.CloseIdle")()
 	probe.SetBaseURL(srv.URL)

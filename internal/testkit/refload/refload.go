@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // Options describe one run.

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // Series is one named set of durations drawn as a CDF curve.

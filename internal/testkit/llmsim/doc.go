@@ -20,7 +20,7 @@
 // error events, early [DONE], stalls, slow headers), chosen by a Go function
 // or, through real proxies, by the X-Sim-Behavior request header.
 //
-// The package uses the standard library only. Unlike the rest of core it is
+// The package uses the standard library only. Unlike core it is
 // not run under Yaegi, so it uses select freely. Every wait watches the
 // request's context: a cancelled request ends its handler at once, and no
 // goroutine outlives its request.

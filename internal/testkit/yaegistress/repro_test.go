@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/traefikplugin/yaegistress/probe"
+	"github.com/llmhedge/llmhedge/internal/testkit/yaegistress/probe"
 )
 
 // deterministicBugs are Yaegi v0.16.1 bugs that show with a single caller.
@@ -32,7 +32,7 @@ var deterministicBugs = []struct {
 // TestYaegiDeterministicBugs demonstrates each single-caller bug: the
 // compiled probe returns its id, the interpreted one does not.
 func TestYaegiDeterministicBugs(t *testing.T) {
-	i := newInterpreter(t, newGoPath(t), "traefikplugin/yaegistress/probe")
+	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/probe")
 	for _, b := range deterministicBugs {
 		t.Run(b.name, func(t *testing.T) {
 			if got := b.compiled(7); got != 7 {
@@ -81,12 +81,12 @@ const (
 // to 20s. It expects the bug to show, so it fails the day Yaegi fixes it.
 func TestYaegiSelectUnderConcurrency(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the select bug is a data race inside Yaegi; run without -race: LLMHEDGE_YAEGI_REPRO=1 go test -run TestYaegiSelect ./traefikplugin/yaegistress")
+		t.Skip("the select bug is a data race inside Yaegi; run without -race: LLMHEDGE_YAEGI_REPRO=1 go test -run TestYaegiSelect ./internal/testkit/yaegistress")
 	}
 	if os.Getenv("LLMHEDGE_YAEGI_REPRO") == "" {
-		t.Skip("opt-in: LLMHEDGE_YAEGI_REPRO=1 go test -run TestYaegiSelect -v ./traefikplugin/yaegistress")
+		t.Skip("opt-in: LLMHEDGE_YAEGI_REPRO=1 go test -run TestYaegiSelect -v ./internal/testkit/yaegistress")
 	}
-	i := newInterpreter(t, newGoPath(t), "traefikplugin/yaegistress/probe")
+	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/probe")
 	cases := []struct {
 		name     string
 		compiled func(int) int
@@ -138,14 +138,14 @@ func TestYaegiSelectUnderConcurrency(t *testing.T) {
 // opt-in and EXPECTED TO FAIL, with "race detected during execution of
 // test":
 //
-//	LLMHEDGE_YAEGI_REPRO=1 go test -race -run TestYaegiClosuresInLoopRace ./traefikplugin/yaegistress
+//	LLMHEDGE_YAEGI_REPRO=1 go test -race -run TestYaegiClosuresInLoopRace ./internal/testkit/yaegistress
 //
 // If it passes, Yaegi no longer has this race: update README.md.
 func TestYaegiClosuresInLoopRace(t *testing.T) {
 	if !raceEnabled || os.Getenv("LLMHEDGE_YAEGI_REPRO") == "" {
-		t.Skip("opt-in and expected to fail under -race: LLMHEDGE_YAEGI_REPRO=1 go test -race -run TestYaegiClosuresInLoopRace ./traefikplugin/yaegistress")
+		t.Skip("opt-in and expected to fail under -race: LLMHEDGE_YAEGI_REPRO=1 go test -race -run TestYaegiClosuresInLoopRace ./internal/testkit/yaegistress")
 	}
-	i := newInterpreter(t, newGoPath(t), "traefikplugin/yaegistress/probe")
+	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/probe")
 	for k := 0; k < 3; k++ {
 		st := runProbe(evalAs[func(int) int](t, i, "probe.ClosuresInLoop"), selectReproWorkers, constructCalls, selectHangAfter)
 		// Wrong values are possible; the race report is what this test is about.

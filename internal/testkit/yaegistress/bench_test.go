@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/traefikplugin"
 )
 
@@ -21,7 +21,7 @@ import (
 // number to watch, as garbage is most of that cost (see the README's
 // contributor notes).
 //
-//	go test -run '^$' -bench PluginFastUpstream -benchtime 3000x ./traefikplugin/yaegistress
+//	go test -run '^$' -bench PluginFastUpstream -benchtime 3000x ./internal/testkit/yaegistress
 func BenchmarkPluginFastUpstream(b *testing.B) {
 	fast := llmsim.Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: 1e-9, StallProb: -1, TokenGap: -1, PingEvery: -1}
 	up := llmsim.Start("F", fast)

@@ -111,8 +111,7 @@ func RepoRoot() (string, error) {
 
 // SourceHash returns the first 16 hex digits of the SHA-256 of the Go
 // version line, then, for go.mod, go.sum and every non-test .go file under
-// core/ and caddymodule/ (testdata and core/llmsim, the simulated
-// upstreams the binary does not link, excluded; paths sorted bytewise),
+// core/ and caddymodule/ (testdata excluded; paths sorted bytewise),
 // the slash path and a newline followed by the file's content.
 func SourceHash(root string) (string, error) {
 	version, err := exec.Command("go", "env", "GOVERSION").Output()
@@ -125,7 +124,7 @@ func SourceHash(root string) (string, error) {
 			if err != nil {
 				return err
 			}
-			if d.IsDir() && (d.Name() == "testdata" || path == filepath.Join(root, "core", "llmsim")) {
+			if d.IsDir() && d.Name() == "testdata" {
 				return filepath.SkipDir
 			}
 			if !d.IsDir() && strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {

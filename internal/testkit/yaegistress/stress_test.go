@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/yaegistress/corehandler"
+	"github.com/llmhedge/llmhedge/internal/testkit/yaegistress/selecthedger"
 	"github.com/llmhedge/llmhedge/traefikplugin"
-	"github.com/llmhedge/llmhedge/traefikplugin/yaegistress/corehandler"
-	"github.com/llmhedge/llmhedge/traefikplugin/yaegistress/selecthedger"
 )
 
 // Load sizes. CI runs the bounded form, 5,000 interpreted requests in all
@@ -57,7 +57,7 @@ type newCoreFunc = func(a, b string, delay time.Duration, transport http.RoundTr
 // error or leaked goroutine.
 func TestStressCoreInterpreted(t *testing.T) {
 	interpretedN, compiledN, repeats := stressSize(ciCoreRequests)
-	i := newInterpreter(t, newGoPath(t), "traefikplugin/yaegistress/corehandler")
+	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/corehandler")
 	interpreted := evalAs[newCoreFunc](t, i, "corehandler.New")
 	for r := 1; r <= repeats; r++ {
 		for _, m := range []struct {
@@ -204,13 +204,13 @@ func pluginBuilder(createConfig, newPlugin reflect.Value) builder {
 // 40,000.
 func TestStressHarnessCatchesSelectHedger(t *testing.T) {
 	if raceEnabled {
-		t.Skip("the select bug is a data race inside Yaegi; run without -race: LLMHEDGE_YAEGI_REPRO=1 go test -run TestStressHarnessCatchesSelectHedger ./traefikplugin/yaegistress")
+		t.Skip("the select bug is a data race inside Yaegi; run without -race: LLMHEDGE_YAEGI_REPRO=1 go test -run TestStressHarnessCatchesSelectHedger ./internal/testkit/yaegistress")
 	}
 	if os.Getenv("LLMHEDGE_YAEGI_REPRO") == "" {
-		t.Skip("opt-in: LLMHEDGE_YAEGI_REPRO=1 go test -run TestStressHarnessCatchesSelectHedger -v ./traefikplugin/yaegistress")
+		t.Skip("opt-in: LLMHEDGE_YAEGI_REPRO=1 go test -run TestStressHarnessCatchesSelectHedger -v ./internal/testkit/yaegistress")
 	}
 	type newSelect = func(a, b string, delay time.Duration, transport http.RoundTripper) http.Handler
-	i := newInterpreter(t, newGoPath(t), "traefikplugin/yaegistress/selecthedger")
+	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/selecthedger")
 	interpreted := evalAs[newSelect](t, i, "selecthedger.New")
 	build := func(newHedger newSelect) builder {
 		return func(t testing.TB, run *loadRun, a, b string, delay time.Duration) (http.Handler, func()) {

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // The reference workload (SPEC §6) at a twentieth of real time: TTFT

@@ -21,15 +21,15 @@ const modulePath = "github.com/llmhedge/llmhedge"
 var interpretedPackages = []string{
 	"core",
 	"traefikplugin",
-	"traefikplugin/yaegistress/probe",
-	"traefikplugin/yaegistress/corehandler",
-	"traefikplugin/yaegistress/selecthedger",
+	"internal/testkit/yaegistress/probe",
+	"internal/testkit/yaegistress/corehandler",
+	"internal/testkit/yaegistress/selecthedger",
 }
 
-// repoRoot is the module root: two levels above this package.
+// repoRoot is the module root: three levels above this package.
 func repoRoot(t testing.TB) string {
 	t.Helper()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
