@@ -1,5 +1,6 @@
 # The whole test suite: `make test` (what CI runs, through .ci/run).
-# It installs what the tests need (yaegi v0.16.1 into the cache folder) and
+# It installs what the tests need (yaegi v0.16.1 and golangci-lint into the
+# cache folder) and
 # builds the real Caddy and Traefik binaries on first use (cached outside the
 # checkout in $(LLMHEDGE_CACHE), keyed by version and source hash).
 
@@ -8,21 +9,32 @@ LLMHEDGE_CACHE ?= $(HOME)/.cache/llmhedge
 export LLMHEDGE_CACHE
 YAEGI_VERSION := v0.16.1
 YAEGI         := $(LLMHEDGE_CACHE)/bin/yaegi-$(YAEGI_VERSION)
+GOLANGCI_LINT_VERSION := v2.15.0
+GOLANGCI_LINT := $(LLMHEDGE_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 FUZZTIME      ?= 15s
 
-.PHONY: test vet unit yaegi fuzz demo tools
+.PHONY: test vet lint unit yaegi fuzz demo tools
 
-test: vet unit yaegi fuzz
+test: vet lint unit yaegi fuzz
 
-tools: $(YAEGI)
+tools: $(YAEGI) $(GOLANGCI_LINT)
 
 $(YAEGI):
 	mkdir -p $(LLMHEDGE_CACHE)/bin
 	GOBIN=$(LLMHEDGE_CACHE)/bin/tmp-yaegi $(GO) install github.com/traefik/yaegi/cmd/yaegi@$(YAEGI_VERSION)
 	mv $(LLMHEDGE_CACHE)/bin/tmp-yaegi/yaegi $(YAEGI)
 
+$(GOLANGCI_LINT):
+	mkdir -p $(LLMHEDGE_CACHE)/bin
+	GOBIN=$(LLMHEDGE_CACHE)/bin/tmp-golangci-lint $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(LLMHEDGE_CACHE)/bin/tmp-golangci-lint/golangci-lint $(GOLANGCI_LINT)
+
 vet:
 	$(GO) vet ./...
+
+# The linters of .golangci.yml (a few minutes on 2 cores from a cold cache).
+lint: $(GOLANGCI_LINT)
+	$(GOLANGCI_LINT) run ./...
 
 unit:
 	$(GO) test -race -count=1 -timeout 30m ./...

@@ -244,11 +244,4 @@ func tokenChunk(s string) string {
 
 func bodyOf(s served) string { return s.rec.Body.String() }
 
-func mustContainOnce(t *testing.T, haystack, needle string) {
-	t.Helper()
-	if strings.Count(haystack, needle) != 1 {
-		t.Fatalf("want %q once in %q", needle, haystack)
-	}
-}
-
 var _ = bytes.NewReader

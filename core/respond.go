@@ -81,7 +81,7 @@ func flusherFor(w http.ResponseWriter) func() {
 		return func() { f.Flush() }
 	}
 	if f, ok := w.(flushErrorer); ok {
-		return func() { f.FlushError() }
+		return func() { _ = f.FlushError() } // a client gone shows in the next write
 	}
 	if f, ok := w.(flusher); ok {
 		return f.Flush

@@ -314,7 +314,7 @@ func (a *App) Shutdown(timeout time.Duration) {
 	force.Stop()
 	if a.metricsHTTP != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		a.metricsHTTP.Shutdown(ctx)
+		_ = a.metricsHTTP.Shutdown(ctx) // best effort at exit
 		cancel()
 	}
 	a.serving.Wait()
@@ -344,7 +344,7 @@ func (a *App) Run(signals <-chan os.Signal) error {
 		select {
 		case sig := <-signals:
 			if sig == syscall.SIGHUP {
-				a.Reload()
+				_ = a.Reload() // logs and counts its own failure
 				continue
 			}
 			a.Drain(signals)

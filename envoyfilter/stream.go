@@ -202,7 +202,7 @@ func (p *processStream) stopHandler() {
 		p.cancel()
 	}
 	if p.handlerDone != nil {
-		<-p.handlerDone
+		<-p.handlerDone //nolint:errcheck // only waiting for the handler to end: its result is not needed here
 		p.handlerDone = nil
 	}
 }

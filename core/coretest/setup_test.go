@@ -66,9 +66,4 @@ func (r *rig) takeReports() []*core.Report {
 	return out
 }
 
-func (r *rig) resetCounters() {
-	r.a.ResetCounters()
-	r.b.ResetCounters()
-}
-
 func (r *rig) served() int64 { return r.a.Served() + r.b.Served() }

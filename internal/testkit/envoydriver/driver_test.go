@@ -32,10 +32,9 @@ func (s *scripted) Process(stream extprocv3.ExternalProcessor_ProcessServer) err
 }
 
 type rig struct {
-	driver  *Driver
-	front   *httptest.Server
-	bodies  chan string // what the continue-path upstream received
-	cleanup func()
+	driver *Driver
+	front  *httptest.Server
+	bodies chan string // what the continue-path upstream received
 }
 
 func newRig(t *testing.T, cfg Config, process func(extprocv3.ExternalProcessor_ProcessServer) error) *rig {
