@@ -90,7 +90,7 @@ func TestMetricsOnCaddyMetricsEndpoint(t *testing.T) {
 			{"llm_hedge_attempts_total", with("upstream", "A", "role", "primary", "result", "won"), 1},
 			{"llm_hedge_hedges_started_total", route, 1},
 			{"llm_hedge_hedge_wins_total", with("upstream", "B", "role", "hedge"), 1},
-			{"llm_hedge_delay_seconds", route, 0.05},
+			{"llm_hedge_current_delay_seconds", route, 0.05},
 			{"llm_hedge_hedges_in_flight", route, 0},
 			{"llm_hedge_ttft_seconds", route, 2},
 			{"llm_hedge_upstream_ttft_seconds", with("upstream", "B"), 1},
@@ -140,7 +140,7 @@ func TestMetricsOnCaddyMetricsEndpoint(t *testing.T) {
 	if got, _ := metricValue(t, after, "llm_hedge_requests_total", route); got != 2 {
 		t.Errorf("after the reload, llm_hedge_requests_total = %v, want 2", got)
 	}
-	if got, _ := metricValue(t, after, "llm_hedge_delay_seconds", route); got != 0.07 {
-		t.Errorf("after the reload, llm_hedge_delay_seconds = %v, want 0.07", got)
+	if got, _ := metricValue(t, after, "llm_hedge_current_delay_seconds", route); got != 0.07 {
+		t.Errorf("after the reload, llm_hedge_current_delay_seconds = %v, want 0.07", got)
 	}
 }
