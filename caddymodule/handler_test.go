@@ -92,6 +92,7 @@ func TestServeHTTPHedgeWinsAndReports(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		PlaceholderWinner: "B", PlaceholderWinnerIndex: "1", PlaceholderAttempts: "2",
+		PlaceholderWinnerUpstream: "B", PlaceholderWinnerAttempt: "1",
 		PlaceholderOutcome: "ok", PlaceholderHedges: "1", PlaceholderDelayMillis: "20",
 	} {
 		if got, _ := repl.GetString(name); got != want {
