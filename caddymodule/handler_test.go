@@ -12,7 +12,6 @@ import (
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/modules/caddyhttp"
-	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -80,7 +79,7 @@ func forbiddenNext(t *testing.T) caddyhttp.Handler {
 func TestServeHTTPHedgeWinsAndReports(t *testing.T) {
 	a, b := startSims(t)
 	h, logs := provisionForTest(t, "", a, b)
-	winsBefore := testutil.ToFloat64(processMetrics().hedgeWins.WithLabelValues("unit", "B", "hedge"))
+	winsBefore := processMetrics().CounterValue(core.MetricHedgeWins, "unit", "B", "hedge")
 
 	r, repl := caddyRequest("hedge-1", "A=stall")
 	w := httptest.NewRecorder()
@@ -93,6 +92,7 @@ func TestServeHTTPHedgeWinsAndReports(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		PlaceholderWinner: "B", PlaceholderWinnerIndex: "1", PlaceholderAttempts: "2",
+		PlaceholderWinnerUpstream: "B", PlaceholderWinnerAttempt: "1",
 		PlaceholderOutcome: "ok", PlaceholderHedges: "1", PlaceholderDelayMillis: "20",
 	} {
 		if got, _ := repl.GetString(name); got != want {
@@ -103,7 +103,7 @@ func TestServeHTTPHedgeWinsAndReports(t *testing.T) {
 	if ttft, _ := repl.GetString(PlaceholderTTFTMillis); atoi(ttft) < 20 {
 		t.Errorf("{%s} = %q, want >= 20", PlaceholderTTFTMillis, ttft)
 	}
-	if got := testutil.ToFloat64(processMetrics().hedgeWins.WithLabelValues("unit", "B", "hedge")); got != winsBefore+1 {
+	if got := processMetrics().CounterValue(core.MetricHedgeWins, "unit", "B", "hedge"); got != winsBefore+1 {
 		t.Errorf("hedge wins %v, want %v", got, winsBefore+1)
 	}
 
@@ -113,11 +113,11 @@ func TestServeHTTPHedgeWinsAndReports(t *testing.T) {
 	}
 	e := entries[0]
 	fields := e.ContextMap()
-	if e.Level != zapcore.InfoLevel || fields["winner"] != "B" || fields["outcome"] != "ok" || fields["attempts"] != int64(2) {
+	if e.Level != zapcore.InfoLevel || fields["winner_upstream"] != "B" || fields["winner_attempt"] != int64(1) || fields["outcome"] != "ok" || fields["attempts"] != int64(2) {
 		t.Errorf("log line %v %v", e.Level, fields)
 	}
 	line := encodeLogEntry(t, e)
-	if !strings.Contains(line, `"attempt_details":[{"index":0,"upstream":"A","role":"primary","result":"lost"`) {
+	if !strings.Contains(line, `"attempt_list":[{"index":0,"upstream":"A","role":"primary","result":"lost"`) {
 		t.Errorf("log line lacks the attempt details: %s", line)
 	}
 	for _, secret := range []string{"sk-upstream-A-secret", "sk-upstream-B-secret", "client-key"} {

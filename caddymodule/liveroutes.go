@@ -3,20 +3,15 @@ package caddymodule
 import (
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/llmhedge/llmhedge/core"
 )
 
-// liveRoutes is a collector of the gauges that are read, not counted: the
-// hedge delay in force and the hedges in flight of every provisioned route.
-// Handlers join it in Provision and leave in Cleanup. When two handlers
-// carry the same route name (e.g. during a reload, or two sites with the
-// default name) the one provisioned last is reported.
+// liveRoutes are the provisioned routes whose gauges (the hedge delay in
+// force and the hedges in flight) are read at scrape time. Handlers join in
+// Provision and leave in Cleanup. When two handlers carry the same route
+// name (e.g. during a reload, or two sites with the default name) the one
+// provisioned last is reported.
 type liveRoutes struct {
-	delayDesc    *prometheus.Desc
-	inFlightDesc *prometheus.Desc
-
 	mu     sync.Mutex
 	seq    uint64
 	routes map[*core.Hedger]liveRoute
@@ -28,14 +23,7 @@ type liveRoute struct {
 }
 
 func newLiveRoutes() *liveRoutes {
-	return &liveRoutes{
-		delayDesc: prometheus.NewDesc("llm_hedge_delay_seconds",
-			"Hedge delay a request starting now would use, by route (adaptive routes follow the TTFT quantile).",
-			[]string{"route"}, nil),
-		inFlightDesc: prometheus.NewDesc("llm_hedge_hedges_in_flight",
-			"Hedge attempts running now, by route.", []string{"route"}, nil),
-		routes: map[*core.Hedger]liveRoute{},
-	}
+	return &liveRoutes{routes: map[*core.Hedger]liveRoute{}}
 }
 
 // add makes h's route visible.
@@ -53,14 +41,8 @@ func (l *liveRoutes) remove(h *core.Hedger) {
 	l.mu.Unlock()
 }
 
-// Describe implements prometheus.Collector.
-func (l *liveRoutes) Describe(ch chan<- *prometheus.Desc) {
-	ch <- l.delayDesc
-	ch <- l.inFlightDesc
-}
-
-// Collect implements prometheus.Collector: one sample per route name.
-func (l *liveRoutes) Collect(ch chan<- prometheus.Metric) {
+// each yields the latest hedger of every route name (metrics.Gauges).
+func (l *liveRoutes) each(yield func(route string, h *core.Hedger)) {
 	l.mu.Lock()
 	latest := map[string]*core.Hedger{}
 	seqs := map[string]uint64{}
@@ -71,7 +53,6 @@ func (l *liveRoutes) Collect(ch chan<- prometheus.Metric) {
 	}
 	l.mu.Unlock()
 	for name, h := range latest {
-		ch <- prometheus.MustNewConstMetric(l.delayDesc, prometheus.GaugeValue, h.CurrentDelay().Seconds(), name)
-		ch <- prometheus.MustNewConstMetric(l.inFlightDesc, prometheus.GaugeValue, float64(h.HedgesInFlight()), name)
+		yield(name, h)
 	}
 }

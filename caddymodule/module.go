@@ -221,7 +221,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request, _ caddyhttp.
 // observe is the Hedger's Observer: core calls it on the request's
 // goroutine when the request ends, with the request in the report.
 func (h *Handler) observe(rep *core.Report) {
-	h.metrics.observe(rep)
+	h.metrics.Observe(rep)
 	if rep.Request != nil {
 		setPlaceholders(rep.Request, rep)
 	}

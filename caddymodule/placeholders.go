@@ -14,10 +14,16 @@ import (
 // after the answer has been written, so they cannot go into this response's
 // headers: use report_header for that.
 const (
-	// PlaceholderWinner is the winning upstream's name; empty when none won.
+	// PlaceholderWinnerUpstream is the winning upstream's name (the log
+	// key winner_upstream); empty when none won.
+	PlaceholderWinnerUpstream = "http.llm_hedge.winner_upstream"
+	// PlaceholderWinnerAttempt is the winning attempt's number (0 = the
+	// first; the log key winner_attempt); -1 when none won.
+	PlaceholderWinnerAttempt = "http.llm_hedge.winner_attempt"
+	// PlaceholderWinner is PlaceholderWinnerUpstream's older name, kept for
+	// existing configurations.
 	PlaceholderWinner = "http.llm_hedge.winner"
-	// PlaceholderWinnerIndex is the winning attempt's number (0 = the
-	// first); -1 when none won.
+	// PlaceholderWinnerIndex is PlaceholderWinnerAttempt's older name.
 	PlaceholderWinnerIndex = "http.llm_hedge.winner_index"
 	// PlaceholderAttempts is the number of upstream attempts made.
 	PlaceholderAttempts = "http.llm_hedge.attempts"
@@ -48,6 +54,8 @@ func setPlaceholders(r *http.Request, rep *core.Report) {
 	if w := rep.WinnerAttempt(); w != nil {
 		winnerName, winnerIndex, ttft = w.Upstream, w.Index, rep.TTFT.Milliseconds()
 	}
+	repl.Set(PlaceholderWinnerUpstream, winnerName)
+	repl.Set(PlaceholderWinnerAttempt, winnerIndex)
 	repl.Set(PlaceholderWinner, winnerName)
 	repl.Set(PlaceholderWinnerIndex, winnerIndex)
 	repl.Set(PlaceholderAttempts, len(rep.Attempts))

@@ -154,20 +154,20 @@ func TestMetricsRegistration(t *testing.T) {
 	if _, err := provisionJSON(t, reloaded, `{"route":"m1","upstreams":[{"url":"http://127.0.0.1:9001"}],"delay":{"fixed":"75ms"}}`); err != nil {
 		t.Fatal(err)
 	}
-	n, err := testutil.GatherAndCount(reloaded.GetMetricsRegistry(), "llm_hedge_delay_seconds")
+	n, err := testutil.GatherAndCount(reloaded.GetMetricsRegistry(), "llm_hedge_current_delay_seconds")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n < 2 {
-		t.Fatalf("llm_hedge_delay_seconds has %d series, want one per live route (m1, m2)", n)
+		t.Fatalf("llm_hedge_current_delay_seconds has %d series, want one per live route (m1, m2)", n)
 	}
 	expected := `
-# HELP llm_hedge_delay_seconds Hedge delay a request starting now would use, by route (adaptive routes follow the TTFT quantile).
-# TYPE llm_hedge_delay_seconds gauge
-llm_hedge_delay_seconds{route="m1"} 0.075
-llm_hedge_delay_seconds{route="m2"} 0.075
+# HELP llm_hedge_current_delay_seconds Hedge delay a request starting now would use, by route (adaptive routes follow the TTFT quantile).
+# TYPE llm_hedge_current_delay_seconds gauge
+llm_hedge_current_delay_seconds{route="m1"} 0.075
+llm_hedge_current_delay_seconds{route="m2"} 0.075
 `
-	if err := testutil.GatherAndCompare(ctx.GetMetricsRegistry(), strings.NewReader(expected), "llm_hedge_delay_seconds"); err != nil {
+	if err := testutil.GatherAndCompare(ctx.GetMetricsRegistry(), strings.NewReader(expected), "llm_hedge_current_delay_seconds"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/internal/zapfields"
 )
 
 func parseLevel(s string) (zapcore.Level, error) {
@@ -45,35 +46,10 @@ type requestLogger struct {
 	log *zap.Logger
 }
 
-// Observe implements core.Observer.
+// Observe implements core.Observer: the keys every adapter writes
+// (core.ReportLogFields).
 func (l requestLogger) Observe(r *core.Report) {
 	if ce := l.log.Check(zap.InfoLevel, "request"); ce != nil {
-		fields := []zap.Field{
-			zap.String("route", r.Route),
-			zap.String("outcome", r.Outcome),
-			zap.Int("status", r.Status),
-			zap.Bool("hedged", r.Hedged),
-			zap.Int("attempts", len(r.Attempts)),
-			zap.Int("hedges", r.HedgesStarted),
-			zap.Duration("ttft", r.TTFT),
-			zap.Duration("total", r.Total),
-			zap.Duration("delay", r.Delay),
-		}
-		if r.KeyHash != "" {
-			// Set by core for a client's key only; never the key itself.
-			fields = append(fields, zap.String("idempotency_key_hash", r.KeyHash))
-		}
-		if w := r.WinnerAttempt(); w != nil {
-			fields = append(fields, zap.Int("winner", r.Winner), zap.String("winner_upstream", w.Upstream))
-		}
-		if len(r.Denials) > 0 {
-			fields = append(fields, zap.Strings("denials", r.Denials))
-		}
-		for _, a := range r.Attempts {
-			if a.Error != "" {
-				fields = append(fields, zap.String(fmt.Sprintf("attempt%d_error", a.Index), a.Upstream+": "+a.Error))
-			}
-		}
-		ce.Write(fields...)
+		ce.Write(zapfields.Append(make([]zap.Field, 0, 18), core.ReportLogFields(r))...)
 	}
 }

@@ -52,3 +52,37 @@ func TestRequestLogCarriesKeyHashNotKey(t *testing.T) {
 		}
 	}
 }
+
+// The request line carries core.ReportLogFields' keys, in order, as the
+// Caddy module and the Traefik plugin write them: winner_attempt is an
+// index, winner_upstream a name.
+func TestRequestLogKeysAreTheSharedOnes(t *testing.T) {
+	logCore, logs := observer.New(zapcore.InfoLevel)
+	rep := &core.Report{Route: "chat", Outcome: core.OutcomeOK, Status: 200, Hedged: true, Winner: 1, HedgesStarted: 1,
+		Attempts: []core.AttemptReport{
+			{Index: 0, Upstream: "A", Role: core.RolePrimary, Result: core.ResultLost, Error: "cancelled"},
+			{Index: 1, Upstream: "B", Role: core.RoleHedge, Result: core.ResultWon, Status: 200},
+		}}
+	requestLogger{log: zap.New(logCore)}.Observe(rep)
+	entries := logs.All()
+	if len(entries) != 1 {
+		t.Fatalf("%d log lines, want 1", len(entries))
+	}
+	var got, want []string
+	for _, f := range entries[0].Context {
+		got = append(got, f.Key)
+	}
+	for _, f := range core.ReportLogFields(rep) {
+		want = append(want, f.Key)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("keys %v, want %v", got, want)
+	}
+	fields := entries[0].ContextMap()
+	if fields["winner_attempt"] != int64(1) || fields["winner_upstream"] != "B" {
+		t.Errorf("winner_attempt = %v, winner_upstream = %v; want 1 and B", fields["winner_attempt"], fields["winner_upstream"])
+	}
+	if _, ok := fields["winner"]; ok {
+		t.Errorf("the line still has winner = %v", fields["winner"])
+	}
+}

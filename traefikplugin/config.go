@@ -89,6 +89,10 @@ type Config struct {
 	// level, so it is visible at the default level) or "off" (also spelt
 	// "false" or "0", what an unquoted YAML off becomes).
 	Log string `json:"log,omitempty" yaml:"log,omitempty"`
+	// MetricsPath, when set (e.g. "/llmhedge/metrics"), is a path this
+	// middleware answers with the llm_hedge_* metrics in the Prometheus text
+	// format (see metrics.go). Default off.
+	MetricsPath string `json:"metricsPath,omitempty" yaml:"metricsPath,omitempty"`
 }
 
 // Upstream is one place an attempt can go.

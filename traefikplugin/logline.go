@@ -3,51 +3,22 @@ package traefikplugin
 import (
 	"encoding/json"
 	"io"
-	"time"
+	"strconv"
 
 	"github.com/llmhedge/llmhedge/core"
 )
 
 // Traefik gives plugins no metrics registry, so each request is reported as
-// one JSON line. Under Traefik the plugin's stdout and stderr are Traefik's
-// own logger (DEBUG and ERROR level), which adds time and level.
+// one JSON line (and, with metricsPath, counted in metrics.go). Under
+// Traefik the plugin's stdout and stderr are Traefik's own logger (DEBUG and
+// ERROR level), which adds time and level.
+//
+// The line is {"msg":"llmhedge request","middleware":<name>, ...} followed
+// by core.ReportLogFields, the keys Caddy and the Envoy server write too.
+// Credentials never appear (upstreams are named, not their headers), nor
+// idempotency keys (only their hash).
 
-// requestLine is the log line of one request. Field names are stable: tools
-// parse them. Credentials never appear (upstreams are named, not their
-// headers), nor idempotency keys (only their hash).
-type requestLine struct {
-	Msg                string        `json:"msg"`        // always "llmhedge request"
-	Middleware         string        `json:"middleware"` // the Traefik middleware name
-	Route              string        `json:"route"`
-	Outcome            string        `json:"outcome"` // core.Outcome*
-	Status             int           `json:"status"`  // sent to the client
-	Hedged             bool          `json:"hedged"`  // eligible for a race
-	Attempts           int           `json:"attempts"`
-	HedgesStarted      int           `json:"hedges_started"`
-	Winner             int           `json:"winner"` // attempt index, -1 when none
-	WinnerUpstream     string        `json:"winner_upstream,omitempty"`
-	TTFTMillis         float64       `json:"ttft_ms"`
-	TotalMillis        float64       `json:"total_ms"`
-	DelayMillis        float64       `json:"delay_ms"`
-	Denials            []string      `json:"denials,omitempty"`
-	WastedPromptTokens int64         `json:"wasted_prompt_tokens"`
-	IdempotencyKeyHash string        `json:"idempotency_key_hash,omitempty"` // core.KeyHash: never the key
-	AttemptList        []attemptLine `json:"attempt_list"`
-}
-
-// attemptLine is one attempt within a requestLine.
-type attemptLine struct {
-	Upstream      string  `json:"upstream"`
-	Role          string  `json:"role"`   // primary, hedge, retry, single
-	Result        string  `json:"result"` // won, lost, failed, cancelled
-	Status        int     `json:"status,omitempty"`
-	StartedMillis float64 `json:"started_ms"`
-	TTFTMillis    float64 `json:"ttft_ms,omitempty"`
-	CancelMillis  float64 `json:"cancel_ms,omitempty"`
-	Error         string  `json:"error,omitempty"`
-}
-
-// logObserver writes one requestLine per request to out.
+// logObserver writes one line per request to out.
 type logObserver struct {
 	middleware string
 	out        io.Writer
@@ -55,48 +26,67 @@ type logObserver struct {
 
 // Observe implements core.Observer.
 func (o *logObserver) Observe(r *core.Report) {
-	line := requestLine{
-		Msg:                "llmhedge request",
-		Middleware:         o.middleware,
-		Route:              r.Route,
-		Outcome:            r.Outcome,
-		Status:             r.Status,
-		Hedged:             r.Hedged,
-		Attempts:           len(r.Attempts),
-		HedgesStarted:      r.HedgesStarted,
-		Winner:             r.Winner,
-		TTFTMillis:         millis(r.TTFT),
-		TotalMillis:        millis(r.Total),
-		DelayMillis:        millis(r.Delay),
-		Denials:            r.Denials,
-		WastedPromptTokens: r.WastedPromptTokens,
-		IdempotencyKeyHash: r.KeyHash,
-		AttemptList:        make([]attemptLine, 0, len(r.Attempts)),
-	}
-	for _, a := range r.Attempts {
-		line.AttemptList = append(line.AttemptList, attemptLine{
-			Upstream:      a.Upstream,
-			Role:          a.Role,
-			Result:        a.Result,
-			Status:        a.Status,
-			StartedMillis: millis(a.Started),
-			TTFTMillis:    millis(a.TTFT),
-			CancelMillis:  millis(a.CancelLatency),
-			Error:         a.Error,
-		})
-	}
-	if w := r.WinnerAttempt(); w != nil {
-		line.WinnerUpstream = w.Upstream
-	}
-	b, err := json.Marshal(line)
-	if err != nil {
-		return
-	}
+	b := make([]byte, 0, 512)
+	b = append(b, `{"msg":"llmhedge request","middleware":`...)
+	b = appendJSONString(b, o.middleware)
+	b = appendLogFields(b, core.ReportLogFields(r))
+	b = append(b, '}', '\n')
 	// One Write per line: Traefik's logger turns each Write into one entry.
-	o.out.Write(append(b, '\n'))
+	o.out.Write(b)
 }
 
-// millis is d in milliseconds with microsecond precision.
-func millis(d time.Duration) float64 {
-	return float64(d/time.Microsecond) / 1000
+// appendLogFields appends ,"key":value for every field of fs, in order.
+func appendLogFields(b []byte, fs []core.LogField) []byte {
+	for i := range fs {
+		f := &fs[i]
+		b = append(b, ',')
+		b = appendJSONString(b, f.Key)
+		b = append(b, ':')
+		switch f.Kind {
+		case core.LogString:
+			b = appendJSONString(b, f.Str)
+		case core.LogInt:
+			b = strconv.AppendInt(b, f.Int, 10)
+		case core.LogBool:
+			b = strconv.AppendBool(b, f.Bool)
+		case core.LogMillis:
+			b = strconv.AppendFloat(b, f.Millis, 'f', -1, 64)
+		case core.LogStrings:
+			b = append(b, '[')
+			for j, s := range f.Strs {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				b = appendJSONString(b, s)
+			}
+			b = append(b, ']')
+		case core.LogObjects:
+			b = append(b, '[')
+			for j, o := range f.Objects {
+				if j > 0 {
+					b = append(b, ',')
+				}
+				// The object's first field must not take a comma.
+				inner := appendLogFields(make([]byte, 0, 128), o)
+				b = append(b, '{')
+				if len(inner) > 0 {
+					b = append(b, inner[1:]...)
+				}
+				b = append(b, '}')
+			}
+			b = append(b, ']')
+		default:
+			b = append(b, "null"...)
+		}
+	}
+	return b
+}
+
+// appendJSONString appends s as a JSON string (encoding/json's escaping).
+func appendJSONString(b []byte, s string) []byte {
+	q, err := json.Marshal(s)
+	if err != nil {
+		return append(b, `""`...)
+	}
+	return append(b, q...)
 }

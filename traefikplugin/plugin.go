@@ -16,6 +16,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,7 @@ type Hedge struct {
 	cfg         core.Config
 	passThrough bool
 	logOut      io.Writer // nil: no log lines
+	metricsPath string    // "": no metrics (see metrics.go)
 
 	// stateKey keys the route's shared state; newSeq is this handler's New
 	// in the registry's count (see shared.go).
@@ -52,7 +54,10 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 	if err != nil {
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: %w", name, err)
 	}
-	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough}
+	if p := config.MetricsPath; p != "" && !strings.HasPrefix(p, "/") {
+		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: metricsPath %q must start with /", name, p)
+	}
+	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough, metricsPath: config.MetricsPath}
 	h.stateKey = stateKey(h.cfg.Route, h.cfg)
 	// A New is a use of the route's state: Traefik calls New for every
 	// live middleware on every reload, so an unchanged route keeps it.
@@ -71,6 +76,10 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 // eligible and PassThrough is set (an opted-out request only when no
 // upstream rewrites the model: next would not rewrite it).
 func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if h.metricsPath != "" && r.URL.Path == h.metricsPath {
+		serveMetrics(sharedMetrics, w, r)
+		return
+	}
 	// Read under the lock without a deferred unlock or a method call:
 	// under Yaegi both cost more than the rest of this function.
 	h.mu.Lock()

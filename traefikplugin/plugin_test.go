@@ -154,6 +154,41 @@ func newHedge(t *testing.T, cfg *Config, name string, next http.Handler, logs io
 	return h
 }
 
+// requestLine decodes the plugin's log line (the keys of
+// core.ReportLogFields).
+type requestLine struct {
+	Msg                string        `json:"msg"`
+	Middleware         string        `json:"middleware"`
+	Route              string        `json:"route"`
+	Outcome            string        `json:"outcome"`
+	Status             int           `json:"status"`
+	Hedged             bool          `json:"hedged"`
+	Attempts           int           `json:"attempts"`
+	HedgesStarted      int           `json:"hedges_started"`
+	WinnerAttempt      int           `json:"winner_attempt"`
+	WinnerUpstream     string        `json:"winner_upstream"`
+	WinnerRole         string        `json:"winner_role"`
+	TTFTMillis         float64       `json:"ttft_ms"`
+	TotalMillis        float64       `json:"total_ms"`
+	DelayMillis        float64       `json:"delay_ms"`
+	Denials            []string      `json:"denials"`
+	WastedPromptTokens int64         `json:"wasted_prompt_tokens"`
+	IdempotencyKeyHash string        `json:"idempotency_key_hash"`
+	AttemptList        []attemptLine `json:"attempt_list"`
+}
+
+type attemptLine struct {
+	Index         int     `json:"index"`
+	Upstream      string  `json:"upstream"`
+	Role          string  `json:"role"`
+	Result        string  `json:"result"`
+	Status        int     `json:"status"`
+	StartedMillis float64 `json:"started_ms"`
+	TTFTMillis    float64 `json:"ttft_ms"`
+	CancelMillis  float64 `json:"cancel_ms"`
+	Error         string  `json:"error"`
+}
+
 func twoUpstreams(a, b *testUpstream, delay string) *Config {
 	cfg := CreateConfig()
 	cfg.Upstreams = []Upstream{{Name: a.name, URL: a.srv.URL}, {Name: b.name, URL: b.srv.URL}}
@@ -190,7 +225,7 @@ func TestHedgeWinsOnFirstTokenBehindEarlyHeaders(t *testing.T) {
 		t.Fatalf("log line is not JSON: %v: %q", err, lines[0])
 	}
 	if l.Msg != "llmhedge request" || l.Middleware != "hedge@test" || l.Route != "hedge@test" || l.Outcome != "ok" ||
-		l.Status != 200 || l.Attempts != 2 || l.HedgesStarted != 1 || l.Winner != 1 || l.WinnerUpstream != "B" ||
+		l.Status != 200 || l.Attempts != 2 || l.HedgesStarted != 1 || l.WinnerAttempt != 1 || l.WinnerUpstream != "B" || l.WinnerRole != "hedge" ||
 		l.TTFTMillis <= 0 || l.DelayMillis != 50 || len(l.AttemptList) != 2 ||
 		l.AttemptList[0].Result != "lost" || l.AttemptList[1].Role != "hedge" || l.AttemptList[1].Result != "won" {
 		t.Fatalf("log line %+v", l)

@@ -195,12 +195,23 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 		State:     e.state,
 		Store:     store,
 	}
+	var log *logObserver
 	if h.logOut != nil {
-		opts.Observer = &logObserver{middleware: h.name, out: h.logOut}
+		log = &logObserver{middleware: h.name, out: h.logOut}
+	}
+	var counted *metricStore
+	if h.metricsPath != "" {
+		counted = sharedMetrics
+	}
+	if log != nil || counted != nil {
+		opts.Observer = &reportObserver{log: log, metrics: counted}
 	}
 	engine, err := core.New(h.cfg, opts)
 	if err != nil {
 		return nil, nil, err
+	}
+	if counted != nil {
+		counted.setHedger(h.cfg.Route, engine)
 	}
 	if e.state == nil {
 		e.state = engine.State()

@@ -40,7 +40,7 @@ func TestRetryableUpstreamFailures(t *testing.T) {
 	}
 	lines := c.waitLog("llm_hedge request", 6, nil)
 	for _, line := range lines {
-		if line["winner"] != "B" {
+		if line["winner_upstream"] != "B" {
 			t.Errorf("log line %v: want B as winner", line)
 		}
 	}

@@ -56,7 +56,7 @@ func TestHedgeWinsOnFirstToken(t *testing.T) {
 	// sometimes before core has read the upstream's end; reported in
 	// /tmp/core-bugs.md.)
 	line := c.waitLog("llm_hedge request", 1, nil)[0]
-	if line["winner"] != "B" || line["attempts"] != float64(2) || line["level"] != "info" || line["status"] != float64(200) {
+	if line["winner_upstream"] != "B" || line["winner_attempt"] != float64(1) || line["attempts"] != float64(2) || line["level"] != "info" || line["status"] != float64(200) {
 		t.Errorf("log line %v", line)
 	}
 	for _, secret := range []string{"sk-A-secret", "sk-B-secret", "sk-client-key"} {

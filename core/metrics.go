@@ -1,0 +1,149 @@
+package core
+
+// The llm_hedge_* metrics every adapter exports, declared once here so that
+// Caddy and the Envoy server (through the metrics package and Prometheus'
+// client) and the Traefik plugin (its own text exposition, under Yaegi)
+// export the same names, labels and buckets from the same Report.
+
+// Prometheus metric types, as written after # TYPE.
+const (
+	MetricCounter   = "counter"
+	MetricGauge     = "gauge"
+	MetricHistogram = "histogram"
+)
+
+// Metric indexes into MetricDefs.
+const (
+	MetricRequests        int = 0
+	MetricAttempts        int = 1
+	MetricHedgesStarted   int = 2
+	MetricHedgeWins       int = 3
+	MetricHedgeDenials    int = 4
+	MetricTTFT            int = 5
+	MetricUpstreamTTFT    int = 6
+	MetricRequestDuration int = 7
+	MetricLoserCancel     int = 8
+	MetricIdempotent      int = 9
+	MetricWastedTokens    int = 10
+	MetricCurrentDelay    int = 11
+	MetricHedgesInFlight  int = 12
+)
+
+// MetricDef describes one metric.
+type MetricDef struct {
+	Name    string // full name, llm_hedge_*
+	Type    string // MetricCounter, MetricGauge or MetricHistogram
+	Help    string
+	Labels  []string
+	Buckets []float64 // upper bounds in seconds, histograms only
+}
+
+// ttftBuckets cover LLM times to first token, from a cached answer to a
+// stalled provider queue (seconds).
+var ttftBuckets = []float64{0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 20, 30, 60}
+
+// durationBuckets cover whole answers: 10ms doubling to about 80s.
+var durationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92}
+
+// cancelBuckets cover the time from a winner's commit to a loser's
+// connection being closed (seconds).
+var cancelBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
+
+// Every label set is bounded by the configuration: routes and upstreams are
+// configured names, the others the constants of observer.go.
+var metricDefs = []MetricDef{
+	{Name: "llm_hedge_requests_total", Type: MetricCounter,
+		Help:   "Requests handled, by route and outcome (ok, upstream_error, fatal, timeout, client_gone, stream_failed, rejected, replayed, joined).",
+		Labels: []string{"route", "outcome"}},
+	{Name: "llm_hedge_attempts_total", Type: MetricCounter,
+		Help:   "Upstream attempts, by route, upstream, role (primary, hedge, retry, single) and result (won, lost, failed, cancelled).",
+		Labels: []string{"route", "upstream", "role", "result"}},
+	{Name: "llm_hedge_hedges_started_total", Type: MetricCounter,
+		Help:   "Attempts started beyond the first (hedges and retries), by route.",
+		Labels: []string{"route"}},
+	{Name: "llm_hedge_hedge_wins_total", Type: MetricCounter,
+		Help:   "Requests won by an attempt other than the first, by route, winning upstream and its role (hedge or retry).",
+		Labels: []string{"route", "upstream", "role"}},
+	{Name: "llm_hedge_hedge_denials_total", Type: MetricCounter,
+		Help:   "Hedges not started, by route and reason (budget, concurrency, overload, no_upstream, deadline, tenant, max_attempts, not_idempotent).",
+		Labels: []string{"route", "reason"}},
+	{Name: "llm_hedge_ttft_seconds", Type: MetricHistogram,
+		Help:   "Time from the request's arrival to the winner's first output event, as the client sees it, by route.",
+		Labels: []string{"route"}, Buckets: ttftBuckets},
+	{Name: "llm_hedge_upstream_ttft_seconds", Type: MetricHistogram,
+		Help:   "Time from an attempt's start to its first output event, for every attempt that produced one, by route and upstream.",
+		Labels: []string{"route", "upstream"}, Buckets: ttftBuckets},
+	{Name: "llm_hedge_request_duration_seconds", Type: MetricHistogram,
+		Help:   "Time from the request's arrival to the end of its answer, by route and outcome.",
+		Labels: []string{"route", "outcome"}, Buckets: durationBuckets},
+	{Name: "llm_hedge_loser_cancel_seconds", Type: MetricHistogram,
+		Help:   "Time from the winner's commit to a losing attempt's connection being closed, by route and the loser's upstream.",
+		Labels: []string{"route", "upstream"}, Buckets: cancelBuckets},
+	{Name: "llm_hedge_idempotent_requests_total", Type: MetricCounter,
+		Help:   "Requests answered from the idempotency store (result replayed) or by joining an in-flight race with the same key (joined), by route.",
+		Labels: []string{"route", "result"}},
+	{Name: "llm_hedge_wasted_prompt_tokens_total", Type: MetricCounter,
+		Help:   "Estimated prompt tokens (body bytes / 4) sent to attempts that did not win, by route.",
+		Labels: []string{"route"}},
+	{Name: "llm_hedge_current_delay_seconds", Type: MetricGauge,
+		Help:   "Hedge delay a request starting now would use, by route (adaptive routes follow the TTFT quantile).",
+		Labels: []string{"route"}},
+	{Name: "llm_hedge_hedges_in_flight", Type: MetricGauge,
+		Help:   "Hedge attempts running now, by route.",
+		Labels: []string{"route"}},
+}
+
+// MetricDefs returns the metrics, indexed by the Metric* constants. The
+// slice is a copy; its label and bucket slices are shared and must not be
+// changed.
+func MetricDefs() []MetricDef {
+	defs := make([]MetricDef, len(metricDefs))
+	copy(defs, metricDefs)
+	return defs
+}
+
+// MetricSink receives the samples of a Report. Record adds v to a counter
+// or observes v in a histogram; labels are in the order of the metric's
+// MetricDef.Labels.
+type MetricSink interface {
+	Record(metric int, labels []string, v float64)
+}
+
+// ReportMetrics records r's samples in sink: the one place that decides what
+// a request adds to which metric. The gauges (current delay, hedges in
+// flight) are read from a Hedger at scrape time instead.
+func ReportMetrics(r *Report, sink MetricSink) {
+	route := r.Route
+	sink.Record(MetricRequests, []string{route, r.Outcome}, 1)
+	sink.Record(MetricRequestDuration, []string{route, r.Outcome}, r.Total.Seconds())
+	if r.Outcome == OutcomeReplayed || r.Outcome == OutcomeJoined {
+		sink.Record(MetricIdempotent, []string{route, r.Outcome}, 1)
+	}
+	for i := range r.Attempts {
+		a := &r.Attempts[i]
+		sink.Record(MetricAttempts, []string{route, a.Upstream, a.Role, a.Result}, 1)
+		if a.TTFT > 0 {
+			sink.Record(MetricUpstreamTTFT, []string{route, a.Upstream}, a.TTFT.Seconds())
+		}
+		if a.Result == ResultLost && a.CancelLatency > 0 {
+			sink.Record(MetricLoserCancel, []string{route, a.Upstream}, a.CancelLatency.Seconds())
+		}
+	}
+	if r.HedgesStarted > 0 {
+		sink.Record(MetricHedgesStarted, []string{route}, float64(r.HedgesStarted))
+	}
+	for _, reason := range r.Denials {
+		sink.Record(MetricHedgeDenials, []string{route, reason}, 1)
+	}
+	if r.WastedPromptTokens > 0 {
+		sink.Record(MetricWastedTokens, []string{route}, float64(r.WastedPromptTokens))
+	}
+	w := r.WinnerAttempt()
+	if w == nil {
+		return
+	}
+	sink.Record(MetricTTFT, []string{route}, r.TTFT.Seconds())
+	if w.Index > 0 {
+		sink.Record(MetricHedgeWins, []string{route, w.Upstream, w.Role}, 1)
+	}
+}
