@@ -274,7 +274,11 @@ func (c *caddyProc) waitLog(msg string, n int, keep func(map[string]any) bool) [
 // metrics returns the admin API's /metrics text.
 func (c *caddyProc) metrics() string {
 	c.t.Helper()
-	resp, err := http.Get(c.admin + "/metrics")
+	// A fresh connection: a config load may have replaced the admin server,
+	// resetting a kept-alive one.
+	req, _ := http.NewRequest(http.MethodGet, c.admin+"/metrics", nil)
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		c.t.Fatal(err)
 	}
