@@ -8,6 +8,8 @@ import (
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
+
+	"github.com/llmhedge/llmhedge/core"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -78,7 +80,7 @@ import (
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume the directive name
 	for _, url := range d.RemainingArgs() {
-		h.Upstreams = append(h.Upstreams, &Upstream{URL: url})
+		h.Upstreams = append(h.Upstreams, core.UpstreamConfig{URL: url})
 	}
 	p := args{d}
 	for d.NextBlock(0) {
@@ -149,8 +151,8 @@ func (h *Handler) parseUpstream(p args) error {
 	if err != nil {
 		return err
 	}
-	u := &Upstream{URL: url}
-	h.Upstreams = append(h.Upstreams, u)
+	h.Upstreams = append(h.Upstreams, core.UpstreamConfig{URL: url})
+	u := &h.Upstreams[len(h.Upstreams)-1] // the block appends no upstream
 	return p.each(func(option string) (err error) {
 		switch option {
 		case "name":
@@ -158,7 +160,7 @@ func (h *Handler) parseUpstream(p args) error {
 		case "model":
 			u.Model, err = p.one()
 		case "header_up":
-			err = u.parseHeaderUp(p)
+			err = parseHeaderUp(u, p)
 		default:
 			err = d.Errf("unrecognized upstream option %q (want name, header_up or model)", option)
 		}
@@ -167,7 +169,7 @@ func (h *Handler) parseUpstream(p args) error {
 }
 
 // parseHeaderUp reads `header_up <field> <value>` or `header_up -<field>`.
-func (u *Upstream) parseHeaderUp(p args) error {
+func parseHeaderUp(u *core.UpstreamConfig, p args) error {
 	d := p.d
 	fields := d.RemainingArgs()
 	switch {
@@ -187,10 +189,7 @@ func (u *Upstream) parseHeaderUp(p args) error {
 // parseDelay reads `delay <duration>` or `delay adaptive [<initial>] [{ ... }]`.
 func (h *Handler) parseDelay(p args) error {
 	d := p.d
-	if h.Delay == nil {
-		h.Delay = &Delay{}
-	}
-	dl := h.Delay
+	dl := &h.Delay
 	values := d.RemainingArgs()
 	switch {
 	case len(values) == 1 && values[0] != "adaptive":
@@ -198,15 +197,15 @@ func (h *Handler) parseDelay(p args) error {
 		if err != nil {
 			return d.Errf("delay %q: want a duration (e.g. 500ms) or adaptive: %v", values[0], err)
 		}
-		dl.Mode, dl.Fixed = "fixed", caddy.Duration(v)
+		dl.Mode, dl.Fixed = core.DelayFixed, core.Duration(v)
 	case len(values) >= 1 && len(values) <= 2 && values[0] == "adaptive":
-		dl.Mode = "adaptive"
+		dl.Mode = core.DelayAdaptive
 		if len(values) == 2 {
 			v, err := caddy.ParseDuration(values[1])
 			if err != nil {
 				return d.Errf("delay adaptive %q: want the initial delay as a duration: %v", values[1], err)
 			}
-			dl.Fixed = caddy.Duration(v)
+			dl.Fixed = core.Duration(v)
 		}
 	default:
 		return d.Errf("delay: want `delay <duration>` or `delay adaptive [<initial>] { ... }`")
@@ -235,10 +234,7 @@ func (h *Handler) parseDelay(p args) error {
 
 // parseIdempotency reads the idempotency block.
 func (h *Handler) parseIdempotency(p args) error {
-	if h.Idempotency == nil {
-		h.Idempotency = &Idempotency{}
-	}
-	idem := h.Idempotency
+	idem := &h.Idempotency
 	return p.block(func(option string) (err error) {
 		switch option {
 		case "header":
@@ -262,10 +258,7 @@ func (h *Handler) parseIdempotency(p args) error {
 
 // parseBudget reads the budget block.
 func (h *Handler) parseBudget(p args) error {
-	if h.Budget == nil {
-		h.Budget = &Budget{}
-	}
-	b := h.Budget
+	b := &h.Budget
 	return p.block(func(option string) (err error) {
 		switch option {
 		case "ratio":
@@ -308,11 +301,11 @@ func (h *Handler) parseTransport(p args) error {
 	return p.block(func(option string) (err error) {
 		switch option {
 		case "dial_timeout":
-			t.DialTimeout, err = p.duration(false)
+			t.DialTimeout, err = p.caddyDuration()
 		case "response_header_timeout":
-			t.ResponseHeaderTimeout, err = p.duration(false)
+			t.ResponseHeaderTimeout, err = p.caddyDuration()
 		case "keepalive_idle_timeout":
-			t.KeepAliveIdleTimeout, err = p.duration(false)
+			t.KeepAliveIdleTimeout, err = p.caddyDuration()
 		case "max_idle_conns_per_host":
 			t.MaxIdleConnsPerHost, err = p.integer(false)
 		case "versions":
@@ -399,7 +392,7 @@ func (p args) value(allowOff bool) (string, bool, error) {
 }
 
 // duration parses a duration argument; "off" gives -1 when allowed.
-func (p args) duration(allowOff bool) (caddy.Duration, error) {
+func (p args) duration(allowOff bool) (core.Duration, error) {
 	option := p.d.Val()
 	v, off, err := p.value(allowOff)
 	if err != nil || off {
@@ -409,7 +402,14 @@ func (p args) duration(allowOff bool) (caddy.Duration, error) {
 	if err != nil {
 		return 0, p.d.Errf("%s %q: want a duration such as 250ms or 2s: %v", option, v, err)
 	}
-	return caddy.Duration(dur), nil
+	return core.Duration(dur), nil
+}
+
+// caddyDuration parses a duration argument of the transport, which keeps
+// Caddy's own duration type.
+func (p args) caddyDuration() (caddy.Duration, error) {
+	d, err := p.duration(false)
+	return caddy.Duration(d), err
 }
 
 // integer parses an integer argument; "off" gives -1 when allowed.
@@ -441,7 +441,7 @@ func (p args) float(allowOff bool) (float64, error) {
 }
 
 // size parses a byte size such as 4MiB or 65536.
-func (p args) size() (int64, error) {
+func (p args) size() (core.ByteSize, error) {
 	option := p.d.Val()
 	v, err := p.one()
 	if err != nil {
@@ -451,11 +451,11 @@ func (p args) size() (int64, error) {
 	if err != nil || n > math.MaxInt64 {
 		return 0, p.d.Errf("%s %q: want a size such as 4MiB or 65536", option, v)
 	}
-	return int64(n), nil
+	return core.ByteSize(n), nil
 }
 
 // intSize parses a byte size that must fit an int.
-func (p args) intSize() (int, error) {
+func (p args) intSize() (core.ByteSize, error) {
 	option := p.d.Val()
 	n, err := p.size()
 	if err != nil {
@@ -464,5 +464,5 @@ func (p args) intSize() (int, error) {
 	if n > math.MaxInt32 {
 		return 0, p.d.Errf("%s %d is too large", option, n)
 	}
-	return int(n), nil
+	return n, nil
 }

@@ -29,7 +29,7 @@ func TestCaddyfileMinimal(t *testing.T) {
 	if len(h.Upstreams) != 2 || h.Upstreams[0].URL != "http://127.0.0.1:9001" || h.Upstreams[1].URL != "http://127.0.0.1:9002" {
 		t.Fatalf("upstreams %+v", h.Upstreams)
 	}
-	if h.Delay == nil || h.Delay.Mode != "fixed" || time.Duration(h.Delay.Fixed) != 50*time.Millisecond {
+	if h.Delay.Mode != "fixed" || time.Duration(h.Delay.Fixed) != 50*time.Millisecond {
 		t.Fatalf("delay %+v", h.Delay)
 	}
 }
@@ -118,7 +118,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		t.Fatalf("parsed\n%s\nwant\n%s", got, want)
 	}
 	// Every parsed value must reach the core config unchanged.
-	cfg := h.coreConfig(caddy.NewReplacer())
+	cfg := coreConfig(h.Config, caddy.NewReplacer())
 	if cfg.Delay.Quantile != 0.9 || cfg.Budget.MaxConcurrentHedges != -1 || cfg.Idempotency.TTL != -1 ||
 		cfg.Upstreams[1].SetHeaders["Authorization"] != "Bearer sk-2" || cfg.Budget.TenantTokensPerMinute != 100000 {
 		t.Fatalf("core config %+v", cfg)

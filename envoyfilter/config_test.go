@@ -33,7 +33,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cc.Route != "chat" || len(cc.Upstreams) != 2 || cc.Delay.Mode != core.DelayFixed || cc.Delay.Fixed != 50*time.Millisecond {
+	if cc.Route != "chat" || len(cc.Upstreams) != 2 || cc.Delay.Mode != core.DelayFixed || time.Duration(cc.Delay.Fixed) != 50*time.Millisecond {
 		t.Fatalf("core config %+v", cc)
 	}
 }
@@ -82,22 +82,22 @@ routes:
 		t.Fatalf("upstream %+v", u)
 	}
 	d := cc.Delay
-	if d.Mode != core.DelayAdaptive || d.Fixed != 2*time.Second || d.Quantile != 0.9 || d.Min != 100*time.Millisecond ||
-		d.Max != 5*time.Second || d.Window != 500 || d.MinSamples != 20 {
+	if d.Mode != core.DelayAdaptive || time.Duration(d.Fixed) != 2*time.Second || d.Quantile != 0.9 || time.Duration(d.Min) != 100*time.Millisecond ||
+		time.Duration(d.Max) != 5*time.Second || d.Window != 500 || d.MinSamples != 20 {
 		t.Fatalf("delay %+v", d)
 	}
-	if cc.MaxAttempts != 3 || cc.Timeout != time.Minute || cc.MinTimeLeft != time.Second || cc.MaxBody != 8<<20 ||
+	if cc.MaxAttempts != 3 || time.Duration(cc.Timeout) != time.Minute || time.Duration(cc.MinTimeLeft) != time.Second || cc.MaxBody != 8<<20 ||
 		cc.MaxPrefix != 2<<20 || cc.MaxLine != 512<<10 || len(cc.Methods) != 2 || cc.PathPrefixes[0] != "/v1/chat/" ||
 		cc.FirstEvent != core.RuleOpenAIChat || cc.ReportHeader != "Server-Timing" || !cc.StreamErrorEvent {
 		t.Fatalf("core config %+v", cc)
 	}
-	if i := cc.Idempotency; i.Header != "X-Key" || i.TTL != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 ||
+	if i := cc.Idempotency; i.Header != "X-Key" || time.Duration(i.TTL) != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 ||
 		len(i.ScopeHeaders) != 2 || i.ScopeHeaders[1] != "X-User" {
 		t.Fatalf("idempotency %+v", i)
 	}
 	b := cc.Budget
-	if b.Ratio != 0.2 || b.Burst != 5 || b.MaxConcurrentHedges != 7 || b.CoolDown != 2*time.Second || b.MaxCoolDown != 30*time.Second ||
-		b.OverloadRate != 0.5 || b.OverloadWindow != 50 || b.BreakerFailures != 3 || b.BreakerOpen != 5*time.Second ||
+	if b.Ratio != 0.2 || b.Burst != 5 || b.MaxConcurrentHedges != 7 || time.Duration(b.CoolDown) != 2*time.Second || time.Duration(b.MaxCoolDown) != 30*time.Second ||
+		b.OverloadRate != 0.5 || b.OverloadWindow != 50 || b.BreakerFailures != 3 || time.Duration(b.BreakerOpen) != 5*time.Second ||
 		b.TenantHeader != "x-tenant" || b.TenantTokensPerMinute != 1000 {
 		t.Fatalf("budget %+v", b)
 	}
