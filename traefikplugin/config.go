@@ -250,6 +250,19 @@ func CreateConfig() *Config {
 // coreConfig converts c to the engine's configuration. It reports every
 // problem at once, each naming the option as it is spelled in Traefik.
 func (c *Config) coreConfig(route string) (core.Config, error) {
+	out, errs := c.toCore(route)
+	if err := out.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		return core.Config{}, errors.Join(errs...)
+	}
+	return out, nil
+}
+
+// toCore copies every option to its core field (the core tag of each
+// field of Config names it), with the options it could not read.
+func (c *Config) toCore(route string) (core.Config, []error) {
 	var errs []error
 	dur := func(option, value string) core.Duration {
 		value = strings.TrimSpace(value)
@@ -330,13 +343,7 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off", c.Log))
 		}
 	}
-	if err := out.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if len(errs) > 0 {
-		return core.Config{}, errors.Join(errs...)
-	}
-	return out, nil
+	return out, errs
 }
 
 // idempotencyTTL converts the idempotency.ttl option: "" is the default,
