@@ -3,6 +3,7 @@ package traefikplugin
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -206,45 +207,44 @@ func logDestination(v string) (string, bool) {
 
 // CreateConfig returns the configuration with every default filled in, as
 // Traefik expects; the dynamic configuration is decoded on top of it. The
-// defaults come from core so the two can never disagree.
+// defaults are read from core through the core tags, so the two can never
+// disagree.
 func CreateConfig() *Config {
-	d := core.Config{}.WithDefaults()
-	return &Config{
-		Delay:           d.Delay.Fixed.String(),
-		DelayMode:       d.Delay.Mode,
-		DelayQuantile:   d.Delay.Quantile,
-		DelayMin:        d.Delay.Min.String(),
-		DelayMax:        d.Delay.Max.String(),
-		DelayWindow:     d.Delay.Window,
-		DelayMinSamples: d.Delay.MinSamples,
-		MaxAttempts:     d.MaxAttempts,
-		MaxBody:         d.MaxBody,
-		MaxPrefix:       d.MaxPrefix,
-		MaxLine:         d.MaxLine,
-		Methods:         append([]string(nil), d.Methods...),
-		FirstEvent:      d.FirstEvent,
-		Idempotency: Idempotency{
-			Header:           d.Idempotency.Header,
-			TTL:              d.Idempotency.TTL.String(),
-			MaxEntries:       d.Idempotency.MaxEntries,
-			MaxBytes:         d.Idempotency.MaxBytes,
-			MaxResponseBytes: d.Idempotency.MaxResponseBytes,
-			// ScopeHeaders stays empty: the core's default depends on
-			// budget.tenantHeader, which the dynamic configuration sets.
-		},
-		Budget: Budget{
-			Ratio:               d.Budget.Ratio,
-			Burst:               d.Budget.Burst,
-			MaxConcurrentHedges: d.Budget.MaxConcurrentHedges,
-			CoolDown:            d.Budget.CoolDown.String(),
-			MaxCoolDown:         d.Budget.MaxCoolDown.String(),
-			OverloadRate:        d.Budget.OverloadRate,
-			OverloadWindow:      d.Budget.OverloadWindow,
-			BreakerFailures:     d.Budget.BreakerFailures,
-			BreakerOpen:         d.Budget.BreakerOpen.String(),
-		},
-		Log: logStdout,
+	c := &Config{}
+	defaults := core.Config{}.WithDefaults()
+	copyDefaults(reflect.ValueOf(c).Elem(), reflect.ValueOf(defaults))
+	c.Route = "" // the default is the middleware's name, known in New
+	// The core's default depends on budget.tenantHeader, which the dynamic
+	// configuration sets.
+	c.Idempotency.ScopeHeaders = nil
+	c.Log = logStdout
+	return c
+}
+
+// copyDefaults sets every option of the mirror struct m to the value of
+// the core field its core tag names (durations as strings).
+func copyDefaults(m reflect.Value, defaults reflect.Value) {
+	for i := 0; i < m.NumField(); i++ {
+		field := m.Type().Field(i)
+		target := field.Tag.Get("core")
+		switch {
+		case target == "" && field.Type.Kind() == reflect.Struct:
+			copyDefaults(m.Field(i), defaults)
+		case target == "" || target == "-" || strings.HasPrefix(target, "Upstreams."):
+		case field.Type.Kind() == reflect.String && fieldAt(defaults, target).Kind() == reflect.Int64:
+			m.Field(i).SetString(time.Duration(fieldAt(defaults, target).Int()).String())
+		default:
+			m.Field(i).Set(fieldAt(defaults, target).Convert(field.Type))
+		}
 	}
+}
+
+// fieldAt is the field of v at a dotted path such as "Delay.Fixed".
+func fieldAt(v reflect.Value, path string) reflect.Value {
+	for _, name := range strings.Split(path, ".") {
+		v = v.FieldByName(name)
+	}
+	return v
 }
 
 // coreConfig converts c to the engine's configuration. It reports every
@@ -260,82 +260,23 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 	return out, nil
 }
 
-// toCore copies every option to its core field (the core tag of each
-// field of Config names it), with the options it could not read.
+// toCore copies every option to the core field its core tag names, with
+// the options it could not read.
 func (c *Config) toCore(route string) (core.Config, []error) {
+	var out core.Config
 	var errs []error
-	dur := func(option, value string) core.Duration {
-		value = strings.TrimSpace(value)
-		if value == "" {
-			return 0
-		}
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %q is not a duration (write e.g. \"250ms\" or \"2s\")", option, value))
-			return 0
-		}
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %q must not be negative", option, value))
-			return 0
-		}
-		return core.Duration(d)
+	copyOptions(reflect.ValueOf(&out).Elem(), reflect.ValueOf(c).Elem(), "", "", &errs)
+	for i := range c.Upstreams {
+		var up core.UpstreamConfig
+		copyOptions(reflect.ValueOf(&up).Elem(), reflect.ValueOf(c.Upstreams[i]), "", "Upstreams.", &errs)
+		up.URL = strings.TrimSpace(up.URL)
+		out.Upstreams = append(out.Upstreams, up)
 	}
+	out.Route = route
 	if c.Route != "" {
-		route = c.Route
+		out.Route = c.Route
 	}
-	out := core.Config{
-		Route: route,
-		Delay: core.DelayConfig{
-			Mode:       c.DelayMode,
-			Fixed:      dur("delay", c.Delay),
-			Quantile:   c.DelayQuantile,
-			Min:        dur("delayMin", c.DelayMin),
-			Max:        dur("delayMax", c.DelayMax),
-			Window:     c.DelayWindow,
-			MinSamples: c.DelayMinSamples,
-		},
-		MaxAttempts:  c.MaxAttempts,
-		Timeout:      dur("timeout", c.Timeout),
-		MinTimeLeft:  dur("minTimeLeft", c.MinTimeLeft),
-		MaxBody:      c.MaxBody,
-		MaxPrefix:    c.MaxPrefix,
-		MaxLine:      c.MaxLine,
-		Methods:      c.Methods,
-		PathPrefixes: c.PathPrefixes,
-		FirstEvent:   c.FirstEvent,
-		Idempotency: core.IdempotencyConfig{
-			Header:           c.Idempotency.Header,
-			MaxEntries:       c.Idempotency.MaxEntries,
-			MaxBytes:         c.Idempotency.MaxBytes,
-			MaxResponseBytes: c.Idempotency.MaxResponseBytes,
-			ScopeHeaders:     c.Idempotency.ScopeHeaders,
-		},
-		Budget: core.BudgetConfig{
-			Ratio:                 c.Budget.Ratio,
-			Burst:                 c.Budget.Burst,
-			MaxConcurrentHedges:   c.Budget.MaxConcurrentHedges,
-			CoolDown:              dur("budget.coolDown", c.Budget.CoolDown),
-			MaxCoolDown:           dur("budget.maxCoolDown", c.Budget.MaxCoolDown),
-			OverloadRate:          c.Budget.OverloadRate,
-			OverloadWindow:        c.Budget.OverloadWindow,
-			BreakerFailures:       c.Budget.BreakerFailures,
-			BreakerOpen:           dur("budget.breakerOpen", c.Budget.BreakerOpen),
-			TenantHeader:          c.Budget.TenantHeader,
-			TenantTokensPerMinute: c.Budget.TenantTokensPerMinute,
-		},
-		ReportHeader:     c.ReportHeader,
-		StreamErrorEvent: c.StreamErrorEvent,
-	}
-	out.Idempotency.TTL = idempotencyTTL(c.Idempotency.TTL, dur, &errs)
-	for _, u := range c.Upstreams {
-		out.Upstreams = append(out.Upstreams, core.UpstreamConfig{
-			Name:          u.Name,
-			URL:           strings.TrimSpace(u.URL),
-			SetHeaders:    u.SetHeaders,
-			DeleteHeaders: u.DeleteHeaders,
-			Model:         u.Model,
-		})
-	}
+	out.Idempotency.TTL = idempotencyTTL(c.Idempotency.TTL, &errs)
 	if _, ok := logDestination(c.Log); !ok {
 		if isOn(c.Log) {
 			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off (%s: write one of the three)", c.Log, yamlTrueHint))
@@ -346,11 +287,52 @@ func (c *Config) toCore(route string) (core.Config, []error) {
 	return out, errs
 }
 
+// copyOptions copies every option of the mirror struct m into dst, at the
+// path its core tag names less trim. Duration strings are parsed, with
+// errors that name the option as spelled in Traefik (prefix + its name).
+// Route, the upstreams and idempotency.ttl are converted by toCore.
+func copyOptions(dst, m reflect.Value, prefix, trim string, errs *[]error) {
+	for i := 0; i < m.NumField(); i++ {
+		field := m.Type().Field(i)
+		option := prefix + strings.Split(field.Tag.Get("json"), ",")[0]
+		target := field.Tag.Get("core")
+		switch {
+		case target == "" && field.Type.Kind() == reflect.Struct:
+			copyOptions(dst, m.Field(i), option+".", trim, errs)
+		case target == "" || target == "-" || target == "Route" || target == "Idempotency.TTL":
+		case field.Type.Kind() == reflect.String && fieldAt(dst, strings.TrimPrefix(target, trim)).Kind() == reflect.Int64:
+			fieldAt(dst, strings.TrimPrefix(target, trim)).SetInt(int64(optionDuration(option, m.Field(i).String(), errs)))
+		default:
+			to := fieldAt(dst, strings.TrimPrefix(target, trim))
+			to.Set(m.Field(i).Convert(to.Type()))
+		}
+	}
+}
+
+// optionDuration parses a duration option: "" is zero (the default), a
+// negative duration is an error.
+func optionDuration(option, value string, errs *[]error) core.Duration {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s %q is not a duration (write e.g. \"250ms\" or \"2s\")", option, value))
+		return 0
+	}
+	if d < 0 {
+		*errs = append(*errs, fmt.Errorf("%s %q must not be negative", option, value))
+		return 0
+	}
+	return core.Duration(d)
+}
+
 // idempotencyTTL converts the idempotency.ttl option: "" is the default,
 // off (in every form isOff accepts) and a zero duration such as "0s"
 // disable joins and replays (-1 for the engine), anything else must be a
 // positive duration.
-func idempotencyTTL(v string, dur func(option, value string) core.Duration, errs *[]error) core.Duration {
+func idempotencyTTL(v string, errs *[]error) core.Duration {
 	switch {
 	case strings.TrimSpace(v) == "":
 		return 0
@@ -361,7 +343,7 @@ func idempotencyTTL(v string, dur func(option, value string) core.Duration, errs
 		return 0
 	}
 	before := len(*errs)
-	d := dur("idempotency.ttl", v)
+	d := optionDuration("idempotency.ttl", v, errs)
 	if d == 0 && len(*errs) == before {
 		return -1 // "0s": nothing is kept, so nothing is joined or replayed
 	}
