@@ -14,7 +14,9 @@ import (
 // or an integer of nanoseconds, which is what `caddy adapt` writes. A
 // positive integer below a millisecond is rejected: it is a duration whose
 // unit was left out ("timeout: 30"), not 30 nanoseconds anyone meant.
-// Duration encodes as its integer nanoseconds.
+// Duration encodes as its integer nanoseconds. Decoding runs compiled
+// only: under Yaegi encoding/json does not call an interpreted type's
+// UnmarshalJSON (Traefik decodes into its own mirror, never into these).
 type Duration time.Duration
 
 // D returns d as a time.Duration.

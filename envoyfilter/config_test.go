@@ -141,3 +141,41 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// ${NAME} is expanded in every upstream value that may hold a secret or a
+// deployment detail: url, set_headers values and model, in one pass.
+func TestConfigExpandsEnvInEveryUpstreamValue(t *testing.T) {
+	t.Setenv("LLMHEDGE_TEST_HOST", "127.0.0.1:9001")
+	t.Setenv("LLMHEDGE_TEST_MODEL", "gpt-4o-mini")
+	t.Setenv("LLMHEDGE_TEST_KEY", "sk-123")
+	cfg, err := envoyfilter.ParseConfig([]byte(`
+routes:
+  - name: chat
+    upstreams:
+      - url: http://${LLMHEDGE_TEST_HOST}/v1
+        model: ${LLMHEDGE_TEST_MODEL}
+        set_headers: {Authorization: "Bearer ${LLMHEDGE_TEST_KEY}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.Routes[0].CoreConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cc.Upstreams[0]
+	if u.URL != "http://127.0.0.1:9001/v1" || u.Model != "gpt-4o-mini" || u.SetHeaders["Authorization"] != "Bearer sk-123" {
+		t.Errorf("upstream url %q, model %q, Authorization %q: want every ${NAME} expanded", u.URL, u.Model, u.SetHeaders["Authorization"])
+	}
+	if cfg.Routes[0].Upstreams[0].URL != "http://${LLMHEDGE_TEST_HOST}/v1" {
+		t.Errorf("the parsed file changed: url %q", cfg.Routes[0].Upstreams[0].URL)
+	}
+}
+
+// A route is named by name; core's route field is not an Envoy option.
+func TestConfigRejectsRouteField(t *testing.T) {
+	_, err := envoyfilter.ParseConfig([]byte("routes:\n  - name: a\n    route: b\n    upstreams: [{url: 'http://x'}]\n"))
+	if err == nil || !strings.Contains(err.Error(), `unknown field "route"`) {
+		t.Fatalf("error %v, want unknown field \"route\"", err)
+	}
+}
