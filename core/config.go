@@ -110,6 +110,9 @@ type DelayConfig struct {
 // UnmarshalJSON accepts a duration string as a fixed delay, or a mapping
 // of DelayConfig's fields (an unknown field is an error).
 func (d *DelayConfig) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // the convention of encoding/json: no change
+	}
 	var s string
 	if json.Unmarshal(b, &s) == nil {
 		var fixed Duration

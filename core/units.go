@@ -27,6 +27,9 @@ func (d Duration) String() string { return time.Duration(d).String() }
 
 // UnmarshalJSON accepts the forms Duration documents.
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // the convention of encoding/json: no change
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		var n int64

@@ -43,3 +43,14 @@ func TestDurationEncodesAsNanoseconds(t *testing.T) {
 		t.Errorf("Duration encodes as %s, want 1000000000", b)
 	}
 }
+
+// A null option (an empty YAML value) leaves the field at its default.
+func TestNullOptionsKeepTheirDefaults(t *testing.T) {
+	var c core.Config
+	if err := json.Unmarshal([]byte(`{"delay":null,"timeout":null,"max_body":null}`), &c); err != nil {
+		t.Fatalf("null options: %v", err)
+	}
+	if c.Delay != (core.DelayConfig{}) || c.Timeout != 0 || c.MaxBody != 0 {
+		t.Errorf("null options changed the config: %+v", c)
+	}
+}
