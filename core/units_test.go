@@ -22,7 +22,7 @@ func TestDurationDecodesEveryHostSpelling(t *testing.T) {
 		{`"off"`, -1},
 		{`250000000`, 250 * time.Millisecond}, // Caddy JSON: nanoseconds
 		{`0`, 0},
-		{`-1`, -1}, // Caddy JSON of `ttl off`
+		{`-1`, -1},  // Caddy JSON of `ttl off`
 		{`null`, 0}, // no change, as encoding/json does for null
 	} {
 		var d Duration
