@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 
@@ -76,7 +77,9 @@ import (
 //	}
 //
 // Sizes accept units (4MiB, 256KiB). Upstream URLs given on the directive's
-// line come first, in order, before upstream blocks.
+// line come first, in order, before upstream blocks. Every option of
+// core.Config without a syntax of its own above is spelled as its JSON name
+// with one argument (a flag has none), so it needs no code here.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume the directive name
 	for _, url := range d.RemainingArgs() {
@@ -87,24 +90,10 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		option := d.Val()
 		var err error
 		switch option {
-		case "route":
-			h.Route, err = p.one()
 		case "upstream":
 			err = h.parseUpstream(p)
 		case "delay":
 			err = h.parseDelay(p)
-		case "max_attempts":
-			h.MaxAttempts, err = p.integer(false)
-		case "timeout":
-			h.Timeout, err = p.duration(false)
-		case "min_time_left":
-			h.MinTimeLeft, err = p.duration(false)
-		case "max_body":
-			h.MaxBody, err = p.size()
-		case "max_prefix":
-			h.MaxPrefix, err = p.intSize()
-		case "max_line":
-			h.MaxLine, err = p.intSize()
 		case "methods":
 			h.Methods, err = p.atLeastOne()
 			for i := range h.Methods {
@@ -112,12 +101,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "paths":
 			h.PathPrefixes, err = p.atLeastOne()
-		case "first_event":
-			h.FirstEvent, err = p.one()
-		case "idempotency":
-			err = h.parseIdempotency(p)
-		case "budget":
-			err = h.parseBudget(p)
 		case "report_header":
 			names := d.RemainingArgs()
 			switch len(names) {
@@ -128,14 +111,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				err = d.Errf("report_header takes at most one header name, got %d", len(names))
 			}
-		case "stream_error_event":
-			h.StreamErrorEvent, err = true, p.none()
 		case "transport":
 			err = h.parseTransport(p)
 		case "log_level":
 			h.LogLevel, err = p.one()
 		default:
-			err = d.Errf("unrecognized llm_hedge option %q", option)
+			err = p.coreOption(reflect.ValueOf(&h.Config).Elem(), "llm_hedge")
 		}
 		if err != nil {
 			return err
@@ -210,86 +191,77 @@ func (h *Handler) parseDelay(p args) error {
 	default:
 		return d.Errf("delay: want `delay <duration>` or `delay adaptive [<initial>] { ... }`")
 	}
-	return p.each(func(option string) (err error) {
+	return p.each(func(option string) error {
 		if dl.Mode != "adaptive" {
 			return d.Errf("delay %s takes no block; options like %q belong to `delay adaptive`", values[0], option)
 		}
-		switch option {
-		case "quantile":
-			dl.Quantile, err = p.float(false)
-		case "min":
-			dl.Min, err = p.duration(false)
-		case "max":
-			dl.Max, err = p.duration(false)
-		case "window":
-			dl.Window, err = p.integer(false)
-		case "min_samples":
-			dl.MinSamples, err = p.integer(false)
-		default:
-			err = d.Errf("unrecognized delay option %q (want quantile, min, max, window or min_samples)", option)
+		if option == "mode" || option == "fixed" || !fieldByJSONName(reflect.ValueOf(dl).Elem(), option).IsValid() {
+			return d.Errf("unrecognized delay option %q (want quantile, min, max, window or min_samples)", option)
 		}
-		return err
+		return p.coreOption(reflect.ValueOf(dl).Elem(), "delay")
 	})
 }
 
-// parseIdempotency reads the idempotency block.
-func (h *Handler) parseIdempotency(p args) error {
-	idem := &h.Idempotency
-	return p.block(func(option string) (err error) {
-		switch option {
-		case "header":
-			idem.Header, err = p.one()
-		case "ttl":
-			idem.TTL, err = p.duration(true)
-		case "max_entries":
-			idem.MaxEntries, err = p.integer(false)
-		case "max_bytes":
-			idem.MaxBytes, err = p.size()
-		case "max_response_bytes":
-			idem.MaxResponseBytes, err = p.intSize()
-		case "scope_headers":
-			idem.ScopeHeaders, err = p.atLeastOne()
-		default:
-			err = p.d.Errf("unrecognized idempotency option %q", option)
+// coreOption reads the current option line into the field of the core
+// struct v (core.Config or one of its parts) whose JSON name it is, by the
+// field's type; a struct field is a block of its own options. So every
+// core option spelled as its JSON name needs no code here.
+func (p args) coreOption(v reflect.Value, block string) error {
+	option := p.d.Val()
+	field := fieldByJSONName(v, option)
+	if !field.IsValid() {
+		return p.d.Errf("unrecognized %s option %q", block, option)
+	}
+	var err error
+	switch to := field.Addr().Interface().(type) {
+	case *core.Duration:
+		*to, err = p.duration(offOptions[option])
+	case *core.ByteSize:
+		if intSizeOptions[option] {
+			*to, err = p.intSize()
+		} else {
+			*to, err = p.size()
 		}
-		return err
-	})
+	case *string:
+		*to, err = p.one()
+	case *[]string:
+		*to, err = p.atLeastOne()
+	case *int:
+		*to, err = p.integer(offOptions[option])
+	case *int64:
+		var n int
+		n, err = p.integer(offOptions[option])
+		*to = int64(n)
+	case *float64:
+		*to, err = p.float(offOptions[option])
+	case *bool:
+		*to, err = true, p.none()
+	default:
+		if field.Kind() != reflect.Struct {
+			return p.d.Errf("unrecognized %s option %q", block, option)
+		}
+		err = p.block(func(string) error { return p.coreOption(field, option) })
+	}
+	return err
 }
 
-// parseBudget reads the budget block.
-func (h *Handler) parseBudget(p args) error {
-	b := &h.Budget
-	return p.block(func(option string) (err error) {
-		switch option {
-		case "ratio":
-			b.Ratio, err = p.float(true)
-		case "burst":
-			b.Burst, err = p.float(false)
-		case "max_concurrent_hedges":
-			b.MaxConcurrentHedges, err = p.integer(true)
-		case "cool_down":
-			b.CoolDown, err = p.duration(false)
-		case "max_cool_down":
-			b.MaxCoolDown, err = p.duration(false)
-		case "overload_rate":
-			b.OverloadRate, err = p.float(false)
-		case "overload_window":
-			b.OverloadWindow, err = p.integer(false)
-		case "breaker_failures":
-			b.BreakerFailures, err = p.integer(false)
-		case "breaker_open":
-			b.BreakerOpen, err = p.duration(false)
-		case "tenant_header":
-			b.TenantHeader, err = p.one()
-		case "tenant_tokens_per_minute":
-			var n int
-			n, err = p.integer(false)
-			b.TenantTokensPerMinute = int64(n)
-		default:
-			err = p.d.Errf("unrecognized budget option %q", option)
+// offOptions may be "off" in a Caddyfile, which means -1.
+var offOptions = map[string]bool{"ttl": true, "ratio": true, "max_concurrent_hedges": true}
+
+// intSizeOptions are sizes that must fit an int32 (buffers of one request).
+var intSizeOptions = map[string]bool{"max_prefix": true, "max_line": true, "max_response_bytes": true}
+
+// fieldByJSONName is the field of the struct v whose JSON name is name, or
+// the zero Value. Lists of structs (upstreams) have a syntax of their own.
+func fieldByJSONName(v reflect.Value, name string) reflect.Value {
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		structList := f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct
+		if strings.Split(f.Tag.Get("json"), ",")[0] == name && !structList {
+			return v.Field(i)
 		}
-		return err
-	})
+	}
+	return reflect.Value{}
 }
 
 // parseTransport reads the transport block.
