@@ -116,7 +116,7 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 		case "log_level":
 			h.LogLevel, err = p.one()
 		default:
-			err = p.coreOption(reflect.ValueOf(&h.Config).Elem(), "llm_hedge")
+			err = p.jsonOption(reflect.ValueOf(&h.Config).Elem(), "llm_hedge")
 		}
 		if err != nil {
 			return err
@@ -198,15 +198,15 @@ func (h *Handler) parseDelay(p args) error {
 		if option == "mode" || option == "fixed" || !fieldByJSONName(reflect.ValueOf(dl).Elem(), option).IsValid() {
 			return d.Errf("unrecognized delay option %q (want quantile, min, max, window or min_samples)", option)
 		}
-		return p.coreOption(reflect.ValueOf(dl).Elem(), "delay")
+		return p.jsonOption(reflect.ValueOf(dl).Elem(), "delay")
 	})
 }
 
-// coreOption reads the current option line into the field of the core
-// struct v (core.Config or one of its parts) whose JSON name it is, by the
-// field's type; a struct field is a block of its own options. So every
-// core option spelled as its JSON name needs no code here.
-func (p args) coreOption(v reflect.Value, block string) error {
+// jsonOption reads the current option line into the field of the struct v
+// (core.Config, one of its parts, or Transport) whose JSON name it is, by
+// the field's type; a struct field is a block of its own options. So every
+// option spelled as its JSON name needs no code here.
+func (p args) jsonOption(v reflect.Value, block string) error {
 	option := p.d.Val()
 	field := fieldByJSONName(v, option)
 	if !field.IsValid() {
@@ -222,6 +222,10 @@ func (p args) coreOption(v reflect.Value, block string) error {
 		} else {
 			*to, err = p.size()
 		}
+	case *caddy.Duration:
+		var d core.Duration
+		d, err = p.duration(false)
+		*to = caddy.Duration(d)
 	case *string:
 		*to, err = p.one()
 	case *[]string:
@@ -240,7 +244,7 @@ func (p args) coreOption(v reflect.Value, block string) error {
 		if field.Kind() != reflect.Struct {
 			return p.d.Errf("unrecognized %s option %q", block, option)
 		}
-		err = p.block(func(string) error { return p.coreOption(field, option) })
+		err = p.block(func(string) error { return p.jsonOption(field, option) })
 	}
 	return err
 }
@@ -264,35 +268,13 @@ func fieldByJSONName(v reflect.Value, name string) reflect.Value {
 	return reflect.Value{}
 }
 
-// parseTransport reads the transport block.
+// parseTransport reads the transport block: each option is its JSON name.
 func (h *Handler) parseTransport(p args) error {
 	if h.Transport == nil {
 		h.Transport = &Transport{}
 	}
-	t := h.Transport
-	return p.block(func(option string) (err error) {
-		switch option {
-		case "dial_timeout":
-			t.DialTimeout, err = p.caddyDuration()
-		case "response_header_timeout":
-			t.ResponseHeaderTimeout, err = p.caddyDuration()
-		case "keepalive_idle_timeout":
-			t.KeepAliveIdleTimeout, err = p.caddyDuration()
-		case "max_idle_conns_per_host":
-			t.MaxIdleConnsPerHost, err = p.integer(false)
-		case "versions":
-			t.Versions, err = p.atLeastOne()
-		case "tls_insecure_skip_verify":
-			t.TLSInsecureSkipVerify, err = true, p.none()
-		case "tls_server_name":
-			t.TLSServerName, err = p.one()
-		case "tls_trusted_ca_certs":
-			t.TLSTrustedCACerts, err = p.atLeastOne()
-		default:
-			err = p.d.Errf("unrecognized transport option %q", option)
-		}
-		return err
-	})
+	t := reflect.ValueOf(h.Transport).Elem()
+	return p.block(func(string) error { return p.jsonOption(t, "transport") })
 }
 
 // args reads an option's arguments, with errors that name the option and
@@ -375,13 +357,6 @@ func (p args) duration(allowOff bool) (core.Duration, error) {
 		return 0, p.d.Errf("%s %q: want a duration such as 250ms or 2s: %v", option, v, err)
 	}
 	return core.Duration(dur), nil
-}
-
-// caddyDuration parses a duration argument of the transport, which keeps
-// Caddy's own duration type.
-func (p args) caddyDuration() (caddy.Duration, error) {
-	d, err := p.duration(false)
-	return caddy.Duration(d), err
 }
 
 // integer parses an integer argument; "off" gives -1 when allowed.
