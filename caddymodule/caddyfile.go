@@ -2,12 +2,15 @@ package caddymodule
 
 import (
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
+
+	"github.com/llmhedge/llmhedge/core"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
@@ -74,35 +77,23 @@ import (
 //	}
 //
 // Sizes accept units (4MiB, 256KiB). Upstream URLs given on the directive's
-// line come first, in order, before upstream blocks.
+// line come first, in order, before upstream blocks. Every option of
+// core.Config without a syntax of its own above is spelled as its JSON name
+// with one argument (a flag has none), so it needs no code here.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume the directive name
 	for _, url := range d.RemainingArgs() {
-		h.Upstreams = append(h.Upstreams, &Upstream{URL: url})
+		h.Upstreams = append(h.Upstreams, core.UpstreamConfig{URL: url})
 	}
 	p := args{d}
 	for d.NextBlock(0) {
 		option := d.Val()
 		var err error
 		switch option {
-		case "route":
-			h.Route, err = p.one()
 		case "upstream":
 			err = h.parseUpstream(p)
 		case "delay":
 			err = h.parseDelay(p)
-		case "max_attempts":
-			h.MaxAttempts, err = p.integer(false)
-		case "timeout":
-			h.Timeout, err = p.duration(false)
-		case "min_time_left":
-			h.MinTimeLeft, err = p.duration(false)
-		case "max_body":
-			h.MaxBody, err = p.size()
-		case "max_prefix":
-			h.MaxPrefix, err = p.intSize()
-		case "max_line":
-			h.MaxLine, err = p.intSize()
 		case "methods":
 			h.Methods, err = p.atLeastOne()
 			for i := range h.Methods {
@@ -110,12 +101,6 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "paths":
 			h.PathPrefixes, err = p.atLeastOne()
-		case "first_event":
-			h.FirstEvent, err = p.one()
-		case "idempotency":
-			err = h.parseIdempotency(p)
-		case "budget":
-			err = h.parseBudget(p)
 		case "report_header":
 			names := d.RemainingArgs()
 			switch len(names) {
@@ -126,14 +111,12 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			default:
 				err = d.Errf("report_header takes at most one header name, got %d", len(names))
 			}
-		case "stream_error_event":
-			h.StreamErrorEvent, err = true, p.none()
 		case "transport":
 			err = h.parseTransport(p)
 		case "log_level":
 			h.LogLevel, err = p.one()
 		default:
-			err = d.Errf("unrecognized llm_hedge option %q", option)
+			err = p.jsonOption(reflect.ValueOf(&h.Config).Elem(), "llm_hedge")
 		}
 		if err != nil {
 			return err
@@ -149,8 +132,8 @@ func (h *Handler) parseUpstream(p args) error {
 	if err != nil {
 		return err
 	}
-	u := &Upstream{URL: url}
-	h.Upstreams = append(h.Upstreams, u)
+	h.Upstreams = append(h.Upstreams, core.UpstreamConfig{URL: url})
+	u := &h.Upstreams[len(h.Upstreams)-1] // the block appends no upstream
 	return p.each(func(option string) (err error) {
 		switch option {
 		case "name":
@@ -158,7 +141,7 @@ func (h *Handler) parseUpstream(p args) error {
 		case "model":
 			u.Model, err = p.one()
 		case "header_up":
-			err = u.parseHeaderUp(p)
+			err = parseHeaderUp(u, p)
 		default:
 			err = d.Errf("unrecognized upstream option %q (want name, header_up or model)", option)
 		}
@@ -167,7 +150,7 @@ func (h *Handler) parseUpstream(p args) error {
 }
 
 // parseHeaderUp reads `header_up <field> <value>` or `header_up -<field>`.
-func (u *Upstream) parseHeaderUp(p args) error {
+func parseHeaderUp(u *core.UpstreamConfig, p args) error {
 	d := p.d
 	fields := d.RemainingArgs()
 	switch {
@@ -187,10 +170,7 @@ func (u *Upstream) parseHeaderUp(p args) error {
 // parseDelay reads `delay <duration>` or `delay adaptive [<initial>] [{ ... }]`.
 func (h *Handler) parseDelay(p args) error {
 	d := p.d
-	if h.Delay == nil {
-		h.Delay = &Delay{}
-	}
-	dl := h.Delay
+	dl := &h.Delay
 	values := d.RemainingArgs()
 	switch {
 	case len(values) == 1 && values[0] != "adaptive":
@@ -198,136 +178,103 @@ func (h *Handler) parseDelay(p args) error {
 		if err != nil {
 			return d.Errf("delay %q: want a duration (e.g. 500ms) or adaptive: %v", values[0], err)
 		}
-		dl.Mode, dl.Fixed = "fixed", caddy.Duration(v)
+		dl.Mode, dl.Fixed = core.DelayFixed, core.Duration(v)
 	case len(values) >= 1 && len(values) <= 2 && values[0] == "adaptive":
-		dl.Mode = "adaptive"
+		dl.Mode = core.DelayAdaptive
 		if len(values) == 2 {
 			v, err := caddy.ParseDuration(values[1])
 			if err != nil {
 				return d.Errf("delay adaptive %q: want the initial delay as a duration: %v", values[1], err)
 			}
-			dl.Fixed = caddy.Duration(v)
+			dl.Fixed = core.Duration(v)
 		}
 	default:
 		return d.Errf("delay: want `delay <duration>` or `delay adaptive [<initial>] { ... }`")
 	}
-	return p.each(func(option string) (err error) {
+	return p.each(func(option string) error {
 		if dl.Mode != "adaptive" {
 			return d.Errf("delay %s takes no block; options like %q belong to `delay adaptive`", values[0], option)
 		}
-		switch option {
-		case "quantile":
-			dl.Quantile, err = p.float(false)
-		case "min":
-			dl.Min, err = p.duration(false)
-		case "max":
-			dl.Max, err = p.duration(false)
-		case "window":
-			dl.Window, err = p.integer(false)
-		case "min_samples":
-			dl.MinSamples, err = p.integer(false)
-		default:
-			err = d.Errf("unrecognized delay option %q (want quantile, min, max, window or min_samples)", option)
+		if option == "mode" || option == "fixed" || !fieldByJSONName(reflect.ValueOf(dl).Elem(), option).IsValid() {
+			return d.Errf("unrecognized delay option %q (want quantile, min, max, window or min_samples)", option)
 		}
-		return err
+		return p.jsonOption(reflect.ValueOf(dl).Elem(), "delay")
 	})
 }
 
-// parseIdempotency reads the idempotency block.
-func (h *Handler) parseIdempotency(p args) error {
-	if h.Idempotency == nil {
-		h.Idempotency = &Idempotency{}
+// jsonOption reads the current option line into the field of the struct v
+// (core.Config, one of its parts, or Transport) whose JSON name it is, by
+// the field's type; a struct field is a block of its own options. So every
+// option spelled as its JSON name needs no code here.
+func (p args) jsonOption(v reflect.Value, block string) error {
+	option := p.d.Val()
+	field := fieldByJSONName(v, option)
+	if !field.IsValid() {
+		return p.d.Errf("unrecognized %s option %q", block, option)
 	}
-	idem := h.Idempotency
-	return p.block(func(option string) (err error) {
-		switch option {
-		case "header":
-			idem.Header, err = p.one()
-		case "ttl":
-			idem.TTL, err = p.duration(true)
-		case "max_entries":
-			idem.MaxEntries, err = p.integer(false)
-		case "max_bytes":
-			idem.MaxBytes, err = p.size()
-		case "max_response_bytes":
-			idem.MaxResponseBytes, err = p.intSize()
-		case "scope_headers":
-			idem.ScopeHeaders, err = p.atLeastOne()
-		default:
-			err = p.d.Errf("unrecognized idempotency option %q", option)
+	var err error
+	switch to := field.Addr().Interface().(type) {
+	case *core.Duration:
+		*to, err = p.duration(offOptions[option])
+	case *core.ByteSize:
+		if intSizeOptions[option] {
+			*to, err = p.intSize()
+		} else {
+			*to, err = p.size()
 		}
-		return err
-	})
-}
-
-// parseBudget reads the budget block.
-func (h *Handler) parseBudget(p args) error {
-	if h.Budget == nil {
-		h.Budget = &Budget{}
+	case *caddy.Duration:
+		var d core.Duration
+		d, err = p.duration(false)
+		*to = caddy.Duration(d)
+	case *string:
+		*to, err = p.one()
+	case *[]string:
+		*to, err = p.atLeastOne()
+	case *int:
+		*to, err = p.integer(offOptions[option])
+	case *int64:
+		var n int
+		n, err = p.integer(offOptions[option])
+		*to = int64(n)
+	case *float64:
+		*to, err = p.float(offOptions[option])
+	case *bool:
+		*to, err = true, p.none()
+	default:
+		if field.Kind() != reflect.Struct {
+			return p.d.Errf("unrecognized %s option %q", block, option)
+		}
+		err = p.block(func(string) error { return p.jsonOption(field, option) })
 	}
-	b := h.Budget
-	return p.block(func(option string) (err error) {
-		switch option {
-		case "ratio":
-			b.Ratio, err = p.float(true)
-		case "burst":
-			b.Burst, err = p.float(false)
-		case "max_concurrent_hedges":
-			b.MaxConcurrentHedges, err = p.integer(true)
-		case "cool_down":
-			b.CoolDown, err = p.duration(false)
-		case "max_cool_down":
-			b.MaxCoolDown, err = p.duration(false)
-		case "overload_rate":
-			b.OverloadRate, err = p.float(false)
-		case "overload_window":
-			b.OverloadWindow, err = p.integer(false)
-		case "breaker_failures":
-			b.BreakerFailures, err = p.integer(false)
-		case "breaker_open":
-			b.BreakerOpen, err = p.duration(false)
-		case "tenant_header":
-			b.TenantHeader, err = p.one()
-		case "tenant_tokens_per_minute":
-			var n int
-			n, err = p.integer(false)
-			b.TenantTokensPerMinute = int64(n)
-		default:
-			err = p.d.Errf("unrecognized budget option %q", option)
-		}
-		return err
-	})
+	return err
 }
 
-// parseTransport reads the transport block.
+// offOptions may be "off" in a Caddyfile, which means -1.
+var offOptions = map[string]bool{"ttl": true, "ratio": true, "max_concurrent_hedges": true}
+
+// intSizeOptions are sizes that must fit an int32 (buffers of one request).
+var intSizeOptions = map[string]bool{"max_prefix": true, "max_line": true, "max_response_bytes": true}
+
+// fieldByJSONName is the field of the struct v whose JSON name is name, or
+// the zero Value. Lists of structs (upstreams) have a syntax of their own.
+func fieldByJSONName(v reflect.Value, name string) reflect.Value {
+	for i := 0; i < v.NumField(); i++ {
+		f := v.Type().Field(i)
+		structList := f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct
+		if strings.Split(f.Tag.Get("json"), ",")[0] == name && !structList {
+			return v.Field(i)
+		}
+	}
+	return reflect.Value{}
+}
+
+// parseTransport reads the transport block: each option is its JSON name.
 func (h *Handler) parseTransport(p args) error {
 	if h.Transport == nil {
 		h.Transport = &Transport{}
 	}
-	t := h.Transport
-	return p.block(func(option string) (err error) {
-		switch option {
-		case "dial_timeout":
-			t.DialTimeout, err = p.duration(false)
-		case "response_header_timeout":
-			t.ResponseHeaderTimeout, err = p.duration(false)
-		case "keepalive_idle_timeout":
-			t.KeepAliveIdleTimeout, err = p.duration(false)
-		case "max_idle_conns_per_host":
-			t.MaxIdleConnsPerHost, err = p.integer(false)
-		case "versions":
-			t.Versions, err = p.atLeastOne()
-		case "tls_insecure_skip_verify":
-			t.TLSInsecureSkipVerify, err = true, p.none()
-		case "tls_server_name":
-			t.TLSServerName, err = p.one()
-		case "tls_trusted_ca_certs":
-			t.TLSTrustedCACerts, err = p.atLeastOne()
-		default:
-			err = p.d.Errf("unrecognized transport option %q", option)
-		}
-		return err
-	})
+	t := reflect.ValueOf(h.Transport).Elem()
+	return p.block(func(string) error { return p.jsonOption(t, "transport") })
 }
 
 // args reads an option's arguments, with errors that name the option and
@@ -399,7 +346,7 @@ func (p args) value(allowOff bool) (string, bool, error) {
 }
 
 // duration parses a duration argument; "off" gives -1 when allowed.
-func (p args) duration(allowOff bool) (caddy.Duration, error) {
+func (p args) duration(allowOff bool) (core.Duration, error) {
 	option := p.d.Val()
 	v, off, err := p.value(allowOff)
 	if err != nil || off {
@@ -409,7 +356,7 @@ func (p args) duration(allowOff bool) (caddy.Duration, error) {
 	if err != nil {
 		return 0, p.d.Errf("%s %q: want a duration such as 250ms or 2s: %v", option, v, err)
 	}
-	return caddy.Duration(dur), nil
+	return core.Duration(dur), nil
 }
 
 // integer parses an integer argument; "off" gives -1 when allowed.
@@ -441,7 +388,7 @@ func (p args) float(allowOff bool) (float64, error) {
 }
 
 // size parses a byte size such as 4MiB or 65536.
-func (p args) size() (int64, error) {
+func (p args) size() (core.ByteSize, error) {
 	option := p.d.Val()
 	v, err := p.one()
 	if err != nil {
@@ -451,11 +398,11 @@ func (p args) size() (int64, error) {
 	if err != nil || n > math.MaxInt64 {
 		return 0, p.d.Errf("%s %q: want a size such as 4MiB or 65536", option, v)
 	}
-	return int64(n), nil
+	return core.ByteSize(n), nil
 }
 
 // intSize parses a byte size that must fit an int.
-func (p args) intSize() (int, error) {
+func (p args) intSize() (core.ByteSize, error) {
 	option := p.d.Val()
 	n, err := p.size()
 	if err != nil {
@@ -464,5 +411,5 @@ func (p args) intSize() (int, error) {
 	if n > math.MaxInt32 {
 		return 0, p.d.Errf("%s %d is too large", option, n)
 	}
-	return int(n), nil
+	return n, nil
 }

@@ -2,6 +2,7 @@ package caddymodule
 
 import (
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -29,7 +30,7 @@ func TestCaddyfileMinimal(t *testing.T) {
 	if len(h.Upstreams) != 2 || h.Upstreams[0].URL != "http://127.0.0.1:9001" || h.Upstreams[1].URL != "http://127.0.0.1:9002" {
 		t.Fatalf("upstreams %+v", h.Upstreams)
 	}
-	if h.Delay == nil || h.Delay.Mode != "fixed" || time.Duration(h.Delay.Fixed) != 50*time.Millisecond {
+	if h.Delay.Mode != "fixed" || time.Duration(h.Delay.Fixed) != 50*time.Millisecond {
 		t.Fatalf("delay %+v", h.Delay)
 	}
 }
@@ -118,7 +119,7 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		t.Fatalf("parsed\n%s\nwant\n%s", got, want)
 	}
 	// Every parsed value must reach the core config unchanged.
-	cfg := h.coreConfig(caddy.NewReplacer())
+	cfg := coreConfig(h.Config, caddy.NewReplacer())
 	if cfg.Delay.Quantile != 0.9 || cfg.Budget.MaxConcurrentHedges != -1 || cfg.Idempotency.TTL != -1 ||
 		cfg.Upstreams[1].SetHeaders["Authorization"] != "Bearer sk-2" || cfg.Budget.TenantTokensPerMinute != 100000 {
 		t.Fatalf("core config %+v", cfg)
@@ -168,5 +169,65 @@ func TestCaddyfileErrors(t *testing.T) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Every option of core.Config has a Caddyfile spelling: its JSON name (in
+// its block), except the upstreams and delay's mode and fixed, which have
+// a syntax of their own. A new core option is parsed without a new case.
+func TestCaddyfileSpellsEveryCoreOption(t *testing.T) {
+	cfgType := reflect.TypeOf(Handler{}.Config)
+	for i := 0; i < cfgType.NumField(); i++ {
+		top := cfgType.Field(i)
+		name := jsonName(top)
+		switch {
+		case name == "upstreams":
+		case top.Type.Kind() == reflect.Struct:
+			for j := 0; j < top.Type.NumField(); j++ {
+				inner := top.Type.Field(j)
+				opener := name
+				if name == "delay" {
+					if n := jsonName(inner); n == "mode" || n == "fixed" {
+						continue
+					}
+					opener = "delay adaptive"
+				}
+				checkSpelled(t, opener+" {\n"+optionLine(inner)+"\n}", name+"."+jsonName(inner), top.Index, inner.Index)
+			}
+		default:
+			checkSpelled(t, optionLine(top), name, top.Index)
+		}
+	}
+}
+
+func jsonName(f reflect.StructField) string { return strings.Split(f.Tag.Get("json"), ",")[0] }
+
+// optionLine is `<json name> <a value of the field's type>`.
+func optionLine(f reflect.StructField) string {
+	values := map[string]string{"Duration": "7s", "ByteSize": "4KiB", "string": "X-Value", "int": "3", "int64": "3", "float64": "0.5", "bool": ""}
+	value, ok := values[f.Type.Name()]
+	if f.Type.Kind() == reflect.Slice {
+		value, ok = "A B", true
+	}
+	if !ok {
+		return jsonName(f) + " <no Caddyfile value for " + f.Type.String() + ">"
+	}
+	return strings.TrimSpace(jsonName(f) + " " + value)
+}
+
+// checkSpelled parses the block and wants the core field at path non-zero.
+func checkSpelled(t *testing.T, block, option string, path ...[]int) {
+	t.Helper()
+	h, err := parse(t, "llm_hedge http://a {\n"+block+"\n}")
+	if err != nil {
+		t.Errorf("core option %s has no Caddyfile spelling: %v", option, err)
+		return
+	}
+	v := reflect.ValueOf(h.Config)
+	for _, index := range path {
+		v = v.FieldByIndex(index)
+	}
+	if v.IsZero() {
+		t.Errorf("Caddyfile %q left core option %s at zero", block, option)
 	}
 }

@@ -35,67 +35,13 @@ func init() {
 // upstream) and never calls the next handler. Attempts go through the
 // handler's own HTTP transport, never through Caddy's next handler.
 type Handler struct {
-	// Route names this route in metrics, logs and placeholders, and keys
-	// the state kept across config reloads. Default "default".
-	Route string `json:"route,omitempty"`
-
-	// Upstreams, in order. At least one is required.
-	Upstreams []*Upstream `json:"upstreams,omitempty"`
-
-	// Delay before a hedge starts. Default: fixed 1s.
-	Delay *Delay `json:"delay,omitempty"`
-
-	// MaxAttempts bounds the race, the first attempt included. Default 2.
-	MaxAttempts int `json:"max_attempts,omitempty"`
-
-	// Timeout is the shared deadline of all attempts, the streamed answer
-	// included; 504 when it passes before a winner. Default 0: none beyond
-	// the client's.
-	Timeout caddy.Duration `json:"timeout,omitempty"`
-
-	// MinTimeLeft: no hedge starts when less time than this is left before
-	// the deadline. Default: the hedge delay in force.
-	MinTimeLeft caddy.Duration `json:"min_time_left,omitempty"`
-
-	// MaxBody is the largest request body (bytes) that is buffered and
-	// hedged; larger bodies are forwarded once, unhedged, never cut.
-	// Default 4 MiB.
-	MaxBody int64 `json:"max_body,omitempty"`
-
-	// MaxPrefix bounds the bytes an attempt may send before its first
-	// output event, and the size of a buffered non-streaming answer.
-	// Default 1 MiB.
-	MaxPrefix int `json:"max_prefix,omitempty"`
-
-	// MaxLine bounds one SSE or NDJSON line (bytes) while looking for the
-	// first output event. Default 256 KiB.
-	MaxLine int `json:"max_line,omitempty"`
-
-	// Methods that may be hedged; others are proxied once. Default ["POST"].
-	Methods []string `json:"methods,omitempty"`
-
-	// PathPrefixes that may be hedged; other paths are proxied once.
-	// Default: every path.
-	PathPrefixes []string `json:"path_prefixes,omitempty"`
-
-	// FirstEvent is the rule that decides which event carries model output:
-	// auto, openai-chat, openai-responses, anthropic or any. Default "auto".
-	FirstEvent string `json:"first_event,omitempty"`
-
-	// Idempotency keys, joins and replays. Default: see Idempotency.
-	Idempotency *Idempotency `json:"idempotency,omitempty"`
-
-	// Budget rations hedges. Default: see Budget.
-	Budget *Budget `json:"budget,omitempty"`
-
-	// ReportHeader names a response header that reports the race in
-	// Server-Timing style (attempts, winner, TTFT, delay). Default: none.
-	ReportHeader string `json:"report_header,omitempty"`
-
-	// StreamErrorEvent ends an SSE answer whose upstream failed after the
-	// answer started with a final `event: error` instead of a cut stream.
-	// Default false.
-	StreamErrorEvent bool `json:"stream_error_event,omitempty"`
+	// The hedging options are core.Config's fields, in its snake_case
+	// names (README.md lists them with their defaults). Global
+	// placeholders ({env.*}, {system.*}, …) in an upstream's url,
+	// set_headers values and model are replaced once, when the handler is
+	// provisioned, so an API key can stay in the environment and out of
+	// the adapted JSON.
+	core.Config
 
 	// Transport sends the attempts. Default: see Transport.
 	Transport *Transport `json:"transport,omitempty"`
@@ -129,7 +75,7 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 // A configuration core rejects is reported by Validate.
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
-	h.cfg = h.coreConfig(caddy.NewReplacer())
+	h.cfg = coreConfig(h.Config, caddy.NewReplacer())
 	h.transport = h.Transport.withDefaults()
 	h.cfgErr = h.cfg.Validate()
 	if h.cfgErr != nil || h.transport.validate() != nil {

@@ -196,7 +196,7 @@ func keepErrorAnswer(h *Hedger, a *attempt, resp *http.Response) {
 func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, format streamFormat) bool {
 	var det *firstEventDetector
 	if a.streaming {
-		det = newFirstEventDetector(format, h.cfg.FirstEvent, h.cfg.MaxLine)
+		det = newFirstEventDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine))
 	}
 	body := resp.Body
 	buf := getBuffer()[:0]
@@ -213,7 +213,7 @@ func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Resp
 				return decided(h, a, p, v, why)
 			}
 		}
-		if n > 0 && len(buf) > h.cfg.MaxPrefix {
+		if n > 0 && len(buf) > int(h.cfg.MaxPrefix) {
 			return prefixFull(h, a, det != nil)
 		}
 		if err != nil {

@@ -59,7 +59,7 @@ func BenchmarkHandleStream(b *testing.B) {
 	var clock Clock = SystemClock{}
 	cfg := Config{
 		Upstreams: []UpstreamConfig{{Name: "F", URL: "http://f.test"}, {Name: "G", URL: "http://g.test"}},
-		Delay:     DelayConfig{Fixed: 30 * time.Second},
+		Delay:     DelayConfig{Fixed: Duration(30 * time.Second)},
 	}
 	h, err := New(cfg, Options{Transport: tr, Clock: clock})
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 func breakerConfig(attempts int) Config {
 	cfg := testConfig()
 	cfg.Budget.BreakerFailures = 2
-	cfg.Budget.BreakerOpen = 5 * time.Second
+	cfg.Budget.BreakerOpen = Duration(5 * time.Second)
 	cfg.MaxAttempts = attempts
 	return cfg
 }

@@ -204,13 +204,13 @@ func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, prob
 	}
 	if probe != 0 && probe == u.probe {
 		u.probe = 0
-		u.openFor = nextOpenTime(u.openFor, cfg.BreakerOpen)
+		u.openFor = nextOpenTime(u.openFor, time.Duration(cfg.BreakerOpen))
 		u.openUntil = now.Add(u.openFor)
 	} else if !u.tripped {
 		u.consecutive++
 		if u.consecutive >= cfg.BreakerFailures {
 			u.tripped = true
-			u.openFor = cfg.BreakerOpen
+			u.openFor = time.Duration(cfg.BreakerOpen)
 			u.openUntil = now.Add(u.openFor)
 		}
 	}
@@ -237,7 +237,7 @@ func coolDownFor(status int, retryAfter string, now time.Time, cfg *BudgetConfig
 	if status != 429 && status != 503 {
 		return 0
 	}
-	d := cfg.CoolDown
+	d := time.Duration(cfg.CoolDown)
 	if retryAfter != "" {
 		if secs, err := strconv.Atoi(retryAfter); err == nil && secs >= 0 {
 			d = time.Duration(secs) * time.Second
@@ -245,8 +245,8 @@ func coolDownFor(status int, retryAfter string, now time.Time, cfg *BudgetConfig
 			d = at.Sub(now)
 		}
 	}
-	if d > cfg.MaxCoolDown {
-		d = cfg.MaxCoolDown
+	if d > time.Duration(cfg.MaxCoolDown) {
+		d = time.Duration(cfg.MaxCoolDown)
 	}
 	if d < 0 {
 		d = 0

@@ -126,7 +126,7 @@ func TestOverloadStopsHedging(t *testing.T) {
 	cfg := testConfig()
 	cfg.Budget.OverloadWindow = 4
 	cfg.Budget.OverloadRate = 0.5
-	cfg.Budget.CoolDown = time.Millisecond
+	cfg.Budget.CoolDown = Duration(time.Millisecond)
 	hs := newHarness(t, cfg)
 	for i := 0; i < 4; i++ {
 		out := hs.serve(chatRequest(""))
@@ -151,7 +151,7 @@ func TestOverloadStopsHedging(t *testing.T) {
 func TestCircuitBreakerOpens(t *testing.T) {
 	cfg := testConfig()
 	cfg.Budget.BreakerFailures = 2
-	cfg.Budget.BreakerOpen = 5 * time.Second
+	cfg.Budget.BreakerOpen = Duration(5 * time.Second)
 	cfg.MaxAttempts = 1
 	hs := newHarness(t, cfg)
 	for i := 0; i < 2; i++ {
@@ -184,7 +184,7 @@ func TestCircuitBreakerOpens(t *testing.T) {
 // using the fixed delay until enough samples exist.
 func TestAdaptiveDelayEstimator(t *testing.T) {
 	cfg := testConfig()
-	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: time.Second, Quantile: 0.9, Min: 10 * time.Millisecond, Max: 500 * time.Millisecond, Window: 100, MinSamples: 10}
+	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: Duration(time.Second), Quantile: 0.9, Min: Duration(10 * time.Millisecond), Max: Duration(500 * time.Millisecond), Window: 100, MinSamples: 10}
 	cfg = cfg.WithDefaults()
 	st := NewState(cfg, newFakeClock())
 	if d := hedgeDelay(st, &cfg, 0); d != time.Second {

@@ -1,6 +1,8 @@
 package core
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -9,66 +11,74 @@ import (
 	"time"
 )
 
-// Config is the one configuration schema of a hedged route. Each adapter
-// spells it in its host's convention and converts to this struct; Validate
-// says what is wrong in plain words, and WithDefaults fills every zero field.
+// Config is the one declaration of a hedged route's options. Its JSON
+// names (snake_case) are what Caddy's JSON and Envoy's YAML decode straight
+// into; Traefik's camelCase mirror (traefikplugin/config.go) and the
+// Caddyfile parser fill these fields too. Validate says what is wrong in
+// plain words, and WithDefaults fills every zero field. Durations and sizes
+// decode from strings ("250ms", "4MiB") and integers (nanoseconds, bytes).
 type Config struct {
 	// Route names the route in metrics and logs. Default "default".
-	Route string
+	Route string `json:"route,omitempty"`
 	// Upstreams are tried in order: attempt 0 goes to the first healthy one,
 	// each hedge to the next. At least one is required.
-	Upstreams []UpstreamConfig
+	Upstreams []UpstreamConfig `json:"upstreams,omitempty"`
 	// Delay decides when a hedge starts if no output event has arrived.
-	Delay DelayConfig
+	// Default: fixed 1s.
+	Delay DelayConfig `json:"delay,omitzero"`
 	// MaxAttempts bounds the race, the first attempt included. Default 2.
-	MaxAttempts int
+	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Timeout is the shared deadline of all attempts, the streamed answer
 	// included. Zero means no deadline beyond the client's own.
-	Timeout time.Duration
+	Timeout Duration `json:"timeout,omitempty"`
 	// MinTimeLeft: a hedge is not started when less time than this is left
 	// before the deadline. Default: the hedge delay in force.
-	MinTimeLeft time.Duration
+	MinTimeLeft Duration `json:"min_time_left,omitempty"`
 	// MaxBody is the largest request body that is buffered and hedged.
 	// Larger bodies are forwarded once, unhedged, never cut. Default 4 MiB.
-	MaxBody int64
+	MaxBody ByteSize `json:"max_body,omitempty"`
 	// MaxPrefix bounds the bytes an attempt may produce before its first
 	// output event (and the size of a buffered non-streaming answer).
 	// Default 1 MiB.
-	MaxPrefix int
+	MaxPrefix ByteSize `json:"max_prefix,omitempty"`
 	// MaxLine bounds one SSE/NDJSON line while looking for the first event.
 	// Default 256 KiB.
-	MaxLine int
-	// Methods that may be hedged. Default POST.
-	Methods []string
-	// PathPrefixes that may be hedged. Default: every path.
-	PathPrefixes []string
+	MaxLine ByteSize `json:"max_line,omitempty"`
+	// Methods that may be hedged; others are proxied once. Default POST.
+	Methods []string `json:"methods,omitempty"`
+	// PathPrefixes that may be hedged; others are proxied once. Default:
+	// every path.
+	PathPrefixes []string `json:"path_prefixes,omitempty"`
 	// FirstEvent is the rule that says which event carries model output:
 	// auto (default), openai-chat, openai-responses, anthropic, any.
-	FirstEvent string
+	FirstEvent string `json:"first_event,omitempty"`
 	// Idempotency configures keys, joins and replays.
-	Idempotency IdempotencyConfig
+	Idempotency IdempotencyConfig `json:"idempotency,omitzero"`
 	// Budget rations hedges.
-	Budget BudgetConfig
+	Budget BudgetConfig `json:"budget,omitzero"`
 	// ReportHeader, when set, names a response header that reports the race
 	// (attempts, winner, ttft). Default off.
-	ReportHeader string
+	ReportHeader string `json:"report_header,omitempty"`
 	// StreamErrorEvent: a failure after commit ends an SSE answer with a
 	// final `event: error` instead of a cut stream. Default false.
-	StreamErrorEvent bool
+	StreamErrorEvent bool `json:"stream_error_event,omitempty"`
 }
 
 // UpstreamConfig is one place an attempt can go.
 type UpstreamConfig struct {
-	// Name in metrics and logs. Default: the URL's host.
-	Name string
-	// URL is the base URL; the request path and query are appended to its path.
-	URL string
-	// SetHeaders are set on every attempt to this upstream (e.g. its API key).
-	SetHeaders map[string]string
+	// Name in metrics and logs; it must not be a secret. Default: the
+	// URL's host (host:port).
+	Name string `json:"name,omitempty"`
+	// URL is the base URL (http or https); the request path and query are
+	// appended to its path. Required.
+	URL string `json:"url"`
+	// SetHeaders are set on every attempt to this upstream, replacing the
+	// client's value (e.g. its API key). Values are never logged.
+	SetHeaders map[string]string `json:"set_headers,omitempty"`
 	// DeleteHeaders are removed from every attempt to this upstream.
-	DeleteHeaders []string
+	DeleteHeaders []string `json:"delete_headers,omitempty"`
 	// Model, when set, replaces the top-level JSON "model" field of the body.
-	Model string
+	Model string `json:"model,omitempty"`
 }
 
 // Delay modes.
@@ -77,77 +87,140 @@ const (
 	DelayAdaptive = "adaptive"
 )
 
-// DelayConfig says how long to wait for a first output event before hedging.
+// DelayConfig says how long to wait for a first output event before
+// hedging. In JSON it is a mapping of these fields, or a duration string
+// alone: a fixed delay.
 type DelayConfig struct {
 	// Mode is fixed (default) or adaptive.
-	Mode string
+	Mode string `json:"mode,omitempty"`
 	// Fixed is the delay in fixed mode, and in adaptive mode until enough
 	// samples exist. Default 1s.
-	Fixed time.Duration
+	Fixed Duration `json:"fixed,omitempty"`
 	// Quantile of the primary upstream's TTFT in adaptive mode. Default 0.95.
-	Quantile float64
+	Quantile float64 `json:"quantile,omitempty"`
 	// Min and Max clamp the adaptive delay. Defaults 50ms and 10s.
-	Min time.Duration
-	Max time.Duration
+	Min Duration `json:"min,omitempty"`
+	Max Duration `json:"max,omitempty"`
 	// Window is how many recent TTFT samples the estimator keeps. Default 1000.
-	Window int
+	Window int `json:"window,omitempty"`
 	// MinSamples before the adaptive delay replaces Fixed. Default 50.
-	MinSamples int
+	MinSamples int `json:"min_samples,omitempty"`
+}
+
+// UnmarshalJSON accepts a duration string as a fixed delay, or a mapping
+// of DelayConfig's fields (an unknown field is an error).
+func (d *DelayConfig) UnmarshalJSON(b []byte) error {
+	if string(b) == "null" {
+		return nil // the convention of encoding/json: no change
+	}
+	var s string
+	if json.Unmarshal(b, &s) == nil {
+		var fixed Duration
+		if err := fixed.UnmarshalJSON(b); err != nil {
+			return fmt.Errorf("delay: %v", err)
+		}
+		*d = DelayConfig{Mode: DelayFixed, Fixed: fixed}
+		return nil
+	}
+	type plain DelayConfig // no UnmarshalJSON: no recursion
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var p plain
+	if err := dec.Decode(&p); err != nil {
+		return fmt.Errorf("delay: %v", err)
+	}
+	*d = DelayConfig(p)
+	return nil
 }
 
 // IdempotencyConfig configures keys, in-flight joins and replays.
 type IdempotencyConfig struct {
-	// Header carries the client's key and is sent to every attempt.
-	// Default "Idempotency-Key".
-	Header string
+	// Header carries the client's key and is sent to every attempt; a key
+	// is generated when the client sends none. Default "Idempotency-Key".
+	Header string `json:"header,omitempty"`
 	// TTL a completed response is replayed for. Default 10m. Negative
-	// disables joins and replays (keys are still generated and sent).
-	TTL time.Duration
+	// ("off") disables joins and replays (keys are still generated and sent).
+	TTL Duration `json:"ttl,omitempty"`
 	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
 	// 64 MiB.
-	MaxEntries int
-	MaxBytes   int64
+	MaxEntries int      `json:"max_entries,omitempty"`
+	MaxBytes   ByteSize `json:"max_bytes,omitempty"`
 	// MaxResponseBytes is the largest response recorded for joins and
 	// replays. Default 1 MiB.
-	MaxResponseBytes int
+	MaxResponseBytes ByteSize `json:"max_response_bytes,omitempty"`
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller (a hash of these headers' values), so one
 	// caller can neither join nor replay another's answer. Default
 	// Authorization, X-Api-Key, Api-Key, X-Goog-Api-Key and, when set,
 	// Budget.TenantHeader. A caller identified any other way (a key in the
 	// query, a cookie, mTLS, a proxy in front) needs them set.
-	ScopeHeaders []string
+	ScopeHeaders []string `json:"scope_headers,omitempty"`
 }
 
 // BudgetConfig rations hedges (the extra load).
 type BudgetConfig struct {
 	// Ratio of requests that may start a hedge, as a token bucket refilled by
 	// every request. Default 0.1. A negative value means no budget.
-	Ratio float64
+	Ratio float64 `json:"ratio,omitempty"`
 	// Burst is the bucket's size in hedges. Default 10.
-	Burst float64
+	Burst float64 `json:"burst,omitempty"`
 	// MaxConcurrentHedges caps hedges in flight. Default 100; negative: no cap.
-	MaxConcurrentHedges int
+	MaxConcurrentHedges int `json:"max_concurrent_hedges,omitempty"`
 	// CoolDown is how long an upstream is avoided after a 429/503 without a
 	// Retry-After header. Default 1s. Retry-After is capped by MaxCoolDown
 	// (default 60s).
-	CoolDown    time.Duration
-	MaxCoolDown time.Duration
+	CoolDown    Duration `json:"cool_down,omitempty"`
+	MaxCoolDown Duration `json:"max_cool_down,omitempty"`
 	// OverloadRate of 429/503 answers among the last OverloadWindow answers
 	// above which no hedge starts. Defaults 0.2 and 100 (20 answers at least).
-	OverloadRate   float64
-	OverloadWindow int
+	OverloadRate   float64 `json:"overload_rate,omitempty"`
+	OverloadWindow int     `json:"overload_window,omitempty"`
 	// BreakerFailures consecutive failures open an upstream's circuit for
 	// BreakerOpen. Defaults 5 and 10s. Then one probe attempt at a time may
 	// go through; each failed probe doubles the open time, at most 5
 	// minutes or BreakerOpen if that is longer.
-	BreakerFailures int
-	BreakerOpen     time.Duration
+	BreakerFailures int      `json:"breaker_failures,omitempty"`
+	BreakerOpen     Duration `json:"breaker_open,omitempty"`
 	// TenantHeader names the header that identifies a tenant; with
 	// TenantTokensPerMinute > 0 each tenant may spend at most that many
 	// estimated extra prompt tokens (body bytes / 4) per minute on hedges.
-	TenantHeader          string
-	TenantTokensPerMinute int64
+	TenantHeader          string `json:"tenant_header,omitempty"`
+	TenantTokensPerMinute int64  `json:"tenant_tokens_per_minute,omitempty"`
+}
+
+// ExpandUpstreams returns c with expand applied to every value of its
+// upstreams that may hold a reference to the host's environment (Caddy's
+// {env.X}, Envoy's ${X}): url, set_headers values and model. c itself is
+// not changed. An error names the upstream and the field, never the value.
+func (c Config) ExpandUpstreams(expand func(string) (string, error)) (Config, error) {
+	ups := make([]UpstreamConfig, len(c.Upstreams))
+	for i, u := range c.Upstreams {
+		// Multi-value results go to locals first (Yaegi).
+		rawURL, err := expand(u.URL)
+		if err != nil {
+			return c, fmt.Errorf("upstream %d: url: %v", i, err)
+		}
+		u.URL = rawURL
+		model, err := expand(u.Model)
+		if err != nil {
+			return c, fmt.Errorf("upstream %d: model: %v", i, err)
+		}
+		u.Model = model
+		if len(u.SetHeaders) > 0 {
+			set := make(map[string]string, len(u.SetHeaders))
+			for name, value := range u.SetHeaders {
+				v, err := expand(value)
+				if err != nil {
+					return c, fmt.Errorf("upstream %d: set_headers %s: %v", i, name, err)
+				}
+				set[name] = v
+			}
+			u.SetHeaders = set
+		}
+		ups[i] = u
+	}
+	c.Upstreams = ups
+	return c, nil
 }
 
 // First-event rules.
@@ -176,16 +249,16 @@ func (c Config) WithDefaults() Config {
 		c.Delay.Mode = DelayFixed
 	}
 	if c.Delay.Fixed == 0 {
-		c.Delay.Fixed = time.Second
+		c.Delay.Fixed = Duration(time.Second)
 	}
 	if c.Delay.Quantile == 0 {
 		c.Delay.Quantile = 0.95
 	}
 	if c.Delay.Min == 0 {
-		c.Delay.Min = 50 * time.Millisecond
+		c.Delay.Min = Duration(50 * time.Millisecond)
 	}
 	if c.Delay.Max == 0 {
-		c.Delay.Max = 10 * time.Second
+		c.Delay.Max = Duration(10 * time.Second)
 	}
 	if c.Delay.Window == 0 {
 		c.Delay.Window = 1000
@@ -215,7 +288,7 @@ func (c Config) WithDefaults() Config {
 		c.Idempotency.Header = "Idempotency-Key"
 	}
 	if c.Idempotency.TTL == 0 {
-		c.Idempotency.TTL = 10 * time.Minute
+		c.Idempotency.TTL = Duration(10 * time.Minute)
 	}
 	if c.Idempotency.MaxEntries == 0 {
 		c.Idempotency.MaxEntries = 10000
@@ -246,10 +319,10 @@ func (c Config) WithDefaults() Config {
 		b.MaxConcurrentHedges = 100
 	}
 	if b.CoolDown == 0 {
-		b.CoolDown = time.Second
+		b.CoolDown = Duration(time.Second)
 	}
 	if b.MaxCoolDown == 0 {
-		b.MaxCoolDown = time.Minute
+		b.MaxCoolDown = Duration(time.Minute)
 	}
 	if b.OverloadRate == 0 {
 		b.OverloadRate = 0.2
@@ -261,7 +334,7 @@ func (c Config) WithDefaults() Config {
 		b.BreakerFailures = 5
 	}
 	if b.BreakerOpen == 0 {
-		b.BreakerOpen = 10 * time.Second
+		b.BreakerOpen = Duration(10 * time.Second)
 	}
 	return c
 }

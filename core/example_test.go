@@ -61,7 +61,7 @@ func ExampleNew() {
 			{Name: "primary", URL: primary.URL},
 			{Name: "backup", URL: backup.URL},
 		},
-		Delay: core.DelayConfig{Fixed: time.Second},
+		Delay: core.DelayConfig{Fixed: core.Duration(time.Second)},
 	}, core.Options{})
 	if err != nil {
 		fmt.Println(err)
@@ -92,7 +92,7 @@ func ExampleHedger_Handle() {
 			{Name: "primary", URL: primary.URL},
 			{Name: "backup", URL: backup.URL},
 		},
-		Delay: core.DelayConfig{Fixed: 20 * time.Millisecond},
+		Delay: core.DelayConfig{Fixed: core.Duration(20 * time.Millisecond)},
 	}, core.Options{})
 	if err != nil {
 		fmt.Println(err)
@@ -133,7 +133,7 @@ func ExampleOptions_observer() {
 			{Name: "primary", URL: primary.URL},
 			{Name: "backup", URL: backup.URL},
 		},
-		Delay: core.DelayConfig{Fixed: 20 * time.Millisecond},
+		Delay: core.DelayConfig{Fixed: core.Duration(20 * time.Millisecond)},
 	}, core.Options{Observer: observer})
 	if err != nil {
 		fmt.Println(err)

@@ -193,7 +193,7 @@ type harness struct {
 func testConfig() Config {
 	return Config{
 		Upstreams: []UpstreamConfig{{Name: "A", URL: "http://a.test/base"}, {Name: "B", URL: "http://b.test"}},
-		Delay:     DelayConfig{Fixed: 100 * time.Millisecond},
+		Delay:     DelayConfig{Fixed: Duration(100 * time.Millisecond)},
 	}
 }
 

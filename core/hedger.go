@@ -119,7 +119,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
-		idempotencyTTL: cfg.Idempotency.TTL, secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
+		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
 		scopeHeaders: scopeHeaders}, nil
 }
 
@@ -209,7 +209,7 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 	r := p.orig
 	idem := &h.cfg.Idempotency
 	identity := idempotencyIdentity(h, p)
-	replay, follow, lead, conflict := h.state.idem.claim(identity, p.fingerprint(), idem.MaxResponseBytes)
+	replay, follow, lead, conflict := h.state.idem.claim(identity, p.fingerprint(), int(idem.MaxResponseBytes))
 	switch {
 	case conflict:
 		rep.Outcome = OutcomeRejected

@@ -97,7 +97,7 @@ func TestIdempotentConflict(t *testing.T) {
 // and not after it.
 func TestIdempotentReplayWithinTTL(t *testing.T) {
 	cfg := testConfig()
-	cfg.Idempotency.TTL = time.Minute
+	cfg.Idempotency.TTL = Duration(time.Minute)
 	hs := newHarness(t, cfg)
 	first := hs.serve(keyed("", "k4"))
 	a := hs.tr.next(t)

@@ -108,7 +108,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	} else {
 		first, _, probe = claimUpstream(h, nil, rc.start)
 	}
-	rc.delay = h.cfg.Delay.Fixed
+	rc.delay = time.Duration(h.cfg.Delay.Fixed)
 	if h.cfg.Delay.Mode == DelayAdaptive {
 		rc.delay = hedgeDelay(h.state, h.cfg, first)
 	}
@@ -143,7 +143,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 // client's own, zero when it has none, if sooner) and arms its timer.
 func armDeadline(rc *race, clientDeadline time.Time) Timer {
 	if rc.h.cfg.Timeout > 0 {
-		rc.deadline = rc.start.Add(rc.h.cfg.Timeout)
+		rc.deadline = rc.start.Add(time.Duration(rc.h.cfg.Timeout))
 	}
 	if !clientDeadline.IsZero() && (rc.deadline.IsZero() || clientDeadline.Before(rc.deadline)) {
 		rc.deadline = clientDeadline
@@ -268,7 +268,7 @@ func tryLaunch(rc *race, role string) bool {
 		}
 		return deny(DenyMaxAttempts)
 	}
-	minLeft := h.cfg.MinTimeLeft
+	minLeft := time.Duration(h.cfg.MinTimeLeft)
 	if minLeft == 0 {
 		minLeft = rc.delay
 	}

@@ -135,7 +135,7 @@ func TestConnectFailureIs502JSON(t *testing.T) {
 // The shared deadline answers 504 and cancels every attempt.
 func TestDeadlineGives504(t *testing.T) {
 	cfg := testConfig()
-	cfg.Timeout = time.Second
+	cfg.Timeout = Duration(time.Second)
 	hs := newHarness(t, cfg)
 	out := hs.serve(chatRequest(""))
 	a := hs.tr.next(t)
@@ -346,7 +346,7 @@ func TestStatefulRequestNeedsIdempotencyKey(t *testing.T) {
 func TestDefaultOptionsRealClock(t *testing.T) {
 	tr := newScriptTransport()
 	cfg := testConfig()
-	cfg.Delay.Fixed = time.Millisecond
+	cfg.Delay.Fixed = Duration(time.Millisecond)
 	h, err := New(cfg, Options{Transport: tr})
 	if err != nil {
 		t.Fatal(err)

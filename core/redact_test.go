@@ -111,7 +111,7 @@ func TestTransportErrorsReachNoClient(t *testing.T) {
 			{Name: "a", URL: "http://" + refused, SetHeaders: map[string]string{"Authorization": "Bearer " + canaryHeader}},
 			{Name: "b", URL: "http://internal-name.invalid:8123/v1?api-version=1&key=" + canaryURLKey},
 		},
-		Delay:       DelayConfig{Fixed: time.Hour},
+		Delay:       DelayConfig{Fixed: Duration(time.Hour)},
 		Budget:      BudgetConfig{Ratio: -1},
 		MaxAttempts: 2,
 	}

@@ -110,7 +110,7 @@ func checkJSON(h *Hedger, p *preparedRequest, path string) error {
 // replaced. (Its own function: under Yaegi prepare's frame stays small.)
 func tooLargeToRewrite(h *Hedger) error {
 	return &badRequest{http.StatusRequestEntityTooLarge, "request_too_large",
-		"the request body is larger than " + strconv.FormatInt(h.cfg.MaxBody, 10) +
+		"the request body is larger than " + strconv.FormatInt(int64(h.cfg.MaxBody), 10) +
 			" bytes, the most this route reads to set the model"}
 }
 
@@ -183,7 +183,7 @@ func pathAllowed(h *Hedger, path string) bool {
 // is not hedgeable and the unread rest is kept to forward once.
 func readBody(h *Hedger, p *preparedRequest) error {
 	body := p.orig.Body
-	limit := h.cfg.MaxBody
+	limit := int64(h.cfg.MaxBody)
 	buf, err := io.ReadAll(io.LimitReader(body, limit+1))
 	if err != nil {
 		return bodyReadError(p.orig, err)

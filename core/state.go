@@ -35,7 +35,7 @@ func NewState(cfg Config, clock Clock) *State {
 		bucket:   newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
 		overload: newOverloadWindow(cfg.Budget.OverloadWindow),
 		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
-		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, cfg.Idempotency.MaxBytes, clock)),
+		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
 	}
 	for i := 0; i < len(cfg.Upstreams); i++ {
 		s.estimators = append(s.estimators, newTTFTEstimator(cfg.Delay.Window, cfg.Delay.Quantile))
@@ -66,17 +66,17 @@ func (s *State) fits(cfg Config) bool { return s.shape == stateShape(cfg) }
 // upstream `up`.
 func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 	if cfg.Delay.Mode != DelayAdaptive {
-		return cfg.Delay.Fixed
+		return time.Duration(cfg.Delay.Fixed)
 	}
 	q, n := quantile(s.estimators[up])
 	if n < cfg.Delay.MinSamples {
-		return cfg.Delay.Fixed
+		return time.Duration(cfg.Delay.Fixed)
 	}
-	if q < cfg.Delay.Min {
-		q = cfg.Delay.Min
+	if q < time.Duration(cfg.Delay.Min) {
+		q = time.Duration(cfg.Delay.Min)
 	}
-	if q > cfg.Delay.Max {
-		q = cfg.Delay.Max
+	if q > time.Duration(cfg.Delay.Max) {
+		q = time.Duration(cfg.Delay.Max)
 	}
 	return q
 }

@@ -1,7 +1,6 @@
 package envoyfilter
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -153,53 +152,26 @@ type TransportConfig struct {
 }
 
 // RouteConfig is one hedged route: which requests it takes over (Match)
-// and the shared core schema (core.Config) in snake_case.
+// and the hedging options, core.Config's fields in its snake_case names
+// (README.md lists them). "${NAME}" in an upstream's url, set_headers
+// values and model is replaced by the environment variable NAME, so keys
+// stay out of the file.
 type RouteConfig struct {
 	// Name names the route in metrics and logs. Required, unique.
 	Name string `json:"name"`
 	// Match selects the requests this route hedges.
 	Match MatchConfig `json:"match"`
-	// Upstreams are tried in order; at least one. See core.UpstreamConfig.
-	Upstreams []UpstreamConfig `json:"upstreams"`
-	// Delay is the hedge delay: a duration string ("250ms", fixed mode) or
-	// a mapping (see DelayConfig). Default fixed 1s.
-	Delay DelayConfig `json:"delay"`
-	// MaxAttempts bounds the race, the first attempt included. Default 2.
-	MaxAttempts int `json:"max_attempts"`
-	// Timeout is the shared deadline of all attempts and the streamed
-	// answer. Default 0: none beyond the client's.
-	Timeout Duration `json:"timeout"`
-	// MinTimeLeft: no hedge starts with less time than this before the
-	// deadline. Default: the hedge delay.
-	MinTimeLeft Duration `json:"min_time_left"`
-	// MaxBody is the largest body that is buffered and hedged; larger ones
-	// are forwarded once, unhedged. Default 4MiB.
-	MaxBody ByteSize `json:"max_body"`
-	// MaxPrefix bounds what an attempt may send before its first output
-	// event. Default 1MiB.
-	MaxPrefix ByteSize `json:"max_prefix"`
-	// MaxLine bounds one SSE/NDJSON line before the first event. Default
-	// 256KiB.
-	MaxLine ByteSize `json:"max_line"`
-	// Methods that may be hedged. Default [POST]. Other methods on a
-	// matched route are sent once through this server.
-	Methods []string `json:"methods"`
-	// PathPrefixes that may be hedged, among the requests Match selected.
-	// Default: all of them.
-	PathPrefixes []string `json:"path_prefixes"`
-	// FirstEvent is the first-output rule: auto (default), openai-chat,
-	// openai-responses, anthropic, any.
-	FirstEvent string `json:"first_event"`
-	// Idempotency configures keys, joins and replays.
-	Idempotency IdempotencyConfig `json:"idempotency"`
-	// Budget rations hedges.
-	Budget BudgetConfig `json:"budget"`
-	// ReportHeader names a response header that reports the race. Default
-	// off.
-	ReportHeader string `json:"report_header"`
-	// StreamErrorEvent ends a failed SSE answer with `event: error` instead
-	// of a reset stream. Default false.
-	StreamErrorEvent bool `json:"stream_error_event"`
+	core.Config
+	// Route hides core.Config's route field: a route is named by name.
+	Route routeIsName `json:"route,omitempty"`
+}
+
+// routeIsName rejects a route: field, which core.Config would accept.
+type routeIsName struct{}
+
+// UnmarshalJSON always fails: the route's name is its name field.
+func (routeIsName) UnmarshalJSON([]byte) error {
+	return errors.New(`unknown field "route": a route is named by name`)
 }
 
 // MatchConfig selects requests. Every listed condition must hold; an empty
@@ -221,105 +193,11 @@ type HeaderMatch struct {
 	Value string `json:"value"`
 }
 
-// UpstreamConfig is one upstream of a route (core.UpstreamConfig).
-type UpstreamConfig struct {
-	// Name in metrics and logs. Default: the URL's host.
-	Name string `json:"name"`
-	// URL is the base URL; the request path and query are appended. Required.
-	URL string `json:"url"`
-	// SetHeaders are set on every attempt to this upstream, e.g. its API
-	// key. "${NAME}" in a value is replaced by the environment variable
-	// NAME, so keys stay out of the file. Values are never logged.
-	SetHeaders map[string]string `json:"set_headers"`
-	// DeleteHeaders are removed from every attempt to this upstream.
-	DeleteHeaders []string `json:"delete_headers"`
-	// Model, when set, replaces the JSON "model" field of the body.
-	Model string `json:"model"`
-}
-
-// DelayConfig is core.DelayConfig. In YAML it is either a duration string
-// (fixed mode) or a mapping of these fields.
-type DelayConfig struct {
-	// Mode is fixed (default) or adaptive.
-	Mode string `json:"mode"`
-	// Fixed delay, and the adaptive delay until enough samples. Default 1s.
-	Fixed Duration `json:"fixed"`
-	// Quantile of the primary's TTFT in adaptive mode. Default 0.95.
-	Quantile float64 `json:"quantile"`
-	// Min and Max clamp the adaptive delay. Defaults 50ms and 10s.
-	Min Duration `json:"min"`
-	Max Duration `json:"max"`
-	// Window of recent TTFT samples. Default 1000.
-	Window int `json:"window"`
-	// MinSamples before the adaptive delay is used. Default 50.
-	MinSamples int `json:"min_samples"`
-}
-
-// UnmarshalJSON accepts a duration string as a fixed delay, or a mapping.
-func (d *DelayConfig) UnmarshalJSON(b []byte) error {
-	var s string
-	if json.Unmarshal(b, &s) == nil {
-		var fixed Duration
-		if err := fixed.UnmarshalJSON(b); err != nil {
-			return fmt.Errorf("delay: %v", err)
-		}
-		*d = DelayConfig{Mode: core.DelayFixed, Fixed: fixed}
-		return nil
-	}
-	type plain DelayConfig // no UnmarshalJSON: no recursion
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	var p plain
-	if err := dec.Decode(&p); err != nil {
-		return fmt.Errorf("delay: %v", err)
-	}
-	*d = DelayConfig(p)
-	return nil
-}
-
-// IdempotencyConfig is core.IdempotencyConfig.
-type IdempotencyConfig struct {
-	// Header carries the key. Default "Idempotency-Key".
-	Header string `json:"header"`
-	// TTL of replays. Default 10m; negative disables joins and replays.
-	TTL Duration `json:"ttl"`
-	// MaxEntries and MaxBytes bound the store. Defaults 10000 and 64MiB.
-	MaxEntries int      `json:"max_entries"`
-	MaxBytes   ByteSize `json:"max_bytes"`
-	// MaxResponseBytes is the largest response kept. Default 1MiB.
-	MaxResponseBytes ByteSize `json:"max_response_bytes"`
-	// ScopeHeaders name the request headers that identify the caller: a
-	// key is looked up per caller. Default Authorization, X-Api-Key,
-	// Api-Key, X-Goog-Api-Key and budget.tenant_header when set.
-	ScopeHeaders []string `json:"scope_headers"`
-}
-
-// BudgetConfig is core.BudgetConfig.
-type BudgetConfig struct {
-	// Ratio of requests that may start a hedge. Default 0.1; negative: no
-	// budget.
-	Ratio float64 `json:"ratio"`
-	// Burst of the token bucket, in hedges. Default 10.
-	Burst float64 `json:"burst"`
-	// MaxConcurrentHedges in flight. Default 100; negative: no cap.
-	MaxConcurrentHedges int `json:"max_concurrent_hedges"`
-	// CoolDown after a 429/503 without Retry-After. Default 1s.
-	CoolDown Duration `json:"cool_down"`
-	// MaxCoolDown caps Retry-After. Default 60s.
-	MaxCoolDown Duration `json:"max_cool_down"`
-	// OverloadRate of 429/503 among the last OverloadWindow answers above
-	// which no hedge starts. Defaults 0.2 and 100.
-	OverloadRate   float64 `json:"overload_rate"`
-	OverloadWindow int     `json:"overload_window"`
-	// BreakerFailures consecutive failures open an upstream's circuit for
-	// BreakerOpen. Defaults 5 and 10s.
-	BreakerFailures int      `json:"breaker_failures"`
-	BreakerOpen     Duration `json:"breaker_open"`
-	// TenantHeader and TenantTokensPerMinute cap each tenant's extra prompt
-	// tokens spent on hedges. Default off.
-	TenantHeader          string `json:"tenant_header"`
-	TenantTokensPerMinute int64  `json:"tenant_tokens_per_minute"`
-}
+// Duration and ByteSize are core's: "250ms", "4MiB" or integers.
+type (
+	Duration = core.Duration
+	ByteSize = core.ByteSize
+)
 
 // Defaults of the server-level settings.
 const (
@@ -521,7 +399,7 @@ func (c *FileConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// envReference is "${NAME}" in a set_headers value.
+// envReference is "${NAME}" in an upstream value.
 var envReference = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // expandEnv replaces every ${NAME} by the environment variable NAME; an
@@ -543,66 +421,10 @@ func expandEnv(value string) (string, error) {
 	return out, nil
 }
 
-// CoreConfig converts the route to the core schema (environment references
-// in set_headers expanded).
+// CoreConfig returns the route's core configuration, environment
+// references in its upstreams expanded.
 func (r RouteConfig) CoreConfig() (core.Config, error) {
-	cfg := core.Config{
-		Route:        r.Name,
-		MaxAttempts:  r.MaxAttempts,
-		Timeout:      time.Duration(r.Timeout),
-		MinTimeLeft:  time.Duration(r.MinTimeLeft),
-		MaxBody:      int64(r.MaxBody),
-		MaxPrefix:    int(r.MaxPrefix),
-		MaxLine:      int(r.MaxLine),
-		Methods:      r.Methods,
-		PathPrefixes: r.PathPrefixes,
-		FirstEvent:   r.FirstEvent,
-		Delay: core.DelayConfig{
-			Mode:       r.Delay.Mode,
-			Fixed:      time.Duration(r.Delay.Fixed),
-			Quantile:   r.Delay.Quantile,
-			Min:        time.Duration(r.Delay.Min),
-			Max:        time.Duration(r.Delay.Max),
-			Window:     r.Delay.Window,
-			MinSamples: r.Delay.MinSamples,
-		},
-		Idempotency: core.IdempotencyConfig{
-			Header:           r.Idempotency.Header,
-			TTL:              time.Duration(r.Idempotency.TTL),
-			MaxEntries:       r.Idempotency.MaxEntries,
-			MaxBytes:         int64(r.Idempotency.MaxBytes),
-			MaxResponseBytes: int(r.Idempotency.MaxResponseBytes),
-			ScopeHeaders:     r.Idempotency.ScopeHeaders,
-		},
-		Budget: core.BudgetConfig{
-			Ratio:                 r.Budget.Ratio,
-			Burst:                 r.Budget.Burst,
-			MaxConcurrentHedges:   r.Budget.MaxConcurrentHedges,
-			CoolDown:              time.Duration(r.Budget.CoolDown),
-			MaxCoolDown:           time.Duration(r.Budget.MaxCoolDown),
-			OverloadRate:          r.Budget.OverloadRate,
-			OverloadWindow:        r.Budget.OverloadWindow,
-			BreakerFailures:       r.Budget.BreakerFailures,
-			BreakerOpen:           time.Duration(r.Budget.BreakerOpen),
-			TenantHeader:          r.Budget.TenantHeader,
-			TenantTokensPerMinute: r.Budget.TenantTokensPerMinute,
-		},
-		ReportHeader:     r.ReportHeader,
-		StreamErrorEvent: r.StreamErrorEvent,
-	}
-	for i, u := range r.Upstreams {
-		up := core.UpstreamConfig{Name: u.Name, URL: u.URL, DeleteHeaders: u.DeleteHeaders, Model: u.Model}
-		if len(u.SetHeaders) > 0 {
-			up.SetHeaders = make(map[string]string, len(u.SetHeaders))
-			for name, value := range u.SetHeaders {
-				v, err := expandEnv(value)
-				if err != nil {
-					return core.Config{}, fmt.Errorf("upstream %d: set_headers %s: %v", i, name, err)
-				}
-				up.SetHeaders[name] = v
-			}
-		}
-		cfg.Upstreams = append(cfg.Upstreams, up)
-	}
-	return cfg, nil
+	cfg := r.Config
+	cfg.Route = r.Name
+	return cfg.ExpandUpstreams(expandEnv)
 }

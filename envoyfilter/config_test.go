@@ -33,7 +33,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cc.Route != "chat" || len(cc.Upstreams) != 2 || cc.Delay.Mode != core.DelayFixed || cc.Delay.Fixed != 50*time.Millisecond {
+	if cc.Route != "chat" || len(cc.Upstreams) != 2 || cc.Delay.Mode != core.DelayFixed || time.Duration(cc.Delay.Fixed) != 50*time.Millisecond {
 		t.Fatalf("core config %+v", cc)
 	}
 }
@@ -82,22 +82,22 @@ routes:
 		t.Fatalf("upstream %+v", u)
 	}
 	d := cc.Delay
-	if d.Mode != core.DelayAdaptive || d.Fixed != 2*time.Second || d.Quantile != 0.9 || d.Min != 100*time.Millisecond ||
-		d.Max != 5*time.Second || d.Window != 500 || d.MinSamples != 20 {
+	if d.Mode != core.DelayAdaptive || time.Duration(d.Fixed) != 2*time.Second || d.Quantile != 0.9 || time.Duration(d.Min) != 100*time.Millisecond ||
+		time.Duration(d.Max) != 5*time.Second || d.Window != 500 || d.MinSamples != 20 {
 		t.Fatalf("delay %+v", d)
 	}
-	if cc.MaxAttempts != 3 || cc.Timeout != time.Minute || cc.MinTimeLeft != time.Second || cc.MaxBody != 8<<20 ||
+	if cc.MaxAttempts != 3 || time.Duration(cc.Timeout) != time.Minute || time.Duration(cc.MinTimeLeft) != time.Second || cc.MaxBody != 8<<20 ||
 		cc.MaxPrefix != 2<<20 || cc.MaxLine != 512<<10 || len(cc.Methods) != 2 || cc.PathPrefixes[0] != "/v1/chat/" ||
 		cc.FirstEvent != core.RuleOpenAIChat || cc.ReportHeader != "Server-Timing" || !cc.StreamErrorEvent {
 		t.Fatalf("core config %+v", cc)
 	}
-	if i := cc.Idempotency; i.Header != "X-Key" || i.TTL != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 ||
+	if i := cc.Idempotency; i.Header != "X-Key" || time.Duration(i.TTL) != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 ||
 		len(i.ScopeHeaders) != 2 || i.ScopeHeaders[1] != "X-User" {
 		t.Fatalf("idempotency %+v", i)
 	}
 	b := cc.Budget
-	if b.Ratio != 0.2 || b.Burst != 5 || b.MaxConcurrentHedges != 7 || b.CoolDown != 2*time.Second || b.MaxCoolDown != 30*time.Second ||
-		b.OverloadRate != 0.5 || b.OverloadWindow != 50 || b.BreakerFailures != 3 || b.BreakerOpen != 5*time.Second ||
+	if b.Ratio != 0.2 || b.Burst != 5 || b.MaxConcurrentHedges != 7 || time.Duration(b.CoolDown) != 2*time.Second || time.Duration(b.MaxCoolDown) != 30*time.Second ||
+		b.OverloadRate != 0.5 || b.OverloadWindow != 50 || b.BreakerFailures != 3 || time.Duration(b.BreakerOpen) != 5*time.Second ||
 		b.TenantHeader != "x-tenant" || b.TenantTokensPerMinute != 1000 {
 		t.Fatalf("budget %+v", b)
 	}
@@ -139,5 +139,43 @@ func TestConfigErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// ${NAME} is expanded in every upstream value that may hold a secret or a
+// deployment detail: url, set_headers values and model, in one pass.
+func TestConfigExpandsEnvInEveryUpstreamValue(t *testing.T) {
+	t.Setenv("LLMHEDGE_TEST_HOST", "127.0.0.1:9001")
+	t.Setenv("LLMHEDGE_TEST_MODEL", "gpt-4o-mini")
+	t.Setenv("LLMHEDGE_TEST_KEY", "sk-123")
+	cfg, err := envoyfilter.ParseConfig([]byte(`
+routes:
+  - name: chat
+    upstreams:
+      - url: http://${LLMHEDGE_TEST_HOST}/v1
+        model: ${LLMHEDGE_TEST_MODEL}
+        set_headers: {Authorization: "Bearer ${LLMHEDGE_TEST_KEY}"}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := cfg.Routes[0].CoreConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := cc.Upstreams[0]
+	if u.URL != "http://127.0.0.1:9001/v1" || u.Model != "gpt-4o-mini" || u.SetHeaders["Authorization"] != "Bearer sk-123" {
+		t.Errorf("upstream url %q, model %q, Authorization %q: want every ${NAME} expanded", u.URL, u.Model, u.SetHeaders["Authorization"])
+	}
+	if cfg.Routes[0].Upstreams[0].URL != "http://${LLMHEDGE_TEST_HOST}/v1" {
+		t.Errorf("the parsed file changed: url %q", cfg.Routes[0].Upstreams[0].URL)
+	}
+}
+
+// A route is named by name; core's route field is not an Envoy option.
+func TestConfigRejectsRouteField(t *testing.T) {
+	_, err := envoyfilter.ParseConfig([]byte("routes:\n  - name: a\n    route: b\n    upstreams: [{url: 'http://x'}]\n"))
+	if err == nil || !strings.Contains(err.Error(), `unknown field "route"`) {
+		t.Fatalf("error %v, want unknown field \"route\"", err)
 	}
 }

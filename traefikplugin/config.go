@@ -3,6 +3,7 @@ package traefikplugin
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -22,52 +23,52 @@ import (
 type Config struct {
 	// Route names the route in log lines. Default: the Traefik middleware's
 	// name (e.g. "hedge@file").
-	Route string `json:"route,omitempty" yaml:"route,omitempty"`
+	Route string `json:"route,omitempty" yaml:"route,omitempty" core:"Route"`
 	// Upstreams are tried in order: attempt 0 goes to the first healthy one,
 	// each hedge to the next. At least one is required.
 	Upstreams []Upstream `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
 	// Delay is how long to wait for a first output event before hedging
 	// (fixed mode), and the delay used in adaptive mode until enough samples
 	// exist. Default "1s".
-	Delay string `json:"delay,omitempty" yaml:"delay,omitempty"`
+	Delay string `json:"delay,omitempty" yaml:"delay,omitempty" core:"Delay.Fixed"`
 	// DelayMode is "fixed" (default) or "adaptive": a quantile of the
 	// primary upstream's observed time to first token.
-	DelayMode string `json:"delayMode,omitempty" yaml:"delayMode,omitempty"`
+	DelayMode string `json:"delayMode,omitempty" yaml:"delayMode,omitempty" core:"Delay.Mode"`
 	// DelayQuantile is the quantile used in adaptive mode. Default 0.95.
-	DelayQuantile float64 `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty"`
+	DelayQuantile float64 `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty" core:"Delay.Quantile"`
 	// DelayMin and DelayMax clamp the adaptive delay. Defaults "50ms" and "10s".
-	DelayMin string `json:"delayMin,omitempty" yaml:"delayMin,omitempty"`
-	DelayMax string `json:"delayMax,omitempty" yaml:"delayMax,omitempty"`
+	DelayMin string `json:"delayMin,omitempty" yaml:"delayMin,omitempty" core:"Delay.Min"`
+	DelayMax string `json:"delayMax,omitempty" yaml:"delayMax,omitempty" core:"Delay.Max"`
 	// DelayWindow is how many recent samples the estimator keeps. Default 1000.
-	DelayWindow int `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty"`
+	DelayWindow int `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty" core:"Delay.Window"`
 	// DelayMinSamples is how many samples adaptive mode needs before it
 	// replaces Delay. Default 50.
-	DelayMinSamples int `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty"`
+	DelayMinSamples int `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty" core:"Delay.MinSamples"`
 	// MaxAttempts bounds the race, the first attempt included. Default 2.
-	MaxAttempts int `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty"`
+	MaxAttempts int `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty" core:"MaxAttempts"`
 	// Timeout is the shared deadline of all attempts, the streamed answer
 	// included. Default "" (none beyond the client's own).
-	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty"`
+	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" core:"Timeout"`
 	// MinTimeLeft: no hedge starts when less than this is left before the
 	// deadline. Default "" (the hedge delay in force).
-	MinTimeLeft string `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty"`
+	MinTimeLeft string `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty" core:"MinTimeLeft"`
 	// MaxBody is the largest request body in bytes that is buffered and
 	// hedged; larger bodies are forwarded once, unhedged, never cut.
 	// Default 4194304 (4 MiB).
-	MaxBody int64 `json:"maxBody,omitempty" yaml:"maxBody,omitempty"`
+	MaxBody core.ByteSize `json:"maxBody,omitempty" yaml:"maxBody,omitempty" core:"MaxBody"`
 	// MaxPrefix bounds the bytes an attempt may send before its first output
 	// event (and a buffered non-streaming answer). Default 1048576 (1 MiB).
-	MaxPrefix int `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty"`
+	MaxPrefix core.ByteSize `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty" core:"MaxPrefix"`
 	// MaxLine bounds one SSE/NDJSON line while the first event is awaited.
 	// Default 262144 (256 KiB).
-	MaxLine int `json:"maxLine,omitempty" yaml:"maxLine,omitempty"`
+	MaxLine core.ByteSize `json:"maxLine,omitempty" yaml:"maxLine,omitempty" core:"MaxLine"`
 	// Methods that may be hedged. Default ["POST"].
-	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty"`
+	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty" core:"Methods"`
 	// PathPrefixes that may be hedged. Default: every path.
-	PathPrefixes []string `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty"`
+	PathPrefixes []string `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty" core:"PathPrefixes"`
 	// FirstEvent says which event carries model output: "auto" (default),
 	// "openai-chat", "openai-responses", "anthropic" or "any".
-	FirstEvent string `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty"`
+	FirstEvent string `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty" core:"FirstEvent"`
 	// Idempotency configures keys, in-flight joins and replays.
 	Idempotency Idempotency `json:"idempotency,omitempty" yaml:"idempotency,omitempty"`
 	// Budget rations hedges.
@@ -75,93 +76,93 @@ type Config struct {
 	// ReportHeader, when set (e.g. "Server-Timing"), names a response header
 	// that reports the race: attempts, winner, upstream, delay, and the TTFT
 	// as dur. Default "" (off).
-	ReportHeader string `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty"`
+	ReportHeader string `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
 	// StreamErrorEvent ends an SSE answer whose upstream failed after the
 	// answer started with a final "event: error" instead of a cut
 	// connection. Default false.
-	StreamErrorEvent bool `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty"`
+	StreamErrorEvent bool `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
 	// PassThrough sends requests that are not eligible for hedging (method
 	// or path not allowed, or the client's "X-LLM-Hedge: off") to the
 	// router's service instead of the first upstream. Default false.
-	PassThrough bool `json:"passThrough,omitempty" yaml:"passThrough,omitempty"`
+	PassThrough bool `json:"passThrough,omitempty" yaml:"passThrough,omitempty" core:"-"`
 	// Log says where the one line per request goes: "stdout" (default;
 	// Traefik shows it at DEBUG level), "stderr" (Traefik shows it at ERROR
 	// level, so it is visible at the default level) or "off" (also spelt
 	// "false" or "0", what an unquoted YAML off becomes).
-	Log string `json:"log,omitempty" yaml:"log,omitempty"`
+	Log string `json:"log,omitempty" yaml:"log,omitempty" core:"-"`
 	// MetricsPath, when set (e.g. "/llmhedge/metrics"), is a path this
 	// middleware answers with the llm_hedge_* metrics in the Prometheus text
 	// format (see metrics.go). Default off.
-	MetricsPath string `json:"metricsPath,omitempty" yaml:"metricsPath,omitempty"`
+	MetricsPath string `json:"metricsPath,omitempty" yaml:"metricsPath,omitempty" core:"-"`
 }
 
 // Upstream is one place an attempt can go.
 type Upstream struct {
 	// Name in log lines. Default: the URL's host.
-	Name string `json:"name,omitempty" yaml:"name,omitempty"`
+	Name string `json:"name,omitempty" yaml:"name,omitempty" core:"Upstreams.Name"`
 	// URL is the base URL; the request's path and query are appended to its
 	// path. Required.
-	URL string `json:"url,omitempty" yaml:"url,omitempty"`
+	URL string `json:"url,omitempty" yaml:"url,omitempty" core:"Upstreams.URL"`
 	// SetHeaders are set on every attempt to this upstream (e.g. its own
 	// Authorization). They are never logged.
-	SetHeaders map[string]string `json:"setHeaders,omitempty" yaml:"setHeaders,omitempty"`
+	SetHeaders map[string]string `json:"setHeaders,omitempty" yaml:"setHeaders,omitempty" core:"Upstreams.SetHeaders"`
 	// DeleteHeaders are removed from every attempt to this upstream.
-	DeleteHeaders []string `json:"deleteHeaders,omitempty" yaml:"deleteHeaders,omitempty"`
+	DeleteHeaders []string `json:"deleteHeaders,omitempty" yaml:"deleteHeaders,omitempty" core:"Upstreams.DeleteHeaders"`
 	// Model, when set, replaces the JSON body's top-level "model" field.
-	Model string `json:"model,omitempty" yaml:"model,omitempty"`
+	Model string `json:"model,omitempty" yaml:"model,omitempty" core:"Upstreams.Model"`
 }
 
 // Idempotency configures idempotency keys, joins and replays.
 type Idempotency struct {
 	// Header carries the client's key and is sent on every attempt.
 	// Default "Idempotency-Key".
-	Header string `json:"header,omitempty" yaml:"header,omitempty"`
+	Header string `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
 	// TTL a completed response is replayed for. Default "10m". "off"
 	// disables joins and replays (keys are still generated and sent), and
 	// so do the forms an unquoted YAML off takes on its way here ("false",
 	// "0") and a zero duration ("0s").
-	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty"`
+	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
 	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
 	// 67108864 (64 MiB).
-	MaxEntries int   `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty"`
-	MaxBytes   int64 `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty"`
+	MaxEntries int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
+	MaxBytes   core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
 	// MaxResponseBytes is the largest response recorded for joins and
 	// replays. Default 1048576 (1 MiB).
-	MaxResponseBytes int `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty"`
+	MaxResponseBytes core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
 	// ScopeHeaders name the request headers that identify the caller: a
 	// key is looked up per caller, so one caller never joins or replays
 	// another's answer. Default Authorization, X-Api-Key, Api-Key,
 	// X-Goog-Api-Key and budget.tenantHeader when set.
-	ScopeHeaders []string `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty"`
+	ScopeHeaders []string `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
 }
 
 // Budget rations hedges, which are extra load.
 type Budget struct {
 	// Ratio of requests that may start a hedge (a token bucket refilled by
 	// every request). Default 0.1. A negative value means no budget.
-	Ratio float64 `json:"ratio,omitempty" yaml:"ratio,omitempty"`
+	Ratio float64 `json:"ratio,omitempty" yaml:"ratio,omitempty" core:"Budget.Ratio"`
 	// Burst is the bucket's size in hedges. Default 10.
-	Burst float64 `json:"burst,omitempty" yaml:"burst,omitempty"`
+	Burst float64 `json:"burst,omitempty" yaml:"burst,omitempty" core:"Budget.Burst"`
 	// MaxConcurrentHedges caps hedges in flight. Default 100; negative: no cap.
-	MaxConcurrentHedges int `json:"maxConcurrentHedges,omitempty" yaml:"maxConcurrentHedges,omitempty"`
+	MaxConcurrentHedges int `json:"maxConcurrentHedges,omitempty" yaml:"maxConcurrentHedges,omitempty" core:"Budget.MaxConcurrentHedges"`
 	// CoolDown is how long an upstream is avoided after a 429/503 without
 	// Retry-After. Default "1s". Retry-After is capped by MaxCoolDown
 	// (default "1m").
-	CoolDown    string `json:"coolDown,omitempty" yaml:"coolDown,omitempty"`
-	MaxCoolDown string `json:"maxCoolDown,omitempty" yaml:"maxCoolDown,omitempty"`
+	CoolDown    string `json:"coolDown,omitempty" yaml:"coolDown,omitempty" core:"Budget.CoolDown"`
+	MaxCoolDown string `json:"maxCoolDown,omitempty" yaml:"maxCoolDown,omitempty" core:"Budget.MaxCoolDown"`
 	// OverloadRate of 429/503 answers among the last OverloadWindow answers
 	// above which no hedge starts. Defaults 0.2 and 100.
-	OverloadRate   float64 `json:"overloadRate,omitempty" yaml:"overloadRate,omitempty"`
-	OverloadWindow int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty"`
+	OverloadRate   float64 `json:"overloadRate,omitempty" yaml:"overloadRate,omitempty" core:"Budget.OverloadRate"`
+	OverloadWindow int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty" core:"Budget.OverloadWindow"`
 	// BreakerFailures consecutive failures open an upstream's circuit for
 	// BreakerOpen. Defaults 5 and "10s".
-	BreakerFailures int    `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty"`
-	BreakerOpen     string `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty"`
+	BreakerFailures int    `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty" core:"Budget.BreakerFailures"`
+	BreakerOpen     string `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty" core:"Budget.BreakerOpen"`
 	// TenantHeader names the header that identifies a tenant; with
 	// TenantTokensPerMinute > 0 each tenant may spend at most that many
 	// estimated extra prompt tokens per minute on hedges. Default off.
-	TenantHeader          string `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty"`
-	TenantTokensPerMinute int64  `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty"`
+	TenantHeader          string `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty" core:"Budget.TenantHeader"`
+	TenantTokensPerMinute int64  `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty" core:"Budget.TenantTokensPerMinute"`
 }
 
 // Log destinations.
@@ -210,130 +211,50 @@ func logDestination(v string) (string, bool) {
 
 // CreateConfig returns the configuration with every default filled in, as
 // Traefik expects; the dynamic configuration is decoded on top of it. The
-// defaults come from core so the two can never disagree.
+// defaults are read from core through the core tags, so the two can never
+// disagree.
 func CreateConfig() *Config {
-	d := core.Config{}.WithDefaults()
-	return &Config{
-		Delay:           d.Delay.Fixed.String(),
-		DelayMode:       d.Delay.Mode,
-		DelayQuantile:   d.Delay.Quantile,
-		DelayMin:        d.Delay.Min.String(),
-		DelayMax:        d.Delay.Max.String(),
-		DelayWindow:     d.Delay.Window,
-		DelayMinSamples: d.Delay.MinSamples,
-		MaxAttempts:     d.MaxAttempts,
-		MaxBody:         d.MaxBody,
-		MaxPrefix:       d.MaxPrefix,
-		MaxLine:         d.MaxLine,
-		Methods:         append([]string(nil), d.Methods...),
-		FirstEvent:      d.FirstEvent,
-		Idempotency: Idempotency{
-			Header:           d.Idempotency.Header,
-			TTL:              d.Idempotency.TTL.String(),
-			MaxEntries:       d.Idempotency.MaxEntries,
-			MaxBytes:         d.Idempotency.MaxBytes,
-			MaxResponseBytes: d.Idempotency.MaxResponseBytes,
-			// ScopeHeaders stays empty: the core's default depends on
-			// budget.tenantHeader, which the dynamic configuration sets.
-		},
-		Budget: Budget{
-			Ratio:               d.Budget.Ratio,
-			Burst:               d.Budget.Burst,
-			MaxConcurrentHedges: d.Budget.MaxConcurrentHedges,
-			CoolDown:            d.Budget.CoolDown.String(),
-			MaxCoolDown:         d.Budget.MaxCoolDown.String(),
-			OverloadRate:        d.Budget.OverloadRate,
-			OverloadWindow:      d.Budget.OverloadWindow,
-			BreakerFailures:     d.Budget.BreakerFailures,
-			BreakerOpen:         d.Budget.BreakerOpen.String(),
-		},
-		Log: logStdout,
+	c := &Config{}
+	defaults := core.Config{}.WithDefaults()
+	copyDefaults(reflect.ValueOf(c).Elem(), reflect.ValueOf(defaults))
+	c.Route = "" // the default is the middleware's name, known in New
+	// The core's default depends on budget.tenantHeader, which the dynamic
+	// configuration sets.
+	c.Idempotency.ScopeHeaders = nil
+	c.Log = logStdout
+	return c
+}
+
+// copyDefaults sets every option of the mirror struct m to the value of
+// the core field its core tag names (durations as strings).
+func copyDefaults(m reflect.Value, defaults reflect.Value) {
+	for i := 0; i < m.NumField(); i++ {
+		field := m.Type().Field(i)
+		target := field.Tag.Get("core")
+		switch {
+		case target == "" && field.Type.Kind() == reflect.Struct:
+			copyDefaults(m.Field(i), defaults)
+		case target == "" || target == "-" || strings.HasPrefix(target, "Upstreams."):
+		case field.Type.Kind() == reflect.String && fieldAt(defaults, target).Kind() == reflect.Int64:
+			m.Field(i).SetString(time.Duration(fieldAt(defaults, target).Int()).String())
+		default:
+			m.Field(i).Set(fieldAt(defaults, target).Convert(field.Type))
+		}
 	}
+}
+
+// fieldAt is the field of v at a dotted path such as "Delay.Fixed".
+func fieldAt(v reflect.Value, path string) reflect.Value {
+	for _, name := range strings.Split(path, ".") {
+		v = v.FieldByName(name)
+	}
+	return v
 }
 
 // coreConfig converts c to the engine's configuration. It reports every
 // problem at once, each naming the option as it is spelled in Traefik.
 func (c *Config) coreConfig(route string) (core.Config, error) {
-	var errs []error
-	dur := func(option, value string) time.Duration {
-		value = strings.TrimSpace(value)
-		if value == "" {
-			return 0
-		}
-		d, err := time.ParseDuration(value)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s %q is not a duration (write e.g. \"250ms\" or \"2s\")", option, value))
-			return 0
-		}
-		if d < 0 {
-			errs = append(errs, fmt.Errorf("%s %q must not be negative", option, value))
-			return 0
-		}
-		return d
-	}
-	if c.Route != "" {
-		route = c.Route
-	}
-	out := core.Config{
-		Route: route,
-		Delay: core.DelayConfig{
-			Mode:       c.DelayMode,
-			Fixed:      dur("delay", c.Delay),
-			Quantile:   c.DelayQuantile,
-			Min:        dur("delayMin", c.DelayMin),
-			Max:        dur("delayMax", c.DelayMax),
-			Window:     c.DelayWindow,
-			MinSamples: c.DelayMinSamples,
-		},
-		MaxAttempts:  c.MaxAttempts,
-		Timeout:      dur("timeout", c.Timeout),
-		MinTimeLeft:  dur("minTimeLeft", c.MinTimeLeft),
-		MaxBody:      c.MaxBody,
-		MaxPrefix:    c.MaxPrefix,
-		MaxLine:      c.MaxLine,
-		Methods:      c.Methods,
-		PathPrefixes: c.PathPrefixes,
-		FirstEvent:   c.FirstEvent,
-		Idempotency: core.IdempotencyConfig{
-			Header:           c.Idempotency.Header,
-			MaxEntries:       c.Idempotency.MaxEntries,
-			MaxBytes:         c.Idempotency.MaxBytes,
-			MaxResponseBytes: c.Idempotency.MaxResponseBytes,
-			ScopeHeaders:     c.Idempotency.ScopeHeaders,
-		},
-		Budget: core.BudgetConfig{
-			Ratio:                 c.Budget.Ratio,
-			Burst:                 c.Budget.Burst,
-			MaxConcurrentHedges:   c.Budget.MaxConcurrentHedges,
-			CoolDown:              dur("budget.coolDown", c.Budget.CoolDown),
-			MaxCoolDown:           dur("budget.maxCoolDown", c.Budget.MaxCoolDown),
-			OverloadRate:          c.Budget.OverloadRate,
-			OverloadWindow:        c.Budget.OverloadWindow,
-			BreakerFailures:       c.Budget.BreakerFailures,
-			BreakerOpen:           dur("budget.breakerOpen", c.Budget.BreakerOpen),
-			TenantHeader:          c.Budget.TenantHeader,
-			TenantTokensPerMinute: c.Budget.TenantTokensPerMinute,
-		},
-		ReportHeader:     c.ReportHeader,
-		StreamErrorEvent: c.StreamErrorEvent,
-	}
-	out.Idempotency.TTL = idempotencyTTL(c.Idempotency.TTL, dur, &errs)
-	for _, u := range c.Upstreams {
-		out.Upstreams = append(out.Upstreams, core.UpstreamConfig{
-			Name:          u.Name,
-			URL:           strings.TrimSpace(u.URL),
-			SetHeaders:    u.SetHeaders,
-			DeleteHeaders: u.DeleteHeaders,
-			Model:         u.Model,
-		})
-	}
-	if _, ok := logDestination(c.Log); !ok {
-		if isOn(c.Log) {
-			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off (%s: write one of the three)", c.Log, yamlTrueHint))
-		} else {
-			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off", c.Log))
-		}
-	}
+	out, errs := c.toCore(route)
 	if err := out.Validate(); err != nil {
 		errs = append(errs, err)
 	}
@@ -343,11 +264,79 @@ func (c *Config) coreConfig(route string) (core.Config, error) {
 	return out, nil
 }
 
+// toCore copies every option to the core field its core tag names, with
+// the options it could not read.
+func (c *Config) toCore(route string) (core.Config, []error) {
+	var out core.Config
+	var errs []error
+	copyOptions(reflect.ValueOf(&out).Elem(), reflect.ValueOf(c).Elem(), "", "", &errs)
+	for i := range c.Upstreams {
+		var up core.UpstreamConfig
+		copyOptions(reflect.ValueOf(&up).Elem(), reflect.ValueOf(c.Upstreams[i]), "", "Upstreams.", &errs)
+		up.URL = strings.TrimSpace(up.URL)
+		out.Upstreams = append(out.Upstreams, up)
+	}
+	out.Route = route
+	if c.Route != "" {
+		out.Route = c.Route
+	}
+	out.Idempotency.TTL = idempotencyTTL(c.Idempotency.TTL, &errs)
+	if _, ok := logDestination(c.Log); !ok {
+		if isOn(c.Log) {
+			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off (%s: write one of the three)", c.Log, yamlTrueHint))
+		} else {
+			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off", c.Log))
+		}
+	}
+	return out, errs
+}
+
+// copyOptions copies every option of the mirror struct m into dst, at the
+// path its core tag names less trim. Duration strings are parsed, with
+// errors that name the option as spelled in Traefik (prefix + its name).
+// Route, the upstreams and idempotency.ttl are converted by toCore.
+func copyOptions(dst, m reflect.Value, prefix, trim string, errs *[]error) {
+	for i := 0; i < m.NumField(); i++ {
+		field := m.Type().Field(i)
+		option := prefix + strings.Split(field.Tag.Get("json"), ",")[0]
+		target := field.Tag.Get("core")
+		switch {
+		case target == "" && field.Type.Kind() == reflect.Struct:
+			copyOptions(dst, m.Field(i), option+".", trim, errs)
+		case target == "" || target == "-" || target == "Route" || target == "Idempotency.TTL":
+		case field.Type.Kind() == reflect.String && fieldAt(dst, strings.TrimPrefix(target, trim)).Kind() == reflect.Int64:
+			fieldAt(dst, strings.TrimPrefix(target, trim)).SetInt(int64(optionDuration(option, m.Field(i).String(), errs)))
+		default:
+			to := fieldAt(dst, strings.TrimPrefix(target, trim))
+			to.Set(m.Field(i).Convert(to.Type()))
+		}
+	}
+}
+
+// optionDuration parses a duration option: "" is zero (the default), a
+// negative duration is an error.
+func optionDuration(option, value string, errs *[]error) core.Duration {
+	value = strings.TrimSpace(value)
+	if value == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(value)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("%s %q is not a duration (write e.g. \"250ms\" or \"2s\")", option, value))
+		return 0
+	}
+	if d < 0 {
+		*errs = append(*errs, fmt.Errorf("%s %q must not be negative", option, value))
+		return 0
+	}
+	return core.Duration(d)
+}
+
 // idempotencyTTL converts the idempotency.ttl option: "" is the default,
 // off (in every form isOff accepts) and a zero duration such as "0s"
 // disable joins and replays (-1 for the engine), anything else must be a
 // positive duration.
-func idempotencyTTL(v string, dur func(option, value string) time.Duration, errs *[]error) time.Duration {
+func idempotencyTTL(v string, errs *[]error) core.Duration {
 	switch {
 	case strings.TrimSpace(v) == "":
 		return 0
@@ -358,7 +347,7 @@ func idempotencyTTL(v string, dur func(option, value string) time.Duration, errs
 		return 0
 	}
 	before := len(*errs)
-	d := dur("idempotency.ttl", v)
+	d := optionDuration("idempotency.ttl", v, errs)
 	if d == 0 && len(*errs) == before {
 		return -1 // "0s": nothing is kept, so nothing is joined or replayed
 	}

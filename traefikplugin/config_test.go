@@ -38,7 +38,7 @@ func TestSpecMinimalFormConverts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Delay.Fixed != 50*time.Millisecond || len(got.Upstreams) != 2 || got.Upstreams[1].URL != "http://127.0.0.1:9002" {
+	if got.Delay.Fixed.D() != 50*time.Millisecond || len(got.Upstreams) != 2 || got.Upstreams[1].URL != "http://127.0.0.1:9002" {
 		t.Fatalf("core config %+v", got)
 	}
 }
@@ -66,15 +66,15 @@ func TestEveryOptionReachesTheEngine(t *testing.T) {
 		Route: "r",
 		Upstreams: []core.UpstreamConfig{{Name: "a", URL: "http://a:1/v1", SetHeaders: map[string]string{"Authorization": "Bearer k"},
 			DeleteHeaders: []string{"Cookie"}, Model: "m2"}},
-		Delay: core.DelayConfig{Mode: "adaptive", Fixed: 250 * time.Millisecond, Quantile: 0.9, Min: 10 * time.Millisecond,
-			Max: 2 * time.Second, Window: 500, MinSamples: 20},
-		MaxAttempts: 3, Timeout: 30 * time.Second, MinTimeLeft: time.Second, MaxBody: 1 << 20, MaxPrefix: 4096, MaxLine: 2048,
+		Delay: core.DelayConfig{Mode: "adaptive", Fixed: core.Duration(250 * time.Millisecond), Quantile: 0.9, Min: core.Duration(10 * time.Millisecond),
+			Max: core.Duration(2 * time.Second), Window: 500, MinSamples: 20},
+		MaxAttempts: 3, Timeout: core.Duration(30 * time.Second), MinTimeLeft: core.Duration(time.Second), MaxBody: 1 << 20, MaxPrefix: 4096, MaxLine: 2048,
 		Methods: []string{"POST", "PUT"}, PathPrefixes: []string{"/v1/"}, FirstEvent: "openai-chat",
 		Idempotency: core.IdempotencyConfig{Header: "X-Key", TTL: -1, MaxEntries: 5, MaxBytes: 6000, MaxResponseBytes: 7000,
 			ScopeHeaders: []string{"Authorization", "X-User"}},
-		Budget: core.BudgetConfig{Ratio: 0.2, Burst: 3, MaxConcurrentHedges: 4, CoolDown: 2 * time.Second,
-			MaxCoolDown: 20 * time.Second, OverloadRate: 0.5, OverloadWindow: 50, BreakerFailures: 7,
-			BreakerOpen: 30 * time.Second, TenantHeader: "X-Tenant", TenantTokensPerMinute: 1000},
+		Budget: core.BudgetConfig{Ratio: 0.2, Burst: 3, MaxConcurrentHedges: 4, CoolDown: core.Duration(2 * time.Second),
+			MaxCoolDown: core.Duration(20 * time.Second), OverloadRate: 0.5, OverloadWindow: 50, BreakerFailures: 7,
+			BreakerOpen: core.Duration(30 * time.Second), TenantHeader: "X-Tenant", TenantTokensPerMinute: 1000},
 		ReportHeader: "Server-Timing", StreamErrorEvent: true,
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -184,7 +184,7 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 	// the state, which handlers already serving must not see change.
 	var store core.Store
 	if e.state == nil {
-		e.store = newReplyStore(g.replies, h.cfg.Idempotency.MaxEntries, h.cfg.Idempotency.MaxBytes)
+		e.store = newReplyStore(g.replies, h.cfg.Idempotency.MaxEntries, int64(h.cfg.Idempotency.MaxBytes))
 		store = e.store
 	}
 	opts := core.Options{

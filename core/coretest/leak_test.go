@@ -44,8 +44,8 @@ var faults = []fault{
 func TestNoLeaksUnderFaults(t *testing.T) {
 	ignore := goleak.IgnoreCurrent()
 	w := llmsim.Reference(7, 0.02)
-	cfg := core.Config{Delay: core.DelayConfig{Fixed: 30 * time.Millisecond}, Timeout: 5 * time.Second,
-		Budget: core.BudgetConfig{Ratio: -1, CoolDown: time.Millisecond, MaxCoolDown: time.Millisecond, BreakerFailures: 1 << 20, OverloadRate: 1}}
+	cfg := core.Config{Delay: core.DelayConfig{Fixed: core.Duration(30 * time.Millisecond)}, Timeout: core.Duration(5 * time.Second),
+		Budget: core.BudgetConfig{Ratio: -1, CoolDown: core.Duration(time.Millisecond), MaxCoolDown: core.Duration(time.Millisecond), BreakerFailures: 1 << 20, OverloadRate: 1}}
 	r := newRig(t, w, cfg)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	const n, conc = 2000, 20

@@ -39,8 +39,8 @@ func TestReferenceWorkload(t *testing.T) {
 		cfg  core.Config
 	}{
 		{"no hedge (measured)", core.Config{MaxAttempts: 1}},
-		{"core fixed p95", core.Config{Delay: core.DelayConfig{Fixed: p95}}},
-		{"core adaptive", core.Config{Delay: core.DelayConfig{Mode: core.DelayAdaptive, Fixed: 2 * p95, Min: time.Millisecond, MinSamples: 50}}},
+		{"core fixed p95", core.Config{Delay: core.DelayConfig{Fixed: core.Duration(p95)}}},
+		{"core adaptive", core.Config{Delay: core.DelayConfig{Mode: core.DelayAdaptive, Fixed: core.Duration(2 * p95), Min: core.Duration(time.Millisecond), MinSamples: 50}}},
 	}
 	peers := refload.ComputePeers(w, "A", "B", ids(n), p95)
 	idealP99 := llmsim.Summarize(peers.Ideal).P99

@@ -25,7 +25,7 @@ func New(a, b string, delay time.Duration, transport http.RoundTripper,
 			{Name: "A", URL: a},
 			{Name: "B", URL: b},
 		},
-		Delay:       core.DelayConfig{Mode: core.DelayFixed, Fixed: delay},
+		Delay:       core.DelayConfig{Mode: core.DelayFixed, Fixed: core.Duration(delay)},
 		MaxAttempts: 2,
 	}
 	opts := core.Options{Transport: transport}
