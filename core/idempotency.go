@@ -221,16 +221,24 @@ func leadFlight(f *flight, clientCtx context.Context) (context.Context, func()) 
 // client left and no follower reads); it reports whether it did.
 func (f *flight) join() bool {
 	f.mu.Lock()
-	// A flight whose readers all left is still joined once its answer has
-	// started: its bytes may be whole (a client such as the OpenAI SDK
-	// closes at [DONE], before the upstream's EOF), and at worst the
-	// follower sees it cut and retries. Before that, a new flight leads.
-	joined := !f.leaderGone || f.followers > 0 || f.started && !f.overflow
+	// A flight whose readers all left is being cancelled: a new flight
+	// leads, unless the bytes already hold the whole answer (a client such
+	// as the OpenAI SDK closes at [DONE], before the upstream's EOF).
+	joined := !f.leaderGone || f.followers > 0 || f.started && !f.overflow && bodyFinished(f.body)
 	if joined {
 		f.followers++
 	}
 	f.mu.Unlock()
 	return joined
+}
+
+// bodyFinished reports whether a flight's bytes end with a stream's end
+// marker (see streamFinished).
+func bodyFinished(body []byte) bool {
+	if len(body) > tailSize {
+		body = body[len(body)-tailSize:]
+	}
+	return streamFinished(body)
 }
 
 // leave uncounts a follower; the last reader to go cancels the race.

@@ -241,3 +241,18 @@ func TestIdempotentTwinAfterLeaderClosedAtDone(t *testing.T) {
 		t.Fatalf("twin after the leader's client left: lead %v, follows the flight %v; want it to follow", lead != nil, follow == f)
 	}
 }
+
+// The leader's client left in the middle of the answer, before any twin
+// came: the race is being cancelled, so a twin leads a new flight rather
+// than follow one that will be cut.
+func TestIdempotentTwinAfterLeaderLeftMidStreamLeads(t *testing.T) {
+	table := newIdempotencyTable(newMemoryStore(10, 1<<20, newFakeClock()))
+	_, _, f, _ := table.claim("id", "fp", 1<<20)
+	f.start(200, http.Header{})
+	f.write([]byte(tokenChunk("one")))
+	f.leaderLeft()
+	_, follow, lead, _ := table.claim("id", "fp", 1<<20)
+	if lead == nil || follow != nil {
+		t.Fatalf("twin after the leader's client left mid-stream: lead %v, follows %v; want a new flight", lead != nil, follow != nil)
+	}
+}
