@@ -86,4 +86,11 @@ func TestReloadRebuildsTheTransport(t *testing.T) {
 	if tr.IdleConnTimeout != 7*time.Second || tr.MaxIdleConnsPerHost != 3 {
 		t.Fatalf("transport IdleConnTimeout = %v, MaxIdleConnsPerHost = %d, want 7s, 3", tr.IdleConnTimeout, tr.MaxIdleConnsPerHost)
 	}
+	second := s.transport
+	if err := s.Reload(parse("transport: {keepalive_idle_timeout: 7s, max_idle_conns_per_host: 3}\n" + routes)); err != nil {
+		t.Fatal(err)
+	}
+	if s.transport != second {
+		t.Fatal("keepalive_idle_timeout 7s, the same as idle_conn_timeout 7s, rebuilt the transport")
+	}
 }
