@@ -13,73 +13,10 @@ import (
 	"github.com/llmhedge/llmhedge/core"
 )
 
-// UnmarshalCaddyfile sets up the handler from Caddyfile tokens. Syntax:
-//
-//	llm_hedge [<matcher>] [<upstream_urls...>] {
-//	    route <name>
-//	    upstream <url> {
-//	        name <name>
-//	        header_up <field> <value>
-//	        header_up -<field>
-//	        model <model>
-//	    }
-//	    delay <duration>
-//	    delay adaptive [<initial>] {
-//	        quantile <0..1>
-//	        min <duration>
-//	        max <duration>
-//	        window <samples>
-//	        min_samples <samples>
-//	    }
-//	    max_attempts <n>
-//	    timeout <duration>
-//	    min_time_left <duration>
-//	    max_body <size>
-//	    max_prefix <size>
-//	    max_line <size>
-//	    methods <method...>
-//	    paths <prefix...>
-//	    first_event auto|openai-chat|openai-responses|anthropic|any
-//	    idempotency {
-//	        header <field>
-//	        ttl <duration>|off
-//	        max_entries <n>
-//	        max_bytes <size>
-//	        max_response_bytes <size>
-//	        scope_headers <field...>
-//	    }
-//	    budget {
-//	        ratio <0..1>|off
-//	        burst <n>
-//	        max_concurrent_hedges <n>|off
-//	        cool_down <duration>
-//	        max_cool_down <duration>
-//	        overload_rate <0..1>
-//	        overload_window <n>
-//	        breaker_failures <n>
-//	        breaker_open <duration>
-//	        tenant_header <field>
-//	        tenant_tokens_per_minute <n>
-//	    }
-//	    report_header [<field>]
-//	    stream_error_event
-//	    transport {
-//	        dial_timeout <duration>
-//	        response_header_timeout <duration>
-//	        keepalive_idle_timeout <duration>
-//	        max_idle_conns_per_host <n>
-//	        versions 1.1|2|h2c...
-//	        tls_insecure_skip_verify
-//	        tls_server_name <name>
-//	        tls_trusted_ca_certs <pem_files...>
-//	    }
-//	    log_level auto|info|debug
-//	}
-//
-// Sizes accept units (4MiB, 256KiB). Upstream URLs given on the directive's
-// line come first, in order, before upstream blocks. Every option of
-// core.Config without a syntax of its own above is spelled as its JSON name
-// with one argument (a flag has none), so it needs no code here.
+// UnmarshalCaddyfile sets up the handler from Caddyfile tokens; README.md
+// ("Caddyfile") has the syntax. Every option of core.Config and
+// core.TransportConfig without a syntax of its own here is spelled as its
+// JSON name with one argument (a flag has none), so it needs no code here.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume the directive name
 	for _, url := range d.RemainingArgs() {
@@ -203,7 +140,7 @@ func (h *Handler) parseDelay(p args) error {
 }
 
 // jsonOption reads the current option line into the field of the struct v
-// (core.Config, one of its parts, or Transport) whose JSON name it is, by
+// (core.Config, one of its parts, or core.TransportConfig) whose JSON name it is, by
 // the field's type; a struct field is a block of its own options. So every
 // option spelled as its JSON name needs no code here.
 func (p args) jsonOption(v reflect.Value, block string) error {
@@ -222,10 +159,6 @@ func (p args) jsonOption(v reflect.Value, block string) error {
 		} else {
 			*to, err = p.size()
 		}
-	case *caddy.Duration:
-		var d core.Duration
-		d, err = p.duration(false)
-		*to = caddy.Duration(d)
 	case *string:
 		*to, err = p.one()
 	case *[]string:
@@ -271,7 +204,7 @@ func fieldByJSONName(v reflect.Value, name string) reflect.Value {
 // parseTransport reads the transport block: each option is its JSON name.
 func (h *Handler) parseTransport(p args) error {
 	if h.Transport == nil {
-		h.Transport = &Transport{}
+		h.Transport = &core.TransportConfig{}
 	}
 	t := reflect.ValueOf(h.Transport).Elem()
 	return p.block(func(string) error { return p.jsonOption(t, "transport") })

@@ -85,10 +85,12 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		stream_error_event
 		transport {
 			dial_timeout 3s
+			tls_handshake_timeout 2s
 			response_header_timeout 1m
 			keepalive_idle_timeout 30s
 			max_idle_conns_per_host 16
 			versions h2c 2
+			proxy_from_environment
 			tls_insecure_skip_verify
 			tls_server_name api.internal
 			tls_trusted_ca_certs /a.pem /b.pem
@@ -111,8 +113,9 @@ func TestCaddyfileEveryOption(t *testing.T) {
 		`"overload_rate":0.3,"overload_window":50,"breaker_failures":3,"breaker_open":20000000000,` +
 		`"tenant_header":"X-Tenant","tenant_tokens_per_minute":100000},` +
 		`"report_header":"Server-Timing","stream_error_event":true,` +
-		`"transport":{"dial_timeout":3000000000,"response_header_timeout":60000000000,"keepalive_idle_timeout":30000000000,` +
-		`"max_idle_conns_per_host":16,"versions":["h2c","2"],"tls_insecure_skip_verify":true,` +
+		`"transport":{"dial_timeout":3000000000,"tls_handshake_timeout":2000000000,"response_header_timeout":60000000000,` +
+		`"keepalive_idle_timeout":30000000000,"max_idle_conns_per_host":16,"versions":["h2c","2"],"proxy_from_environment":true,` +
+		`"tls_insecure_skip_verify":true,` +
 		`"tls_server_name":"api.internal","tls_trusted_ca_certs":["/a.pem","/b.pem"]},` +
 		`"log_level":"info"}`
 	if string(got) != want {

@@ -43,8 +43,8 @@ type Handler struct {
 	// the adapted JSON.
 	core.Config
 
-	// Transport sends the attempts. Default: see Transport.
-	Transport *Transport `json:"transport,omitempty"`
+	// Transport sends the attempts. Default: see core.TransportConfig.
+	Transport *core.TransportConfig `json:"transport,omitempty"`
 
 	// LogLevel of the per-request log line: auto, info or debug. Default
 	// "auto" (info when a hedge started or was denied or the request did
@@ -53,7 +53,7 @@ type Handler struct {
 
 	cfg          core.Config
 	cfgErr       error
-	transport    Transport
+	transport    core.TransportConfig
 	hedger       *core.Hedger
 	httpTrans    *http.Transport
 	stateKey     string
@@ -76,12 +76,15 @@ func (Handler) CaddyModule() caddy.ModuleInfo {
 func (h *Handler) Provision(ctx caddy.Context) error {
 	h.logger = ctx.Logger()
 	h.cfg = coreConfig(h.Config, caddy.NewReplacer())
-	h.transport = h.Transport.withDefaults()
+	if h.Transport != nil {
+		h.transport = *h.Transport
+	}
+	h.transport = h.transport.WithDefaults()
 	h.cfgErr = h.cfg.Validate()
-	if h.cfgErr != nil || h.transport.validate() != nil {
+	if h.cfgErr != nil || h.transport.Validate() != nil {
 		return nil // Validate reports every problem
 	}
-	caPEM, err := readCACerts(h.transport)
+	caPEM, err := h.transport.ReadCACerts()
 	if err != nil {
 		return err
 	}
@@ -114,7 +117,7 @@ func (h *Handler) Validate() error {
 	if h.cfgErr != nil {
 		errs = append(errs, h.cfgErr)
 	}
-	if err := h.transport.validate(); err != nil {
+	if err := h.transport.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	switch h.LogLevel {

@@ -16,13 +16,6 @@ import (
 // delay, the spent budget and the warm connections.
 var shared = caddy.NewUsagePool()
 
-// stateKey is the pool key of a route's state: the route's name plus
-// core.StateKey, which changes when the state no longer fits the config
-// (different upstreams, windows or budgets), so such a reload starts afresh.
-func stateKey(cfg core.Config) string {
-	return "state|" + cfg.WithDefaults().Route + "|" + core.StateKey(cfg)
-}
-
 // pooledState is a core.State in the usage pool.
 type pooledState struct{ state *core.State }
 
@@ -42,9 +35,12 @@ func (p *pooledTransport) Destruct() error {
 }
 
 // acquireState returns the pooled state for cfg, creating it on first use.
+// Its key, core.StateKey, is the route's name and what the state depends
+// on, so a reload that changes the upstreams, windows or budgets starts
+// afresh. core.TransportKey keys never equal a core.StateKey.
 // The caller must release key with shared.Delete.
 func acquireState(cfg core.Config) (key string, st *core.State, err error) {
-	key = stateKey(cfg)
+	key = core.StateKey(cfg)
 	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return &pooledState{state: core.NewState(cfg, nil)}, nil
 	})
@@ -55,11 +51,12 @@ func acquireState(cfg core.Config) (key string, st *core.State, err error) {
 }
 
 // acquireTransport returns the pooled transport for t, creating it on first
-// use. The caller must release key with shared.Delete.
-func acquireTransport(t Transport, caPEM []byte) (key string, tr *http.Transport, err error) {
-	key = transportKey(t, caPEM)
+// use; transports with the same settings and CA file contents are shared.
+// The caller must release key with shared.Delete.
+func acquireTransport(t core.TransportConfig, caPEM []byte) (key string, tr *http.Transport, err error) {
+	key = core.TransportKey(t, caPEM)
 	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
-		tr, err := newHTTPTransport(t, caPEM)
+		tr, err := core.NewTransport(t, caPEM)
 		if err != nil {
 			return nil, err
 		}

@@ -56,9 +56,15 @@ func stateShape(cfg Config) string {
 	return s
 }
 
-// StateKey is a key adapters can use to share State between configurations
-// it fits (same upstreams, windows and budgets).
-func StateKey(cfg Config) string { return stateShape(cfg.WithDefaults()) }
+// StateKey is the key under which adapters keep a route's State across
+// configuration reloads: the route's name (default "default") and what the
+// State must match (same upstreams, windows and budgets). Two routes with
+// the same upstreams get different keys, so each keeps its own budget; a
+// change of upstreams or windows gives a new key, and fresh state.
+func StateKey(cfg Config) string {
+	cfg = cfg.WithDefaults()
+	return "state\x00" + cfg.Route + "\x00" + stateShape(cfg)
+}
 
 func (s *State) fits(cfg Config) bool { return s.shape == stateShape(cfg) }
 

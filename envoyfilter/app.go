@@ -261,7 +261,8 @@ func restartOnly(running, next *FileConfig, transportReloads bool) []string {
 	changed("metrics.listen", running.Metrics.Listen != next.Metrics.Listen)
 	changed("metrics.path", running.Metrics.Path != next.Metrics.Path)
 	changed("log.format", running.Log.Format != next.Log.Format)
-	changed("transport", !transportReloads && running.Transport != next.Transport)
+	changed("transport", !transportReloads &&
+		core.TransportKey(running.Transport.TransportConfig, nil) != core.TransportKey(next.Transport.TransportConfig, nil))
 	return fields
 }
 

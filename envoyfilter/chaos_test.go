@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/chaos"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
@@ -62,7 +63,10 @@ routes:
 	logs := &lockedBuffer{}
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
 		zapcore.AddSync(logs), zap.DebugLevel))
-	transport := envoyfilter.NewTransport(cfg.Transport)
+	transport, err := core.NewTransport(cfg.Transport.TransportConfig, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	srv, err := envoyfilter.NewServer(cfg, envoyfilter.Options{Logger: logger, Transport: transport})
 	if err != nil {
 		t.Fatal(err)

@@ -138,17 +138,13 @@ type EnvoyConfig struct {
 	OverrideMessageTimeout *Duration `json:"override_message_timeout"`
 }
 
-// TransportConfig configures the HTTP client of upstream attempts.
+// TransportConfig configures the HTTP client of upstream attempts:
+// core.TransportConfig, in its snake_case names (README.md lists them).
 type TransportConfig struct {
-	// DialTimeout bounds a TCP connect. Default 5s.
-	DialTimeout Duration `json:"dial_timeout"`
-	// TLSHandshakeTimeout bounds a TLS handshake. Default 5s.
-	TLSHandshakeTimeout Duration `json:"tls_handshake_timeout"`
-	// IdleConnTimeout closes idle keep-alive connections. Default 90s.
-	IdleConnTimeout Duration `json:"idle_conn_timeout"`
-	// MaxIdleConnsPerHost keeps this many idle connections per upstream.
-	// Default 64.
-	MaxIdleConnsPerHost int `json:"max_idle_conns_per_host"`
+	core.TransportConfig
+	// IdleConnTimeout is the earlier name of keepalive_idle_timeout, still
+	// accepted.
+	IdleConnTimeout Duration `json:"idle_conn_timeout,omitempty"`
 }
 
 // RouteConfig is one hedged route: which requests it takes over (Match)
@@ -293,18 +289,10 @@ func (c *FileConfig) applyDefaults() {
 		e.OverrideMessageTimeout = &d
 	}
 	t := &c.Transport
-	if t.DialTimeout == 0 {
-		t.DialTimeout = Duration(5 * time.Second)
+	if t.KeepAliveIdleTimeout == 0 {
+		t.KeepAliveIdleTimeout = t.IdleConnTimeout
 	}
-	if t.TLSHandshakeTimeout == 0 {
-		t.TLSHandshakeTimeout = Duration(5 * time.Second)
-	}
-	if t.IdleConnTimeout == 0 {
-		t.IdleConnTimeout = Duration(90 * time.Second)
-	}
-	if t.MaxIdleConnsPerHost == 0 {
-		t.MaxIdleConnsPerHost = 64
-	}
+	t.TransportConfig = t.TransportConfig.WithDefaults()
 }
 
 // Validate reports every problem of the configuration (defaults applied),
@@ -358,9 +346,11 @@ func (c *FileConfig) Validate() error {
 	if *e.OverrideMessageTimeout < 0 {
 		bad("envoy.override_message_timeout must not be negative")
 	}
-	t := c.Transport
-	if t.DialTimeout < 0 || t.TLSHandshakeTimeout < 0 || t.IdleConnTimeout < 0 || t.MaxIdleConnsPerHost < 0 {
-		bad("transport: timeouts and max_idle_conns_per_host must not be negative")
+	if t := c.Transport; t.IdleConnTimeout != 0 && t.IdleConnTimeout != t.KeepAliveIdleTimeout {
+		bad("transport: idle_conn_timeout is the earlier name of keepalive_idle_timeout: set one")
+	}
+	if err := c.Transport.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	names := map[string]bool{}
 	for i, r := range c.Routes {

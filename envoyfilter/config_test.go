@@ -126,6 +126,8 @@ func TestConfigErrors(t *testing.T) {
 		{"server", "grpc: {listen: nowhere}\nlog: {level: loud}\nenvoy: {request_body_mode: streamed}\n",
 			[]string{`grpc.listen "nowhere"`, `log.level: "loud"`, `envoy.request_body_mode "streamed"`}},
 		{"tls", "grpc: {tls: {cert_file: a.pem}}\n", []string{"cert_file and key_file must be set together"}},
+		{"transport", "transport: {dial_timeout: -1s, versions: ['1.1', h2c], idle_conn_timeout: 1s, keepalive_idle_timeout: 2s}\n",
+			[]string{"transport: timeouts must not be negative", "1.1 and h2c exclude each other", "idle_conn_timeout is the earlier name of keepalive_idle_timeout"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -177,5 +179,29 @@ func TestConfigRejectsRouteField(t *testing.T) {
 	_, err := envoyfilter.ParseConfig([]byte("routes:\n  - name: a\n    route: b\n    upstreams: [{url: 'http://x'}]\n"))
 	if err == nil || !strings.Contains(err.Error(), `unknown field "route"`) {
 		t.Fatalf("error %v, want unknown field \"route\"", err)
+	}
+}
+
+// The transport section is core.TransportConfig with its defaults;
+// idle_conn_timeout, its earlier name of keepalive_idle_timeout, still works.
+func TestConfigTransport(t *testing.T) {
+	cfg, err := envoyfilter.ParseConfig([]byte("routes: []\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Transport.TransportConfig, (core.TransportConfig{}).WithDefaults(); core.TransportKey(got, nil) != core.TransportKey(want, nil) {
+		t.Errorf("default transport %+v, want core's defaults %+v", got, want)
+	}
+	cfg, err = envoyfilter.ParseConfig([]byte("transport: {idle_conn_timeout: 7s, tls_handshake_timeout: 3s, response_header_timeout: 1m, proxy_from_environment: true}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := cfg.Transport
+	if tr.KeepAliveIdleTimeout.D() != 7*time.Second {
+		t.Errorf("keepalive_idle_timeout = %v, want 7s from idle_conn_timeout", tr.KeepAliveIdleTimeout)
+	}
+	if tr.TLSHandshakeTimeout.D() != 3*time.Second || tr.ResponseHeaderTimeout.D() != time.Minute || !tr.ProxyFromEnvironment {
+		t.Errorf("tls_handshake_timeout = %v, response_header_timeout = %v, proxy_from_environment = %v; want 3s, 1m, true",
+			tr.TLSHandshakeTimeout, tr.ResponseHeaderTimeout, tr.ProxyFromEnvironment)
 	}
 }

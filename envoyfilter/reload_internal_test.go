@@ -1,7 +1,16 @@
 package envoyfilter
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -85,5 +94,70 @@ func TestReloadRebuildsTheTransport(t *testing.T) {
 	}
 	if tr.IdleConnTimeout != 7*time.Second || tr.MaxIdleConnsPerHost != 3 {
 		t.Fatalf("transport IdleConnTimeout = %v, MaxIdleConnsPerHost = %d, want 7s, 3", tr.IdleConnTimeout, tr.MaxIdleConnsPerHost)
+	}
+	second := s.transport
+	if err := s.Reload(parse("transport: {keepalive_idle_timeout: 7s, max_idle_conns_per_host: 3}\n" + routes)); err != nil {
+		t.Fatal(err)
+	}
+	if s.transport != second {
+		t.Fatal("keepalive_idle_timeout 7s, the same as idle_conn_timeout 7s, rebuilt the transport")
+	}
+}
+
+// A reload re-reads transport.tls_trusted_ca_certs: other contents at the
+// same path build a new transport, the same contents keep the running one.
+func TestReloadRereadsTrustedCAs(t *testing.T) {
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	writeCA := func(serial int64) {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test CA"},
+			NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	yaml := "transport: {tls_trusted_ca_certs: ['" + caFile + "']}\nroutes:\n  - {name: chat, upstreams: [{url: 'https://a:1'}]}\n"
+	parse := func() *FileConfig {
+		cfg, err := ParseConfig([]byte(yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	writeCA(1)
+	s, err := NewServer(parse(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := s.transport
+	if err := s.Reload(parse()); err != nil {
+		t.Fatal(err)
+	}
+	if s.transport != first {
+		t.Fatal("a reload with the same CA file contents replaced the transport")
+	}
+	writeCA(2)
+	if err := s.Reload(parse()); err != nil {
+		t.Fatal(err)
+	}
+	if s.transport == first {
+		t.Fatal("the CA file changed, but the transport was not rebuilt")
+	}
+	if err := os.WriteFile(caFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	running := s.transport
+	if err := s.Reload(parse()); err == nil {
+		t.Fatal("a reload with a CA file without certificates succeeded")
+	}
+	if s.transport != running {
+		t.Fatal("a failed reload replaced the transport")
 	}
 }

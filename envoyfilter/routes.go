@@ -54,7 +54,9 @@ func containsString(xs []string, s string) bool {
 // routeTable is one configuration's routes, swapped whole on reload.
 type routeTable struct {
 	routes []*route
-	// states maps stateKey to the learning each route keeps across reloads.
+	// states maps core.StateKey (route name and shape; two routes with the
+	// same upstreams keep separate budgets) to the learning each route
+	// keeps across reloads.
 	states map[string]*core.State
 }
 
@@ -68,10 +70,6 @@ func (t *routeTable) match(head *requestHead) *route {
 	return nil
 }
 
-// stateKey names a route's learning: the route name plus core.StateKey, so
-// two routes with the same upstreams still keep separate budgets.
-func stateKey(cfg core.Config) string { return cfg.Route + "\x00" + core.StateKey(cfg) }
-
 // buildRoutes builds the hedgers of cfgs. A route whose name and upstream
 // shape are unchanged from prev keeps its core.State (TTFT estimators,
 // budgets, breakers, idempotency table), so a reload neither forgets the
@@ -84,7 +82,7 @@ func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripp
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", rc.Name, err)
 		}
-		key := stateKey(cc)
+		key := core.StateKey(cc)
 		var state *core.State
 		if prev != nil {
 			state = prev.states[key]

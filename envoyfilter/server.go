@@ -1,11 +1,9 @@
 package envoyfilter
 
 import (
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.uber.org/zap"
@@ -30,7 +28,7 @@ type Server struct {
 	// one for the new routes; an injected one (Options.Transport) is kept.
 	transport    http.RoundTripper
 	ownTransport bool
-	transportCfg TransportConfig
+	transportKey string // core.TransportKey of the built transport
 	current      atomic.Pointer[settings]
 	inFlight     atomic.Int64
 }
@@ -51,9 +49,9 @@ type Options struct {
 	Logger *zap.Logger
 	// Metrics. Default: new metrics in their own registry.
 	Metrics *Metrics
-	// Transport sends upstream attempts. Default: an http.Transport built
-	// from the file's transport section, rebuilt by a reload that changes
-	// it. An injected Transport is kept: the file's transport section is
+	// Transport sends upstream attempts. Default: core.NewTransport of
+	// the file's transport section, rebuilt by a reload that changes it
+	// (or the contents of its tls_trusted_ca_certs). An injected Transport is kept: the file's transport section is
 	// then ignored, at start and on reload.
 	Transport http.RoundTripper
 	// Clock drives core's delays and budgets, and App's drain grace
@@ -74,30 +72,11 @@ func NewServer(cfg *FileConfig, opts Options) (*Server, error) {
 	if s.metrics == nil {
 		s.metrics = NewMetrics(s.eachHedger)
 	}
-	if s.transport == nil {
-		s.transport, s.ownTransport, s.transportCfg = NewTransport(cfg.Transport), true, cfg.Transport
-	}
+	s.ownTransport = s.transport == nil
 	if err := s.apply(cfg); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// NewTransport returns the HTTP transport of upstream attempts: HTTP/2
-// when the upstream offers it, keep-alive pools sized for hedging (every
-// hedge is a second connection to another provider).
-func NewTransport(cfg TransportConfig) *http.Transport {
-	dialer := &net.Dialer{Timeout: time.Duration(cfg.DialTimeout), KeepAlive: 30 * time.Second}
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           dialer.DialContext,
-		ForceAttemptHTTP2:     true,
-		TLSHandshakeTimeout:   time.Duration(cfg.TLSHandshakeTimeout),
-		IdleConnTimeout:       time.Duration(cfg.IdleConnTimeout),
-		MaxIdleConns:          0,
-		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
-		ExpectContinueTimeout: time.Second,
-	}
 }
 
 // Metrics returns the server's metrics.
@@ -131,19 +110,35 @@ func (s *Server) apply(cfg *FileConfig) error {
 		prev = cur.table
 	}
 	transport := s.transport
-	var retired *http.Transport
-	if s.ownTransport && cfg.Transport != s.transportCfg {
-		// Streams in flight keep the old transport through their hedgers;
-		// its idle connections close now, the busy ones idle_conn_timeout
-		// after their last request.
-		transport = NewTransport(cfg.Transport)
-		retired, _ = s.transport.(*http.Transport)
+	transportKey := s.transportKey
+	var fresh, retired *http.Transport
+	if s.ownTransport {
+		caPEM, err := cfg.Transport.ReadCACerts()
+		if err != nil {
+			return err
+		}
+		transportKey = core.TransportKey(cfg.Transport.TransportConfig, caPEM)
+		if transportKey != s.transportKey {
+			// Streams in flight keep the old transport through their
+			// hedgers; its idle connections close now, the busy ones
+			// keepalive_idle_timeout after their last request.
+			fresh, err = core.NewTransport(cfg.Transport.TransportConfig, caPEM)
+			if err != nil {
+				return err
+			}
+			transport = fresh
+			retired, _ = s.transport.(*http.Transport)
+		}
 	}
 	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, core.ObserverFunc(s.observe))
 	if err != nil {
+		if fresh != nil {
+			fresh.CloseIdleConnections()
+		}
 		return err
 	}
-	s.transport, s.transportCfg = transport, cfg.Transport
+	s.transport = transport
+	s.transportKey = transportKey
 	if retired != nil {
 		retired.CloseIdleConnections()
 	}

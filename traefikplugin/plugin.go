@@ -58,7 +58,7 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: metricsPath %q must start with /", name, p)
 	}
 	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough, metricsPath: config.MetricsPath}
-	h.stateKey = stateKey(h.cfg.Route, h.cfg)
+	h.stateKey = core.StateKey(h.cfg)
 	// A New is a use of the route's state: Traefik calls New for every
 	// live middleware on every reload, so an unchanged route keeps it.
 	h.newSeq = shared.touch(h.cfg.Route, h.stateKey)

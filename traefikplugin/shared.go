@@ -2,8 +2,6 @@ package traefikplugin
 
 import (
 	"container/list"
-	"context"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -80,7 +78,7 @@ type routeInfo struct {
 type registry struct {
 	mu        sync.Mutex
 	transport *http.Transport
-	entries   map[string]*sharedEntry // by stateKey
+	entries   map[string]*sharedEntry // by core.StateKey
 	routes    map[string]*routeInfo
 	seq       uint64 // counts News
 	lastSweep int64  // registry clock in ns
@@ -123,33 +121,23 @@ func sweepFromRequest(g *registry) {
 	g.mu.Unlock()
 }
 
-// stateKey is the registry key of cfg's state on route.
-func stateKey(route string, cfg core.Config) string {
-	return route + "\x00" + core.StateKey(cfg)
-}
+// pluginTransport is the plugin's transport: core's defaults, and the
+// proxy of the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY), as Traefik
+// itself honours it.
+var pluginTransport = core.TransportConfig{ProxyFromEnvironment: true}
 
 // roundTripperLocked returns the plugin's own transport, created on first
 // use. Hedged attempts never go through Traefik's `next` handler, which
 // must not be called concurrently for one request.
-func (g *registry) roundTripperLocked() http.RoundTripper {
+func (g *registry) roundTripperLocked() (http.RoundTripper, error) {
 	if g.transport == nil {
-		dialer := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-		g.transport = &http.Transport{
-			Proxy: http.ProxyFromEnvironment,
-			// A closure, not the method value dialer.DialContext: Yaegi
-			// v0.16.1 types a compiled method value as a method expression.
-			DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-				return dialer.DialContext(ctx, network, addr)
-			},
-			ForceAttemptHTTP2:     true,
-			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256, // LLM traffic is many long streams to few hosts
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   10 * time.Second,
-			ExpectContinueTimeout: time.Second,
+		tr, err := core.NewTransport(pluginTransport, nil)
+		if err != nil {
+			return nil, err
 		}
+		g.transport = tr
 	}
-	return g.transport
+	return g.transport, nil
 }
 
 // touch records a New of shape key on route: a use of its state, if there
@@ -175,6 +163,10 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := registryNow(g)
+	transport, err := g.roundTripperLocked()
+	if err != nil {
+		return nil, nil, err
+	}
 	e := g.entryLocked(h.cfg.Route, h.stateKey, now)
 	if e.newSeq < h.newSeq {
 		e.newSeq = h.newSeq // forgotten since h's New, and made again
@@ -191,7 +183,7 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 		// Set explicitly: under Yaegi v0.16.1 core.New's own default
 		// (assigning SystemClock{} to the interface field) panics.
 		Clock:     core.SystemClock{},
-		Transport: g.roundTripperLocked(),
+		Transport: transport,
 		State:     e.state,
 		Store:     store,
 	}

@@ -279,3 +279,33 @@ func TestStoredAnswersAreBoundedPerStateAndInTotal(t *testing.T) {
 		t.Fatalf("total bound = %d after a store of 5000 bytes, want 5000", c.maxBytes)
 	}
 }
+
+// The plugin's transport is core.NewTransport's, with core's defaults and
+// the environment's proxy (which the README promises).
+func TestPluginTransportIsCoresDefault(t *testing.T) {
+	g := newRegistry()
+	rt, err := g.roundTripperLocked()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, ok := rt.(*http.Transport)
+	if !ok {
+		t.Fatalf("transport is %T, want *http.Transport", rt)
+	}
+	defaults := core.TransportConfig{}.WithDefaults()
+	if tr.MaxIdleConnsPerHost != defaults.MaxIdleConnsPerHost {
+		t.Errorf("MaxIdleConnsPerHost = %d, want core's %d", tr.MaxIdleConnsPerHost, defaults.MaxIdleConnsPerHost)
+	}
+	if tr.IdleConnTimeout != defaults.KeepAliveIdleTimeout.D() {
+		t.Errorf("IdleConnTimeout = %v, want core's %v", tr.IdleConnTimeout, defaults.KeepAliveIdleTimeout)
+	}
+	if tr.TLSHandshakeTimeout != defaults.TLSHandshakeTimeout.D() {
+		t.Errorf("TLSHandshakeTimeout = %v, want core's %v", tr.TLSHandshakeTimeout, defaults.TLSHandshakeTimeout)
+	}
+	if tr.Proxy == nil {
+		t.Error("Proxy is nil: HTTP_PROXY/HTTPS_PROXY would be ignored")
+	}
+	if again, _ := g.roundTripperLocked(); again != rt {
+		t.Error("a second call built another transport")
+	}
+}
