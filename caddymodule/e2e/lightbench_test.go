@@ -58,10 +58,8 @@ func TestBenchLightOverhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range cmp.Names {
-		if cmp.Failed[i] != 0 {
-			t.Errorf("%s: %d of %d requests failed: %v", name, cmp.Failed[i], rounds*perRound, cmp.Errors[i])
-		}
+	for _, f := range cmp.Failures() {
+		t.Error(f)
 	}
 	if spare.Served() != 0 {
 		t.Errorf("a hedge fired on the fast upstream (%d requests to the spare)", spare.Served())

@@ -402,6 +402,18 @@ func (c *Comparison) CPUPerRequest(i int) time.Duration {
 	return c.CPU[i] / time.Duration(c.Requests[i])
 }
 
+// Failures describes each target whose requests failed, one line each: a
+// benchmark reports them as errors.
+func (c *Comparison) Failures() []string {
+	var out []string
+	for i, name := range c.Names {
+		if c.Failed[i] != 0 {
+			out = append(out, fmt.Sprintf("%s: %d of %d requests failed: %v", name, c.Failed[i], c.Failed[i]+c.Requests[i], c.Errors[i]))
+		}
+	}
+	return out
+}
+
 // RoundRatios are the rounds' requests/s of target i over target j's, in
 // round order.
 func (c *Comparison) RoundRatios(i, j int) []float64 {
