@@ -6,52 +6,14 @@ import (
 	"strings"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-
 	"github.com/llmhedge/llmhedge/internal/metricscheck"
 )
 
 // metricValue sums the samples of metric family name whose labels include
-// every pair of want (a counter or gauge value, or a histogram's count).
+// every pair of want (see metricscheck.Value).
 func metricValue(t *testing.T, text, name string, want map[string]string) (float64, bool) {
 	t.Helper()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(strings.NewReader(text))
-	if err != nil {
-		t.Fatalf("parsing /metrics: %v", err)
-	}
-	family, ok := families[name]
-	if !ok {
-		return 0, false
-	}
-	sum, found := 0.0, false
-	for _, m := range family.GetMetric() {
-		if !hasLabels(m, want) {
-			continue
-		}
-		found = true
-		switch {
-		case m.GetCounter() != nil:
-			sum += m.GetCounter().GetValue()
-		case m.GetGauge() != nil:
-			sum += m.GetGauge().GetValue()
-		case m.GetHistogram() != nil:
-			sum += float64(m.GetHistogram().GetSampleCount())
-		}
-	}
-	return sum, found
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	matched := 0
-	for _, pair := range m.GetLabel() {
-		if v, ok := want[pair.GetName()]; ok && v == pair.GetValue() {
-			matched++
-		}
-	}
-	return matched == len(want)
+	return metricscheck.Value(metricscheck.Parse(t, text), name, want)
 }
 
 // TestMetricsOnCaddyMetricsEndpoint: after metricscheck.Traffic the
