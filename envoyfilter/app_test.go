@@ -81,17 +81,7 @@ routes:
     upstreams: [{name: A, url: "`+a.URL+`"}, {name: B, url: "`+b.URL+`"}]
     delay: 100ms
 `), 0o600)
-	cfg, err := envoyfilter.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := envoyfilter.NewApp(path, cfg, zap.NewNop(), zap.NewAtomicLevel(), envoyfilter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
+	app, _ := startApp(t, path, zap.NewNop(), envoyfilter.Options{})
 	conn, err := grpc.NewClient(app.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{RootCAs: pool})))
 	if err != nil {
 		t.Fatal(err)
@@ -318,4 +308,22 @@ routes:
 	t.Logf("drain timeline after SIGTERM: health NOT_SERVING +%v, last stream accepted and served +%v, "+
 		"listener closed +%v, last in-flight stream finished +%v, stopped +%v (the 5s grace fired by the test)",
 		since(healthFlipped), since(lastAccepted), since(listenerClosed), since(r.at), since(stopped))
+}
+
+// startApp loads the config file at path, builds the App from it and
+// starts it (the caller stops it).
+func startApp(t *testing.T, path string, log *zap.Logger, opts envoyfilter.Options) (*envoyfilter.App, *envoyfilter.FileConfig) {
+	t.Helper()
+	cfg, err := envoyfilter.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app, err := envoyfilter.NewApp(path, cfg, log, zap.NewAtomicLevel(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return app, cfg
 }

@@ -127,17 +127,7 @@ routes:
     upstreams: [{name: U, url: "http://127.0.0.1:1"}]
     max_body: 1KiB
 `), 0o600)
-	cfg, err := envoyfilter.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := envoyfilter.NewApp(path, cfg, zap.NewNop(), zap.NewAtomicLevel(), envoyfilter.Options{Transport: stuckTransport{}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
+	app, cfg := startApp(t, path, zap.NewNop(), envoyfilter.Options{Transport: stuckTransport{}})
 	// The largest chunk the server accepts (8 MiB at most).
 	chunk := int(cfg.GRPC.MaxRecvMsgSize) - 64<<10
 	if chunk > 8<<20 {

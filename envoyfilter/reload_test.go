@@ -127,19 +127,8 @@ routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
 ` + rest
 	}
 	writeConfig(t, path, config("127.0.0.1:0", cert1, key1, ""))
-	cfg, err := envoyfilter.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	logCore, logs := observer.New(zap.InfoLevel)
-	app, err := envoyfilter.NewApp(path, cfg, zap.New(logCore), zap.NewAtomicLevel(),
-		envoyfilter.Options{Transport: http.DefaultTransport})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
+	app, _ := startApp(t, path, zap.New(logCore), envoyfilter.Options{Transport: http.DefaultTransport})
 	defer app.Shutdown(time.Second)
 	if err := checkHealth(app.GRPCAddr(), pool1); err != nil {
 		t.Fatalf("health check with the first certificate: %v", err)
@@ -199,17 +188,7 @@ routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
 `
 	}
 	writeConfig(t, path, config(caA))
-	cfg, err := envoyfilter.LoadConfig(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app, err := envoyfilter.NewApp(path, cfg, zap.NewNop(), zap.NewAtomicLevel(), envoyfilter.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
+	app, _ := startApp(t, path, zap.NewNop(), envoyfilter.Options{})
 	defer app.Shutdown(time.Second)
 	check := func(client tls.Certificate) error {
 		conn, err := grpc.NewClient(app.GRPCAddr(), grpc.WithTransportCredentials(credentials.NewTLS(
