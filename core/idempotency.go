@@ -19,7 +19,9 @@ type StoredResponse struct {
 	Body   []byte
 }
 
-func (s *StoredResponse) size() int64 {
+// Size is what the response costs a store's byte bound: its body, headers
+// and fingerprint, plus a fixed overhead.
+func (s *StoredResponse) Size() int64 {
 	n := int64(len(s.Body)) + int64(len(s.Fingerprint)) + 64
 	for k, vv := range s.Header {
 		n += int64(len(k))
@@ -79,7 +81,7 @@ func (m *memoryStore) Get(key string) (*StoredResponse, bool) {
 }
 
 func (m *memoryStore) Put(key string, resp *StoredResponse, ttl time.Duration) {
-	e := &memoryEntry{key: key, resp: resp, expires: m.clock.Now().Add(ttl), size: resp.size()}
+	e := &memoryEntry{key: key, resp: resp, expires: m.clock.Now().Add(ttl), size: resp.Size()}
 	if e.size > m.maxBytes {
 		return
 	}

@@ -397,7 +397,7 @@ func (s *replyStore) Get(key string) (*core.StoredResponse, bool) {
 // Put stores resp under key for ttl, evicting the least recently used
 // answers of this store, then of all stores, beyond their bounds.
 func (s *replyStore) Put(key string, resp *core.StoredResponse, ttl time.Duration) {
-	size := replySize(resp)
+	size := resp.Size()
 	if size > s.maxBytes {
 		return
 	}
@@ -444,16 +444,4 @@ func removeReply(c *replyCache, it *storedReply) {
 	delete(s.items, it.key)
 	s.bytes -= it.size
 	c.bytes -= it.size
-}
-
-// replySize is what an answer costs, as core's own store counts it.
-func replySize(r *core.StoredResponse) int64 {
-	n := int64(len(r.Body)) + int64(len(r.Fingerprint)) + 64
-	for k, vv := range r.Header {
-		n += int64(len(k))
-		for _, v := range vv {
-			n += int64(len(v))
-		}
-	}
-	return n
 }
