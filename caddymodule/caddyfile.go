@@ -154,17 +154,18 @@ func (p args) jsonOption(v reflect.Value, block string) error {
 		field = field.Elem()
 	}
 	switch field.Kind() {
-	case reflect.Invalid:
-		return p.d.Errf("unrecognized %s option %q", block, option)
 	case reflect.Bool:
 		field.SetBool(true)
 		return p.none()
 	case reflect.Slice:
 		values, err := p.atLeastOne()
-		field.Set(reflect.ValueOf(values))
+		field.Set(reflect.ValueOf(values)) // []string: fieldByJSONName has no other lists
 		return err
 	case reflect.Struct:
 		return p.block(func(string) error { return p.jsonOption(field, option) })
+	case reflect.String, reflect.Int, reflect.Int64, reflect.Float64:
+	default:
+		return p.d.Errf("unrecognized %s option %q", block, option)
 	}
 	value, err := p.one()
 	if err != nil {
@@ -191,8 +192,8 @@ var offOptions = map[string]bool{"ttl": true, "ratio": true, "max_concurrent_hed
 var intSizeOptions = map[string]bool{"max_prefix": true, "max_line": true, "max_response_bytes": true}
 
 // fieldByJSONName is the field of the struct v, or of a struct embedded in
-// it, whose JSON name is name, or the zero Value. Lists of structs
-// (upstreams) have a syntax of their own.
+// it, whose JSON name is name, or the zero Value. Lists other than of
+// strings (upstreams) have a syntax of their own.
 func fieldByJSONName(v reflect.Value, name string) reflect.Value {
 	for i := 0; i < v.NumField(); i++ {
 		f := v.Type().Field(i)
@@ -201,8 +202,8 @@ func fieldByJSONName(v reflect.Value, name string) reflect.Value {
 				return inner
 			}
 		}
-		structList := f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct
-		if f.IsExported() && strings.Split(f.Tag.Get("json"), ",")[0] == name && !structList {
+		otherList := f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() != reflect.String
+		if f.IsExported() && strings.Split(f.Tag.Get("json"), ",")[0] == name && !otherList {
 			return v.Field(i)
 		}
 	}
