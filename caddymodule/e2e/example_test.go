@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // TestExampleCaddyfile runs examples/caddy/Caddyfile as written, with its
@@ -15,8 +17,8 @@ import (
 // stay out of the logs, and the metrics endpoint serves llm_hedge_*.
 func TestExampleCaddyfile(t *testing.T) {
 	a, b := startSims(t)
-	c := &caddyProc{t: t, dir: t.TempDir(), admin: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
-	c.ports = []int{freePort(t), freePort(t)}
+	c := &caddyProc{t: t, dir: t.TempDir(), admin: fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t))}
+	c.ports = []int{proc.FreePort(t), proc.FreePort(t)}
 	config, err := filepath.Abs(filepath.Join("..", "..", "examples", "caddy", "Caddyfile"))
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/traefikplugin"
 )
 
@@ -109,9 +110,9 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 	bin := traefikBinary(t)
 	dir := t.TempDir()
 	layoutPlugin(t, dir)
-	web := freePort(t)
+	web := proc.FreePort(t)
 	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic.yml"),
-		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &syncBuffer{}, exited: make(chan struct{})}
+		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &proc.Buffer{}, exited: make(chan struct{})}
 	dyn := strings.NewReplacer(replace...).Replace(read(dynamicFile))
 	static := strings.NewReplacer(`":8080"`, fmt.Sprintf(`"127.0.0.1:%d"`, web),
 		"filename: dynamic.yml", fmt.Sprintf("filename: %q", tr.dynPath)).Replace(read("traefik-local.yml"))
@@ -137,11 +138,11 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 		}
 		select {
 		case <-tr.exited:
-			t.Fatalf("traefik exited:\n%s", tail(tr.logs.String(), 4000))
+			t.Fatalf("traefik exited:\n%s", proc.Tail(tr.logs.String(), 4000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the example route never answered (last: %v):\n%s", err, tail(tr.logs.String(), 4000))
+			t.Fatalf("the example route never answered (last: %v):\n%s", err, proc.Tail(tr.logs.String(), 4000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // functionalWorkload is fast and has no random stalls: every scenario
@@ -191,7 +192,7 @@ func TestThroughRealTraefik(t *testing.T) {
 			t.Fatalf("before the break the client got %q from %v", r.content, r.ids)
 		}
 		if strings.Contains(tr.logs.String(), "Recovered from panic") || strings.Contains(tr.logs.String(), "panic:") {
-			t.Fatalf("Traefik treated the abort as a crash:\n%s", tail(tr.logs.String(), 3000))
+			t.Fatalf("Traefik treated the abort as a crash:\n%s", proc.Tail(tr.logs.String(), 3000))
 		}
 	})
 
