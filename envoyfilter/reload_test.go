@@ -2,15 +2,9 @@ package envoyfilter_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +19,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 const onlyA = `
@@ -155,21 +150,8 @@ routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
 // clientCert writes a self-signed client certificate (its own CA) and
 // returns the file and the pair for a client.
 func clientCert(t *testing.T, dir string) (caFile string, pair tls.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "envoy-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile = filepath.Join(dir, "client.pem")
-	writeConfig(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	return caFile, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	c := testcert.Client(t)
+	return testcert.WritePEM(t, filepath.Join(dir, "client.pem"), c.DER), c.Pair()
 }
 
 // mTLS: only the client certificate the loaded client_ca_file names gets

@@ -13,7 +13,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -184,17 +183,7 @@ func (c *caddyProc) ready() bool {
 
 // stop asks Caddy to shut down gracefully, and kills it if it does not.
 func (c *caddyProc) stop() {
-	select {
-	case <-c.exited:
-		return
-	default:
-	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(startupTimeout):
-		c.cmd.Process.Kill()
-		<-c.exited
+	if !proc.Stop(c.cmd.Process, c.exited, startupTimeout) {
 		c.t.Errorf("caddy did not stop on SIGTERM")
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -79,45 +78,18 @@ func TestNoHedgeWhenFast(t *testing.T) {
 	}
 }
 
-// gatedUpstream streams a chat completion whose first token is sent at
-// once and whose rest waits until release is closed: a client that sees
-// the first token before release proves the gateway flushes per event.
-func gatedUpstream(t *testing.T, release <-chan struct{}) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		chunk := func(delta string) {
-			fmt.Fprintf(w, "data: {\"id\":\"gated\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":null}]}\n\n", delta)
-			rc.Flush()
-		}
-		chunk(`{"role":"assistant","content":""}`)
-		fmt.Fprint(w, llmsim.Ping)
-		chunk(`{"content":"first "}`)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		chunk(`{"content":"second"}`)
-		fmt.Fprint(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 // TestSSEFlushedPerEvent: the client sees the first token while the
 // upstream still holds the rest of the stream.
 func TestSSEFlushedPerEvent(t *testing.T) {
-	release := make(chan struct{})
-	up := gatedUpstream(t, release)
+	up := llmsim.StartGated(2, true)
+	t.Cleanup(up.Close)
 	c := startCaddy(t, "", fmt.Sprintf("\tllm_hedge %s {\n\t\tdelay 1s\n\t}", up.URL))
 	ctx := testContext(t)
 
 	// If the gateway buffered, the first token would only arrive after
 	// release; this guard releases late so that the test fails instead of
 	// hanging.
-	guard := time.AfterFunc(10*time.Second, func() { close(release) })
+	guard := time.AfterFunc(10*time.Second, func() { close(up.Release) })
 	defer guard.Stop()
 	released := false
 
@@ -128,17 +100,23 @@ func TestSSEFlushedPerEvent(t *testing.T) {
 	for stream.Next() {
 		for _, ch := range stream.Current().Choices {
 			text.WriteString(ch.Delta.Content)
-			if ch.Delta.Content == "first " && !released {
+			if ch.Delta.Content == llmsim.TokenText("flush-1", 0) && !released {
 				if !guard.Stop() {
 					t.Fatal("the first token arrived only after the upstream's stream was released: not flushed per event")
 				}
-				close(release)
+				close(up.Release)
 				released = true
 			}
 		}
 	}
-	if err := stream.Err(); err != nil || text.String() != "first second" || !released {
-		t.Fatalf("text %q, err %v, released %v", text.String(), err, released)
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream error %v", err)
+	}
+	if want := llmsim.ExpectedChatText("flush-1", 2); text.String() != want {
+		t.Fatalf("text %q, want %q", text.String(), want)
+	}
+	if !released {
+		t.Fatal("the first token never arrived before the stream ended")
 	}
 }
 

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 // protoRecorder wraps an upstream and records the protocol of each request.
@@ -51,11 +50,7 @@ func TestTLSAndHTTP2ToUpstreams(t *testing.T) {
 	tlsUp.EnableHTTP2 = true
 	tlsUp.StartTLS()
 	t.Cleanup(tlsUp.Close)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw})
-	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	caFile := testcert.WritePEM(t, filepath.Join(t.TempDir(), "ca.pem"), tlsUp.Certificate().Raw)
 
 	// B: cleartext HTTP/2 (h2c) only.
 	recB := &protoRecorder{next: &llmsim.Server{Name: "B", Workload: simWorkload(10 * time.Millisecond)}}

@@ -53,68 +53,10 @@ func cancelledIDs(s *llmsim.Running) map[string]bool {
 	return out
 }
 
-// gatedUpstream streams tokens one at a time: token i+1 is sent only after
-// the test has received token i through Traefik (or 10s passed, which the
-// test then reports). A proxy that buffered any event would stall it.
-//
-// With hold, every stream also stops after its first token until release
-// is closed (the reload test keeps streams open that way); its tokens are
-// then not gated on receipt.
-type gatedUpstream struct {
-	*httptest.Server
-	received chan int     // the client got content token i
-	late     atomic.Int32 // tokens whose receipt was not confirmed in time
-	first    chan string  // a stream sent its first token (hold mode)
-	release  chan struct{}
-}
-
-func startGated(t *testing.T, tokens int, hold bool) *gatedUpstream {
-	g := &gatedUpstream{received: make(chan int, 1024), first: make(chan string, 1024), release: make(chan struct{})}
-	if !hold {
-		close(g.release)
-	}
-	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		id := r.Header.Get(llmsim.HeaderRequest)
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		write := func(s string) bool {
-			if _, err := io.WriteString(w, s); err != nil {
-				return false
-			}
-			return rc.Flush() == nil
-		}
-		chunk := func(delta string) string {
-			return `data: {"id":"chatcmpl-G-` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
-		}
-		if !write(chunk(`{"role":"assistant","content":""}`)) {
-			return
-		}
-		for i := 0; i < tokens; i++ {
-			if !write(chunk(`{"content":"` + llmsim.TokenText(id, i) + `"}`)) {
-				return
-			}
-			if i == 0 && hold {
-				g.first <- id
-				select {
-				case <-g.release:
-				case <-r.Context().Done():
-					return
-				}
-			}
-			if i < tokens-1 && !hold {
-				select {
-				case <-g.received:
-				case <-time.After(10 * time.Second):
-					g.late.Add(1)
-				case <-r.Context().Done():
-					return
-				}
-			}
-		}
-		write(`data: {"id":"chatcmpl-G-` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
-	}))
-	t.Cleanup(g.Server.Close)
+// startGated starts llmsim's gated upstream, closed at the end of t.
+func startGated(t *testing.T, tokens int, hold bool) *llmsim.Gated {
+	g := llmsim.StartGated(tokens, hold)
+	t.Cleanup(g.Close)
 	return g
 }
 
@@ -174,11 +116,11 @@ func TestThroughRealTraefik(t *testing.T) {
 	})
 
 	t.Run("every event is flushed", func(t *testing.T) {
-		r := streamChat(ctx, sdk(tr.URL+"/flush/v1/"), "fl-1", "", func(i int) { gated.received <- i })
+		r := streamChat(ctx, sdk(tr.URL+"/flush/v1/"), "fl-1", "", func(i int) { gated.Received <- i })
 		if r.err != nil || r.content != llmsim.ExpectedChatText("fl-1", 5) || !r.finished {
 			t.Fatalf("answer %+v", r)
 		}
-		if n := gated.late.Load(); n != 0 {
+		if n := gated.Late.Load(); n != 0 {
 			t.Fatalf("%d events reached the client only after the upstream had waited 10s for them", n)
 		}
 	})

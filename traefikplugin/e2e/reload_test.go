@@ -34,14 +34,14 @@ func TestReloadWhileStreamsOpen(t *testing.T) {
 	timeout := time.After(30 * time.Second)
 	for i := 0; i < streams; i++ {
 		select {
-		case <-g.first:
+		case <-g.First:
 		case <-timeout:
 			t.Fatalf("only %d of %d streams started", i, streams)
 		}
 	}
 
 	tr.reload(config("g2", "reportHeader: X-Hedge-Report"))
-	close(g.release)
+	close(g.Release)
 
 	for i := 0; i < streams; i++ {
 		r := <-results

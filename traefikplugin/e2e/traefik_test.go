@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -221,13 +220,7 @@ func (tr *traefik) cpuTime() time.Duration {
 
 // stop terminates Traefik and waits for it.
 func (tr *traefik) stop() {
-	tr.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-tr.exited:
-	case <-time.After(15 * time.Second):
-		tr.cmd.Process.Kill()
-		<-tr.exited
-	}
+	proc.Stop(tr.cmd.Process, tr.exited, 15*time.Second)
 	if tr.t.Failed() {
 		tr.t.Logf("traefik output (tail):\n%s", proc.Tail(tr.logs.String(), 6000))
 	}

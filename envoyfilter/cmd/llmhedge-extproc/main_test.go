@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // The test binary doubles as the command: with this variable set it runs
@@ -44,8 +44,7 @@ type process struct {
 	cmd    *exec.Cmd
 	logs   chan map[string]interface{}
 	exited chan error
-	output strings.Builder
-	mu     sync.Mutex
+	output proc.Buffer // stdout, and stderr line by line
 }
 
 func start(t *testing.T, args ...string) *process {
@@ -57,14 +56,14 @@ func start(t *testing.T, args ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stdout = &lockedWriter{p: p}
+	p.cmd.Stdout = &p.output
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			p.write(sc.Text() + "\n")
+			p.output.Write([]byte(sc.Text() + "\n"))
 			var entry map[string]interface{}
 			if json.Unmarshal(sc.Bytes(), &entry) == nil {
 				p.logs <- entry
@@ -81,21 +80,7 @@ func start(t *testing.T, args ...string) *process {
 	return p
 }
 
-type lockedWriter struct{ p *process }
-
-func (w *lockedWriter) Write(b []byte) (int, error) { w.p.write(string(b)); return len(b), nil }
-
-func (p *process) write(s string) {
-	p.mu.Lock()
-	p.output.WriteString(s)
-	p.mu.Unlock()
-}
-
-func (p *process) out() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.output.String()
-}
+func (p *process) out() string { return p.output.String() }
 
 // waitLog returns the next log entry whose message is msg.
 func (p *process) waitLog(t *testing.T, msg string) map[string]interface{} {
@@ -127,33 +112,6 @@ func (p *process) wait(t *testing.T) error {
 		t.Fatalf("the process did not exit:\n%s", p.out())
 		return nil
 	}
-}
-
-// holder blocks chosen requests in a simulated upstream until released.
-type holder struct {
-	mu   sync.Mutex
-	gate map[string]chan struct{}
-}
-
-func (h *holder) hold(id string) chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := make(chan struct{})
-	h.gate[id] = ch
-	return ch
-}
-
-func (h *holder) behave(r *http.Request) llmsim.Behavior {
-	h.mu.Lock()
-	ch := h.gate[r.Header.Get(llmsim.HeaderRequest)]
-	h.mu.Unlock()
-	if ch != nil {
-		select {
-		case <-ch:
-		case <-r.Context().Done():
-		}
-	}
-	return llmsim.Behavior{}
 }
 
 func writeConfig(t *testing.T, path, upstreamName, upstreamURL string) {
@@ -204,13 +162,13 @@ func streamChat(front string, id string) answer {
 func TestSignalsReloadAndDrain(t *testing.T) {
 	wl := llmsim.Reference(1, 0.05)
 	wl.StallProb = -1 // off: stalls are scripted
-	holdA, holdB := &holder{gate: map[string]chan struct{}{}}, &holder{gate: map[string]chan struct{}{}}
-	a := (&llmsim.Server{Name: "A", Workload: wl, Behave: holdA.behave}).Start()
-	b := (&llmsim.Server{Name: "B", Workload: wl, Behave: holdB.behave}).Start()
+	holdA, holdB := &llmsim.Holder{}, &llmsim.Holder{}
+	a := (&llmsim.Server{Name: "A", Workload: wl, Behave: holdA.Behave}).Start()
+	b := (&llmsim.Server{Name: "B", Workload: wl, Behave: holdB.Behave}).Start()
 	defer a.Close()
 	defer b.Close()
-	releaseA := holdA.hold("held-a")
-	holdB.hold("held-b") // never released
+	releaseA := holdA.Hold("held-a")
+	holdB.Hold("held-b") // never released
 
 	path := filepath.Join(t.TempDir(), "extproc.yaml")
 	writeConfig(t, path, "A", a.URL)

@@ -12,7 +12,9 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // FreePort returns a loopback port that was free a moment ago.
@@ -73,4 +75,24 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("/proc/%d/status has no VmRSS", pid)
+}
+
+// Stop asks process p to shut down with SIGTERM and kills it if exited is
+// not closed within timeout. It returns once the process has exited, and
+// whether it stopped by itself (a process that had already exited did).
+func Stop(p *os.Process, exited <-chan struct{}, timeout time.Duration) bool {
+	select {
+	case <-exited:
+		return true
+	default:
+	}
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+		return true
+	case <-time.After(timeout):
+		p.Kill()
+		<-exited
+		return false
+	}
 }

@@ -2,9 +2,11 @@ package proc
 
 import (
 	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 func TestRSSOfThisProcess(t *testing.T) {
@@ -41,5 +43,24 @@ func TestBufferConcurrentWrites(t *testing.T) {
 func TestFreePortIsPositive(t *testing.T) {
 	if p := FreePort(t); p <= 0 {
 		t.Fatalf("FreePort = %d, want > 0", p)
+	}
+}
+
+// sleep ends on SIGTERM: Stop reports that it stopped by itself.
+func TestStopEndsAProcessOnSIGTERM(t *testing.T) {
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait()
+		close(exited)
+	}()
+	if !Stop(cmd.Process, exited, 10*time.Second) {
+		t.Fatal("Stop = false, want true: sleep ends on SIGTERM")
+	}
+	if !Stop(cmd.Process, exited, time.Second) {
+		t.Fatal("Stop of an exited process = false, want true")
 	}
 }
