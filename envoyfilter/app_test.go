@@ -66,8 +66,10 @@ routes:
 	defer conn.Close()
 	health, err := healthpb.NewHealthClient(conn).Check(context.Background(),
 		&healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
-	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health %v, %v", health, err)
+	if err != nil {
+		t.Fatal(err)
+	} else if health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health.GetStatus() = %v, want %v", health.GetStatus(), healthpb.HealthCheckResponse_SERVING)
 	}
 
 	driver := envoydriver.New(conn, envoydriver.Config{})
@@ -75,7 +77,11 @@ routes:
 	defer front.Close()
 	h := &harness{t: t, front: front}
 	text, from, err := streamChat(context.Background(), h.client(), simHeaders("tls-1", "A=ttft:2s")...)
-	if err != nil || text != llmsim.ExpectedChatText("tls-1", tokens) || !from["B"] {
+	if err != nil {
+		t.Fatal(err)
+	} else if text != llmsim.ExpectedChatText("tls-1", tokens) {
+		t.Fatalf("text = %q, want %q", text, llmsim.ExpectedChatText("tls-1", tokens))
+	} else if !from["B"] {
 		t.Fatalf("%q from %v, %v", text, from, err)
 	}
 	// The client has the whole answer before the ext_proc stream ends and
@@ -250,13 +256,17 @@ routes:
 	resp, err := healthpb.NewHealthClient(checkConn).Check(context.Background(),
 		&healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
 	checkConn.Close()
-	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("health during the grace: %v, error %v; want NOT_SERVING", resp.GetStatus(), err)
+	if err != nil {
+		t.Fatalf("health during the grace: %v", err)
+	} else if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health during the grace: resp.GetStatus() = %v, want %v", resp.GetStatus(), healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	// A new stream in the grace is served in full.
 	text, _, err := streamChat(context.Background(), h.client(), simHeaders("in-grace", "")...)
-	if err != nil || text != llmsim.ExpectedChatText("in-grace", tokens) {
-		t.Fatalf("a stream opened during the grace: %q, %v", text, err)
+	if err != nil {
+		t.Fatalf("a stream opened during the grace: %v", err)
+	} else if text != llmsim.ExpectedChatText("in-grace", tokens) {
+		t.Fatalf("a stream opened during the grace: text = %q, want %q", text, llmsim.ExpectedChatText("in-grace", tokens))
 	}
 	lastAccepted := time.Now()
 
@@ -274,8 +284,10 @@ routes:
 	}
 	close(release)
 	r := <-held
-	if r.err != nil || r.text != llmsim.ExpectedChatText("held", tokens) {
-		t.Fatalf("the stream in flight at SIGTERM: %q, %v; want it complete", r.text, r.err)
+	if r.err != nil {
+		t.Fatalf("the stream in flight at SIGTERM: r.err = %v, want nil", r.err)
+	} else if r.text != llmsim.ExpectedChatText("held", tokens) {
+		t.Fatalf("the stream in flight at SIGTERM: r.text = %q, want %q", r.text, llmsim.ExpectedChatText("held", tokens))
 	}
 	if err := <-ran; err != nil {
 		t.Fatal(err)

@@ -164,6 +164,6 @@ func TestBenchLightOverhead(t *testing.T) {
 		cmp.RPS(1), perReq(selfCPU[1], 1))
 	t.Logf("  req/s ext_proc / plain = %.3f (rounds %.2f)", cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1))
 	if s := driver.Stats(); s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes != 0 {
-		t.Errorf("protocol trouble under load: %+v", s)
+		t.Errorf("protocol trouble under load: s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes = %v, want 0", s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes)
 	}
 }

@@ -87,8 +87,10 @@ func TestReloadRebuildsTheTransport(t *testing.T) {
 	if !ok || tr == first {
 		t.Fatal("the transport section changed, but the transport was not rebuilt")
 	}
-	if tr.IdleConnTimeout != 7*time.Second || tr.MaxIdleConnsPerHost != 3 {
-		t.Fatalf("transport IdleConnTimeout = %v, MaxIdleConnsPerHost = %d, want 7s, 3", tr.IdleConnTimeout, tr.MaxIdleConnsPerHost)
+	if tr.IdleConnTimeout != 7*time.Second {
+		t.Fatalf("tr.IdleConnTimeout = %v, want %v", tr.IdleConnTimeout, 7*time.Second)
+	} else if tr.MaxIdleConnsPerHost != 3 {
+		t.Fatalf("tr.MaxIdleConnsPerHost = %v, want 3", tr.MaxIdleConnsPerHost)
 	}
 	second := s.transport
 	if err := s.Reload(parse("transport: {keepalive_idle_timeout: 7s, max_idle_conns_per_host: 3}\n" + routes)); err != nil {

@@ -65,8 +65,14 @@ func TestReloadKeepsStreamsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	text, from, err := streamChat(context.Background(), h.client(), simHeaders("new-1", "")...)
-	if err != nil || !from["B"] || from["A"] || text != llmsim.ExpectedChatText("new-1", tokens) {
+	if err != nil {
+		t.Fatalf("after the reload: %v", err)
+	} else if !from["B"] {
 		t.Fatalf("after the reload: %q from %v, %v", text, from, err)
+	} else if from["A"] {
+		t.Fatalf("after the reload: %q from %v, %v", text, from, err)
+	} else if text != llmsim.ExpectedChatText("new-1", tokens) {
+		t.Fatalf("after the reload: text = %q, want %q", text, llmsim.ExpectedChatText("new-1", tokens))
 	}
 
 	bad := *h.config("", onlyB)
@@ -74,14 +80,22 @@ func TestReloadKeepsStreamsInFlight(t *testing.T) {
 	if err := h.srv.Reload(&bad); err == nil {
 		t.Fatal("a route without upstreams was accepted")
 	}
-	if _, from, err := streamChat(context.Background(), h.client(), simHeaders("new-2", "")...); err != nil || !from["B"] {
+	if _, from, err := streamChat(context.Background(), h.client(), simHeaders("new-2", "")...); err != nil {
+		t.Fatalf("after the bad reload: %v", err)
+	} else if !from["B"] {
 		t.Fatalf("after the bad reload: from %v, %v", from, err)
 	}
 
 	close(release)
 	r := <-held
-	if r.err != nil || !r.from["A"] || r.from["B"] || r.text != llmsim.ExpectedChatText("held-1", tokens) {
+	if r.err != nil {
+		t.Fatalf("the request in flight: r.err = %v, want nil", r.err)
+	} else if !r.from["A"] {
 		t.Fatalf("the request in flight: %q from %v, %v", r.text, r.from, r.err)
+	} else if r.from["B"] {
+		t.Fatalf("the request in flight: %q from %v, %v", r.text, r.from, r.err)
+	} else if r.text != llmsim.ExpectedChatText("held-1", tokens) {
+		t.Fatalf("the request in flight: r.text = %q, want %q", r.text, llmsim.ExpectedChatText("held-1", tokens))
 	}
 }
 

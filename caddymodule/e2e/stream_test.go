@@ -27,27 +27,39 @@ func TestHedgeWinsOnFirstToken(t *testing.T) {
 	if err := got.fromOnly("B", "hedge-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !got.models["model-b"] || len(got.models) != 1 {
+	if !got.models["model-b"] {
 		t.Fatalf("models %v, want B's model-b only", got.models)
+	} else if len(got.models) != 1 {
+		t.Fatalf("len(got.models) = %v, want 1", len(got.models))
 	}
 	if err := a.WaitFor(ctx, func() bool { return a.Cancelled() == 1 }); err != nil {
 		t.Fatalf("A's stalled attempt was not cancelled: %v", err)
 	}
 	ra, rb := a.Requests(), b.Requests()
-	if len(ra) != 1 || len(rb) != 1 {
-		t.Fatalf("A got %d requests, B %d: want one each", len(ra), len(rb))
+	if len(ra) != 1 {
+		t.Fatalf("len(ra) = %v, want 1", len(ra))
+	} else if len(rb) != 1 {
+		t.Fatalf("len(rb) = %v, want 1", len(rb))
 	}
-	if ra[0].Authorization != "Bearer sk-A-secret" || rb[0].Authorization != "Bearer sk-B-secret" {
-		t.Errorf("authorization A %q, B %q: each upstream must get its own key", ra[0].Authorization, rb[0].Authorization)
+	if ra[0].Authorization != "Bearer sk-A-secret" {
+		t.Errorf("ra[0].Authorization = %q, want \"Bearer sk-A-secret\"", ra[0].Authorization)
+	} else if rb[0].Authorization != "Bearer sk-B-secret" {
+		t.Errorf("rb[0].Authorization = %q, want \"Bearer sk-B-secret\"", rb[0].Authorization)
 	}
-	if ra[0].Model != "model-a" || rb[0].Model != "model-b" {
-		t.Errorf("models A %q, B %q", ra[0].Model, rb[0].Model)
+	if ra[0].Model != "model-a" {
+		t.Errorf("ra[0].Model = %q, want \"model-a\"", ra[0].Model)
+	} else if rb[0].Model != "model-b" {
+		t.Errorf("rb[0].Model = %q, want \"model-b\"", rb[0].Model)
 	}
-	if ra[0].IdempotencyKey == "" || ra[0].IdempotencyKey != rb[0].IdempotencyKey {
-		t.Errorf("idempotency keys A %q, B %q: want one key on both", ra[0].IdempotencyKey, rb[0].IdempotencyKey)
+	if ra[0].IdempotencyKey == "" {
+		t.Errorf("ra[0].IdempotencyKey = \"\", want a non-empty value")
+	} else if ra[0].IdempotencyKey != rb[0].IdempotencyKey {
+		t.Errorf("ra[0].IdempotencyKey = %q, want %q", ra[0].IdempotencyKey, rb[0].IdempotencyKey)
 	}
-	if ra[0].Attempt != "0" || rb[0].Attempt != "1" {
-		t.Errorf("attempt headers A %q, B %q", ra[0].Attempt, rb[0].Attempt)
+	if ra[0].Attempt != "0" {
+		t.Errorf("ra[0].Attempt = %q, want \"0\"", ra[0].Attempt)
+	} else if rb[0].Attempt != "1" {
+		t.Errorf("rb[0].Attempt = %q, want \"1\"", rb[0].Attempt)
 	}
 
 	// One structured line per request, at info, without credentials. (The
@@ -55,8 +67,16 @@ func TestHedgeWinsOnFirstToken(t *testing.T) {
 	// sometimes before core has read the upstream's end; reported in
 	// /tmp/core-bugs.md.)
 	line := c.waitLog("llm_hedge request", 1, nil)[0]
-	if line["winner_upstream"] != "B" || line["winner_attempt"] != float64(1) || line["attempts"] != float64(2) || line["level"] != "info" || line["status"] != float64(200) {
-		t.Errorf("log line %v", line)
+	if line["winner_upstream"] != "B" {
+		t.Errorf("line[\"winner_upstream\"] = %q, want \"B\"", line["winner_upstream"])
+	} else if line["winner_attempt"] != float64(1) {
+		t.Errorf("line[\"winner_attempt\"] = %v, want %v", line["winner_attempt"], float64(1))
+	} else if line["attempts"] != float64(2) {
+		t.Errorf("line[\"attempts\"] = %v, want %v", line["attempts"], float64(2))
+	} else if line["level"] != "info" {
+		t.Errorf("line[\"level\"] = %q, want \"info\"", line["level"])
+	} else if line["status"] != float64(200) {
+		t.Errorf("line[\"status\"] = %v, want %v", line["status"], float64(200))
 	}
 	for _, secret := range []string{"sk-A-secret", "sk-B-secret", "sk-client-key"} {
 		if strings.Contains(c.logs(), secret) {
@@ -137,12 +157,16 @@ func TestPlaceholdersAndReportHeader(t *testing.T) {
 	}
 	resp.Body.Close()
 	report := resp.Header.Get("X-LLM-Hedge-Report")
-	if !strings.Contains(report, "attempts=2") || !strings.Contains(report, "upstream=B") {
-		t.Fatalf("report header %q", report)
+	if !strings.Contains(report, "attempts=2") {
+		t.Fatalf("report = %q, want it to contain \"attempts=2\"", report)
+	} else if !strings.Contains(report, "upstream=B") {
+		t.Fatalf("report = %q, want it to contain \"upstream=B\"", report)
 	}
 	access := c.waitLog("handled request", 1, nil)[0]
-	if access["hedge_winner"] != "B" || fmt.Sprint(access["hedge_attempts"]) != "2" {
-		t.Fatalf("access log %v", access)
+	if access["hedge_winner"] != "B" {
+		t.Fatalf("access[\"hedge_winner\"] = %q, want \"B\"", access["hedge_winner"])
+	} else if fmt.Sprint(access["hedge_attempts"]) != "2" {
+		t.Fatalf("fmt.Sprint(access[\"hedge_attempts\"]) = %q, want \"2\"", fmt.Sprint(access["hedge_attempts"]))
 	}
 	// B starts after the 50ms delay: the client's TTFT cannot be less.
 	if ttft, err := strconv.Atoi(fmt.Sprint(access["hedge_ttft_ms"])); err != nil || ttft < 50 {
@@ -211,14 +235,20 @@ func TestIdempotencyJoinAndReplay(t *testing.T) {
 	}
 	first, second := <-bodies, <-bodies
 	want := string(llmsim.ExpectedStream("B", "model-b", "idem-1", simTokens))
-	if first != want || second != want {
-		t.Fatalf("bodies\n%s\n%s\nwant both\n%s", first, second, want)
+	if first != want {
+		t.Fatalf("first = %v, want %v", first, want)
+	} else if second != want {
+		t.Fatalf("second = %v, want %v", second, want)
 	}
 	resp, third := post()
-	if third != want || resp.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("third request: replayed %q, body\n%s", resp.Header.Get("Idempotent-Replayed"), third)
+	if third != want {
+		t.Fatalf("third request: third = %v, want %v", third, want)
+	} else if resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("third request: resp.Header.Get(\"Idempotent-Replayed\") = %q, want \"true\"", resp.Header.Get("Idempotent-Replayed"))
 	}
-	if a.Attempts("idem-1") != 1 || b.Attempts("idem-1") != 1 {
-		t.Fatalf("attempts A %d, B %d: want one race for the three requests", a.Attempts("idem-1"), b.Attempts("idem-1"))
+	if a.Attempts("idem-1") != 1 {
+		t.Fatalf("a.Attempts(\"idem-1\") = %v, want 1", a.Attempts("idem-1"))
+	} else if b.Attempts("idem-1") != 1 {
+		t.Fatalf("b.Attempts(\"idem-1\") = %v, want 1", b.Attempts("idem-1"))
 	}
 }

@@ -95,12 +95,20 @@ func TestThroughRealTraefik(t *testing.T) {
 		// A answers 200 with a role-only chunk at once, then pings for 3s:
 		// a header race would pick it; the plugin waits for a real token.
 		r := streamChat(ctx, sdk(tr.URL+"/ft/v1/"), "ft-1", "A=ttft:3s;B=ttft:20ms", nil)
-		if up, ok := r.whole("ft-1", wl.WithDefaults().Tokens); !ok || up != "B" {
-			t.Fatalf("answer %+v (upstream %q), want B's whole answer", r, up)
+		if up, ok := r.whole("ft-1", wl.WithDefaults().Tokens); !ok {
+			t.Fatalf("ft-1: %s", r.notWhole("ft-1", wl.WithDefaults().Tokens))
+		} else if up != "B" {
+			t.Fatalf("ft-1 answered by %q, want B", up)
 		}
 		st := r.header.Get("Server-Timing")
-		if !strings.Contains(st, "attempts=2") || !strings.Contains(st, "winner=1") || !strings.Contains(st, "upstream=B") || !strings.Contains(st, "dur=") {
-			t.Fatalf("Server-Timing %q", st)
+		if !strings.Contains(st, "attempts=2") {
+			t.Fatalf("st = %q, want it to contain \"attempts=2\"", st)
+		} else if !strings.Contains(st, "winner=1") {
+			t.Fatalf("st = %q, want it to contain \"winner=1\"", st)
+		} else if !strings.Contains(st, "upstream=B") {
+			t.Fatalf("st = %q, want it to contain \"upstream=B\"", st)
+		} else if !strings.Contains(st, "dur=") {
+			t.Fatalf("st = %q, want it to contain \"dur=\"", st)
 		}
 		within(t, a, "the losing attempt on A to be cancelled", func() bool { return cancelledIDs(a)["ft-1"] })
 		// One JSON log line for the request on Traefik's stderr. It is
@@ -110,15 +118,25 @@ func TestThroughRealTraefik(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &got); err != nil {
 			t.Fatalf("log line is not JSON: %v: %s", err, line)
 		}
-		if got["outcome"] != "ok" || got["winner_upstream"] != "B" || got["attempts"] != float64(2) || got["hedges_started"] != float64(1) {
-			t.Fatalf("log line %v", got)
+		if got["outcome"] != "ok" {
+			t.Fatalf("got[\"outcome\"] = %q, want \"ok\"", got["outcome"])
+		} else if got["winner_upstream"] != "B" {
+			t.Fatalf("got[\"winner_upstream\"] = %q, want \"B\"", got["winner_upstream"])
+		} else if got["attempts"] != float64(2) {
+			t.Fatalf("got[\"attempts\"] = %v, want %v", got["attempts"], float64(2))
+		} else if got["hedges_started"] != float64(1) {
+			t.Fatalf("got[\"hedges_started\"] = %v, want %v", got["hedges_started"], float64(1))
 		}
 	})
 
 	t.Run("every event is flushed", func(t *testing.T) {
 		r := streamChat(ctx, sdk(tr.URL+"/flush/v1/"), "fl-1", "", func(i int) { gated.Received <- i })
-		if r.err != nil || r.content != llmsim.ExpectedChatText("fl-1", 5) || !r.finished {
-			t.Fatalf("answer %+v", r)
+		if r.err != nil {
+			t.Fatalf("r.err = %v, want nil", r.err)
+		} else if r.content != llmsim.ExpectedChatText("fl-1", 5) {
+			t.Fatalf("r.content = %v, want %v", r.content, llmsim.ExpectedChatText("fl-1", 5))
+		} else if !r.finished {
+			t.Fatalf("r.finished = false, want true")
 		}
 		if n := gated.Late.Load(); n != 0 {
 			t.Fatalf("%d events reached the client only after the upstream had waited 10s for them", n)
@@ -127,10 +145,16 @@ func TestThroughRealTraefik(t *testing.T) {
 
 	t.Run("failure after the first token breaks the stream", func(t *testing.T) {
 		r := streamChat(ctx, sdk(tr.URL+"/abort/v1/"), "ab-1", "A=reset_after:3", nil)
-		if r.err == nil || r.finished {
-			t.Fatalf("the client saw a clean end: %+v", r)
+		if r.err == nil {
+			t.Fatalf("the client saw a clean end: r.err = nil, want an error")
+		} else if r.finished {
+			t.Fatalf("the client saw a clean end: r.finished = true, want false")
 		}
-		if r.content != llmsim.ExpectedChatText("ab-1", 3) || len(r.ids) != 1 || !r.ids["chatcmpl-A-ab-1"] {
+		if r.content != llmsim.ExpectedChatText("ab-1", 3) {
+			t.Fatalf("r.content = %v, want %v", r.content, llmsim.ExpectedChatText("ab-1", 3))
+		} else if len(r.ids) != 1 {
+			t.Fatalf("len(r.ids) = %v, want 1", len(r.ids))
+		} else if !r.ids["chatcmpl-A-ab-1"] {
 			t.Fatalf("before the break the client got %q from %v", r.content, r.ids)
 		}
 		if strings.Contains(tr.logs.String(), "Recovered from panic") || strings.Contains(tr.logs.String(), "panic:") {
@@ -145,12 +169,18 @@ func TestThroughRealTraefik(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `"object":"list"`) || nextCalls.Load() != 1 {
-			t.Fatalf("GET /v1/models: %d %q, next called %d times", resp.StatusCode, body, nextCalls.Load())
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /v1/models: resp.StatusCode = %v, want 200", resp.StatusCode)
+		} else if !strings.Contains(string(body), `"object":"list"`) {
+			t.Fatalf("GET /v1/models: string(body) = %q, want it to contain `\"object\":\"list\"`", string(body))
+		} else if nextCalls.Load() != 1 {
+			t.Fatalf("GET /v1/models: nextCalls.Load() = %v, want 1", nextCalls.Load())
 		}
 		r := streamChat(ctx, sdk(tr.URL+"/pass/v1/"), "pa-1", "", nil)
-		if _, ok := r.whole("pa-1", wl.WithDefaults().Tokens); !ok || nextCalls.Load() != 1 {
-			t.Fatalf("hedged request: %+v, next called %d times", r, nextCalls.Load())
+		if _, ok := r.whole("pa-1", wl.WithDefaults().Tokens); !ok {
+			t.Fatalf("hedged request: %s", r.notWhole("pa-1", wl.WithDefaults().Tokens))
+		} else if nextCalls.Load() != 1 {
+			t.Fatalf("hedged request: nextCalls.Load() = %v, want 1", nextCalls.Load())
 		}
 	})
 

@@ -194,8 +194,12 @@ func TestSignalsReloadAndDrain(t *testing.T) {
 	writeConfig(t, path, "B", b.URL)
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	p.waitLog(t, "configuration reloaded")
-	if got := streamChat(front.URL, "new-b"); got.err != nil || !got.from["B"] || got.text != llmsim.ExpectedChatText("new-b", 20) {
-		t.Fatalf("after SIGHUP: %+v", got)
+	if got := streamChat(front.URL, "new-b"); got.err != nil {
+		t.Fatalf("after SIGHUP: stream error %v", got.err)
+	} else if !got.from["B"] {
+		t.Fatalf("after SIGHUP: chunks from %v, want B", got.from)
+	} else if want := llmsim.ExpectedChatText("new-b", 20); got.text != want {
+		t.Fatalf("after SIGHUP: text %q, want %q", got.text, want)
 	}
 	heldB := make(chan answer, 1)
 	go func() { heldB <- streamChat(front.URL, "held-b") }()
@@ -208,13 +212,19 @@ func TestSignalsReloadAndDrain(t *testing.T) {
 		t.Fatalf("draining %v streams, want 2", d["streams"])
 	}
 	close(releaseA)
-	if got := <-heldA; got.err != nil || !got.from["A"] || got.text != llmsim.ExpectedChatText("held-a", 20) {
-		t.Fatalf("the stream started before SIGHUP, drained: %+v", got)
+	if got := <-heldA; got.err != nil {
+		t.Fatalf("the stream started before SIGHUP, drained: stream error %v", got.err)
+	} else if !got.from["A"] {
+		t.Fatalf("the stream started before SIGHUP, drained: chunks from %v, want A", got.from)
+	} else if want := llmsim.ExpectedChatText("held-a", 20); got.text != want {
+		t.Fatalf("the stream started before SIGHUP, drained: text %q, want %q", got.text, want)
 	}
 	got := <-heldB
 	var apiErr *openai.Error
-	if !errors.As(got.err, &apiErr) || apiErr.StatusCode != http.StatusInternalServerError {
-		t.Fatalf("the stream still open at the drain deadline: %+v, want Envoy's status_on_error", got)
+	if !errors.As(got.err, &apiErr) {
+		t.Fatalf("the stream still open at the drain deadline: error %v (text %q), want Envoy's status_on_error", got.err, got.text)
+	} else if apiErr.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("the stream still open at the drain deadline: status %d, want %d (Envoy's status_on_error)", apiErr.StatusCode, http.StatusInternalServerError)
 	}
 	if err := b.WaitFor(ctx, func() bool { return b.Cancelled() == 1 }); err != nil {
 		t.Fatal("the cancelled stream's upstream attempt was not cancelled")
@@ -229,19 +239,28 @@ func TestSignalsReloadAndDrain(t *testing.T) {
 
 func TestVersionAndBadConfig(t *testing.T) {
 	p := start(t, "-version")
-	if err := p.wait(t); err != nil || !strings.HasPrefix(p.out(), "llmhedge-extproc ") {
-		t.Fatalf("-version: %v, %q", err, p.out())
+	if err := p.wait(t); err != nil {
+		t.Fatalf("-version: %v", err)
+	} else if !strings.HasPrefix(p.out(), "llmhedge-extproc ") {
+		t.Fatalf("-version: p.out() = %q, want it to start with \"llmhedge-extproc \"", p.out())
 	}
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(path, []byte("routes:\n  - name: chat\n    upstreams: []\n"), 0o600)
 	p = start(t, "-config", path)
 	var exit *exec.ExitError
-	if err := p.wait(t); !errors.As(err, &exit) || exit.ExitCode() != 1 ||
-		!strings.Contains(p.out(), "routes[0] (chat): at least one upstream is required") {
+	if err := p.wait(t); !errors.As(err, &exit) {
 		t.Fatalf("bad config: %v, %q", err, p.out())
+	} else if exit.ExitCode() != 1 {
+		t.Fatalf("bad config: exit.ExitCode() = %v, want 1", exit.ExitCode())
+	} else if !strings.Contains(p.out(), "routes[0] (chat): at least one upstream is required") {
+		t.Fatalf("bad config: p.out() = %q, want it to contain \"routes[0] (chat): at least one upstream is required\"", p.out())
 	}
 	p = start(t)
-	if err := p.wait(t); !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.out(), "-config is required") {
+	if err := p.wait(t); !errors.As(err, &exit) {
 		t.Fatalf("no -config: %v, %q", err, p.out())
+	} else if exit.ExitCode() != 2 {
+		t.Fatalf("no -config: exit.ExitCode() = %v, want 2", exit.ExitCode())
+	} else if !strings.Contains(p.out(), "-config is required") {
+		t.Fatalf("no -config: p.out() = %q, want it to contain \"-config is required\"", p.out())
 	}
 }
