@@ -18,7 +18,7 @@ func (m millis) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, float64(m)/float64(time.Millisecond), 'f', 3, 64), nil
 }
 
-// distribution is the SPEC §6 summary of a set of durations.
+// distribution is the summary of a set of durations: p50, p95, p99, max.
 type distribution struct {
 	N   int    `json:"n"`
 	P50 millis `json:"p50_ms"`
@@ -182,10 +182,11 @@ func endpointStats(ep endpoint, index int, samples []sample) endpointResult {
 
 // pickSecondary is the endpoint the hedge goes to: the first after the
 // primary that speaks the primary's format (a proxy forwards one body to
-// every upstream, so it cannot hedge across formats). 0 means none.
+// every upstream, so it cannot hedge across formats) and is not the
+// priority tier. 0 means none.
 func pickSecondary(eps []endpoint) int {
 	for i := 1; i < len(eps); i++ {
-		if eps[i].Format == eps[0].Format {
+		if eps[i].Format == eps[0].Format && !eps[i].Priority {
 			return i
 		}
 	}
@@ -300,7 +301,8 @@ func roundDelay(d time.Duration) time.Duration {
 	return (d + unit - 1) / unit * unit
 }
 
-// hedge is the ideal hedge of one pair at delay d (SPEC §6): the backup
+// hedge is the ideal hedge of one pair at delay d, min(TTFT_A, d + TTFT_B)
+// (see README.md of this command, "How the prediction is computed"): the backup
 // starts at d, or at once when the primary failed earlier, and the first
 // output wins; a fatal client error goes to the client unhedged. started
 // says whether the backup was sent. d = 0 is race-all.

@@ -10,7 +10,7 @@
 //   - the hedge delay that meets the target extra load: the primary's TTFT
 //     quantile at 1 - target (target 5 % gives its p95);
 //   - the TTFT and total time to expect with that delay, computed from the
-//     paired samples as min(TTFT_A, d + TTFT_B) (SPEC §6), next to no hedge
+//     paired samples as min(TTFT_A, d + TTFT_B) (README.md of this command), next to no hedge
 //     and race-all;
 //   - a chart of the CDFs (ttft-cdf.svg) and ready configuration snippets
 //     for Caddy, Traefik and the Envoy ext_proc server, all in -out.
@@ -84,7 +84,7 @@ configuration snippets for Caddy, Traefik and Envoy to -out.
 Example:
   OPENAI_API_KEY=... llmhedge-tune \
     -endpoint name=openai,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini \
-    -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY \
+    -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY,model=llama-3.1-8b \
     -n 300 -price-per-mtok 0.15
 
 Ctrl-C stops and reports on the requests done so far.
@@ -131,7 +131,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		human = stderr
 	}
 	p.print(human)
-	if !opts.Yes && isTerminal(stdin) {
+	if !opts.Yes {
+		// Sending costs money: without -yes only a person at a terminal may
+		// say yes. A pipe or /dev/null on stdin is no one's answer.
+		if !isTerminal(stdin) {
+			fmt.Fprintln(stderr, "llmhedge-tune: stdin is not a terminal, so the plan cannot be confirmed; nothing sent. Add -yes to send without asking.")
+			return exitUsage
+		}
 		if !confirm(stdin, human) {
 			fmt.Fprintln(human, "Nothing sent.")
 			return exitFailed

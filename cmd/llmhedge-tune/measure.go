@@ -38,7 +38,7 @@ type sample struct {
 	// a hedging proxy would start the hedge then (or at its delay).
 	FailedAt time.Duration
 	// Fatal: the status is a client error that llmhedge passes to the
-	// client at once, unhedged (SPEC §4: 400, 401, 403, 404, 413, 422).
+	// client at once, unhedged (400, 401, 403, 404, 413, 422; the top README.md, "How it behaves").
 	Fatal bool
 }
 

@@ -112,7 +112,7 @@ func printReport(w io.Writer, res *results) error {
 	if rec := res.Recommendation; rec != nil {
 		fmt.Fprintf(w, "\nRecommended hedge delay: %s (p%s of %s's TTFT: target extra load %.1f %%, expected %.1f %% over %d paired requests).\n",
 			rec.Delay, quantileName(rec.Quantile), rec.Primary, 100*rec.TargetExtra, 100*rec.ExpectedExtra, rec.Pairs)
-		fmt.Fprintf(w, "Expected with %s as the hedge (ideal hedge on the measured samples, SPEC §6):\n", rec.Secondary)
+		fmt.Fprintf(w, "Expected with %s as the hedge (ideal hedge on the measured samples: min(TTFT_A, delay + TTFT_B) per request):\n", rec.Secondary)
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "strategy\textra\tfailed\tTTFT p50\tp95\tp99\tmax\ttotal p50\tp95\tp99\tmax\t")
 		for _, row := range []struct {
