@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -157,7 +158,7 @@ func TestPlanPrintsCapAndSpend(t *testing.T) {
 			want += int64(len(p.body(e, i))+3) / 4
 		}
 	}
-	if got := p.promptTokens(); got != want || want < 250*2*10 {
+	if got, spend := p.promptTokens(); got != want || want < 250*2*10 || math.Abs(spend-float64(want)*3/1e6) > 1e-12 {
 		t.Fatalf("tokens %d, want %d", got, want)
 	}
 	var buf bytes.Buffer
@@ -177,10 +178,12 @@ func TestPlanPrintsCapAndSpend(t *testing.T) {
 		t.Error("plan shows the key")
 	}
 	// Without a price the spend is not guessed.
-	opts.PricePerMTok = 0
+	for i := range opts.Endpoints {
+		opts.Endpoints[i].PriceIn = 0
+	}
 	buf.Reset()
 	p.print(&buf)
-	if !strings.Contains(buf.String(), "spend not estimated (set -price-per-mtok)") {
+	if !strings.Contains(buf.String(), "spend not estimated (set price_in= on the endpoints or -price-per-mtok)") {
 		t.Errorf("plan without price:\n%s", buf.String())
 	}
 }

@@ -18,17 +18,25 @@ func serveSimOnly(ctx context.Context, w llmsim.Workload, opts options, stdout i
 	if err != nil {
 		return err
 	}
-	var urls [2]string
-	for i, name := range []string{"A", "B"} {
-		r, err := (&llmsim.Server{Name: name, Workload: w}).StartOn("127.0.0.1:" + strconv.Itoa(ports[i]))
-		if err != nil {
-			return fmt.Errorf("upstream %s: %w (choose other ports with -sim-ports, e.g. -sim-ports 0,0)", name, err)
-		}
-		defer r.Close()
-		urls[i] = r.URL
+	// A also has a priority tier, for llmhedge-tune's strategy table: a
+	// request with "service_tier": "priority" (Messages API: "auto") gets
+	// the same median with a lower tail.
+	prio := llmsim.PriorityTier(w)
+	a := &llmsim.Tiered{Standard: &llmsim.Server{Name: "A", Workload: w}, Priority: &llmsim.Server{Name: "A-priority", Workload: prio}}
+	ra, err := a.StartOn("127.0.0.1:" + strconv.Itoa(ports[0]))
+	if err != nil {
+		return fmt.Errorf("upstream A: %w (choose other ports with -sim-ports, e.g. -sim-ports 0,0)", err)
 	}
-	fmt.Fprintf(stdout, "simulated upstreams (reference workload x%g, true TTFT p95 %s):\n  A %s\n  B %s\nCtrl-C to stop.\n",
-		opts.scale, w.TrueQuantile(0.95).Round(time.Millisecond/10), urls[0], urls[1])
+	defer ra.Close()
+	rb, err := (&llmsim.Server{Name: "B", Workload: w}).StartOn("127.0.0.1:" + strconv.Itoa(ports[1]))
+	if err != nil {
+		return fmt.Errorf("upstream B: %w (choose other ports with -sim-ports, e.g. -sim-ports 0,0)", err)
+	}
+	defer rb.Close()
+	urls := [2]string{ra.URL, rb.URL}
+	fmt.Fprintf(stdout, "simulated upstreams (reference workload x%g, true TTFT p95 %s):\n  A %s\n  B %s\n"+
+		"A's priority tier (body service_tier=priority; true TTFT p95 %s) is at A's URL.\nCtrl-C to stop.\n",
+		opts.scale, w.TrueQuantile(0.95).Round(time.Millisecond/10), urls[0], urls[1], prio.TrueQuantile(0.95).Round(time.Millisecond/10))
 	<-ctx.Done()
 	return nil
 }

@@ -42,6 +42,20 @@ type Tiered struct {
 	Standard, Priority *Server
 }
 
+// PriorityTier is a priority tier's workload for the standard workload w:
+// the same median with a lower tail, the lognormal's sigma halved and a
+// tenth of the stalls.
+func PriorityTier(w Workload) Workload {
+	p := w.WithDefaults()
+	if p.Sigma > 0 {
+		p.Sigma /= 2
+	}
+	if p.StallProb > 0 {
+		p.StallProb /= 10
+	}
+	return p
+}
+
 // PriorityRequested reports whether a request body at path asks for the
 // priority tier: "service_tier": "priority" (OpenAI Chat Completions and
 // Responses), or "service_tier": "auto" on the Messages API (Anthropic's
@@ -85,6 +99,16 @@ type RunningTiered struct {
 func (t *Tiered) Start() *RunningTiered {
 	ts := httptest.NewServer(t)
 	return &RunningTiered{Tiered: t, URL: ts.URL, ts: ts}
+}
+
+// StartOn serves t on addr, e.g. "127.0.0.1:9001" (port 0: chosen by the
+// system).
+func (t *Tiered) StartOn(addr string) (*RunningTiered, error) {
+	ts, err := listenOn(addr, t)
+	if err != nil {
+		return nil, err
+	}
+	return &RunningTiered{Tiered: t, URL: ts.URL, ts: ts}, nil
 }
 
 // Close closes every client connection and stops the server once the

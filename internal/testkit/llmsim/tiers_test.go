@@ -82,3 +82,14 @@ func TestStartOnFixedPort(t *testing.T) {
 		t.Errorf("a second server on %s started; want the address-in-use error", addr)
 	}
 }
+
+func TestPriorityTierHasTheLowerTail(t *testing.T) {
+	std := Reference(3, 1)
+	prio := PriorityTier(std)
+	if prio.MedianTTFT != std.MedianTTFT || prio.Sigma != 0.15 || prio.StallProb != 0.002 {
+		t.Errorf("priority tier median %v sigma %v stalls %v; want %v, 0.15, 0.002", prio.MedianTTFT, prio.Sigma, prio.StallProb, std.MedianTTFT)
+	}
+	if s, p := std.TrueQuantile(0.95), prio.TrueQuantile(0.95); p >= s {
+		t.Errorf("priority p95 %v is not below the standard p95 %v", p, s)
+	}
+}

@@ -19,6 +19,9 @@ type Series struct {
 	Name string
 	// Values are the samples; values <= 0 (failed requests) are left out.
 	Values []time.Duration
+	// Note, when set, follows the series' numbers in the legend: what the
+	// curve costs, e.g. "+5.0 % requests".
+	Note string
 }
 
 // ChartOptions configure CDF.
@@ -36,6 +39,12 @@ type ChartOptions struct {
 	TailFrom float64
 	// Width of the SVG in pixels. Default 960.
 	Width int
+	// Percentiles draws the upper panel as one row per series with its
+	// p50, p95, p99 and max marked on the time axis and written out,
+	// instead of the full CDF. A hedge's CDF coincides with its primary's
+	// below the delay, so full CDFs of strategies mostly overlap; the rows
+	// show them side by side where they differ. The rows are the legend.
+	Percentiles bool
 }
 
 // CDFChart draws the CDFs of series on a log-scale time axis with the hedge
@@ -47,18 +56,19 @@ func CDFChart(title string, series []Series, delay time.Duration) []byte {
 // Chart geometry, in pixels. Fonts are at least 12px so the chart stays
 // readable when scaled down in a README.
 const (
-	chartMarginLeft   = 78
-	chartMarginRight  = 28
-	chartTitleBand    = 58
-	chartMainHeight   = 300
-	chartPanelGap     = 64
-	chartTailHeight   = 200
-	chartBottomBand   = 64
-	chartFont         = 13
-	chartTitleFont    = 18
-	chartCharWidth    = 7.4 // average width of a 13px sans-serif glyph
-	chartLegendLine   = 20
-	chartLegendSwatch = 26
+	chartMarginLeft    = 78
+	chartMarginRight   = 28
+	chartTitleBand     = 58
+	chartMainHeight    = 300
+	chartPanelGap      = 64
+	chartTailHeight    = 200
+	chartBottomBand    = 64
+	chartFont          = 13
+	chartTitleFont     = 18
+	chartCharWidth     = 7.4 // average width of a 13px sans-serif glyph
+	chartBoldCharWidth = 8.2
+	chartLegendLine    = 20
+	chartLegendSwatch  = 26
 )
 
 // chartPalette holds distinct colours that stay distinct for the common
@@ -81,11 +91,15 @@ func (o ChartOptions) CDF(series []Series) []byte {
 	axis := newLogAxis(sorted, o.Delay, chartMarginLeft, float64(o.Width-chartMarginRight))
 
 	mainTop := float64(chartTitleBand)
-	mainPanel := panel{top: mainTop, height: chartMainHeight, from: 0}
-	height := mainTop + chartMainHeight + chartBottomBand
+	mainHeight := float64(chartMainHeight)
+	if o.Percentiles {
+		mainHeight = float64(max(len(series), 1)*chartRowHeight + 8)
+	}
+	mainPanel := panel{top: mainTop, height: mainHeight, from: 0}
+	height := mainTop + mainHeight + chartBottomBand
 	var tailPanel panel
 	if tail {
-		tailPanel = panel{top: mainTop + chartMainHeight + chartPanelGap, height: chartTailHeight, from: o.TailFrom}
+		tailPanel = panel{top: mainTop + mainHeight + chartPanelGap, height: chartTailHeight, from: o.TailFrom}
 		height = tailPanel.top + chartTailHeight + chartBottomBand
 	}
 
@@ -98,7 +112,23 @@ func (o ChartOptions) CDF(series []Series) []byte {
 		fmt.Fprintf(&b, `<text x="%d" y="32" font-size="%d" font-weight="bold">%s</text>`+"\n", chartMarginLeft, chartTitleFont, esc(o.Title))
 	}
 
-	mainPanel.draw(&b, "main", axis, sorted, "share of requests with TTFT ≤ x")
+	// The delay line goes first, under the curves and the labels.
+	if o.Delay > 0 {
+		label := o.DelayLabel
+		if label == "" {
+			label = "hedge delay " + formatMillis(millis(o.Delay))
+		}
+		panels := []panel{mainPanel}
+		if tail {
+			panels = append(panels, tailPanel)
+		}
+		drawDelay(&b, axis, millis(o.Delay), panels, label)
+	}
+	if o.Percentiles {
+		mainPanel.drawRows(&b, axis, series, sorted)
+	} else {
+		mainPanel.draw(&b, "main", axis, sorted, "share of requests with TTFT ≤ x")
+	}
 	if tail {
 		tailPanel.draw(&b, "tail", axis, sorted, fmt.Sprintf("tail: %s–100 %%", percent(o.TailFrom)))
 		tailPanel.markQuantile(&b, axis, 0.99, "p99")
@@ -109,14 +139,9 @@ func (o ChartOptions) CDF(series []Series) []byte {
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">time to first token (log scale)</text>`+"\n",
 		(axis.x0+axis.x1)/2, bottom+48)
-	if o.Delay > 0 {
-		label := o.DelayLabel
-		if label == "" {
-			label = "hedge delay " + formatMillis(millis(o.Delay))
-		}
-		drawDelay(&b, axis, millis(o.Delay), mainPanel.top, bottom, label)
+	if !o.Percentiles {
+		drawLegend(&b, series, sorted, axis, mainPanel)
 	}
-	drawLegend(&b, series, sorted, axis, mainPanel)
 	b.WriteString("</svg>\n")
 	return b.Bytes()
 }
@@ -134,21 +159,9 @@ func (p panel) y(frac float64) float64 {
 // draw paints the frame, gridlines, tick labels and every curve, clipped
 // to the panel so the tail panel shows only its part of each curve.
 func (p panel) draw(b *bytes.Buffer, id string, axis logAxis, sorted [][]float64, yTitle string) {
-	bottom := p.top + p.height
 	fmt.Fprintf(b, `<clipPath id="clip-%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/></clipPath>`+"\n",
 		id, axis.x0, p.top-1, axis.x1-axis.x0, p.height+2)
-	// Vertical gridlines at every tick; labels only where axis says.
-	for _, t := range axis.ticks {
-		x := axis.x(t.ms)
-		stroke := "#e4e4e4"
-		if t.label != "" {
-			stroke = "#cfcfcf"
-		}
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, p.top, x, bottom, stroke)
-		if t.label != "" {
-			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, bottom+18, esc(t.label))
-		}
-	}
+	p.verticalGrid(b, axis)
 	// Horizontal gridlines: quarters of the full panel, fifths of the tail.
 	steps := 4
 	if p.from > 0 {
@@ -169,6 +182,77 @@ func (p panel) draw(b *bytes.Buffer, id string, axis logAxis, sorted [][]float64
 			id, stepPath(values, axis, p), seriesColor(i), seriesWidth(i))
 	}
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#555"/>`+"\n", axis.x0, p.top, axis.x1-axis.x0, p.height)
+}
+
+// chartRowHeight is the height of one series' row in a percentile panel:
+// the name (and the numbers, when they fit beside it), the markers, and
+// room for the numbers under them when they do not.
+const chartRowHeight = 60
+
+// chartHalo outlines a text in white under its fill, so that the gridlines
+// and the delay line behind it do not cut it.
+const chartHalo = `stroke="white" stroke-width="4" stroke-linejoin="round" paint-order="stroke"`
+
+// drawRows paints the percentile panel: per series its name and note, its
+// p50, p95, p99 and max written out, and marked on the time axis (open
+// circle p50, diamond p95, filled circle p99, bar max).
+func (p panel) drawRows(b *bytes.Buffer, axis logAxis, series []Series, sorted [][]float64) {
+	p.verticalGrid(b, axis)
+	fmt.Fprintf(b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", p.top+p.height/2, esc("○ p50 ◆ p95 ● p99 | max"))
+	for i, s := range series {
+		top := p.top + 4 + float64(i*chartRowHeight)
+		textY, lineY := top+15, top+31
+		color := seriesColor(i)
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-weight="bold" fill="%s" %s>%s</text>`+"\n", axis.x0+8, textY, color, chartHalo, esc(s.Name))
+		stats := "(no samples)"
+		var p50, p95, p99, top1 float64
+		if len(sorted[i]) > 0 {
+			ok := Successful(s.Values)
+			q := func(f float64) float64 { return millis(llmsim.Quantile(ok, f)) }
+			p50, p95, p99, top1 = q(0.5), q(0.95), q(0.99), sorted[i][len(sorted[i])-1]
+			stats = fmt.Sprintf("p50 %s · p95 %s · p99 %s · max %s", formatMillis(p50), formatMillis(p95), formatMillis(p99), formatMillis(top1))
+		}
+		if s.Note != "" {
+			stats += " · " + s.Note
+		}
+		// The numbers go right of the name, or under it when both would
+		// not fit on one line.
+		nameEnd := axis.x0 + 8 + float64(len([]rune(s.Name)))*chartBoldCharWidth
+		statsX, statsY, anchor := axis.x1-8, textY, "end"
+		if axis.x1-8-float64(len([]rune(stats)))*chartCharWidth < nameEnd+16 {
+			statsX, statsY, anchor = axis.x0+8, top+chartRowHeight-4, "start"
+			lineY = top + 28
+		}
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="#333" %s>%s</text>`+"\n", statsX, statsY, anchor, chartHalo, esc(stats))
+		if len(sorted[i]) == 0 {
+			continue
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(p50), lineY, axis.x(top1), lineY, color)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(top1), lineY-7, axis.x(top1), lineY+7, color)
+		x95 := axis.x(p95)
+		fmt.Fprintf(b, `<path d="M%.1f %.1f L%.1f %.1f L%.1f %.1f L%.1f %.1f Z" fill="%s" stroke="white"/>`+"\n", x95-6, lineY, x95, lineY-6, x95+6, lineY, x95, lineY+6, color)
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="6.5" fill="%s" stroke="white" stroke-width="1.5"/>`+"\n", axis.x(p99), lineY, color)
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="4.5" fill="white" stroke="%s" stroke-width="2"/>`+"\n", axis.x(p50), lineY, color)
+	}
+	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#555"/>`+"\n", axis.x0, p.top, axis.x1-axis.x0, p.height)
+}
+
+// verticalGrid draws a gridline at every tick of the time axis and the
+// labels of the labelled ones below the panel.
+func (p panel) verticalGrid(b *bytes.Buffer, axis logAxis) {
+	bottom := p.top + p.height
+	// Vertical gridlines at every tick; labels only where axis says.
+	for _, t := range axis.ticks {
+		x := axis.x(t.ms)
+		stroke := "#e4e4e4"
+		if t.label != "" {
+			stroke = "#cfcfcf"
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, p.top, x, bottom, stroke)
+		if t.label != "" {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, bottom+18, esc(t.label))
+		}
+	}
 }
 
 // markQuantile draws a labelled horizontal dashed line at quantile q.
@@ -206,10 +290,18 @@ func stepPath(values []float64, axis logAxis, p panel) string {
 	return sb.String()
 }
 
-// drawDelay marks the hedge delay across both panels.
-func drawDelay(b *bytes.Buffer, axis logAxis, ms, top, bottom float64, label string) {
+// drawDelay marks the hedge delay in every panel, inside each frame only,
+// so that the line never cuts the tick labels between the panels.
+func drawDelay(b *bytes.Buffer, axis logAxis, ms float64, panels []panel, label string) {
 	x := axis.x(ms)
-	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222" stroke-width="1.6" stroke-dasharray="7 5"/>`+"\n", x, top-6, x, bottom)
+	for i, p := range panels {
+		top := p.top
+		if i == 0 {
+			top -= 6 // up to the label
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222" stroke-width="1.6" stroke-dasharray="7 5"/>`+"\n", x, top, x, p.top+p.height)
+	}
+	top := panels[0].top
 	anchor, dx := "start", 6.0
 	if x+float64(len(label))*chartCharWidth > axis.x1 {
 		anchor, dx = "end", -6
@@ -231,6 +323,9 @@ func drawLegend(b *bytes.Buffer, series []Series, sorted [][]float64, axis logAx
 		if len(sorted[i]) > 0 {
 			ok := Successful(s.Values)
 			stats[i] = fmt.Sprintf("p50 %s · p99 %s", formatMillis(millis(llmsim.Quantile(ok, 0.5))), formatMillis(millis(llmsim.Quantile(ok, 0.99))))
+		}
+		if s.Note != "" {
+			stats[i] += " · " + s.Note
 		}
 		if n := len([]rune(s.Name)); n > nameWidth {
 			nameWidth = n
