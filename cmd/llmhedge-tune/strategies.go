@@ -162,8 +162,15 @@ func (t *strategyTable) pickWinner() {
 		if !r.MeetsTarget {
 			continue
 		}
-		if best == nil || r.CostPer1000 < best.CostPer1000 ||
-			(r.CostPer1000 == best.CostPer1000 && (r.Extra < best.Extra || (r.Extra == best.Extra && r.TTFT.P99 < best.TTFT.P99))) {
+		if best == nil {
+			best = r
+			continue
+		}
+		// Sums of per-request costs differ in their last bits even for
+		// equal prices (race-all's a+b against the priority tier's 2a).
+		sameCost := math.Abs(r.CostPer1000-best.CostPer1000) <= 1e-9*math.Max(math.Abs(best.CostPer1000), 1e-9)
+		if (!sameCost && r.CostPer1000 < best.CostPer1000) ||
+			(sameCost && (r.Extra < best.Extra || (r.Extra == best.Extra && r.TTFT.P99 < best.TTFT.P99))) {
 			best = r
 		}
 	}
