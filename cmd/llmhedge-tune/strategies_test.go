@@ -385,6 +385,11 @@ func TestChartShowsStrategiesSideBySide(t *testing.T) {
 	if strings.Contains(chart, "share of requests with TTFT") {
 		t.Error("the upper panel is a full CDF, where the strategies' curves overlap")
 	}
+	for name, text := range map[string]string{"Caddyfile": res.Snippets.Caddyfile, "Traefik": res.Snippets.Traefik, "Envoy": res.Snippets.Envoy} {
+		if strings.Contains(text, "a-prio") {
+			t.Errorf("the %s snippet lists the priority tier as a hedge upstream", name)
+		}
+	}
 	dir := t.TempDir()
 	if err := writeOutputs(dir, res, m, eps); err != nil {
 		t.Fatal(err)

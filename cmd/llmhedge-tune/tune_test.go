@@ -250,7 +250,8 @@ func TestHumanReportAndSecretKeys(t *testing.T) {
 	for _, want := range []string{
 		"Plan: 40 requests to each of 2 endpoint(s) = 80 requests at most (hard cap)",
 		"$TUNE_TEST_KEY", "spend ≈ $",
-		"Recommended hedge delay:", "no hedge", "race-all",
+		"Recommended hedge delay:", "Strategies on the same 40 requests", "single request", "race-all (send twice)", "USD per 1k",
+		"Set -target-p99",
 		"Errors of prim: status 429 ×1, stream error ×1; e.g. status 429: {",
 		"llm_hedge {", "header_up Authorization \"Bearer {env.TUNE_TEST_KEY}\"",
 		`Authorization: 'Bearer {{ env "TUNE_TEST_KEY" }}'`,

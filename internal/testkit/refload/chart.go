@@ -92,8 +92,9 @@ func (o ChartOptions) CDF(series []Series) []byte {
 
 	mainTop := float64(chartTitleBand)
 	mainHeight := float64(chartMainHeight)
+	var rows []percentileRow
 	if o.Percentiles {
-		mainHeight = float64(max(len(series), 1)*chartRowHeight + 8)
+		rows, mainHeight = percentileRows(series, sorted, axis)
 	}
 	mainPanel := panel{top: mainTop, height: mainHeight, from: 0}
 	height := mainTop + mainHeight + chartBottomBand
@@ -125,7 +126,7 @@ func (o ChartOptions) CDF(series []Series) []byte {
 		drawDelay(&b, axis, millis(o.Delay), panels, label)
 	}
 	if o.Percentiles {
-		mainPanel.drawRows(&b, axis, series, sorted)
+		mainPanel.drawRows(&b, axis, series, rows)
 	} else {
 		mainPanel.draw(&b, "main", axis, sorted, "share of requests with TTFT ≤ x")
 	}
@@ -184,55 +185,85 @@ func (p panel) draw(b *bytes.Buffer, id string, axis logAxis, sorted [][]float64
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#555"/>`+"\n", axis.x0, p.top, axis.x1-axis.x0, p.height)
 }
 
-// chartRowHeight is the height of one series' row in a percentile panel:
-// the name (and the numbers, when they fit beside it), the markers, and
-// room for the numbers under them when they do not.
-const chartRowHeight = 60
+// Rows of a percentile panel: the text line, then the markers; a row
+// whose numbers do not fit beside its name has them on a third line.
+const (
+	chartRowHeight     = 44
+	chartRowWrapHeight = 60
+)
 
 // chartHalo outlines a text in white under its fill, so that the gridlines
 // and the delay line behind it do not cut it.
 const chartHalo = `stroke="white" stroke-width="4" stroke-linejoin="round" paint-order="stroke"`
 
-// drawRows paints the percentile panel: per series its name and note, its
-// p50, p95, p99 and max written out, and marked on the time axis (open
-// circle p50, diamond p95, filled circle p99, bar max).
-func (p panel) drawRows(b *bytes.Buffer, axis logAxis, series []Series, sorted [][]float64) {
-	p.verticalGrid(b, axis)
-	fmt.Fprintf(b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", p.top+p.height/2, esc("○ p50 ◆ p95 ● p99 | max"))
+// percentileRow is the text of one row of a percentile panel.
+type percentileRow struct {
+	stats              string // "p50 … · p99 …"
+	wrap               bool   // the stats go under the markers
+	p50, p95, p99, max float64
+}
+
+// percentileRows lays out the rows of series; height is the panel's.
+func percentileRows(series []Series, sorted [][]float64, axis logAxis) (rows []percentileRow, height float64) {
+	height = 8
 	for i, s := range series {
-		top := p.top + 4 + float64(i*chartRowHeight)
-		textY, lineY := top+15, top+31
-		color := seriesColor(i)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-weight="bold" fill="%s" %s>%s</text>`+"\n", axis.x0+8, textY, color, chartHalo, esc(s.Name))
-		stats := "(no samples)"
-		var p50, p95, p99, top1 float64
+		r := percentileRow{stats: "(no samples)"}
 		if len(sorted[i]) > 0 {
 			ok := Successful(s.Values)
 			q := func(f float64) float64 { return millis(llmsim.Quantile(ok, f)) }
-			p50, p95, p99, top1 = q(0.5), q(0.95), q(0.99), sorted[i][len(sorted[i])-1]
-			stats = fmt.Sprintf("p50 %s · p95 %s · p99 %s · max %s", formatMillis(p50), formatMillis(p95), formatMillis(p99), formatMillis(top1))
+			r.p50, r.p95, r.p99, r.max = q(0.5), q(0.95), q(0.99), sorted[i][len(sorted[i])-1]
+			r.stats = fmt.Sprintf("p50 %s · p99 %s", formatMillis(r.p50), formatMillis(r.p99))
 		}
+		nameWidth := float64(len([]rune(s.Name)))*chartBoldCharWidth + float64(len([]rune(s.Note))+3)*chartCharWidth
+		r.wrap = nameWidth+float64(len([]rune(r.stats)))*chartCharWidth+40 > axis.x1-axis.x0
+		rows = append(rows, r)
+		if r.wrap {
+			height += chartRowWrapHeight
+		} else {
+			height += chartRowHeight
+		}
+	}
+	if len(series) == 0 {
+		height += chartRowHeight
+	}
+	return rows, height
+}
+
+// drawRows paints the percentile panel: per series its name, its note and
+// its p50 and p99, and its p50, p95, p99 and max marked on the time axis
+// (open circle, diamond, filled circle, bar).
+func (p panel) drawRows(b *bytes.Buffer, axis logAxis, series []Series, rows []percentileRow) {
+	p.verticalGrid(b, axis)
+	fmt.Fprintf(b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", p.top+p.height/2, esc("○ p50 ◆ p95 ● p99 | max"))
+	top := p.top + 4
+	for i, s := range series {
+		r := rows[i]
+		textY, lineY := top+15, top+31
+		color := seriesColor(i)
+		note := ""
 		if s.Note != "" {
-			stats += " · " + s.Note
+			note = `<tspan font-weight="normal" fill="#333">` + "\u00a0— " + esc(s.Note) + `</tspan>`
 		}
-		// The numbers go right of the name, or under it when both would
-		// not fit on one line.
-		nameEnd := axis.x0 + 8 + float64(len([]rune(s.Name)))*chartBoldCharWidth
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-weight="bold" fill="%s" %s>%s%s</text>`+"\n", axis.x0+8, textY, color, chartHalo, esc(s.Name), note)
 		statsX, statsY, anchor := axis.x1-8, textY, "end"
-		if axis.x1-8-float64(len([]rune(stats)))*chartCharWidth < nameEnd+16 {
-			statsX, statsY, anchor = axis.x0+8, top+chartRowHeight-4, "start"
-			lineY = top + 28
+		if r.wrap {
+			statsX, statsY, anchor = axis.x0+8, top+chartRowWrapHeight-6, "start"
 		}
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="#333" %s>%s</text>`+"\n", statsX, statsY, anchor, chartHalo, esc(stats))
-		if len(sorted[i]) == 0 {
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="#333" %s>%s</text>`+"\n", statsX, statsY, anchor, chartHalo, esc(r.stats))
+		if r.wrap {
+			top += chartRowWrapHeight
+		} else {
+			top += chartRowHeight
+		}
+		if r.max == 0 {
 			continue
 		}
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(p50), lineY, axis.x(top1), lineY, color)
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(top1), lineY-7, axis.x(top1), lineY+7, color)
-		x95 := axis.x(p95)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(r.p50), lineY, axis.x(r.max), lineY, color)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(r.max), lineY-7, axis.x(r.max), lineY+7, color)
+		x95 := axis.x(r.p95)
 		fmt.Fprintf(b, `<path d="M%.1f %.1f L%.1f %.1f L%.1f %.1f L%.1f %.1f Z" fill="%s" stroke="white"/>`+"\n", x95-6, lineY, x95, lineY-6, x95+6, lineY, x95, lineY+6, color)
-		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="6.5" fill="%s" stroke="white" stroke-width="1.5"/>`+"\n", axis.x(p99), lineY, color)
-		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="4.5" fill="white" stroke="%s" stroke-width="2"/>`+"\n", axis.x(p50), lineY, color)
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="6.5" fill="%s" stroke="white" stroke-width="1.5"/>`+"\n", axis.x(r.p99), lineY, color)
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="4.5" fill="white" stroke="%s" stroke-width="2"/>`+"\n", axis.x(r.p50), lineY, color)
 	}
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#555"/>`+"\n", axis.x0, p.top, axis.x1-axis.x0, p.height)
 }
