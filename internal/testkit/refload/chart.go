@@ -242,7 +242,7 @@ func (p panel) drawRows(b *bytes.Buffer, axis logAxis, series []Series, rows []p
 		color := seriesColor(i)
 		note := ""
 		if s.Note != "" {
-			note = `<tspan font-weight="normal" fill="#333">` + "\u00a0— " + esc(s.Note) + `</tspan>`
+			note = `<tspan dx="6" font-weight="normal" fill="#333">— ` + esc(s.Note) + `</tspan>`
 		}
 		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-weight="bold" fill="%s" %s>%s%s</text>`+"\n", axis.x0+8, textY, color, chartHalo, esc(s.Name), note)
 		statsX, statsY, anchor := axis.x1-8, textY, "end"
