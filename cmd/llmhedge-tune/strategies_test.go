@@ -59,48 +59,36 @@ func TestStrategyTableMatchesSimulatedTruth(t *testing.T) {
 	const n = 400
 	std := tierWorkload()
 	prio := llmsim.PriorityTier(std)
-	a := (&llmsim.Tiered{
-		Standard: &llmsim.Server{Name: "tune-a", Workload: std},
-		Priority: &llmsim.Server{Name: "tune-a-prio", Workload: prio},
-	}).Start()
-	b := llmsim.Start("tune-b", std)
-	defer a.Close()
-	defer b.Close()
-
-	price := func(in, out float64) string { return fmt.Sprintf("price_in=%g,price_out=%g", in, out) }
-	args := []string{
-		"-endpoint", "name=tune-a,url=" + a.URL + "/v1/messages,format=anthropic,model=claude-sim,body.service_tier=standard_only," + price(stdIn, stdOut),
-		"-endpoint", "name=tune-b,url=" + b.URL + ",format=anthropic,model=claude-sim,body.service_tier=standard_only," + price(stdIn, stdOut),
-		"-endpoint", "name=tune-a-prio,url=" + a.URL + ",format=anthropic,model=claude-sim,body.service_tier=auto,tier=priority," + price(prioIn, prioOut),
-		"-n", fmt.Sprint(n), "-concurrency", "25", "-json", "-yes", "-out", t.TempDir(),
-	}
+	ids := tuneIDs(n)
 	// Halfway between the hedge's p99 and the stalls of a single request:
 	// the hedge meets it at about half the price of the priority tier.
-	ids := tuneIDs(n)
 	single := make([]time.Duration, n)
 	for i, id := range ids {
 		single[i] = std.TTFT("tune-a", id)
 	}
 	target := (llmsim.Summarize(exactHedge(std, "tune-a", "tune-b", ids, std.TrueQuantile(0.95))).P99 + llmsim.Summarize(single).P99) / 2
-	args = append(args, "-target-p99", target.String())
-	t.Logf("command: llmhedge-tune %s", strings.Join(args, " "))
-	code, stdout, stderr := runTune(context.Background(), args...)
-	if code != exitOK {
-		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+
+	// A loaded machine can stop the whole process for half a second,
+	// which delays every request in flight and no measurement absorbs; such
+	// a run is repeated (at most twice), and a failure names the stall.
+	var out tierRun
+	for attempt := 1; ; attempt++ {
+		out = runTiers(t, std, prio, n, target)
+		t.Logf("attempt %d: the longest process stall during the run was %v", attempt, out.stall)
+		if out.stall < maxStall || attempt == 3 {
+			break
+		}
+		t.Logf("attempt %d: the process stalled for %v during the run; repeating it", attempt, out.stall)
 	}
-	var out struct {
-		jsonResults
-		Strategies *jsonStrategies `json:"strategies"`
-	}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
-		t.Fatalf("-json output: %v", err)
+	if out.stall >= maxStall {
+		t.Logf("the process stalled for %v during the run: the latencies below carry it", out.stall)
 	}
 	table := out.Strategies
 	if table == nil || table.Requests != n || !table.Priced || len(table.Rows) != 4 {
 		t.Fatalf("strategy table %+v, want 4 priced rows over %d requests", table, n)
 	}
-	if a.Standard.Served() != n || a.Priority.Served() != n {
-		t.Fatalf("tiers served %d standard and %d priority requests, want %d each", a.Standard.Served(), a.Priority.Served(), n)
+	if out.standardServed != n || out.priorityServed != n {
+		t.Fatalf("tiers served %d standard and %d priority requests, want %d each", out.standardServed, out.priorityServed, n)
 	}
 	delay, err := time.ParseDuration(out.Recommendation.Delay)
 	if err != nil {
@@ -175,6 +163,80 @@ func TestStrategyTableMatchesSimulatedTruth(t *testing.T) {
 		data, _ := os.ReadFile(out.Files["chart"])
 		_ = os.WriteFile(keep, data, 0o644)
 	}
+}
+
+// maxStall is the longest process stall a timing run tolerates. A stall
+// delays the requests in flight by up to its length; the thinnest tails'
+// p99 is about 820 ms, so 60 ms stays inside their 10 % with room for the
+// rest of the overhead. (On a shared 2-core machine under -race, stalls of
+// 20-70 ms are common and ones of 500 ms happen.)
+const maxStall = 60 * time.Millisecond
+
+// tierRun is one run of TestStrategyTableMatchesSimulatedTruth.
+type tierRun struct {
+	jsonResults
+	Strategies *jsonStrategies `json:"strategies"`
+
+	standardServed, priorityServed int64
+	// stall is the longest time the test process did not run a goroutine
+	// that should have woken every 5 ms.
+	stall time.Duration
+}
+
+// runTiers starts the simulated provider (tune-a with its priority tier
+// tune-a-prio, and tune-b) and runs the command against it.
+func runTiers(t *testing.T, std, prio llmsim.Workload, n int, target time.Duration) tierRun {
+	t.Helper()
+	a := (&llmsim.Tiered{
+		Standard: &llmsim.Server{Name: "tune-a", Workload: std},
+		Priority: &llmsim.Server{Name: "tune-a-prio", Workload: prio},
+	}).Start()
+	b := llmsim.Start("tune-b", std)
+	defer a.Close()
+	defer b.Close()
+	price := func(in, out float64) string { return fmt.Sprintf("price_in=%g,price_out=%g", in, out) }
+	args := []string{
+		"-endpoint", "name=tune-a,url=" + a.URL + "/v1/messages,format=anthropic,model=claude-sim,body.service_tier=standard_only," + price(stdIn, stdOut),
+		"-endpoint", "name=tune-b,url=" + b.URL + ",format=anthropic,model=claude-sim,body.service_tier=standard_only," + price(stdIn, stdOut),
+		"-endpoint", "name=tune-a-prio,url=" + a.URL + ",format=anthropic,model=claude-sim,body.service_tier=auto,tier=priority," + price(prioIn, prioOut),
+		"-n", fmt.Sprint(n), "-concurrency", "25", "-target-p99", target.String(), "-json", "-yes", "-out", t.TempDir(),
+	}
+	t.Logf("command: llmhedge-tune %s", strings.Join(args, " "))
+	stop := watchStalls()
+	code, stdout, stderr := runTune(context.Background(), args...)
+	stall := stop()
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	var out tierRun
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		t.Fatalf("-json output: %v", err)
+	}
+	out.standardServed, out.priorityServed, out.stall = a.Standard.Served(), a.Priority.Served(), stall
+	return out
+}
+
+// watchStalls measures how late a 5 ms ticker fires until the returned
+// function is called, which returns the worst lateness.
+func watchStalls() (stop func() time.Duration) {
+	const period = 5 * time.Millisecond
+	done, result := make(chan struct{}), make(chan time.Duration)
+	go func() {
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		last, worst := time.Now(), time.Duration(0)
+		for {
+			select {
+			case now := <-tick.C:
+				worst = max(worst, now.Sub(last)-period)
+				last = now
+			case <-done:
+				result <- worst
+				return
+			}
+		}
+	}()
+	return func() time.Duration { close(done); return <-result }
 }
 
 // tierWorkload is the standard tier of TestStrategyTableMatchesSimulatedTruth:
