@@ -267,6 +267,10 @@ func TestHumanReportAndSecretKeys(t *testing.T) {
 	if strings.Contains(stdout+stderr, secret) {
 		t.Error("the API key appears in the output")
 	}
+	// The docs of the repository explain the prediction; no outside spec.
+	if strings.Contains(stdout+stderr, "SPEC") {
+		t.Error("the report cites SPEC, which is not in the repository")
+	}
 	files, _ := filepath.Glob(filepath.Join(out, "*"))
 	if len(files) != 6 {
 		t.Errorf("want 6 output files, got %v", files)
