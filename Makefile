@@ -13,9 +13,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(LLMHEDGE_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 FUZZTIME      ?= 15s
 
-.PHONY: test vet lint unit yaegi fuzz demo tools
+.PHONY: test vet lint unit yaegi fuzz demo tools prometheus rules kubernetes
 
-test: vet lint unit yaegi fuzz
+test: vet lint unit yaegi fuzz rules kubernetes
 
 tools: $(YAEGI) $(GOLANGCI_LINT)
 
@@ -36,7 +36,31 @@ vet:
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 
-unit:
+# Debian's prometheus package (promtool, and the server the end-to-end test
+# of deploy/ runs on a loopback port of its own). The package enables a
+# service on :9090 where an init system runs: it is stopped and disabled,
+# the tests need none.
+prometheus:
+	@if ! command -v promtool >/dev/null || ! command -v prometheus >/dev/null; then \
+		sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+		$$sudo apt-get update -q && \
+		$$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends prometheus && \
+		{ $$sudo systemctl disable --now prometheus 2>/dev/null || $$sudo service prometheus stop 2>/dev/null || true; }; \
+	fi
+
+# The Prometheus rules of deploy/prometheus, checked and unit-tested on
+# synthetic series.
+rules: prometheus
+	promtool check rules deploy/prometheus/llmhedge-rules.yml
+	cd deploy/prometheus && promtool test rules llmhedge-rules.test.yml
+
+# The Kubernetes examples decoded strictly into Traefik's CRD types and the
+# Kubernetes API types: a module of its own (Traefik's go.mod has replace
+# lines a dependent must repeat).
+kubernetes:
+	cd deploy/kubernetes/validate && $(GO) test -count=1 ./...
+
+unit: prometheus
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # yaegi resolves imports GOPATH-style: link the checkout into a temporary
