@@ -50,6 +50,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			}
 		case "transport":
 			err = h.parseTransport(p)
+		case "fleet":
+			err = h.parseFleet(p)
 		case "log_level":
 			h.LogLevel, err = p.one()
 		default:
