@@ -711,4 +711,3 @@ func redisArray(t *testing.T, srv *redisproc.Server, args ...string) []string {
 	}
 	return out
 }
-
