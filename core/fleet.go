@@ -175,14 +175,16 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 	f.log(fields)
 }
 
-// fleetDo sends one command within the operation timeout (block extends it
-// for XREAD BLOCK) and feeds the breaker.
+// fleetDo sends one command within the operation timeout and feeds the
+// breaker. A blocking read (block > 0) gets twice its block time on top:
+// Redis times blocked clients out on its own clock tick (hz), up to about
+// 100ms late at the default hz.
 func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, args ...string) (RedisValue, error) {
 	allowed, probe := fleetAllow(f)
 	if !allowed {
 		return RedisValue{}, errFleetDown
 	}
-	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout)+block)
+	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout)+2*block)
 	start := time.Now()
 	v, err := f.client.Do(ctx, args...)
 	cancel()

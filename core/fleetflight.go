@@ -165,6 +165,11 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 			return followGone
 		}
 		v, err := fleetDo(f, ctx, fleetOpRead, block, "XREAD", "COUNT", "512", "BLOCK", blockMs, "STREAMS", stream, last)
+		if err != nil && f.Up() && ctx.Err() == nil {
+			// One failed read is not the end: read again while the
+			// breaker holds (it opens after a few failures in a row).
+			continue
+		}
 		if err != nil {
 			return followFailed(ctx, headSeen)
 		}

@@ -711,3 +711,32 @@ func redisArray(t *testing.T, srv *redisproc.Server, args ...string) []string {
 	}
 	return out
 }
+
+// A follower that waits long before the leader commits reads again and
+// again (XREAD BLOCK); Redis answers a blocked read on its own clock tick,
+// late by up to 100ms, and no read may time out on that: the fleet stays
+// up and the follower joins.
+func TestFleetLongWaitKeepsTheFleetUp(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("slow", false)
+	first := a.sendAsync(t, "slow", "alice", chatBody)
+	rig.upstream.waitStarted(t, "slow")
+	second := b.sendAsync(t, "slow", "alice", chatBody)
+	b.sink.waitClaim(t)
+	// Eight block periods (lease 300ms: 150ms blocks) of waiting.
+	time.AfterFunc(1200*time.Millisecond, release)
+	ra, rb := recvAnswer(t, first), recvAnswer(t, second)
+	if !rb.complete || rb.body != ra.body {
+		t.Errorf("follower after a long wait: complete %v, same body %v; want the leader's answer", rb.complete, rb.body == ra.body)
+	}
+	b.sink.mu.Lock()
+	readErrors := b.sink.errs["read"]
+	b.sink.mu.Unlock()
+	if readErrors != 0 || !b.fleet.Up() {
+		t.Errorf("read errors = %d, fleet up %v; want 0 and up", readErrors, b.fleet.Up())
+	}
+	if got := rig.upstream.generations("slow"); got != 1 {
+		t.Errorf("generations = %d, want 1", got)
+	}
+}
