@@ -63,7 +63,8 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	lease := millisString(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
-		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done}, holder, fp, lease)
+		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+			holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL))
 		if err != nil || v.Kind != RedisArray || len(v.Array) == 0 {
 			return fleetJoined{}
 		}
@@ -373,6 +374,18 @@ func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string) *fleetLeader
 	l.mu.Unlock()
 	go fleetAppend(l)
 	return l
+}
+
+// fleetHasReaders reports whether a follower on another replica joined
+// this generation (an error counts as none: the race then stops as it
+// would without a fleet).
+func fleetHasReaders(l *fleetLeader) bool {
+	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "GET", l.keys.readers)
+	if err != nil || v.Kind != RedisString {
+		return false
+	}
+	n, err := strconv.Atoi(v.Str)
+	return err == nil && n > 0
 }
 
 // fleetRenew extends the lease and re-arms itself until the flight ends.

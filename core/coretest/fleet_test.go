@@ -740,3 +740,37 @@ func TestFleetLongWaitKeepsTheFleetUp(t *testing.T) {
 		t.Errorf("generations = %d, want 1", got)
 	}
 }
+
+// The leader's client leaves after commit while a follower on another
+// replica reads: the race goes on for the follower, which gets the whole
+// answer of the one generation.
+func TestFleetLeaderClientLeavesFollowerCompletes(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("left", true)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", a.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "left")
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, resp.Body, "gen1-tok0")
+	second := b.sendAsync(t, "left", "alice", chatBody)
+	b.sink.waitClaim(t)
+	cancel() // the leader's client goes away
+	resp.Body.Close()
+	waitLeaderGone := time.AfterFunc(200*time.Millisecond, release)
+	defer waitLeaderGone.Stop()
+	rb := recvAnswer(t, second)
+	if !rb.complete || !strings.Contains(rb.body, "gen1-tok4") || !strings.Contains(rb.body, "[DONE]") {
+		t.Errorf("follower after the leader's client left: complete %v body %q, want generation 1 whole", rb.complete, rb.body)
+	}
+	if got := rig.upstream.generations("left"); got != 1 {
+		t.Errorf("generations = %d, want 1", got)
+	}
+}
