@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -773,4 +774,76 @@ func TestFleetLeaderClientLeavesFollowerCompletes(t *testing.T) {
 	if got := rig.upstream.generations("left"); got != 1 {
 		t.Errorf("generations = %d, want 1", got)
 	}
+}
+
+// Memory in Redis per flight in progress and per stored answer (MEMORY
+// USAGE of each key, and used_memory_dataset over 100 flights). With
+// LLMHEDGE_FLEET_BENCH=1 only:
+//
+//	LLMHEDGE_FLEET_BENCH=1 go test -run TestFleetBenchMemory -v ./core/coretest
+func TestFleetBenchMemory(t *testing.T) {
+	if os.Getenv("LLMHEDGE_FLEET_BENCH") != "1" {
+		t.Skip("fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
+	}
+	rig := newFleetRig(t, 1, func(c *core.Config) { c.Fleet.Lease = core.Duration(10 * time.Second) })
+	a := rig.replicas[0]
+	rig.upstream.mu.Lock()
+	rig.upstream.events = 50
+	rig.upstream.mu.Unlock()
+	const n = 100
+	used := func() int64 {
+		info := redisDo(t, rig.redis, "INFO", "memory").Str
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory_dataset:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	base := used()
+	var releases []func()
+	var answers []chan answer
+	for i := 0; i < n; i++ {
+		key := "mem-" + strconv.Itoa(i)
+		releases = append(releases, rig.upstream.hold(key, true))
+		answers = append(answers, a.sendAsync(t, key, "alice", chatBody))
+		rig.upstream.waitStarted(t, key)
+	}
+	// Every leader committed (head and first event appended) once its
+	// client has the first bytes: wait for the appends.
+	for redisInt(t, rig.redis, "DBSIZE") < 2*n {
+		time.Sleep(time.Millisecond) // Redis holds the state; no event to wait on
+	}
+	inFlight := used() - base
+	perKey := map[string]int64{}
+	for _, k := range redisArray(t, rig.redis, "KEYS", "*") {
+		kind := k[strings.LastIndex(k, "}")+1:]
+		if strings.HasPrefix(kind, ":s:") {
+			kind = ":s:<holder>"
+		}
+		perKey[kind] += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
+	}
+	for _, r := range releases {
+		r()
+	}
+	size := 0
+	for _, ch := range answers {
+		size = len(recvAnswer(t, ch).body)
+	}
+	stored := used() - base
+	doneMem := int64(0)
+	streamMem := int64(0)
+	for _, k := range redisArray(t, rig.redis, "KEYS", "*") {
+		switch {
+		case strings.HasSuffix(k, ":done"):
+			doneMem += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
+		case strings.Contains(k, ":s:"):
+			streamMem += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
+		}
+	}
+	t.Logf("in flight (head + first event appended): used_memory_dataset %d B per flight; MEMORY USAGE lease %d B, stream %d B",
+		inFlight/n, perKey[":lease"]/n, perKey[":s:<holder>"]/n)
+	t.Logf("stored (answer %d B): used_memory_dataset %d B per answer; done %d B, its stream while it lingers (60s) %d B",
+		size, stored/n, doneMem/n, streamMem/n)
 }
