@@ -302,8 +302,9 @@ func encodeFleetHead(status int, hdr http.Header) string {
 }
 
 // decodeFleetHead reverses encodeFleetHead; rest is what follows the head.
-func decodeFleetHead(s string) (status int, hdr http.Header, rest string, ok bool) {
-	line, s, found := strings.Cut(s, "\n")
+func decodeFleetHead(text string) (status int, hdr http.Header, rest string, ok bool) {
+	// Multi-value results into fresh locals only (Yaegi).
+	line, s, found := strings.Cut(text, "\n")
 	if !found {
 		return 0, nil, "", false
 	}
@@ -384,8 +385,9 @@ func fleetHasReaders(l *fleetLeader) bool {
 	if err != nil || v.Kind != RedisString {
 		return false
 	}
-	n, err := strconv.Atoi(v.Str)
-	return err == nil && n > 0
+	n, cerr := strconv.Atoi(v.Str)
+	reading := cerr == nil && n > 0
+	return reading
 }
 
 // fleetRenew extends the lease and re-arms itself until the flight ends.
@@ -501,13 +503,17 @@ func fleetAppend(l *fleetLeader) {
 			if len(data) > 0 {
 				cmds = append(cmds, []string{"XADD", l.stream, "*", "t", "d", "v", string(data)})
 			}
+			// Multi-value results into fresh locals, one target per
+			// assignment (Yaegi).
 			var err error
 			if len(cmds) > 0 {
-				_, err = fleetPipeline(f, ctx, fleetOpAppend, cmds)
+				_, perr := fleetPipeline(f, ctx, fleetOpAppend, cmds)
+				err = perr
 			}
 			if err == nil && ended {
-				_, err = fleetEval(f, ctx, fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
+				_, ferr := fleetEval(f, ctx, fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
 					l.leaseValue, l.endKind, l.done, millisString(l.ttl), fleetStreamMillis(f, l.ttl))
+				err = ferr
 			}
 			if err != nil {
 				// Followers see the lease expire (no more renewals) and
