@@ -171,6 +171,12 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 			t.Fatalf("%s: %d upstream generations after the third replica's request, want 1 (a replay)", key, gens)
 		}
 	}
+	joined, replayed := 0.0, 0.0
+	for _, c := range r.replicas {
+		joined += fleetMetric(t, c, "llm_hedge_idempotent_requests_total", map[string]string{"result": "joined"})
+		replayed += fleetMetric(t, c, "llm_hedge_idempotent_requests_total", map[string]string{"result": "replayed"})
+	}
+	t.Logf("%d keys sent to two replicas at once: one generation each, identical answers; %v requests joined a flight, %v were replayed (a third replica's request that comes before the leader's end is in Redis follows the finished stream)", n, joined, replayed)
 	// The replay says so (a header the SDK shows through the response).
 	var resp *http.Response
 	client := fleetClient(r.replicas[2], "sk-alice")

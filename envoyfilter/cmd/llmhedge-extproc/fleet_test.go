@@ -207,6 +207,7 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 			t.Fatalf("%s: after completion %q, %v with %d generations; want the replay", key, again.text, again.err, f.sim.Attempts(key))
 		}
 	}
+	t.Logf("%d keys sent to both servers at once: one generation each, identical answers, then replayed", n)
 	if other := fleetAnswer(ctx, f.replicas[1], "sk-alice", "join-0", "another prompt", nil); statusOf(other.err) != http.StatusUnprocessableEntity {
 		t.Errorf("same caller and key, other body: %v, want 422", other.err)
 	}
