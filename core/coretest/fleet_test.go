@@ -40,9 +40,9 @@ type gatedUpstream struct {
 	// cancelled gets the key of an answer held at its tail whose request
 	// was cancelled.
 	cancelled chan string
-	waiters []genWaiter              // startedOf
-	events  int                      // events per answer
-	size    int                      // padding per event, for large answers
+	waiters   []genWaiter // startedOf
+	events    int         // events per answer
+	size      int         // padding per event, for large answers
 }
 
 func newGatedUpstream(t *testing.T) *gatedUpstream {
