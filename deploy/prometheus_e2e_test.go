@@ -133,8 +133,11 @@ func TestPrometheusEndToEnd(t *testing.T) {
 
 // sendTraffic sends n streaming chat requests through front, four at a
 // time. Every other one finds upstream A slow (150 ms to its first token,
-// the hedge delay is 20 ms), so hedges start, win and cancel A; the budget
-// (ratio 0.1, burst 10) denies part of them.
+// the hedge delay is 20 ms), so hedges start, win and cancel A; one in
+// three of those may not be sent twice, and its hedge is denied. The
+// proxies run without a hedge budget, so the hedge rate (about 1/3) is
+// above the rules' budget of 0.1 and the budget alert's expression has
+// data.
 func sendTraffic(t *testing.T, front, route string, round, n int) {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -148,8 +151,11 @@ func sendTraffic(t *testing.T, front, route string, round, n int) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			body := fmt.Sprintf(`{"model":"gpt-sim","stream":true,"messages":[{"role":"user","content":"request %d of round %d: %s"}]}`,
-				i, round, strings.Repeat("padding ", 40))
+			// A stored request without an idempotency key is not sent
+			// twice: its hedge is denied (not_idempotent).
+			store := i%6 == 4
+			body := fmt.Sprintf(`{"model":"gpt-sim","stream":true,"store":%t,"messages":[{"role":"user","content":"request %d of round %d: %s"}]}`,
+				store, i, round, strings.Repeat("padding ", 40))
 			req, err := http.NewRequest(http.MethodPost, front+"/v1/chat/completions", strings.NewReader(body))
 			if err != nil {
 				errs <- err
@@ -206,6 +212,9 @@ http://127.0.0.1:%d {
 			name B
 		}
 		delay %s
+		budget {
+			ratio -1
+		}
 	}
 }
 `, adminPort, sitePort, upA, upB, hedgeDelay)
@@ -260,6 +269,7 @@ func startTraefik(t *testing.T, upA, upB string) string {
             - {name: A, url: %q}
             - {name: B, url: %q}
           delay: %s
+          budget: {ratio: -1}
           metricsPath: /llmhedge/metrics
 `, "`", upA, upB, hedgeDelay)
 	static := fmt.Sprintf(`entryPoints:
@@ -340,6 +350,7 @@ routes:
     match: {path_prefixes: [/v1/]}
     upstreams: [{name: A, url: %q}, {name: B, url: %q}]
     delay: %s
+    budget: {ratio: -1}
 `, upA, upB, hedgeDelay)
 	path := filepath.Join(t.TempDir(), "llmhedge-extproc.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
