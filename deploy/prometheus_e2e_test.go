@@ -28,6 +28,7 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // TestPrometheusEndToEnd runs a real Prometheus (Debian's package, on a
@@ -39,10 +40,10 @@ import (
 // HTTP API.
 //
 // Each proxy has a route of its own (caddy, traefik, envoy), so every
-// per-route query must show all three. The queries that legitimately have
-// no data here are those of the fleet (no Redis in this test) and the
-// alerts that do not fire on this traffic; they must still evaluate
-// without error.
+// per-route query must show all three. The Envoy server has a fleet (a
+// real redis-server), which is killed before the queries run. The queries
+// that legitimately have no data here are the alerts that do not fire on
+// this traffic; they must still evaluate without error.
 func TestPrometheusEndToEnd(t *testing.T) {
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
@@ -59,7 +60,8 @@ func TestPrometheusEndToEnd(t *testing.T) {
 
 	caddyURL, caddyAdmin := startCaddy(t, a.URL, b.URL)
 	traefikURL := startTraefik(t, a.URL, b.URL)
-	envoyURL, envoyMetrics := startEnvoyServer(t, a.URL, b.URL)
+	redis := redisproc.Start(t, redisproc.Options{})
+	envoyURL, envoyMetrics := startEnvoyServer(t, a.URL, b.URL, redis.URL())
 	prom := startPrometheus(t, promBin, rulesAbs, map[string]string{
 		"caddy":   caddyAdmin + "/metrics",
 		"traefik": traefikURL + "/llmhedge/metrics",
@@ -74,7 +76,7 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	const perRound = 24
 	for round := 1; round <= 2; round++ {
 		for _, route := range routes {
-			sendTraffic(t, fronts[route], route, round, perRound)
+			sendTraffic(t, fronts[route], route, fmt.Sprintf("round %d", round), perRound, false)
 		}
 		want := float64(round * perRound)
 		for _, route := range routes {
@@ -87,6 +89,14 @@ func TestPrometheusEndToEnd(t *testing.T) {
 		prom.waitFor(t, "the recording rules to see the second round on "+route,
 			fmt.Sprintf(`llmhedge:hedge_rate:ratio_rate5m{route=%q}`, route), func(v float64) bool { return v > 0 })
 	}
+
+	// The Envoy server's fleet loses its Redis: keyed requests still get
+	// answers (from local state), the fleet's operations fail, and after
+	// a few failures it counts as down.
+	redis.Kill()
+	sendTraffic(t, envoyURL, "envoy", "fleet down", 8, true)
+	prom.waitFor(t, "the fleet to be down", `min(llm_hedge_fleet_up)`, func(v float64) bool { return v == 0 })
+	prom.waitFor(t, "the fleet's failed operations", `sum(llm_hedge_fleet_operation_errors_total)`, func(v float64) bool { return v > 0 })
 
 	// Every rule loaded and evaluated by Prometheus without error.
 	records, alerts := loadRules(t)
@@ -105,15 +115,20 @@ func TestPrometheusEndToEnd(t *testing.T) {
 	for _, r := range records {
 		prom.expectData(t, "recording rule "+r.name, r.name, routes)
 	}
-	// Alert expressions: all evaluate; the budget alert's has data (half
-	// the requests hedge past the budget below), the others legitimately
-	// none on healthy traffic and without a fleet.
+	// Alert expressions: all evaluate; the budget alert's has data (the
+	// proxies hedge past the rules' budget) and so has the fleet-down
+	// alert's; the others legitimately have none on this traffic (no
+	// failing upstream, winning hedges, fast first tokens, a handful of
+	// fleet errors).
 	for _, r := range alerts {
-		if r.name == "LLMHedgeHedgeRateAboveBudget" {
+		switch r.name {
+		case "LLMHedgeHedgeRateAboveBudget":
 			prom.expectData(t, "alert "+r.name, r.expr, routes)
-			continue
+		case "LLMHedgeFleetDown":
+			prom.expectData(t, "alert "+r.name, r.expr, nil)
+		default:
+			prom.expectNoError(t, "alert "+r.name, r.expr)
 		}
-		prom.expectNoError(t, "alert "+r.name, r.expr)
 	}
 	// Dashboard queries.
 	_, qs := loadDashboard(t)
@@ -121,8 +136,6 @@ func TestPrometheusEndToEnd(t *testing.T) {
 		expr := grafanaVariables.Replace(q.expr)
 		what := fmt.Sprintf("panel %q query %s", q.panel, q.refID)
 		switch {
-		case strings.Contains(expr, "llm_hedge_fleet_"):
-			prom.expectNoError(t, what+" (no fleet here)", expr)
 		case strings.Contains(expr, "route"):
 			prom.expectData(t, what, expr, routes)
 		default:
@@ -132,13 +145,14 @@ func TestPrometheusEndToEnd(t *testing.T) {
 }
 
 // sendTraffic sends n streaming chat requests through front, four at a
-// time. Every other one finds upstream A slow (150 ms to its first token,
+// time; with keyedOnly every one has an idempotency key of its own (which
+// the fleet shares), else one in six has. Every other one finds upstream A slow (150 ms to its first token,
 // the hedge delay is 20 ms), so hedges start, win and cancel A; one in
 // three of those may not be sent twice, and its hedge is denied. The
 // proxies run without a hedge budget, so the hedge rate (about 1/3) is
 // above the rules' budget of 0.1 and the budget alert's expression has
 // data.
-func sendTraffic(t *testing.T, front, route string, round, n int) {
+func sendTraffic(t *testing.T, front, route, tag string, n int, keyedOnly bool) {
 	t.Helper()
 	client := &http.Client{Timeout: 10 * time.Second}
 	var wg sync.WaitGroup
@@ -154,14 +168,17 @@ func sendTraffic(t *testing.T, front, route string, round, n int) {
 			// A stored request without an idempotency key is not sent
 			// twice: its hedge is denied (not_idempotent).
 			store := i%6 == 4
-			body := fmt.Sprintf(`{"model":"gpt-sim","stream":true,"store":%t,"messages":[{"role":"user","content":"request %d of round %d: %s"}]}`,
-				store, i, round, strings.Repeat("padding ", 40))
+			body := fmt.Sprintf(`{"model":"gpt-sim","stream":true,"store":%t,"messages":[{"role":"user","content":"request %d of %s: %s"}]}`,
+				store, i, tag, strings.Repeat("padding ", 40))
 			req, err := http.NewRequest(http.MethodPost, front+"/v1/chat/completions", strings.NewReader(body))
 			if err != nil {
 				errs <- err
 				return
 			}
 			req.Header.Set("Content-Type", "application/json")
+			if keyedOnly || i%6 == 1 {
+				req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%s-%d", route, strings.ReplaceAll(tag, " ", "-"), i))
+			}
 			if i%2 == 0 {
 				req.Header.Set(llmsim.HeaderBehavior, "A=ttft:150ms")
 			}
@@ -337,11 +354,13 @@ func layoutTraefikPlugin(t *testing.T, root, dst string) {
 	}
 }
 
-// startEnvoyServer runs the Envoy ext_proc server in process and the
-// Envoy-side driver in front of it (no Envoy binary exists here); it
+// startEnvoyServer runs the Envoy ext_proc server in process, with a fleet
+// on fleetURL, and the Envoy-side driver in front of it (no Envoy binary
+// exists here); it
 // returns the driver's URL and the server's metrics URL.
-func startEnvoyServer(t *testing.T, upA, upB string) (front, metrics string) {
-	config := fmt.Sprintf(`grpc:
+func startEnvoyServer(t *testing.T, upA, upB, fleetURL string) (front, metrics string) {
+	config := fmt.Sprintf(`fleet: {url: %q, timeout: 100ms}
+grpc:
   listen: 127.0.0.1:0
 metrics:
   listen: 127.0.0.1:0
@@ -351,7 +370,7 @@ routes:
     upstreams: [{name: A, url: %q}, {name: B, url: %q}]
     delay: %s
     budget: {ratio: -1}
-`, upA, upB, hedgeDelay)
+`, fleetURL, upA, upB, hedgeDelay)
 	path := filepath.Join(t.TempDir(), "llmhedge-extproc.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
