@@ -2,6 +2,7 @@ package core
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -45,7 +46,19 @@ func earlyHeadersFor(rc *race) bool {
 	if !rc.h.earlyHeaders || !rc.p.streams || rc.passthrough {
 		return false
 	}
-	return sseAPIPath(rc.p.orig.URL.Path)
+	return sseAPIPath(rc.p.orig.URL.Path) && rc.p.orig.Context().Value(noEarlyHeadersKey{}) == nil
+}
+
+// noEarlyHeadersKey marks a request context in which early headers are off.
+type noEarlyHeadersKey struct{}
+
+// WithoutEarlyHeaders returns r marked so that its race sends no early
+// headers: for hosts that cannot send a response's headers before the
+// whole answer (Envoy's ext_proc in a buffered body mode sends one
+// ImmediateResponse), where early headers would only turn a failure's
+// status into a 200.
+func WithoutEarlyHeaders(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), noEarlyHeadersKey{}, true))
 }
 
 // sseAPIPath reports whether path is an API whose streams are SSE.

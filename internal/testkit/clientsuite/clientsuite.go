@@ -125,7 +125,7 @@ func headers(id, behavior string) map[string]string {
 }
 
 // openAIBase and anthropicBase are the SDKs' base URLs for a route.
-func (s *suite) openAIBase(route string) string { return s.urls[route] + "/v1" }
+func (s *suite) openAIBase(route string) string    { return s.urls[route] + "/v1" }
 func (s *suite) anthropicBase(route string) string { return s.urls[route] }
 
 // slowBoth: both upstreams take 3s to the first token and the SDK's
