@@ -25,7 +25,7 @@ func TestClients(t *testing.T) {
 				extra += fmt.Sprintf("    max_attempts: %d\n", r.MaxAttempts)
 			}
 			if r.EarlyHeaders != "" {
-				extra += fmt.Sprintf("    early_headers: %s\n", r.EarlyHeaders)
+				extra += fmt.Sprintf("    early_headers: %q\n", r.EarlyHeaders) // quoted: YAML reads a bare off as false
 			}
 			if r.HedgeStoredResponses {
 				extra += "    hedge_stored_responses: true\n"
