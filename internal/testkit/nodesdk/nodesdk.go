@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
 )
 
 //go:embed package.json
@@ -83,7 +85,7 @@ func Install(t testing.TB) string {
 		}
 	}
 	sum := sha256.Sum256(packageLock)
-	dir := filepath.Join(cacheDir(), "node-sdk-"+hex.EncodeToString(sum[:6]))
+	dir := filepath.Join(caddybin.CacheDir(), "node-sdk-"+hex.EncodeToString(sum[:6]))
 	if _, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err != nil {
 		if err := install(dir); err != nil {
 			t.Fatalf("installing the JavaScript SDKs: %v", err)
@@ -97,17 +99,6 @@ func Install(t testing.TB) string {
 		}
 	}
 	return filepath.Join(dir, name)
-}
-
-func cacheDir() string {
-	if d := os.Getenv("LLMHEDGE_CACHE"); d != "" {
-		return d
-	}
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return filepath.Join(os.TempDir(), "llmhedge-cache")
-	}
-	return filepath.Join(home, ".cache", "llmhedge")
 }
 
 // install runs npm ci in a fresh directory next to dir and renames it into
