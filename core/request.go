@@ -35,7 +35,7 @@ type preparedRequest struct {
 	clientKey bool      // the idempotency key came from the client
 	key       string
 	tenant    string // read only when tenants are capped
-	streams   bool   // the body asks for a stream ("stream": true), read only when early headers are on
+	streams   bool   // the body asks for a stream ("stream": true); on the fast path only looked for when early headers are on
 	// bodies[i] is the body for upstream i (the model rewritten), nil: body.
 	bodies [][]byte
 }
