@@ -281,3 +281,38 @@ func TestAcceptsTrailers(t *testing.T) {
 
 // nopBody is a response body that holds s.
 func nopBody(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
+
+// An idempotency leader's early headers and keep-alives reach a follower
+// as they reached the leader's client, then the winner's bytes; the
+// stored answer replays all of it with its own report.
+func TestEarlyHeadersThroughIdempotencyFollower(t *testing.T) {
+	hs := newHarness(t, earlyConfig())
+	pw := newPipeWriter()
+	_, b, done := stallBoth(t, hs, pw, keyed("", "k-early"))
+	hs.clock.Advance(900 * time.Millisecond)
+	<-pw.writes
+	fw := newPipeWriter()
+	followed := hs.serveVia(fw, keyed("", "k-early"))
+	if got := <-fw.writes; got != ": keep-alive\n\n" {
+		t.Fatalf("follower's first bytes = %q, want the leader's keep-alive", got)
+	}
+	b.write(tokenChunk("x"))
+	b.write("data: [DONE]\n\n")
+	b.end()
+	<-done
+	<-followed
+	if fw.status != 200 || fw.h.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("follower: status %d, Content-Type %q; want the early 200 text/event-stream", fw.status, fw.h.Get("Content-Type"))
+	}
+	<-hs.reports
+	<-hs.reports
+	replay := <-hs.serve(keyed("", "k-early"))
+	<-hs.reports
+	want := ": keep-alive\n\n" + roleChunk + tokenChunk("x") + "data: [DONE]\n\n"
+	if got := bodyOf(replay); got != want {
+		t.Fatalf("replay body = %q, want %q", got, want)
+	}
+	if got := replay.rec.Header().Get("Server-Timing"); got != `llmhedge;desc="replayed attempts=0"` {
+		t.Errorf("replay Server-Timing = %q", got)
+	}
+}
