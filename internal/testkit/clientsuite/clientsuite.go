@@ -179,7 +179,7 @@ func (s *suite) slowBoth(t *testing.T) {
 		if r.Requests != 1 {
 			t.Errorf("node %s: %d SDK requests, want 1", c.call.API, r.Requests)
 		}
-		if d := r.Duration(); d < 2900*time.Millisecond || d > 4500*time.Millisecond {
+		if d := r.Duration(); d < 2900*time.Millisecond || d > slack(3*time.Second) {
 			t.Errorf("node %s: the call took %v, want about 3s", c.call.API, d)
 		}
 	}
@@ -187,7 +187,7 @@ func (s *suite) slowBoth(t *testing.T) {
 	if goRes.err != nil || goRes.text == "" || goRes.requests != 1 {
 		t.Errorf("go chat: error %v, text %q, %d requests; want a whole answer in one request", goRes.err, goRes.text, goRes.requests)
 	}
-	if goRes.took < 2900*time.Millisecond || goRes.took > 4500*time.Millisecond {
+	if goRes.took < 2900*time.Millisecond || goRes.took > slack(3*time.Second) {
 		t.Errorf("go chat: took %v, want about 3s", goRes.took)
 	}
 }
@@ -233,11 +233,11 @@ func (s *suite) stalledPrimary(t *testing.T) {
 	if r.Requests != 1 || s.upstreamAttempts(id) != 1 {
 		t.Errorf("node responses: %d SDK requests, %d upstream requests; want 1 and 1", r.Requests, s.upstreamAttempts(id))
 	}
-	if d := r.Duration(); d < 2900*time.Millisecond || d > 4500*time.Millisecond {
+	if d := r.Duration(); d < 2900*time.Millisecond || d > slack(3*time.Second) {
 		t.Errorf("node responses: the call took %v, want the route's 3s timeout", d)
 	}
 	t.Logf("go responses: %d SDK request(s), %d upstream request(s), %v, error %v", goRes.requests, s.upstreamAttempts(goID), goRes.took, goRes.err)
-	if goRes.err == nil || goRes.requests != 1 || goRes.took > 4500*time.Millisecond {
+	if goRes.err == nil || goRes.requests != 1 || goRes.took > slack(3*time.Second) {
 		t.Errorf("go responses: error %v, %d requests, took %v; want an error in one request at about 3s", goRes.err, goRes.requests, goRes.took)
 	}
 }
@@ -296,6 +296,10 @@ func (s *suite) allFailing(t *testing.T) {
 	}
 }
 
+// slack is d plus what a loaded machine (go test ./... with -race on two
+// cores) may add: the checks are about requests and timeouts, not speed.
+func slack(d time.Duration) time.Duration { return d + 2500*time.Millisecond }
+
 func routeOf(base string, urls map[string]string) string {
 	for name, u := range urls {
 		if base == u || base == u+"/v1" {
@@ -349,11 +353,11 @@ func (s *suite) rawStream(t *testing.T) {
 		}
 	}
 	t.Logf("raw stream: %q at %v, first keep-alive at %v, first token at %v, [DONE] at %v", status, statusAt, keepAliveAt, tokenAt, doneAt)
-	if status != "HTTP/1.1 200 OK" || statusAt < 250*time.Millisecond || statusAt > time.Second {
+	if status != "HTTP/1.1 200 OK" || statusAt < 250*time.Millisecond || statusAt > time.Second+500*time.Millisecond {
 		t.Errorf("status line %q at %v, want 200 at about the 300ms grace time", status, statusAt)
 	}
-	if keepAliveAt == 0 || keepAliveAt > time.Second {
-		t.Errorf("first keep-alive comment at %v, want within the grace time (before 1s)", keepAliveAt)
+	if keepAliveAt == 0 || keepAliveAt > time.Second+500*time.Millisecond || keepAliveAt >= tokenAt {
+		t.Errorf("first keep-alive comment at %v (first token at %v), want it at about the grace time", keepAliveAt, tokenAt)
 	}
 	if tokenAt < 1900*time.Millisecond || doneAt == 0 {
 		t.Errorf("first token at %v, [DONE] at %v; want the token at about 2s and a whole stream", tokenAt, doneAt)
@@ -405,8 +409,8 @@ func (s *suite) responsesHedged(t *testing.T) {
 		t.Logf("%s: %d default responses.stream calls, TTFT p50 %v, p99 %v, %d hedged", route, n, p50, p99, hedged)
 	}
 	on, off := p["responseson"][1], p["responsesoff"][1]
-	if !full() && (off < 800*time.Millisecond || on > 500*time.Millisecond) {
-		t.Errorf("TTFT p99 with hedge_stored_responses %v, without %v; want under 500ms and at least 800ms", on, off)
+	if !full() && (off < 800*time.Millisecond || on > 600*time.Millisecond) {
+		t.Errorf("TTFT p99 with hedge_stored_responses %v, without %v; want under 600ms and at least 800ms", on, off)
 	}
 }
 
