@@ -122,3 +122,11 @@ func errorAnswerHeaders(rc *race, hdr http.Header, best *attempt) {
 		setNoRetryHeaders(rc, hdr)
 	}
 }
+
+// clearNoRaceReport removes what setNoRaceReport set, for a fleet follower
+// that got no answer and runs a race after all.
+func clearNoRaceReport(h *Hedger, hdr http.Header) {
+	if h.cfg.ReportHeader != "" {
+		hdr.Del(h.cfg.ReportHeader)
+	}
+}

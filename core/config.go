@@ -74,6 +74,9 @@ type Config struct {
 	// idempotency key. Background jobs, conversations and tools that act
 	// are still sent once. Default false.
 	HedgeStoredResponses bool `json:"hedge_stored_responses,omitempty"`
+	// Fleet shares joins, replays and conflicts of keyed requests across
+	// replicas through Redis. Default off.
+	Fleet FleetConfig `json:"fleet,omitzero"`
 }
 
 // UpstreamConfig is one place an attempt can go.
@@ -323,6 +326,9 @@ func (c Config) WithDefaults() Config {
 	} else {
 		c.Idempotency.ScopeHeaders = append([]string(nil), c.Idempotency.ScopeHeaders...)
 	}
+	if c.Fleet.Enabled() {
+		c.Fleet = c.Fleet.WithDefaults()
+	}
 	b := &c.Budget
 	if b.Ratio == 0 {
 		b.Ratio = 0.1
@@ -468,6 +474,7 @@ func (c Config) Validate() error {
 	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
 		bad("report header %q is not a valid token", c.ReportHeader)
 	}
+	validateFleet(bad, c.Fleet)
 	return errors.Join(errs...)
 }
 
