@@ -21,6 +21,8 @@ trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 cp -r "$src_dir/." "$work/src"
 chmod -R u+w "$work/src"
 echo "building traefik $version (takes a few minutes on 2 cores)..." >&2
-(cd "$work/src" && GOFLAGS=-mod=mod go build -trimpath -o "$bin.tmp" ./cmd/traefik)
-mv "$bin.tmp" "$bin"
+# A temporary name of this process's own: test packages run in parallel
+# (traefikplugin/e2e, deploy) may build at once; each rename is atomic.
+(cd "$work/src" && GOFLAGS=-mod=mod go build -trimpath -o "$bin.tmp.$$" ./cmd/traefik)
+mv "$bin.tmp.$$" "$bin"
 echo "$bin"
