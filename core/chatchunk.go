@@ -16,11 +16,23 @@ import (
 // that spells "content" or another field in capitals would be judged
 // differently, and no provider sends one.
 
-// chatEvent holds what decides whether a chunk carries output.
+// chatEvent holds what decides whether a chunk carries output. The rare
+// members sit in embedded pointers, which encoding/json allocates only
+// when one of their keys is present (null included): one nil check then
+// stands for several length checks, which under Yaegi each cost a frame
+// slot on every chunk.
 type chatEvent struct {
-	Type    json.RawMessage   `json:"type"`
-	Error   json.RawMessage   `json:"error"`
+	*ChatEventTypeOrError
 	Choices []chatEventChoice `json:"choices"`
+}
+
+// ChatEventTypeOrError is the part of a Chat chunk that sends it to the
+// general rules: a "type" or an "error". It is exported only because
+// encoding/json fills embedded pointers to exported types alone; it is not
+// an API.
+type ChatEventTypeOrError struct {
+	Type  json.RawMessage `json:"type"`
+	Error json.RawMessage `json:"error"`
 }
 
 type chatEventChoice struct {
@@ -32,9 +44,16 @@ type chatEventChoice struct {
 	FinishReason *string `json:"finish_reason"`
 }
 
-// chatEventDelta holds the delta members chatOutput looks at.
+// chatEventDelta holds the delta members chatOutput looks at: the plain
+// delta has a role and content only.
 type chatEventDelta struct {
-	Content          json.RawMessage `json:"content"`
+	Content json.RawMessage `json:"content"`
+	*ChatRareDelta
+}
+
+// ChatRareDelta holds the members of a delta with more than a role and
+// content. Exported only for encoding/json, like ChatEventTypeOrError.
+type ChatRareDelta struct {
 	Refusal          json.RawMessage `json:"refusal"`
 	ReasoningContent json.RawMessage `json:"reasoning_content"`
 	Reasoning        json.RawMessage `json:"reasoning"`
@@ -50,35 +69,53 @@ func classifyChatChunk(data string) (verdict, bool) {
 		return verdictPending, false
 	}
 	var c chatEvent
-	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
+	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || c.ChatEventTypeOrError != nil {
 		return verdictPending, false // a "type" or an "error", even null: the general rules
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		if len(ch.Text) > 2 && ch.Text[0] == '"' {
-			return verdictOutput, true
-		}
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			return verdictOutput, true // a final event
-		}
 		d := ch.Delta
-		if d == nil {
-			continue
-		}
-		// The plain delta has a role and content only: its length alone
-		// tells "" (2 bytes) from text.
-		if len(d.Refusal)+len(d.ReasoningContent)+len(d.Reasoning)+len(d.ToolCalls)+len(d.FunctionCall)+len(d.Audio) > 0 {
-			v, ok := classifyRichDelta(d)
-			if !ok || v == verdictOutput {
+		if len(ch.Text) > 0 || ch.FinishReason != nil || d == nil || d.ChatRareDelta != nil {
+			v, ok, decided := classifyOtherChoice(ch)
+			if decided {
 				return v, ok
 			}
 			continue
 		}
+		// Its length alone tells "" (2 bytes) from text.
 		if len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
 			return verdictOutput, true
 		}
 	}
 	return verdictPending, true
+}
+
+// classifyOtherChoice judges a choice that is not a plain delta: legacy
+// text, a finish reason, no delta, or a delta with more than a role and
+// content. decided=false: the choice has no output, look at the next one.
+func classifyOtherChoice(ch *chatEventChoice) (v verdict, ok, decided bool) {
+	if len(ch.Text) > 2 && ch.Text[0] == '"' {
+		return verdictOutput, true, true
+	}
+	if ch.FinishReason != nil && *ch.FinishReason != "" {
+		return verdictOutput, true, true // a final event
+	}
+	d := ch.Delta
+	if d == nil {
+		return verdictPending, true, false
+	}
+	if d.ChatRareDelta == nil {
+		// A plain delta next to text or a finish reason that decided nothing.
+		if len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
+			return verdictOutput, true, true
+		}
+		return verdictPending, true, false
+	}
+	rv, rok := classifyRichDelta(d)
+	if !rok || rv == verdictOutput {
+		return rv, rok, true
+	}
+	return verdictPending, true, false
 }
 
 // classifyRichDelta judges a delta with more than a role and content.
