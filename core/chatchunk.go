@@ -2,6 +2,7 @@ package core
 
 import (
 	"encoding/json"
+	"regexp"
 	"strings"
 )
 
@@ -16,23 +17,11 @@ import (
 // that spells "content" or another field in capitals would be judged
 // differently, and no provider sends one.
 
-// chatEvent holds what decides whether a chunk carries output. The rare
-// members sit in embedded pointers, which encoding/json allocates only
-// when one of their keys is present (null included): one nil check then
-// stands for several length checks, which under Yaegi each cost a frame
-// slot on every chunk.
+// chatEvent holds what decides whether a chunk carries output.
 type chatEvent struct {
-	*ChatEventTypeOrError
+	Type    json.RawMessage   `json:"type"`
+	Error   json.RawMessage   `json:"error"`
 	Choices []chatEventChoice `json:"choices"`
-}
-
-// ChatEventTypeOrError is the part of a Chat chunk that sends it to the
-// general rules: a "type" or an "error". It is exported only because
-// encoding/json fills embedded pointers to exported types alone; it is not
-// an API.
-type ChatEventTypeOrError struct {
-	Type  json.RawMessage `json:"type"`
-	Error json.RawMessage `json:"error"`
 }
 
 type chatEventChoice struct {
@@ -44,16 +33,9 @@ type chatEventChoice struct {
 	FinishReason *string `json:"finish_reason"`
 }
 
-// chatEventDelta holds the delta members chatOutput looks at: the plain
-// delta has a role and content only.
+// chatEventDelta holds the delta members chatOutput looks at.
 type chatEventDelta struct {
-	Content json.RawMessage `json:"content"`
-	*ChatRareDelta
-}
-
-// ChatRareDelta holds the members of a delta with more than a role and
-// content. Exported only for encoding/json, like ChatEventTypeOrError.
-type ChatRareDelta struct {
+	Content          json.RawMessage `json:"content"`
 	Refusal          json.RawMessage `json:"refusal"`
 	ReasoningContent json.RawMessage `json:"reasoning_content"`
 	Reasoning        json.RawMessage `json:"reasoning"`
@@ -62,60 +44,93 @@ type ChatRareDelta struct {
 	Audio            json.RawMessage `json:"audio"`
 }
 
+// plainChatEvent is chatEvent without the members a plain chunk lacks.
+type plainChatEvent struct {
+	Choices []plainChatChoice `json:"choices"`
+}
+
+type plainChatChoice struct {
+	Text         json.RawMessage `json:"text"`
+	Delta        *plainChatDelta `json:"delta"`
+	FinishReason *string         `json:"finish_reason"`
+}
+
+type plainChatDelta struct {
+	Content json.RawMessage `json:"content"`
+}
+
+// notPlainChunk matches data that may hold a member plainChatEvent lacks:
+// the name of one in any case (encoding/json matches keys by Unicode case
+// folding, and so does (?i): "ſ" is an "s", "K" a "k"), or an escape,
+// which could spell one. It may match text too ("an audio file"): such a
+// chunk only takes the longer way to the same verdict.
+var notPlainChunk = regexp.MustCompile(`(?i)type|error|refusal|reasoning|tool_calls|function_call|audio|\\u`)
+
 // classifyChatChunk judges SSE data that has no event name under the auto
-// or Chat rule. ok=false: not a plain chunk, the general rules decide.
+// or Chat rule. ok=false: not a plain chunk, the general rules decide. The
+// common chunk, a delta with a role and content, is decoded into a struct
+// of its members only: under Yaegi every length check of the others costs
+// frame slots on every chunk.
 func classifyChatChunk(data string) (verdict, bool) {
 	if !strings.Contains(data, `"choices"`) {
 		return verdictPending, false
 	}
-	var c chatEvent
-	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || c.ChatEventTypeOrError != nil {
-		return verdictPending, false // a "type" or an "error", even null: the general rules
+	if notPlainChunk.MatchString(data) {
+		v, ok := classifyFullChatChunk(data)
+		return v, ok
+	}
+	var c plainChatEvent
+	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil {
+		return verdictPending, false
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		d := ch.Delta
-		if len(ch.Text) > 0 || ch.FinishReason != nil || d == nil || d.ChatRareDelta != nil {
-			v, ok, decided := classifyOtherChoice(ch)
-			if decided {
-				return v, ok
-			}
-			continue
+		if len(ch.Text) > 2 && ch.Text[0] == '"' {
+			return verdictOutput, true
 		}
-		// Its length alone tells "" (2 bytes) from text.
-		if len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			return verdictOutput, true // a final event
+		}
+		d := ch.Delta
+		if d != nil && len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
 			return verdictOutput, true
 		}
 	}
 	return verdictPending, true
 }
 
-// classifyOtherChoice judges a choice that is not a plain delta: legacy
-// text, a finish reason, no delta, or a delta with more than a role and
-// content. decided=false: the choice has no output, look at the next one.
-func classifyOtherChoice(ch *chatEventChoice) (v verdict, ok, decided bool) {
-	if len(ch.Text) > 2 && ch.Text[0] == '"' {
-		return verdictOutput, true, true
+// classifyFullChatChunk is classifyChatChunk for any chunk.
+func classifyFullChatChunk(data string) (verdict, bool) {
+	var c chatEvent
+	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
+		return verdictPending, false // a "type" or an "error", even null: the general rules
 	}
-	if ch.FinishReason != nil && *ch.FinishReason != "" {
-		return verdictOutput, true, true // a final event
-	}
-	d := ch.Delta
-	if d == nil {
-		return verdictPending, true, false
-	}
-	if d.ChatRareDelta == nil {
-		// A plain delta next to text or a finish reason that decided nothing.
-		if len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
-			return verdictOutput, true, true
+	for i := range c.Choices {
+		ch := &c.Choices[i]
+		if len(ch.Text) > 2 && ch.Text[0] == '"' {
+			return verdictOutput, true
 		}
-		return verdictPending, true, false
+		if ch.FinishReason != nil && *ch.FinishReason != "" {
+			return verdictOutput, true // a final event
+		}
+		d := ch.Delta
+		if d == nil {
+			continue
+		}
+		// The plain delta has a role and content only: its length alone
+		// tells "" (2 bytes) from text.
+		if len(d.Refusal)+len(d.ReasoningContent)+len(d.Reasoning)+len(d.ToolCalls)+len(d.FunctionCall)+len(d.Audio) > 0 {
+			v, ok := classifyRichDelta(d)
+			if !ok || v == verdictOutput {
+				return v, ok
+			}
+			continue
+		}
+		if len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
+			return verdictOutput, true
+		}
 	}
-	rv, rok := classifyRichDelta(d)
-	if !rok || rv == verdictOutput {
-		return rv, rok, true
-	}
-	return verdictPending, true, false
+	return verdictPending, true
 }
 
 // classifyRichDelta judges a delta with more than a role and content.
