@@ -65,13 +65,10 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 		return nil, err
 	}
 	if h.tenantCaps {
-		p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
+		p.tenant = tenantOf(h, r)
 	}
 	if p.rest != nil {
-		if h.rewritesModel {
-			return nil, tooLargeToRewrite(h)
-		}
-		return p, nil
+		return unreadRest(h, p)
 	}
 	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || h.rewritesModel)
 	if !isJSON {
@@ -87,6 +84,22 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	}
 	if err := checkJSON(h, p, r.URL.Path); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+// tenantOf names r's tenant. (prepare's rare branches are functions of
+// their own: under Yaegi every slot of a frame is allocated on each call,
+// and h.cfg.Budget would copy the whole BudgetConfig into one.)
+func tenantOf(h *Hedger, r *http.Request) string {
+	return r.Header.Get(h.cfg.Budget.TenantHeader)
+}
+
+// unreadRest ends prepare for a body over MaxBody, forwarded once as it
+// comes, unless the route rewrites the model.
+func unreadRest(h *Hedger, p *preparedRequest) (*preparedRequest, error) {
+	if h.rewritesModel {
+		return nil, tooLargeToRewrite(h)
 	}
 	return p, nil
 }
