@@ -2,7 +2,6 @@ package core
 
 import (
 	"encoding/json"
-	"regexp"
 	"strings"
 )
 
@@ -44,63 +43,12 @@ type chatEventDelta struct {
 	Audio            json.RawMessage `json:"audio"`
 }
 
-// plainChatEvent is chatEvent without the members a plain chunk lacks.
-type plainChatEvent struct {
-	Choices []plainChatChoice `json:"choices"`
-}
-
-type plainChatChoice struct {
-	Text         json.RawMessage `json:"text"`
-	Delta        *plainChatDelta `json:"delta"`
-	FinishReason *string         `json:"finish_reason"`
-}
-
-type plainChatDelta struct {
-	Content json.RawMessage `json:"content"`
-}
-
-// notPlainChunk matches data that may hold a member plainChatEvent lacks:
-// the name of one in any case (encoding/json matches keys by Unicode case
-// folding, and so does (?i): "ſ" is an "s", "K" a "k"), or an escape,
-// which could spell one. It may match text too ("an audio file"): such a
-// chunk only takes the longer way to the same verdict.
-var notPlainChunk = regexp.MustCompile(`(?i)type|error|refusal|reasoning|tool_calls|function_call|audio|\\u`)
-
 // classifyChatChunk judges SSE data that has no event name under the auto
-// or Chat rule. ok=false: not a plain chunk, the general rules decide. The
-// common chunk, a delta with a role and content, is decoded into a struct
-// of its members only: under Yaegi every length check of the others costs
-// frame slots on every chunk.
+// or Chat rule. ok=false: not a plain chunk, the general rules decide.
 func classifyChatChunk(data string) (verdict, bool) {
 	if !strings.Contains(data, `"choices"`) {
 		return verdictPending, false
 	}
-	if notPlainChunk.MatchString(data) {
-		v, ok := classifyFullChatChunk(data)
-		return v, ok
-	}
-	var c plainChatEvent
-	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil {
-		return verdictPending, false
-	}
-	for i := range c.Choices {
-		ch := &c.Choices[i]
-		if len(ch.Text) > 2 && ch.Text[0] == '"' {
-			return verdictOutput, true
-		}
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			return verdictOutput, true // a final event
-		}
-		d := ch.Delta
-		if d != nil && len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
-			return verdictOutput, true
-		}
-	}
-	return verdictPending, true
-}
-
-// classifyFullChatChunk is classifyChatChunk for any chunk.
-func classifyFullChatChunk(data string) (verdict, bool) {
 	var c chatEvent
 	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
 		return verdictPending, false // a "type" or an "error", even null: the general rules

@@ -76,34 +76,3 @@ func TestChatFastPathAgreesWithGeneralRules(t *testing.T) {
 		}
 	}
 }
-
-// The plain-chunk path agrees with the full one on every chunk, those that
-// spell a member in another case or with a folding letter included:
-// encoding/json would match "Refuſal" to refusal and "AUDIO" to audio.
-func TestPlainChunkPathAgreesWithFullPath(t *testing.T) {
-	for _, data := range []string{
-		`{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`,
-		`{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":null}]}`,
-		`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`,
-		`{"choices":[{"index":0,"text":"legacy"}]}`,
-		`{"choices":[]}`,
-		`{"choices":null}`,
-		`{"choices":[{"delta":{"Refuſal":"no"}}]}`,
-		`{"choices":[{"delta":{"REASONING":"hmm"}}]}`,
-		`{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}`,
-		`{"choices":[{"delta":{"AUDIO":{"data":"x"}}}]}`,
-		`{"choices":[{"delta":{"content":"","\u0061udio":{"data":"x"}}}]}`,
-		`{"Type":"x","choices":[{"delta":{"content":"hi"}}]}`,
-		`{"choices":[{"delta":{"content":"hi"}}],"ERROR":null}`,
-		`{"choices":[{"delta":{"content":"the audio of it"}}]}`,
-	} {
-		gotV, gotOK := classifyChatChunk(data)
-		wantV, wantOK := classifyFullChatChunk(data)
-		if gotV != wantV || gotOK != wantOK {
-			t.Errorf("%s: classifyChatChunk = %s, %v; the full path %s, %v", data, verdictNames[gotV], gotOK, verdictNames[wantV], wantOK)
-		}
-	}
-	if !notPlainChunk.MatchString(`"refuſal"`) || !notPlainChunk.MatchString(`"\u0074ype"`) {
-		t.Fatal(`notPlainChunk misses "refuſal" or an escaped key: the plain path would miss a member encoding/json fills`)
-	}
-}
