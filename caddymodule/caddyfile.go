@@ -149,7 +149,7 @@ func (h *Handler) parseDelay(p args) error {
 func (p args) jsonOption(v reflect.Value, block string) error {
 	option := p.d.Val()
 	field := fieldByJSONName(v, option)
-	if field.Kind() == reflect.Ptr && field.Type().Elem().Kind() == reflect.Struct {
+	if field.Kind() == reflect.Pointer && field.Type().Elem().Kind() == reflect.Struct {
 		if field.IsNil() {
 			field.Set(reflect.New(field.Type().Elem()))
 		}

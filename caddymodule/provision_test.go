@@ -115,8 +115,10 @@ func TestReloadKeepsStateAndTransport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if oldCfg.hedger.State() != newCfg.hedger.State() || oldCfg.httpTrans != newCfg.httpTrans {
-		t.Fatal("a reload with the same upstreams must keep the state and the transport")
+	if oldCfg.hedger.State() != newCfg.hedger.State() {
+		t.Fatal("a reload with the same upstreams must keep the state: the state was replaced")
+	} else if oldCfg.httpTrans != newCfg.httpTrans {
+		t.Fatal("a reload with the same upstreams must keep the transport: the transport was replaced")
 	}
 	if refs, _ := shared.References(newCfg.stateKey); refs != 2 {
 		t.Fatalf("state references %d, want 2", refs)

@@ -89,10 +89,7 @@ func runAttempt(h *Hedger, a *attempt, p *preparedRequest, events chan<- event, 
 func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) eventKind {
 	req, err := attemptRequest(h, a.ctx, p, a.upstream, a.index)
 	if err != nil {
-		a.reason = "building the upstream request: " + redactText(err.Error(), reasonSecrets(h, p.orig))
-		a.code = codeUpstreamUnreachable
-		a.connErr = true
-		return evFailed
+		return notBuilt(h, a, p, err)
 	}
 	resp, err := h.opts.Transport.RoundTrip(req)
 	if err != nil {
@@ -101,11 +98,7 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	}
 	a.status = resp.StatusCode
 	if passthrough {
-		// An unhedged request is a plain proxy: its answer, whatever it
-		// is, goes to the client as it comes.
-		a.resp = resp
-		a.firstAt = clockNow(h)
-		return evReady
+		return passedThrough(h, a, resp)
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		keepErrorAnswer(h, a, resp)
@@ -119,6 +112,24 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 		return evReady // a.prefix goes back to the pool once delivered
 	}
 	return lostRace(h, a, resp)
+}
+
+// notBuilt records an attempt whose request could not be built. (The rare
+// branches of sendAttempt are functions of their own: under Yaegi a call
+// allocates every slot of its frame, taken branch or not.)
+func notBuilt(h *Hedger, a *attempt, p *preparedRequest, err error) eventKind {
+	a.reason = "building the upstream request: " + redactText(err.Error(), reasonSecrets(h, p.orig))
+	a.code = codeUpstreamUnreachable
+	a.connErr = true
+	return evFailed
+}
+
+// passedThrough readies an unhedged attempt: a plain proxy, whose answer,
+// whatever it is, goes to the client as it comes.
+func passedThrough(h *Hedger, a *attempt, resp *http.Response) eventKind {
+	a.resp = resp
+	a.firstAt = clockNow(h)
+	return evReady
 }
 
 // lostRace ends a 2xx attempt that failed before its first output event.

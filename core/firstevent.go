@@ -125,11 +125,38 @@ func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
 	return v, reason
 }
 
-// feed is Feed, as a function for the engine's hot path (see handle).
+// feed is Feed, as a function for the engine's hot path (see handle). It
+// takes the common event, one "data: " line ending in "\n\n" within
+// maxLine, read whole while nothing is pending: it dispatches exactly its
+// line's value with no event name, without the line machinery (each
+// interpreted step costs microseconds under Yaegi). Anything else goes to
+// feedLoop, which handles every case. (Two functions: under Yaegi a call
+// allocates every slot of its frame, so the common path's stays small.)
 func feed(d *firstEventDetector, p []byte) (verdict, string) {
 	if d.done != verdictPending {
 		return d.done, d.reason
 	}
+	for len(p) > 0 {
+		if d.skipLF || !d.quiet || !bytes.HasPrefix(p, sseDataPrefixBytes) {
+			return feedLoop(d, p)
+		}
+		i := bytes.IndexAny(p, "\r\n")
+		if i <= 0 || i+1 >= len(p) || p[i] != '\n' || p[i+1] != '\n' || i > d.maxLine {
+			return feedLoop(d, p)
+		}
+		d.started = true // "data: " is not a BOM
+		v, reason := classifySSE(d, string(p[len(sseDataPrefix):i]), "")
+		p = p[i+2:]
+		if v != verdictPending {
+			return finish(d, v, reason)
+		}
+	}
+	return verdictPending, ""
+}
+
+// feedLoop is feed for bytes that may hold anything: line ends split
+// across reads, comments, event names, multi-line data.
+func feedLoop(d *firstEventDetector, p []byte) (verdict, string) {
 	for len(p) > 0 {
 		if d.skipLF {
 			d.skipLF = false
@@ -139,13 +166,9 @@ func feed(d *firstEventDetector, p []byte) (verdict, string) {
 			}
 		}
 		if d.quiet && bytes.HasPrefix(p, sseDataPrefixBytes) {
-			// Fast path, same result: the common event, one "data: " line
-			// ending in "\n\n" within maxLine, read whole while nothing is
-			// pending, dispatches exactly its line's value with no event
-			// name, without the line machinery (each interpreted step costs
-			// microseconds under Yaegi).
+			// The fast path of feed, same result.
 			if i := bytes.IndexAny(p, "\r\n"); i > 0 && i+1 < len(p) && p[i] == '\n' && p[i+1] == '\n' && i <= d.maxLine {
-				d.started = true // "data: " is not a BOM
+				d.started = true
 				v, reason := classifySSE(d, string(p[len(sseDataPrefix):i]), "")
 				p = p[i+2:]
 				if v != verdictPending {

@@ -155,8 +155,12 @@ func runDetectorCases(t *testing.T, format streamFormat, cases []detectorCase) {
 	t.Helper()
 	for _, c := range cases {
 		v, reason := feedChunks(newFirstEventDetector(format, c.rule, 1024), c.stream)
-		if v != c.want || !strings.Contains(reason, c.reason) || (c.want == verdictOutput && reason != "") {
-			t.Errorf("%s: got %s %q, want %s %q", c.name, verdictNames[v], reason, verdictNames[c.want], c.reason)
+		if v != c.want {
+			t.Errorf("%s: verdict %s (reason %q), want %s", c.name, verdictNames[v], reason, verdictNames[c.want])
+		} else if !strings.Contains(reason, c.reason) {
+			t.Errorf("%s: reason %q, want it to contain %q", c.name, reason, c.reason)
+		} else if c.want == verdictOutput && reason != "" {
+			t.Errorf("%s: output with reason %q, want none", c.name, reason)
 		}
 	}
 }
@@ -369,16 +373,22 @@ func TestFirstEventLineLimit(t *testing.T) {
 		fed += len(chunk)
 		checkBounded(t, d)
 	}
-	if v != verdictFailure || reason != "SSE line exceeds 100 bytes" || fed > maxLine+len(chunk) {
-		t.Fatalf("got %s %q after %d bytes", verdictNames[v], reason, fed)
+	if v != verdictFailure {
+		t.Fatalf("verdict %s (reason %q) after %d bytes, want failure", verdictNames[v], reason, fed)
+	} else if reason != "SSE line exceeds 100 bytes" {
+		t.Fatalf("reason %q, want \"SSE line exceeds 100 bytes\"", reason)
+	} else if fed > maxLine+len(chunk) {
+		t.Fatalf("failed after %d bytes, want at most %d", fed, maxLine+len(chunk))
 	}
 
 	line := "data: " + strings.Repeat("y", maxLine-len("data: "))
 	runLimit := func(format streamFormat, stream string, want verdict, wantReason string) {
 		t.Helper()
 		v, reason := detectSplits(t, format, RuleAny, maxLine, stream)
-		if v != want || !strings.Contains(reason, wantReason) {
-			t.Fatalf("%q: got %s %q, want %s %q", stream, verdictNames[v], reason, verdictNames[want], wantReason)
+		if v != want {
+			t.Fatalf("%.60q: verdict %s (reason %q), want %s", stream, verdictNames[v], reason, verdictNames[want])
+		} else if !strings.Contains(reason, wantReason) {
+			t.Fatalf("%.60q: reason %q, want it to contain %q", stream, reason, wantReason)
 		}
 	}
 	runLimit(formatSSE, line+"\n\n", verdictOutput, "")                                                       // exactly maxLine
@@ -423,8 +433,10 @@ func TestFirstEventVerdictIsSticky(t *testing.T) {
 		t.Fatalf("got %s, want failure", verdictNames[v])
 	}
 	v, reason := d.Feed([]byte(chatChunk(`{"content":"late"}`)))
-	if v != verdictFailure || !strings.Contains(reason, "[DONE]") {
-		t.Fatalf("after a verdict Feed returned %s %q", verdictNames[v], reason)
+	if v != verdictFailure {
+		t.Fatalf("after a verdict Feed returned %s, want the failure again", verdictNames[v])
+	} else if !strings.Contains(reason, "[DONE]") {
+		t.Fatalf("after a verdict Feed's reason is %q, want the first one, naming [DONE]", reason)
 	}
 	if v, _ := d.End(); v != verdictFailure {
 		t.Fatalf("after a verdict End returned %s", verdictNames[v])
@@ -437,8 +449,17 @@ func TestFirstEventReasonIsShort(t *testing.T) {
 	long := strings.Repeat("é", 300)
 	v, reason := feedChunks(newFirstEventDetector(formatSSE, RuleAuto, 4096), "data: {\"error\":{\"message\":\"line1\\nline2 "+long+"\"}}\n\n")
 	reason = redactReason(reason, nil)
-	if v != verdictFailure || !strings.HasPrefix(reason, "upstream error: line1 line2 é") || len(reason) > 200 || strings.Contains(reason, "\n") || !strings.HasSuffix(reason, "é…") {
-		t.Fatalf("got %s %q", verdictNames[v], reason)
+	switch {
+	case v != verdictFailure:
+		t.Fatalf("verdict %s, want failure", verdictNames[v])
+	case !strings.HasPrefix(reason, "upstream error: line1 line2 é"):
+		t.Fatalf("reason %.60q, want it to start with \"upstream error: line1 line2 é\"", reason)
+	case len(reason) > 200:
+		t.Fatalf("reason is %d bytes, want at most 200", len(reason))
+	case strings.Contains(reason, "\n"):
+		t.Fatalf("reason %q has a line break, want one line", reason)
+	case !strings.HasSuffix(reason, "é…"):
+		t.Fatalf("reason %q, want it to end with \"é…\" (cut short)", reason)
 	}
 }
 

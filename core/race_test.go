@@ -432,8 +432,10 @@ func TestMayChangeStateEscapedKey(t *testing.T) {
 	if mayChangeState([]byte(`{"model":"m","messages":[]}`), "/v1/chat/completions") {
 		t.Fatal("plain chat request judged stateful")
 	}
-	if !mayChangeState([]byte(`{"model":"m"}`), "/v1/responses") || mayChangeState([]byte(`{"store":false}`), "/v1/responses") {
-		t.Fatal("responses default store")
+	if !mayChangeState([]byte(`{"model":"m"}`), "/v1/responses") {
+		t.Fatal(`mayChangeState({"model":"m"}, /v1/responses) = false, want true: the Responses API stores by default`)
+	} else if mayChangeState([]byte(`{"store":false}`), "/v1/responses") {
+		t.Fatal(`mayChangeState({"store":false}, /v1/responses) = true, want false`)
 	}
 }
 
@@ -452,7 +454,9 @@ func TestClientClosingAtEndMarkerIsOK(t *testing.T) {
 	if rep := <-hs.reports; rep.Outcome != OutcomeOK {
 		t.Fatalf("outcome %s", rep.Outcome)
 	}
-	if !streamFinished([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")) || streamFinished([]byte(tokenChunk("x"))) {
-		t.Fatal("streamFinished")
+	if !streamFinished([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")) {
+		t.Fatal("streamFinished(message_stop) = false, want true")
+	} else if streamFinished([]byte(tokenChunk("x"))) {
+		t.Fatal("streamFinished(a token chunk) = true, want false")
 	}
 }

@@ -66,13 +66,10 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 		return nil, err
 	}
 	if h.tenantCaps {
-		p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
+		p.tenant = tenantOf(h, r)
 	}
 	if p.rest != nil {
-		if h.rewritesModel {
-			return nil, tooLargeToRewrite(h)
-		}
-		return p, nil
+		return unreadRest(h, p)
 	}
 	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || h.rewritesModel)
 	if !isJSON {
@@ -91,6 +88,22 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	}
 	if err := checkJSON(h, p, r.URL.Path); err != nil {
 		return nil, err
+	}
+	return p, nil
+}
+
+// tenantOf names r's tenant. (prepare's rare branches are functions of
+// their own: under Yaegi every slot of a frame is allocated on each call,
+// and h.cfg.Budget would copy the whole BudgetConfig into one.)
+func tenantOf(h *Hedger, r *http.Request) string {
+	return r.Header.Get(h.cfg.Budget.TenantHeader)
+}
+
+// unreadRest ends prepare for a body over MaxBody, forwarded once as it
+// comes, unless the route rewrites the model.
+func unreadRest(h *Hedger, p *preparedRequest) (*preparedRequest, error) {
+	if h.rewritesModel {
+		return nil, tooLargeToRewrite(h)
 	}
 	return p, nil
 }
@@ -151,8 +164,8 @@ func whyNotHedgeable(h *Hedger, r *http.Request) string {
 
 // optedOut reports whether the client sent X-LLM-Hedge: off.
 func optedOut(r *http.Request) bool {
-	opt := r.Header[canonicalHedge]
-	return len(opt) > 0 && strings.EqualFold(strings.TrimSpace(opt[0]), "off")
+	opt := r.Header.Get(canonicalHedge) // compiled: fewer slots than indexing here
+	return opt != "" && strings.EqualFold(strings.TrimSpace(opt), "off")
 }
 
 // whyNotOnRoute returns "method" or "path" when r's method or path is not
@@ -229,12 +242,12 @@ func rewriteModels(h *Hedger, p *preparedRequest, keys *bodyKeys) error {
 }
 
 func idempotencyKey(h *Hedger, p *preparedRequest) error {
-	v := p.orig.Header[h.keyHeader]
-	if len(v) == 0 || v[0] == "" {
+	v := p.orig.Header.Get(h.keyHeader) // compiled: fewer slots than indexing here
+	if v == "" {
 		p.key = newKey()
 		return nil
 	}
-	return clientKey(p, v[0])
+	return clientKey(p, v)
 }
 
 // clientKey checks and adopts the client's idempotency key.
@@ -737,16 +750,16 @@ func attemptBody(p *preparedRequest, up int) (io.Reader, int64) {
 }
 
 // setForwarded adds the X-Forwarded-* headers a reverse proxy sets.
+// (hdr.Get is a compiled call: under Yaegi it costs fewer frame slots than
+// indexing the values here.)
 func setForwarded(hdr http.Header, orig *http.Request) {
 	if ip, _, err := net.SplitHostPort(orig.RemoteAddr); err == nil {
-		if prior := hdr["X-Forwarded-For"]; len(prior) > 0 && prior[0] != "" {
-			ip = prior[0] + ", " + ip
+		if prior := hdr.Get("X-Forwarded-For"); prior != "" {
+			ip = prior + ", " + ip
 		}
 		hdr["X-Forwarded-For"] = []string{ip}
 	}
-	proto := hdr["X-Forwarded-Proto"]
-	host := hdr["X-Forwarded-Host"]
-	if len(proto) == 0 || proto[0] == "" || len(host) == 0 || host[0] == "" {
+	if hdr.Get("X-Forwarded-Proto") == "" || hdr.Get("X-Forwarded-Host") == "" {
 		setForwardedOrigin(hdr, orig) // a proxy in front (Traefik) has set both
 	}
 }
@@ -754,14 +767,14 @@ func setForwarded(hdr http.Header, orig *http.Request) {
 // setForwardedOrigin sets X-Forwarded-Proto and X-Forwarded-Host when
 // missing.
 func setForwardedOrigin(hdr http.Header, orig *http.Request) {
-	if v := hdr["X-Forwarded-Proto"]; len(v) == 0 || v[0] == "" {
+	if hdr.Get("X-Forwarded-Proto") == "" {
 		proto := "http"
 		if orig.TLS != nil {
 			proto = "https"
 		}
 		hdr["X-Forwarded-Proto"] = []string{proto}
 	}
-	if v := hdr["X-Forwarded-Host"]; (len(v) == 0 || v[0] == "") && orig.Host != "" {
+	if hdr.Get("X-Forwarded-Host") == "" && orig.Host != "" {
 		hdr["X-Forwarded-Host"] = []string{orig.Host}
 	}
 }

@@ -84,7 +84,9 @@ func TestReloadRebuildsTheTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr, ok := s.transport.(*http.Transport)
-	if !ok || tr == first {
+	if !ok {
+		t.Fatalf("the transport is a %T, want an *http.Transport", s.transport)
+	} else if tr == first {
 		t.Fatal("the transport section changed, but the transport was not rebuilt")
 	}
 	if tr.IdleConnTimeout != 7*time.Second {

@@ -2,7 +2,6 @@ package traefikplugin
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -200,56 +199,5 @@ func TestYAMLTrueIsRejectedWithTheFix(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, want)
 			}
 		}
-	}
-}
-
-// firstDifference names the first field, by its path, where got and want
-// differ, and both values there: "Budget.Ratio = 0.2, want 0.1".
-func firstDifference(got, want any) string {
-	if path, g, w, ok := differ(reflect.ValueOf(got), reflect.ValueOf(want), ""); ok {
-		return fmt.Sprintf("%s = %v, want %v", strings.TrimPrefix(path, "."), g, w)
-	}
-	return "no field differs"
-}
-
-func differ(got, want reflect.Value, path string) (string, any, any, bool) {
-	switch got.Kind() {
-	case reflect.Struct:
-		for i := 0; i < got.NumField(); i++ {
-			if p, g, w, ok := differ(got.Field(i), want.Field(i), path+"."+got.Type().Field(i).Name); ok {
-				return p, g, w, true
-			}
-		}
-		return "", nil, nil, false
-	case reflect.Slice:
-		if got.Len() != want.Len() {
-			return path, got.Interface(), want.Interface(), true
-		}
-		for i := 0; i < got.Len(); i++ {
-			if p, g, w, ok := differ(got.Index(i), want.Index(i), fmt.Sprintf("%s[%d]", path, i)); ok {
-				return p, g, w, true
-			}
-		}
-		return "", nil, nil, false
-	}
-	if got.Kind() == reflect.Pointer && !got.IsNil() && !want.IsNil() {
-		return differ(got.Elem(), want.Elem(), path)
-	}
-	// Compared as printed: reflect's Interface panics on unexported fields,
-	// and under Yaegi on some exported ones of interpreted types too.
-	if g, w := fmt.Sprint(got), fmt.Sprint(want); g != w {
-		return path, g, w, true
-	}
-	return "", nil, nil, false
-}
-
-func TestFirstDifferenceNamesTheField(t *testing.T) {
-	a := core.Config{Budget: core.BudgetConfig{Ratio: 0.2}, Methods: []string{"POST"}}
-	b := core.Config{Budget: core.BudgetConfig{Ratio: 0.1}, Methods: []string{"POST"}}
-	if got, want := firstDifference(a, b), "Budget.Ratio = 0.2, want 0.1"; got != want {
-		t.Fatalf("firstDifference = %q, want %q", got, want)
-	}
-	if got := firstDifference(a, a); got != "no field differs" {
-		t.Fatalf("firstDifference of equal configs = %q, want \"no field differs\"", got)
 	}
 }

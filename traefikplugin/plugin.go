@@ -74,10 +74,11 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 
 // ServeHTTP hedges r, or hands it to the next handler once when it is not
 // eligible and PassThrough is set (an opted-out request only when no
-// upstream rewrites the model: next would not rewrite it).
+// upstream rewrites the model: next would not rewrite it). The rare
+// branches are functions of their own: under Yaegi a call allocates every
+// slot of its frame, taken branch or not.
 func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if h.metricsPath != "" && r.URL.Path == h.metricsPath {
-		serveMetrics(sharedMetrics, w, r)
+	if h.metricsPath != "" && servedMetrics(h, w, r) {
 		return
 	}
 	// Read under the lock without a deferred unlock or a method call:
@@ -87,28 +88,63 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	entry := h.entry
 	h.mu.Unlock()
 	if engine == nil {
-		built, err := h.engine()
-		if err != nil {
-			http.Error(w, "llmhedge: "+err.Error(), http.StatusInternalServerError)
-			return
+		engine = firstEngine(h, w)
+		if engine == nil {
+			return // answered
 		}
-		engine = built
 	} else if atomic.AddUint32(&entry.requests, 1)&sweepEveryRequests == 0 {
 		// Requests are uses (the registry keeps states in use), and now
 		// and then one sweeps it.
 		sweepFromRequest(h.reg) // set with entry, never changed
 	}
-	if h.passThrough && engine.ForNext(r) {
-		// The opt-out header is the plugin's own and is never forwarded,
-		// not even to the router's service.
-		r.Header.Del(core.HeaderHedge)
-		h.next.ServeHTTP(w, r)
+	if h.passThrough && passedToNext(h, engine, w, r) {
 		return
 	}
 	// w is Traefik's own (compiled) writer. The engine flushes it after
 	// every chunk it copies through http.Flusher, the compiled interface
 	// Yaegi matches on compiled writers (core's flusherFor).
-	if err := engine.Handle(w, r); err != nil && errors.Is(err, core.ErrStreamAborted) {
+	if err := engine.Handle(w, r); err != nil {
+		abortIfCut(w, err)
+	}
+}
+
+// servedMetrics answers r when it asks for the metrics path.
+func servedMetrics(h *Hedge, w http.ResponseWriter, r *http.Request) bool {
+	if r.URL.Path != h.metricsPath {
+		return false
+	}
+	serveMetrics(sharedMetrics, w, r)
+	return true
+}
+
+// firstEngine builds the engine on the first request; nil: it could not,
+// and the client has its answer.
+func firstEngine(h *Hedge, w http.ResponseWriter) *core.Hedger {
+	built, err := h.engine()
+	if err != nil {
+		http.Error(w, "llmhedge: "+err.Error(), http.StatusInternalServerError)
+		return nil
+	}
+	return built
+}
+
+// passedToNext hands a request the engine would not hedge to the router's
+// service, and reports whether it did.
+func passedToNext(h *Hedge, engine *core.Hedger, w http.ResponseWriter, r *http.Request) bool {
+	if !engine.ForNext(r) {
+		return false
+	}
+	// The opt-out header is the plugin's own and is never forwarded, not
+	// even to the router's service.
+	r.Header.Del(core.HeaderHedge)
+	h.next.ServeHTTP(w, r)
+	return true
+}
+
+// abortIfCut ends the response abruptly when the winner failed after its
+// answer started.
+func abortIfCut(w http.ResponseWriter, err error) {
+	if errors.Is(err, core.ErrStreamAborted) {
 		abortResponse(w)
 	}
 }

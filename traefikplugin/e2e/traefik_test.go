@@ -253,7 +253,9 @@ func (tr *traefik) waitReady(d *dynamic) {
 // so polling with a deadline is how to know it is ready.
 func (tr *traefik) waitFor(url string) {
 	tr.t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	// Generous: Traefik interprets the plugin at start, which takes tens of
+	// seconds on a loaded 2-core machine.
+	deadline := time.Now().Add(180 * time.Second)
 	for {
 		select {
 		case <-tr.exited:
@@ -272,7 +274,7 @@ func (tr *traefik) waitFor(url string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tr.t.Fatalf("%s not ready after 60s (last: %v); traefik output:\n%s", url, err, proc.Tail(tr.logs.String(), 6000))
+			tr.t.Fatalf("%s not ready after 180s (last: %v); traefik output:\n%s", url, err, proc.Tail(tr.logs.String(), 6000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

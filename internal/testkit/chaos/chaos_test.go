@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -261,5 +262,39 @@ func TestSuiteSeesLeaksAndCanaries(t *testing.T) {
 	}
 	if strings.Contains(strings.Join(rec.errors, "\n"), canaryHeader) {
 		t.Errorf("the suite's own report prints the canary")
+	}
+}
+
+// A connection counts as busy only while a request is on it: one the
+// proxy's pool dialed and parked unused (Go's transport finishes a dial
+// its cancelled attempt no longer wants) is idle, while one whose request
+// the proxy never ended stays busy and is named in the report.
+func TestUpstreamCountsOnlyConnectionsCarryingARequestAsBusy(t *testing.T) {
+	u := &Upstream{Name: "A", conns: map[net.Conn]*connInfo{}}
+	pipe := func() net.Conn {
+		c, other := net.Pipe()
+		t.Cleanup(func() { c.Close(); other.Close() })
+		return c
+	}
+	parked, between, open := pipe(), pipe(), pipe()
+	u.connState(parked, http.StateNew)
+	u.connState(between, http.StateNew)
+	u.connState(between, http.StateActive)
+	u.connState(between, http.StateIdle)
+	u.connState(open, http.StateNew)
+	u.connState(open, http.StateActive)
+	busy, idle := u.Conns()
+	if busy != 1 {
+		t.Errorf("busy = %d, want 1 (only the connection with a request open)", busy)
+	}
+	if idle != 2 {
+		t.Errorf("idle = %d, want 2 (the parked new connection and the one between requests)", idle)
+	}
+	if report := u.busyReport(); len(report) != 1 || !strings.Contains(report[0], "active") {
+		t.Errorf("busy report = %q, want the one active connection", report)
+	}
+	u.connState(open, http.StateClosed)
+	if busy, _ := u.Conns(); busy != 0 {
+		t.Errorf("busy after the open connection closed = %d, want 0", busy)
 	}
 }

@@ -179,6 +179,9 @@ func Run(t T, env *Env, target Target, n int, seed int64) {
 	t.Logf("%s: after the run %s", target.Name, after)
 	if after.busy > 0 {
 		t.Errorf("%s: %d upstream connections still busy after %v (requests the proxy never ended)", target.Name, after.busy, settleDeadline)
+		for _, line := range append(env.A.busyReport(), env.B.busyReport()...) {
+			t.Logf("%s: busy: %s", target.Name, line)
+		}
 	}
 	if target.PID != 0 && after.ownSockets(target) > base.ownSockets(target)+socketSlack {
 		t.Errorf("%s: the proxy holds %d sockets besides its upstream pool, %d before the run (leaked connections)",

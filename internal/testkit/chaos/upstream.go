@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -281,16 +282,32 @@ type Upstream struct {
 
 	mu    sync.Mutex
 	seq   int
-	conns map[net.Conn]http.ConnState
+	conns map[net.Conn]*connInfo
 }
+
+// connInfo is what the upstream knows of one connection: its state, since
+// when, and the last request it served (to name a connection left busy).
+type connInfo struct {
+	state   http.ConnState
+	since   time.Time
+	last    string // the last attempt on it: generation, request, action
+	serving bool   // its handler is running
+}
+
+type connKey struct{}
+
+// unused reports whether a connection in state s carries no request: idle
+// between two requests, or new (connected, nothing received yet).
+func unused(s http.ConnState) bool { return s == http.StateIdle || s == http.StateNew }
 
 func startUpstream(name string, reg *Registry) (*Upstream, error) {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	u := &Upstream{Name: name, URL: "http://" + lis.Addr().String(), reg: reg, lis: lis, conns: map[net.Conn]http.ConnState{}}
-	u.srv = &http.Server{Handler: u, ConnState: u.connState, ErrorLog: nil}
+	u := &Upstream{Name: name, URL: "http://" + lis.Addr().String(), reg: reg, lis: lis, conns: map[net.Conn]*connInfo{}}
+	u.srv = &http.Server{Handler: u, ConnState: u.connState, ErrorLog: nil,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context { return context.WithValue(ctx, connKey{}, c) }}
 	go u.srv.Serve(lis)
 	return u, nil
 }
@@ -302,16 +319,60 @@ func (u *Upstream) connState(c net.Conn, s http.ConnState) {
 		delete(u.conns, c)
 		return
 	}
-	u.conns[c] = s
+	info := u.conns[c]
+	if info == nil {
+		info = &connInfo{}
+		u.conns[c] = info
+	}
+	info.state = s
+	info.since = time.Now()
+}
+
+// busyReport describes every connection that is not idle: its state, for
+// how long, and the attempt it last carried.
+func (u *Upstream) busyReport() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []string
+	for c, info := range u.conns {
+		if unused(info.state) {
+			continue
+		}
+		last := info.last
+		if last == "" {
+			last = "no request yet"
+		}
+		out = append(out, fmt.Sprintf("upstream %s conn %s: %s for %v, handler running %t, last attempt %s",
+			u.Name, c.RemoteAddr(), info.state, time.Since(info.since).Round(time.Millisecond), info.serving, last))
+	}
+	return out
+}
+
+func (u *Upstream) serving(r *http.Request, desc string, on bool) {
+	c, _ := r.Context().Value(connKey{}).(net.Conn)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if info := u.conns[c]; info != nil {
+		info.serving = on
+		if on {
+			info.last = desc
+		}
+	}
 }
 
 // Conns returns the upstream's open connections: busy (a request in
 // progress) and idle (kept alive in the proxy's pool).
+//
+// A connection that has not sent a byte yet (StateNew) counts as idle: Go's
+// transport (1.23 on) finishes a dial even when the attempt that started it
+// was cancelled or got another connection first, and parks the new
+// connection in its pool unused, where it stays until the pool's idle
+// timeout (2 minutes in core's transport). No request is open on it.
 func (u *Upstream) Conns() (busy, idle int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for _, s := range u.conns {
-		if s == http.StateIdle {
+	for _, info := range u.conns {
+		if unused(info.state) {
 			idle++
 		} else {
 			busy++
@@ -341,6 +402,9 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Stream:    bytes.Contains(body, []byte(`"stream":true`)),
 	}
 	u.reg.add(g)
+	desc := fmt.Sprintf("%s of %s (attempt %d, %s, stream %t)", g.ID, g.RequestID, g.Attempt, g.Action, g.Stream)
+	u.serving(r, desc, true)
+	defer u.serving(r, desc, false)
 	if g.Action.Kind == ActResetEarly {
 		resetConn(w)
 		return
