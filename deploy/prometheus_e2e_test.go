@@ -406,7 +406,8 @@ routes:
 }
 
 // runProcess starts cmd, stops it at the end of the test, and waits until
-// readyURL answers 200.
+// readyURL answers 200 (Traefik interprets the plugin first: up to 180 s
+// on a loaded machine).
 func runProcess(t *testing.T, name string, cmd *exec.Cmd, readyURL string) *proc.Buffer {
 	t.Helper()
 	logs := &proc.Buffer{}
@@ -420,7 +421,8 @@ func runProcess(t *testing.T, name string, cmd *exec.Cmd, readyURL string) *proc
 		close(exited)
 	}()
 	t.Cleanup(func() { proc.Stop(cmd.Process, exited, 10*time.Second) })
-	deadline := time.Now().Add(60 * time.Second)
+	const wait = 180 * time.Second
+	deadline := time.Now().Add(wait)
 	for {
 		select {
 		case <-exited:
@@ -435,7 +437,7 @@ func runProcess(t *testing.T, name string, cmd *exec.Cmd, readyURL string) *proc
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s did not answer 200 within 60s (last error %v):\n%s", name, readyURL, err, proc.Tail(logs.String(), 40))
+			t.Fatalf("%s: %s did not answer 200 within %v (last error %v):\n%s", name, readyURL, wait, err, proc.Tail(logs.String(), 40))
 		}
 		time.Sleep(50 * time.Millisecond) // polling a process we do not control
 	}
