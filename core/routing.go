@@ -61,8 +61,8 @@ type routeEstimate struct {
 	// sits in ring[(k-1) % routeWindow] until written reaches k+routeWindow.
 	written uint64
 	median  float64 // of the ring (compared once count >= routeMinSamples)
-	slow   float64 // the 2nd fastest of the last 8: 7 of them took at least this
-	fast   float64 // the 6th fastest of the last 8: 6 of them took at most this
+	slow    float64 // the 2nd fastest of the last 8: 7 of them took at least this
+	fast    float64 // the 6th fastest of the last 8: 6 of them took at most this
 	// preferFactor is 1 + the upstream's prefer_margin: its times are
 	// divided by it before comparison.
 	preferFactor float64
