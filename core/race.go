@@ -66,6 +66,7 @@ type race struct {
 	order      []int
 	exploring  bool
 	delayFrom  int
+	exploreCap time.Duration // an exploring race's delay at most (see planRoute)
 	inFlight   int
 	timer      Timer
 	timerSeq   int
@@ -118,6 +119,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	rc.delay = time.Duration(h.cfg.Delay.Fixed)
 	if h.cfg.Delay.Mode == DelayAdaptive {
 		rc.delay = hedgeDelay(h.state, h.cfg, raceDelayFrom(rc, first))
+	}
+	if rc.order != nil {
+		rc.delay = exploreDelay(rc, rc.delay)
 	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary

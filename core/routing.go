@@ -189,9 +189,11 @@ func routeScore(r *router, up int) (float64, bool) {
 
 // takesOver reports whether upstream c should replace the primary p; r.mu
 // is held. An upstream preferred over p (a larger prefer margin) takes
-// over as soon as it is within its margin: its median, or 6 of its last 8
-// samples, scaled, at most p's median, scaled (the margin is the band that
-// keeps the two from flapping). Otherwise c takes over when p is clearly
+// over as soon as it is within its margin again: 6 of its last 8 samples,
+// scaled, at most p's median, scaled (its recent samples, not its median:
+// just after it was left for being slow its median still holds the calm
+// samples from before). The margin is the band that keeps the two from
+// flapping. Otherwise c takes over when p is clearly
 // slower: p's median above c's by routeHysteresis, or 7 of p's last 8
 // samples above c's median by routeFastHysteresis (all scaled).
 func takesOver(r *router, p, c int) bool {
@@ -202,7 +204,7 @@ func takesOver(r *router, p, c int) bool {
 	}
 	ep, ec := r.est[p], r.est[c]
 	if ec.preferFactor > ep.preferFactor {
-		return cs <= ps || ec.fast/ec.preferFactor <= ps
+		return ec.fast/ec.preferFactor <= ps
 	}
 	return ps > cs*routeHysteresis || ep.slow/ep.preferFactor > cs*routeFastHysteresis
 }
@@ -277,15 +279,24 @@ func appendRanked(r *router, order []int) []int {
 // planRoute ranks the upstreams for a race on a fastest route (rc.order;
 // nil on an ordered route, which keeps the configured order) and marks an
 // exploring race. An exploring race sends attempt 0 to the second-ranked
-// upstream and hedges to the first, at the first's delay: exploration
-// costs at most a hedge, never a longer wait.
+// upstream and hedges to the first, at the first's delay or, sooner, once
+// the probe is clearly slower than the primary (routeHysteresis times the
+// primary's median, see exploreDelay): exploring a degraded upstream costs
+// the client little more than the primary's median, and the probe's
+// censored sample is still at or above its median when it is as fast.
 func planRoute(rc *race) {
 	if rc.h.cfg.Primary != PrimaryFastest || len(rc.h.cfg.Upstreams) < 2 {
 		return
 	}
-	order, explore := routePlan(rc.h.state.router)
+	r := rc.h.state.router
+	order, explore := routePlan(r)
 	rc.delayFrom = order[0]
 	if explore && !rc.passthrough {
+		r.mu.Lock()
+		if r.est[order[0]].count >= routeMinSamples {
+			rc.exploreCap = time.Duration(r.est[order[0]].median * routeHysteresis)
+		}
+		r.mu.Unlock()
 		swap := order[0]
 		order[0] = order[1]
 		order[1] = swap
@@ -308,37 +319,40 @@ func routeWaiting(rc *race) {
 	p.routeSample = routeSample(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true)
 }
 
-// learnRoute feeds the race's attempts into the routing estimates once it
-// is over. Attempt 0 (the primary, or an exploring request's probe) gives
-// its TTFT, or when another attempt won, its time until the commit as a
-// censored sample: it took at least that long. A hedge gives only the
-// censored sample of its loss: its wins are not a fair sample of its
-// upstream (a hedge wins only when it beats what is left of the primary's
-// wait, which favours its fast answers). Failed attempts are health's
-// business. An attempt noted by routeWaiting is not counted twice: its
-// sample is raised to what it waited in the end.
+// learnRoute feeds the race's attempt 0 (the primary, or an exploring
+// request's probe) into the routing estimates once the race is over: its
+// TTFT, or when another attempt won first, its wait until that commit as a
+// censored sample (it took at least that long). Attempt 0 waits at least
+// the hedge delay before anything censors it, so with a delay at or above
+// its median (the adaptive p95 is) every censored sample is classified
+// rightly, above the median, and the samples stay a fair draw. Hedges are
+// not counted: a hedge is cut short by whatever is left of the primary's
+// wait, often a few milliseconds, so its wins favour its fast answers and
+// its cancelled attempts say "at least 5 ms" of an upstream that takes
+// 30; kept or dropped, either side biases its upstream's median (dropping
+// the short ones ratchets it up). Failed attempts are health's business. An
+// attempt noted by routeWaiting is not counted twice: its sample is raised
+// to what it waited in the end.
 func learnRoute(rc *race) {
+	a := rc.attempts[0]
+	var d time.Duration
+	censored := false
+	switch {
+	case a.result != ResultWon && a.result != ResultLost:
+		return
+	case !a.firstAt.IsZero():
+		d = a.firstAt.Sub(a.started)
+	case a.result == ResultLost && !rc.commitAt.IsZero():
+		d = rc.commitAt.Sub(a.started)
+		censored = true
+	default:
+		return
+	}
 	r := rc.h.state.router
-	for _, a := range rc.attempts {
-		if a.result != ResultWon && a.result != ResultLost {
-			continue
-		}
-		var d time.Duration
-		censored := false
-		switch {
-		case a.index == 0 && !a.firstAt.IsZero():
-			d = a.firstAt.Sub(a.started)
-		case a.result == ResultLost && a.firstAt.IsZero() && !rc.commitAt.IsZero():
-			d = rc.commitAt.Sub(a.started)
-			censored = true
-		default:
-			continue
-		}
-		if a.routeSample != 0 {
-			routeRaise(r, a.upstream, a.routeSample, d)
-		} else {
-			routeSample(r, a.upstream, d, censored)
-		}
+	if a.routeSample != 0 {
+		routeRaise(r, a.upstream, a.routeSample, d)
+	} else {
+		routeSample(r, a.upstream, d, censored)
 	}
 }
 
@@ -377,6 +391,15 @@ func raceDelayFrom(rc *race, first int) int {
 		return rc.delayFrom
 	}
 	return first
+}
+
+// exploreDelay is the hedge delay d of an exploring race, capped at
+// rc.exploreCap (see planRoute); other races keep d.
+func exploreDelay(rc *race, d time.Duration) time.Duration {
+	if rc.exploring && rc.exploreCap > 0 && rc.exploreCap < d {
+		return rc.exploreCap
+	}
+	return d
 }
 
 // currentOrder is the ranking a request starting now would get (nil on an

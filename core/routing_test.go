@@ -14,7 +14,7 @@ import (
 // 2 % stalls of 0.5–1s, upstream A slower by factor while degraded). A TTFT
 // above the delay is noted as routeWaiting notes it, censored at the delay,
 // and hedged to the next upstream; learnRoute then raises it to the
-// commit, and notes the hedge's loss when the primary won.
+// commit (or to its own TTFT when it won after all).
 type routeSim struct {
 	r       *router
 	rng     *rand.Rand
@@ -68,7 +68,6 @@ func (s *routeSim) run(n int) []int {
 				routeRaise(s.r, first, k, s.delay+hedgeTTFT)
 			} else {
 				routeRaise(s.r, first, k, ttft)
-				routeSample(s.r, hedge, ttft-s.delay, true)
 			}
 		}
 		s.primary = append(s.primary, s.r.primary)
@@ -303,8 +302,8 @@ func TestRouteRaceFollowsRanking(t *testing.T) {
 }
 
 // Every routeExploreEvery-th request sends attempt 0 to the runner-up and
-// hedges to the primary, at the primary's adaptive delay, not the slow
-// runner-up's.
+// hedges to the primary, at the primary's adaptive delay (not the slow
+// runner-up's), or sooner: at 1.5x the primary's routing median.
 func TestRouteRaceExplores(t *testing.T) {
 	cfg := fastestConfig()
 	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: Duration(time.Second), MinSamples: 1}
@@ -324,7 +323,7 @@ func TestRouteRaceExplores(t *testing.T) {
 	}
 	first.respond(200, "text/event-stream")
 	hs.clock.waitArmed(t, 1)
-	hs.clock.Advance(60 * time.Millisecond)
+	hs.clock.Advance(45 * time.Millisecond)
 	hedge := hs.tr.next(t)
 	if hedge.req.URL.Host != "a.test" {
 		t.Fatalf("the exploring race's hedge went to %s, want a.test", hedge.req.URL.Host)
@@ -332,8 +331,8 @@ func TestRouteRaceExplores(t *testing.T) {
 	answerToken(hedge, "A")
 	<-out
 	rep := <-hs.reports
-	if rep.Delay != 60*time.Millisecond {
-		t.Fatalf("exploring race's delay = %v, want 60ms (the primary's estimate)", rep.Delay)
+	if rep.Delay != 45*time.Millisecond {
+		t.Fatalf("exploring race's delay = %v, want 45ms (1.5x the primary's routing median of 30ms, below its 60ms delay)", rep.Delay)
 	}
 }
 
