@@ -193,9 +193,10 @@ func routeScore(r *router, up int) (float64, bool) {
 // scaled, at most p's median, scaled (its recent samples, not its median:
 // just after it was left for being slow its median still holds the calm
 // samples from before). The margin is the band that keeps the two from
-// flapping. Otherwise c takes over when p is clearly
-// slower: p's median above c's by routeHysteresis, or 7 of p's last 8
-// samples above c's median by routeFastHysteresis (all scaled).
+// flapping. Otherwise c takes over when p is clearly slower: 7 of p's
+// last 8 samples above c's median by routeFastHysteresis, or p's median
+// and 6 of its last 8 samples above c's median by routeHysteresis (all
+// scaled).
 func takesOver(r *router, p, c int) bool {
 	cs, cok := routeScore(r, c)
 	ps, pok := routeScore(r, p)
@@ -206,7 +207,13 @@ func takesOver(r *router, p, c int) bool {
 	if ec.preferFactor > ep.preferFactor {
 		return ec.fast/ec.preferFactor <= ps
 	}
-	return ps > cs*routeHysteresis || ep.slow/ep.preferFactor > cs*routeFastHysteresis
+	if ep.slow/ep.preferFactor > cs*routeFastHysteresis {
+		return true
+	}
+	// The median rule needs the recent samples to agree (6 of the last 8
+	// slower too): a primary that took over on its recent samples still
+	// has the slow median of the time before.
+	return ps > cs*routeHysteresis && ep.fast/ep.preferFactor > cs*routeHysteresis
 }
 
 // routePlan ranks the upstreams for one request: order[0] is the primary in
