@@ -59,7 +59,9 @@ type regimeSite struct {
 }
 
 // startRegimeCaddy serves llm_hedge with primary ordered and with primary
-// fastest over A and B, both with the adaptive delay starting at delay.
+// fastest over A and B, both with the adaptive delay starting at delay and
+// a hedge budget burst for one delay's worth of requests (see
+// regimeload.Burst).
 func startRegimeCaddy(upA, upB string, delay time.Duration) ([]regimeSite, error) {
 	ports, err := freePorts(2)
 	if err != nil {
@@ -78,6 +80,7 @@ func startRegimeCaddy(upA, upB string, delay time.Duration) ([]regimeSite, error
 				"handler": "llm_hedge", "route": s.primary, "upstreams": upstreams, "primary": s.primary,
 				"delay":         map[string]any{"mode": "adaptive", "fixed": delay.String()},
 				"report_header": regimeload.ReportHeader,
+				"budget":        map[string]any{"burst": regimeload.Burst},
 			}}}},
 			"automatic_https": map[string]any{"disable": true},
 		}

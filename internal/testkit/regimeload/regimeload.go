@@ -33,15 +33,24 @@ const ReportHeader = "X-Llm-Hedge-Report"
 
 // Route is one route an adapter must serve: upstreams A then B of the
 // named pair, `primary` Primary, an adaptive delay starting at Delay
-// (delay mode adaptive, fixed Delay), report header ReportHeader, A's
-// prefer margin PreferA when it is not 0, defaults for the rest.
+// (delay mode adaptive, fixed Delay), report header ReportHeader, hedge
+// budget burst Burst, A's prefer margin PreferA when it is not 0,
+// defaults for the rest.
 type Route struct {
 	Name    string // short, unique, safe in a URL path and a config key
 	Primary string // "ordered" or "fastest"
 	A, B    string // the upstreams' base URLs
 	Delay   time.Duration
+	Burst   float64
 	PreferA float64
 }
+
+// Burst is the hedge budget's burst of every route: the requests that
+// start in one hedge delay at the benchmark's rate (about 350 a second, 53
+// ms), so that those that meet a degradation before the routing has seen
+// it can all hedge. The default burst, 10, is sized for stalls, not for a
+// whole upstream turning slow at once.
+const Burst = 40
 
 // Start serves every route through the adapter's proxy and returns each
 // route's OpenAI base URL by name (ending in "/v1/"). The proxy stops at
@@ -324,12 +333,12 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 	}
 	delay := wl.TrueQuantile(0.95).Round(time.Millisecond)
 	routes := []Route{
-		{Name: "ordcalm", Primary: "ordered", A: calmA.URL, B: calmB.URL, Delay: delay},
-		{Name: "fastcalm", Primary: "fastest", A: calmA.URL, B: calmB.URL, Delay: delay},
-		{Name: "prefcalm", Primary: "fastest", A: calmA.URL, B: calmB.URL, Delay: delay, PreferA: 0.25},
-		{Name: "ordshift", Primary: "ordered", A: shiftA.URL, B: shiftB.URL, Delay: delay},
-		{Name: "fastshift", Primary: "fastest", A: shiftA.URL, B: shiftB.URL, Delay: delay},
-		{Name: "prefshift", Primary: "fastest", A: shiftA.URL, B: shiftB.URL, Delay: delay, PreferA: 0.25},
+		{Name: "ordcalm", Primary: "ordered", A: calmA.URL, B: calmB.URL, Delay: delay, Burst: Burst},
+		{Name: "fastcalm", Primary: "fastest", A: calmA.URL, B: calmB.URL, Delay: delay, Burst: Burst},
+		{Name: "prefcalm", Primary: "fastest", A: calmA.URL, B: calmB.URL, Delay: delay, Burst: Burst, PreferA: 0.25},
+		{Name: "ordshift", Primary: "ordered", A: shiftA.URL, B: shiftB.URL, Delay: delay, Burst: Burst},
+		{Name: "fastshift", Primary: "fastest", A: shiftA.URL, B: shiftB.URL, Delay: delay, Burst: Burst},
+		{Name: "prefshift", Primary: "fastest", A: shiftA.URL, B: shiftB.URL, Delay: delay, Burst: Burst, PreferA: 0.25},
 	}
 	bases := start(t, routes)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
@@ -364,9 +373,9 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 // report logs the numbers and checks the bounds.
 func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay time.Duration, routes []Route,
 	runs map[string]*Run, regimes map[string]llmsim.Regime) {
-	t.Logf("%s: regime shift (A %vx slower for %v of every %v real time), time scale %v, %d streaming requests per run, %d concurrent, OpenAI Go SDK, adaptive delay from %v",
+	t.Logf("%s: regime shift (A %vx slower for %v of every %v real time), time scale %v, %d streaming requests per run, %d concurrent, OpenAI Go SDK, adaptive delay from %v, budget burst %v",
 		proxy, llmsim.RegimeShift(time.Time{}).Factor, llmsim.RegimeShift(time.Time{}).Window, llmsim.RegimeShift(time.Time{}).Period,
-		opts.Scale, opts.N, opts.Concurrency, delay)
+		opts.Scale, opts.N, opts.Concurrency, delay, Burst)
 	t.Logf("  %-10s %-12s %-22s %-22s %-22s %7s %8s %6s", "route", "primary", "all p50/p95/p99 ms", "calm windows", "degraded windows", "extra", "changes", "wall")
 	for _, r := range routes {
 		run := runs[r.Name]

@@ -20,6 +20,7 @@ func inProcess(t *testing.T, routes []Route) map[string]string {
 			Upstreams:    []core.UpstreamConfig{{Name: "A", URL: r.A, PreferMargin: core.Fraction(r.PreferA)}, {Name: "B", URL: r.B}},
 			Delay:        core.DelayConfig{Mode: core.DelayAdaptive, Fixed: core.Duration(r.Delay)},
 			ReportHeader: ReportHeader,
+			Budget:       core.BudgetConfig{Burst: r.Burst},
 		}
 		h, err := core.New(cfg, core.Options{})
 		if err != nil {
