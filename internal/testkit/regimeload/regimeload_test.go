@@ -72,4 +72,3 @@ func TestReactions(t *testing.T) {
 		t.Fatalf("reactions %+v, want one: left after 2 requests, 5ms; back after 1 request, 5ms", got)
 	}
 }
-
