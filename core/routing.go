@@ -63,6 +63,10 @@ type routeEstimate struct {
 	median  float64 // of the ring (compared once count >= routeMinSamples)
 	slow    float64 // the 2nd fastest of the last 8: 7 of them took at least this
 	fast    float64 // the 6th fastest of the last 8: 6 of them took at most this
+	// waited[i]: ring[i] was noted when its hedge delay passed (routeWaiting);
+	// waitedRecent counts those among the last 8.
+	waited       []bool
+	waitedRecent int
 	// preferFactor is 1 + the upstream's prefer_margin: its times are
 	// divided by it before comparison.
 	preferFactor float64
@@ -82,7 +86,8 @@ type router struct {
 func newRouter(n int) *router {
 	r := &router{}
 	for i := 0; i < n; i++ {
-		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow), preferFactor: 1}
+		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow), waited: make([]bool, routeWindow),
+			preferFactor: 1}
 		r.est = append(r.est, e)
 	}
 	return r
@@ -106,6 +111,13 @@ func setPreferences(r *router, ups []UpstreamConfig) {
 // median the TTFT falls on. Recorded at its lower bound, it still moves
 // the median the right way.
 func routeSample(r *router, up int, d time.Duration, censored bool) uint64 {
+	k := routeRecord(r, up, d, censored, false)
+	return k
+}
+
+// routeRecord is routeSample; waited marks a sample taken when the hedge
+// delay passed (see routeWaiting).
+func routeRecord(r *router, up int, d time.Duration, censored, waited bool) uint64 {
 	r.mu.Lock()
 	e := r.est[up]
 	v := float64(d)
@@ -114,6 +126,7 @@ func routeSample(r *router, up int, d time.Duration, censored bool) uint64 {
 		return 0
 	}
 	e.ring[e.next] = v
+	e.waited[e.next] = waited
 	e.next = (e.next + 1) % len(e.ring)
 	if e.count < len(e.ring) {
 		e.count++
@@ -161,9 +174,13 @@ func recentRanks(e *routeEstimate) {
 		k = e.count
 	}
 	e.sorted = e.sorted[:0]
+	e.waitedRecent = 0
 	for i := 1; i <= k; i++ {
 		j := (e.next - i + len(e.ring)) % len(e.ring)
 		e.sorted = append(e.sorted, e.ring[j])
+		if e.waited[j] {
+			e.waitedRecent++
+		}
 	}
 	sort.Float64s(e.sorted)
 	if k < routeRecent {
@@ -210,6 +227,14 @@ func takesOver(r *router, p, c int) bool {
 	if ep.slow/ep.preferFactor > cs*routeFastHysteresis {
 		return true
 	}
+	// 7 of p's last 8 attempts still waited when their hedge delay (p's
+	// p95) passed, one in a million for a calm upstream: p is degraded, and
+	// c, faster than those waits, takes over. This decides within one
+	// delay even when the delay is close to the median, and whatever p's
+	// prefer margin, which the 1.6x rule would need raised samples for.
+	if ep.waitedRecent >= routeRecent-1 && ep.slow/ep.preferFactor > cs {
+		return true
+	}
 	// The median rule needs the recent samples to agree (6 of the last 8
 	// slower too): a primary that took over on its recent samples still
 	// has the slow median of the time before.
@@ -219,9 +244,10 @@ func takesOver(r *router, p, c int) bool {
 // routePlan ranks the upstreams for one request: order[0] is the primary in
 // force (first replaced by the fastest upstream that takes over, see
 // takesOver), the others follow by score, those without an estimate last
-// in configured order. It reports whether this request explores: its
-// attempt 0 then goes to order[1], and hedges to order[0].
-func routePlan(r *router) ([]int, bool) {
+// in configured order. It reports whether this request explores (its
+// attempt 0 then goes to order[1], and hedges to order[0]) and whether the
+// primary changed.
+func routePlan(r *router) ([]int, bool, bool) {
 	n := len(r.est)
 	order := make([]int, 0, n)
 	r.mu.Lock()
@@ -238,7 +264,8 @@ func routePlan(r *router) ([]int, bool) {
 			nextScore = s
 		}
 	}
-	if next >= 0 {
+	changed := next >= 0
+	if changed {
 		r.primary = next
 		r.changes++
 	}
@@ -246,7 +273,7 @@ func routePlan(r *router) ([]int, bool) {
 	order = appendRanked(r, order)
 	explore := n > 1 && r.requests%routeExploreEvery == 0
 	r.mu.Unlock()
-	return order, explore
+	return order, explore, changed
 }
 
 // appendRanked appends every upstream but order[0] to order: those with an
@@ -296,7 +323,13 @@ func planRoute(rc *race) {
 		return
 	}
 	r := rc.h.state.router
-	order, explore := routePlan(r)
+	order, explore, changed := routePlan(r)
+	if changed {
+		// The new primary's delay estimate holds what it saw while it was
+		// not the primary (a degradation, hedges it won): it starts over,
+		// at the fixed delay until it has min_samples of its own again.
+		resetEstimator(rc.h.state.estimators[order[0]])
+	}
 	rc.delayFrom = order[0]
 	if explore && !rc.passthrough {
 		r.mu.Lock()
@@ -323,7 +356,7 @@ func routeWaiting(rc *race) {
 	if p.routeSample != 0 || !p.firstAt.IsZero() {
 		return
 	}
-	p.routeSample = routeSample(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true)
+	p.routeSample = routeRecord(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true, true)
 }
 
 // learnRoute feeds the race's attempt 0 (the primary, or an exploring
@@ -457,4 +490,15 @@ func validateRouting(bad func(string, ...interface{}), c *Config) {
 			bad("upstream %d: prefer_margin needs primary fastest (an ordered route always prefers the first upstream)", i)
 		}
 	}
+}
+
+// resetEstimator forgets e's samples.
+func resetEstimator(e *ttftEstimator) {
+	e.mu.Lock()
+	e.next = 0
+	e.count = 0
+	e.stale = 0
+	e.sorted = e.sorted[:0]
+	e.cached = 0
+	e.mu.Unlock()
 }

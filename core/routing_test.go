@@ -14,7 +14,9 @@ import (
 // 2 % stalls of 0.5–1s, upstream A slower by factor while degraded). A TTFT
 // above the delay is noted as routeWaiting notes it, censored at the delay,
 // and hedged to the next upstream; learnRoute then raises it to the
-// commit (or to its own TTFT when it won after all).
+// commit (or to its own TTFT when it won after all), raiseLag requests
+// later, as the answers of 20 concurrent clients arrive.
+const raiseLag = 10
 type routeSim struct {
 	r       *router
 	rng     *rand.Rand
@@ -23,6 +25,14 @@ type routeSim struct {
 	delay   time.Duration
 	factor  []float64 // per upstream, 1 when calm
 	primary []int     // the primary in force after each request
+	raises  []pendingRaise
+	sent    int
+}
+
+type pendingRaise struct {
+	due, up int
+	k       uint64
+	d       time.Duration
 }
 
 func newRouteSim(seed int64, upstreams int) *routeSim {
@@ -48,7 +58,13 @@ func (s *routeSim) ttft(up int) time.Duration {
 func (s *routeSim) run(n int) []int {
 	sent := make([]int, len(s.factor))
 	for i := 0; i < n; i++ {
-		order, explore := routePlan(s.r)
+		s.sent++
+		for len(s.raises) > 0 && s.raises[0].due <= s.sent {
+			p := s.raises[0]
+			routeRaise(s.r, p.up, p.k, p.d)
+			s.raises = s.raises[1:]
+		}
+		order, explore, _ := routePlan(s.r)
 		first := order[0]
 		if explore {
 			first = order[1]
@@ -58,17 +74,16 @@ func (s *routeSim) run(n int) []int {
 		if ttft <= s.delay {
 			routeSample(s.r, first, ttft, false)
 		} else {
-			k := routeSample(s.r, first, s.delay, true)
+			k := routeRecord(s.r, first, s.delay, true, true)
 			hedge := order[0]
 			if hedge == first {
 				hedge = order[1]
 			}
-			hedgeTTFT := s.ttft(hedge)
-			if s.delay+hedgeTTFT < ttft {
-				routeRaise(s.r, first, k, s.delay+hedgeTTFT)
-			} else {
-				routeRaise(s.r, first, k, ttft)
+			wait := s.delay + s.ttft(hedge)
+			if ttft < wait {
+				wait = ttft
 			}
+			s.raises = append(s.raises, pendingRaise{due: s.sent + raiseLag, up: first, k: k, d: wait})
 		}
 		s.primary = append(s.primary, s.r.primary)
 		s.now += s.gap
@@ -211,14 +226,14 @@ func TestRouteRanking(t *testing.T) {
 		routeSample(r, 2, 20*time.Millisecond, false)
 		routeSample(r, 1, 40*time.Millisecond, false)
 	}
-	order, _ := routePlan(r)
+	order, _, _ := routePlan(r)
 	if got := order; len(got) != 4 || got[0] != 0 || got[1] != 2 || got[2] != 1 || got[3] != 3 {
 		t.Fatalf("order = %v, want [0 2 1 3] (the unmeasured primary keeps its place)", got)
 	}
 	for i := 0; i < routeMinSamples; i++ {
 		routeSample(r, 0, 100*time.Millisecond, false)
 	}
-	order, _ = routePlan(r)
+	order, _, _ = routePlan(r)
 	if got := order; got[0] != 2 || got[1] != 1 || got[2] != 0 || got[3] != 3 {
 		t.Fatalf("order = %v, want [2 1 0 3]", got)
 	}
@@ -415,5 +430,42 @@ func TestRouteStateSurvivesReload(t *testing.T) {
 	}
 	if got := h2.state.router.est[0].preferFactor; got != 1.5 {
 		t.Fatalf("A's prefer factor after reload = %v, want 1.5", got)
+	}
+}
+
+// A preferred primary that degrades is left as quickly: 7 of its last 8
+// attempts waiting at the hedge delay say so whatever its margin.
+func TestRouteLeavesDegradedPreferredPrimaryQuickly(t *testing.T) {
+	s := newRouteSim(6, 2)
+	s.r.est[0].preferFactor = 1.5
+	s.run(2000)
+	s.factor[0] = 8
+	start := len(s.primary)
+	s.run(200)
+	if n := s.requestsUntil(start, 1); n < 0 || n > 8 {
+		t.Fatalf("after A (prefer margin 50%%) degraded 8x, B became primary after %d requests, want 1..8", n)
+	}
+}
+
+// When the primary changes, the new primary's delay estimate starts over:
+// what it saw while it was not the primary (a degradation, its hedge wins)
+// is not its delay.
+func TestRouteChangeResetsDelayEstimate(t *testing.T) {
+	cfg := fastestConfig()
+	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: Duration(100 * time.Millisecond), MinSamples: 1}
+	hs := newHarness(t, cfg)
+	st := hs.h.state
+	for i := 0; i < routeWindow; i++ {
+		routeSample(st.router, 0, 300*time.Millisecond, false)
+		routeSample(st.router, 1, 30*time.Millisecond, false)
+		addSample(st.estimators[1], 900*time.Millisecond)
+	}
+	out := hs.serve(chatRequest(""))
+	first := hs.tr.next(t)
+	answerToken(first, "B")
+	<-out
+	rep := <-hs.reports
+	if rep.Delay != 100*time.Millisecond {
+		t.Fatalf("delay of the first request on the new primary = %v, want 100ms (the fixed delay: its old samples were forgotten)", rep.Delay)
 	}
 }
