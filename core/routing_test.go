@@ -17,6 +17,7 @@ import (
 // commit (or to its own TTFT when it won after all), raiseLag requests
 // later, as the answers of 20 concurrent clients arrive.
 const raiseLag = 10
+
 type routeSim struct {
 	r       *router
 	rng     *rand.Rand
