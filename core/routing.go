@@ -352,8 +352,12 @@ func routeWaiting(rc *race) {
 	if rc.order == nil || len(rc.attempts) == 0 {
 		return
 	}
+	// Only the race loop's own fields of attempt 0 are read: its goroutine
+	// may still be writing the rest. A primary that failed already has its
+	// result; one whose first event is queued behind this timer is noted
+	// at a wait a little longer than its TTFT, which learnRoute keeps.
 	p := rc.attempts[0]
-	if p.routeSample != 0 || !p.firstAt.IsZero() {
+	if p.routeSample != 0 || p.result != "" {
 		return
 	}
 	p.routeSample = routeRecord(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true, true)
