@@ -257,8 +257,15 @@ func timelineChart(title string, lines []timeline, scale float64) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%.0f" font-family="sans-serif" font-size="13">`, width, height)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/><text x="%.0f" y="28" font-size="18">%s</text>`, left, xmlEscape(title))
+	// Every run's windows start at its own beginning: draw the longest's.
+	longest := 0
+	for i, l := range lines {
+		if len(l.windows) > len(lines[longest].windows) {
+			longest = i
+		}
+	}
 	if len(lines) > 0 {
-		for i, w := range lines[0].windows {
+		for i, w := range lines[longest].windows {
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%.0f" width="%.1f" height="%.0f" fill="#f3d3d3"/>`, x(w[0]), top, x(w[1])-x(w[0]), height-top-bottom)
 			if i == 0 {
 				fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" fill="#a33">A degraded</text>`, x(w[0])+4, top+16)
@@ -290,7 +297,7 @@ func timelineChart(title string, lines []timeline, scale float64) []byte {
 		}
 		color := colors[i%len(colors)]
 		fmt.Fprintf(&b, `<path d="%s" fill="none" stroke="%s" stroke-width="2.2"/>`, path.String(), color)
-		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s" stroke-width="3"/><text x="%.0f" y="%.0f">%s, TTFT p95 per %d-th of the run</text>`,
+		fmt.Fprintf(&b, `<line x1="%.0f" x2="%.0f" y1="%.0f" y2="%.0f" stroke="%s" stroke-width="3"/><text x="%.0f" y="%.0f">%s: TTFT p95 of each 1/%d of its run</text>`,
 			left+10, left+34, top+34+float64(i)*18, top+34+float64(i)*18, color, left+40, top+38+float64(i)*18, xmlEscape(l.name), timelineBuckets)
 	}
 	b.WriteString(`</svg>`)

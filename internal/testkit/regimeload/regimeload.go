@@ -68,6 +68,10 @@ type Options struct {
 	// P99Bound is the largest allowed ratio of the fastest route's TTFT
 	// p99 under the regime shift to its calm run's. Default 1.15.
 	P99Bound float64
+	// Warmup requests go through every route, A calm, before the runs
+	// (connections, the interpreter under Traefik, a calm history for the
+	// estimates). Default N/20.
+	Warmup int
 	// Check: fail t when an acceptance bound is missed (the long form);
 	// without it the numbers are only logged.
 	Check bool
@@ -321,6 +325,9 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 	if opts.P99Bound == 0 {
 		opts.P99Bound = 1.15
 	}
+	if opts.Warmup == 0 {
+		opts.Warmup = opts.N / 20
+	}
 	if opts.HTTPClient == nil {
 		opts.HTTPClient = &http.Client{Transport: &http.Transport{MaxIdleConns: 4 * opts.Concurrency,
 			MaxIdleConnsPerHost: 4 * opts.Concurrency, IdleConnTimeout: 30 * time.Second}}
@@ -345,6 +352,11 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 	defer cancel()
 	runs := map[string]*Run{}
 	regimes := map[string]llmsim.Regime{}
+	for _, r := range routes {
+		if warm := Drive(ctx, opts.HTTPClient, bases[r.Name], r.Name+"-warm-", opts.Warmup, opts.Concurrency, wl.Tokens); warm.Failed+warm.Wrong > 0 {
+			t.Errorf("%s %s warm-up: %d failed and %d wrong answers: %v", proxy, r.Name, warm.Failed, warm.Wrong, warm.Errors)
+		}
+	}
 	for _, r := range routes {
 		a, b := calmA, calmB
 		if strings.HasSuffix(r.Name, "shift") {
@@ -373,9 +385,9 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 // report logs the numbers and checks the bounds.
 func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay time.Duration, routes []Route,
 	runs map[string]*Run, regimes map[string]llmsim.Regime) {
-	t.Logf("%s: regime shift (A %vx slower for %v of every %v real time), time scale %v, %d streaming requests per run, %d concurrent, OpenAI Go SDK, adaptive delay from %v, budget burst %v",
+	t.Logf("%s: regime shift (A %vx slower for %v of every %v real time), time scale %v, %d streaming requests per run (after %d to warm up), %d concurrent, OpenAI Go SDK, adaptive delay from %v, budget burst %v",
 		proxy, llmsim.RegimeShift(time.Time{}).Factor, llmsim.RegimeShift(time.Time{}).Window, llmsim.RegimeShift(time.Time{}).Period,
-		opts.Scale, opts.N, opts.Concurrency, delay, Burst)
+		opts.Scale, opts.N, opts.Warmup, opts.Concurrency, delay, Burst)
 	t.Logf("  %-10s %-12s %-22s %-22s %-22s %7s %8s %6s", "route", "primary", "all p50/p95/p99 ms", "calm windows", "degraded windows", "extra", "changes", "wall")
 	for _, r := range routes {
 		run := runs[r.Name]
