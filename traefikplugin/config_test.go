@@ -205,37 +205,55 @@ func TestYAMLTrueIsRejectedWithTheFix(t *testing.T) {
 
 // firstDifference names the first field, by its path, where got and want
 // differ, and both values there: "Budget.Ratio = 0.2, want 0.1".
-func firstDifference(got, want any) string {
-	if path, g, w, ok := differ(reflect.ValueOf(got), reflect.ValueOf(want), ""); ok {
-		return fmt.Sprintf("%s = %v, want %v", strings.TrimPrefix(path, "."), g, w)
+// They are core.Configs, not any: under Yaegi reflect.ValueOf of an
+// interpreted struct passed as an interface sees the interpreter's wrapper.
+func firstDifference(got, want core.Config) string {
+	if d := differ(reflect.ValueOf(got), reflect.ValueOf(want), ""); d != nil {
+		return fmt.Sprintf("%s = %v, want %v", strings.TrimPrefix(d.path, "."), d.got, d.want)
 	}
 	return "no field differs"
 }
 
-func differ(got, want reflect.Value, path string) (string, any, any, bool) {
+// difference is where two values differ. (One result, not four: Yaegi
+// mixes up the results of multi-value returns, and make yaegi interprets
+// this file.)
+type difference struct {
+	path      string
+	got, want any
+}
+
+func differ(got, want reflect.Value, path string) *difference {
 	switch got.Kind() {
 	case reflect.Struct:
 		for i := 0; i < got.NumField(); i++ {
-			if p, g, w, ok := differ(got.Field(i), want.Field(i), path+"."+got.Type().Field(i).Name); ok {
-				return p, g, w, true
+			if d := differ(got.Field(i), want.Field(i), path+"."+got.Type().Field(i).Name); d != nil {
+				return d
 			}
 		}
-		return "", nil, nil, false
+		return nil
 	case reflect.Slice:
 		if got.Len() != want.Len() {
-			return path, got.Interface(), want.Interface(), true
+			d := &difference{path: path}
+			d.got = got.Interface()
+			d.want = want.Interface()
+			return d
 		}
 		for i := 0; i < got.Len(); i++ {
-			if p, g, w, ok := differ(got.Index(i), want.Index(i), fmt.Sprintf("%s[%d]", path, i)); ok {
-				return p, g, w, true
+			if d := differ(got.Index(i), want.Index(i), fmt.Sprintf("%s[%d]", path, i)); d != nil {
+				return d
 			}
 		}
-		return "", nil, nil, false
+		return nil
 	}
-	if !reflect.DeepEqual(got.Interface(), want.Interface()) {
-		return path, got.Interface(), want.Interface(), true
+	g := got.Interface()
+	w := want.Interface()
+	if !reflect.DeepEqual(g, w) {
+		d := &difference{path: path}
+		d.got = g
+		d.want = w
+		return d
 	}
-	return "", nil, nil, false
+	return nil
 }
 
 func TestFirstDifferenceNamesTheField(t *testing.T) {
