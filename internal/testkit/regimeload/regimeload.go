@@ -426,6 +426,13 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 		}
 		t.Logf("  %s %s", map[bool]string{true: "ok  ", false: "MISS"}[ok], msg)
 	}
+	// The floor: perfect routing (attempt 0 on B exactly while A is
+	// degraded) with a perfect hedge at the delay, from the same draws.
+	floor := IdealRouting(wl, runs["fastshift"], regimes["fastshift"], opts.Scale, delay)
+	floorCalm := llmsim.Summarize(refload.ComputePeers(wl, "A", "B", idsOf(runs["fastcalm"]), delay).Ideal)
+	floorSum := llmsim.Summarize(floor)
+	t.Logf("  ideal routing + ideal hedge on fastshift's draws: TTFT %s ms, p99 %.3fx the calm ideal hedge's %v (the bound's floor: B's stalls in A's windows can only hedge to the slow A)",
+		pcts(floorSum), float64(floorSum.P99)/float64(floorCalm.P99), ms(floorCalm.P99))
 	for _, name := range []string{"fastshift", "prefshift", "ordshift"} {
 		calmName := strings.TrimSuffix(name, "shift") + "calm"
 		shifted, calm := llmsim.Summarize(runs[name].TTFTs(nil)), llmsim.Summarize(runs[calmName].TTFTs(nil))
@@ -447,6 +454,26 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 	check(vsIdeal <= 1.05, "calm fastest p99 %v = %.3fx the ideal hedge (want <= 1.05)", ms(fast.P99), vsIdeal)
 	check(calmRun.Extra <= peers.IdealExtra+0.01, "calm fastest extra %.2f%% vs ideal %.2f%% (want <= ideal + 1 point)", 100*calmRun.Extra, 100*peers.IdealExtra)
 	t.Logf("  calm fastest: the primary changed %d times in %d requests between two upstreams of equal speed", calmRun.Changes(), opts.N)
+}
+
+// IdealRouting is the TTFT of each successful request of run with perfect
+// routing and a perfect hedge at delay d: attempt 0 on B while A is
+// degraded (by the request's start), on A otherwise, the hedge on the
+// other, TTFT min(primary, d + hedge), from the workload's draws.
+func IdealRouting(wl llmsim.Workload, run *Run, g llmsim.Regime, scale float64, d time.Duration) []time.Duration {
+	var out []time.Duration
+	for _, q := range run.Requests {
+		if q.TTFT <= 0 {
+			continue
+		}
+		a, b := wl.TTFT("A", q.ID), wl.TTFT("B", q.ID)
+		primary, hedge := a, b
+		if g.Degraded(q.Start, scale) {
+			primary, hedge = b, time.Duration(float64(a)*g.Factor)
+		}
+		out = append(out, llmsim.IdealHedge(primary, hedge, d))
+	}
+	return out
 }
 
 func idsOf(run *Run) []string {
