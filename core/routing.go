@@ -23,15 +23,15 @@ const (
 // Each upstream keeps its last 32 TTFT samples. Their median ranks the
 // upstreams: deaf to the 1–2 % stalls of a calm upstream, and, with the
 // hysteresis, steady enough that two upstreams of equal speed do not trade
-// places on noise. The last 8 samples decide quickly: when 7 of them were
-// slower than 1.6× another upstream's median (a calm upstream's tail does
-// that about once in a million requests) the primary is left a few
-// requests after a degradation began; when 6 of them are within its
-// margin again, a preferred upstream takes the primary back.
+// places on noise. The last 8 finished attempts decide quickly: when 7 of
+// them lost to their hedges (a calm upstream does that about once in a
+// million requests), the primary is left a few requests after a
+// degradation began; when 6 of them are within its margin again, a
+// preferred upstream takes the primary back.
 const (
 	// routeWindow is how many recent TTFT samples each upstream keeps.
 	routeWindow int = 32
-	// routeRecent is how many of them the quick rules read.
+	// routeRecent is how many finished attempts the quick rules read.
 	routeRecent int = 8
 	// routeMinSamples before an upstream's median counts: a primary with
 	// fewer keeps its place, a candidate with fewer is explored, not chosen.
@@ -39,8 +39,8 @@ const (
 	// routeHysteresis: the primary gives way to an upstream of no higher
 	// preference when its median is this factor above the other's...
 	routeHysteresis float64 = 1.5
-	// routeFastHysteresis: ...or 7 of its last 8 samples are this factor
-	// above the other's median.
+	// routeFastHysteresis: ...or 7 of its last 8 attempts took this factor
+	// times the other's median.
 	routeFastHysteresis float64 = 1.6
 	// routeExploreEvery: one request in this many sends its attempt 0 to
 	// the second-ranked upstream (its hedge to the first), so that an
@@ -48,10 +48,11 @@ const (
 	routeExploreEvery uint64 = 32
 )
 
-// routeEstimate is one upstream's recent TTFT: the last routeWindow
-// samples in a ring, their median and two ranks of the last routeRecent,
-// recomputed on every sample (copies and sort.Float64s: compiled code
-// under Yaegi). Durations are float64 nanoseconds.
+// routeEstimate is one upstream's recent TTFT, durations in float64
+// nanoseconds: the last routeWindow samples in a ring and their median,
+// and the last routeRecent finished attempts (their times, and whether a
+// hedge beat them) with two ranks of those times. Recomputed on every
+// sample: copies and sort.Float64s, compiled code under Yaegi.
 type routeEstimate struct {
 	ring   []float64
 	sorted []float64
@@ -61,12 +62,18 @@ type routeEstimate struct {
 	// sits in ring[(k-1) % routeWindow] until written reaches k+routeWindow.
 	written uint64
 	median  float64 // of the ring (compared once count >= routeMinSamples)
-	slow    float64 // the 2nd fastest of the last 8: 7 of them took at least this
-	fast    float64 // the 6th fastest of the last 8: 6 of them took at most this
-	// waited[i]: ring[i] was noted when its hedge delay passed (routeWaiting);
-	// waitedRecent counts those among the last 8.
-	waited       []bool
-	waitedRecent int
+
+	// The last routeRecent finished attempts, in the order they finished
+	// (a sample taken when the hedge delay passed is in ring at once, and
+	// here only when its race is over).
+	recent       []float64
+	recentBeaten []bool
+	recentNext   int
+	recentCount  int
+	slow         float64 // the 2nd fastest of them: 7 took at least this
+	fast         float64 // the 6th fastest: 6 took at most this
+	beatenRecent int     // how many of them another attempt beat
+
 	// preferFactor is 1 + the upstream's prefer_margin: its times are
 	// divided by it before comparison.
 	preferFactor float64
@@ -81,108 +88,112 @@ type router struct {
 	primary  int
 	requests uint64
 	changes  int64
+	// hedging: the route can hedge (max_attempts > 1); without hedges no
+	// attempt is ever beaten, and the median rule decides alone.
+	hedging bool
 }
 
 func newRouter(n int) *router {
-	r := &router{}
+	r := &router{hedging: true}
 	for i := 0; i < n; i++ {
-		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow), waited: make([]bool, routeWindow),
-			preferFactor: 1}
+		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow),
+			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1}
 		r.est = append(r.est, e)
 	}
 	return r
 }
 
-// setPreferences copies each upstream's prefer_margin into the router (a
-// reload may change them without changing the State's shape).
-func setPreferences(r *router, ups []UpstreamConfig) {
+// setPreferences copies each upstream's prefer_margin, and whether the
+// route hedges, into the router (a reload may change them without
+// changing the State's shape).
+func setPreferences(r *router, cfg *Config) {
 	r.mu.Lock()
-	for i := 0; i < len(r.est) && i < len(ups); i++ {
-		r.est[i].preferFactor = 1 + float64(ups[i].PreferMargin)
+	for i := 0; i < len(r.est) && i < len(cfg.Upstreams); i++ {
+		r.est[i].preferFactor = 1 + float64(cfg.Upstreams[i].PreferMargin)
 	}
+	r.hedging = cfg.MaxAttempts != 1
 	r.mu.Unlock()
 }
 
-// routeSample records a TTFT sample of upstream up and returns its number
-// (for routeRaise; 0 when it was not recorded). A censored sample (the
-// attempt was still without output after d: its TTFT is at least d)
-// counts only when it is at or above the median of the samples so far:
-// below it (or with no sample yet) it says nothing about which side of the
-// median the TTFT falls on. Recorded at its lower bound, it still moves
-// the median the right way.
+// routeSample records a TTFT sample of upstream up in its ring and returns
+// its number (for routeFinish; 0 when it was not recorded). A censored
+// sample (the attempt was still without output after d: its TTFT is at
+// least d) counts only when it is at or above the median of the samples
+// so far: below it (or with no sample yet) it says nothing about which
+// side of the median the TTFT falls on. Recorded at its lower bound, it
+// still moves the median the right way.
 func routeSample(r *router, up int, d time.Duration, censored bool) uint64 {
-	k := routeRecord(r, up, d, censored, false)
+	r.mu.Lock()
+	k := recordSample(r.est[up], d, censored)
+	r.mu.Unlock()
 	return k
 }
 
-// routeRecord is routeSample; waited marks a sample taken when the hedge
-// delay passed (see routeWaiting).
-func routeRecord(r *router, up int, d time.Duration, censored, waited bool) uint64 {
-	r.mu.Lock()
-	e := r.est[up]
+// recordSample is routeSample; r.mu is held.
+func recordSample(e *routeEstimate, d time.Duration, censored bool) uint64 {
 	v := float64(d)
 	if censored && (e.count == 0 || v < e.median) {
-		r.mu.Unlock()
 		return 0
 	}
 	e.ring[e.next] = v
-	e.waited[e.next] = waited
 	e.next = (e.next + 1) % len(e.ring)
 	if e.count < len(e.ring) {
 		e.count++
 	}
 	e.written++
 	k := e.written
-	refreshEstimate(e)
-	r.mu.Unlock()
+	refreshMedian(e)
 	return k
 }
 
-// routeRaise raises sample number k of upstream up (from routeSample) to
-// d, when d is larger and the sample is still in the ring: an attempt
-// noted as censored when the hedge delay passed waited longer in the end
-// (until the commit of the attempt that beat it, or its own first event).
-func routeRaise(r *router, up int, k uint64, d time.Duration) {
+// routeFinish records a finished attempt of upstream up that waited d
+// (censored: it did not answer, another attempt won; beaten says so):
+// among its recent finished attempts, and in its ring, where it raises
+// sample k (from routeSample, when the hedge delay passed) to d if that
+// is still in the ring, or else is a sample of its own.
+func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten bool) {
 	r.mu.Lock()
 	e := r.est[up]
-	if k == 0 || e.written-k >= uint64(len(e.ring)) {
-		r.mu.Unlock()
-		return
+	switch {
+	case k == 0:
+		recordSample(e, d, censored)
+	case e.written-k < uint64(len(e.ring)):
+		slot := int((k - 1) % uint64(len(e.ring)))
+		if float64(d) > e.ring[slot] {
+			e.ring[slot] = float64(d)
+			refreshMedian(e)
+		}
 	}
-	slot := int((k - 1) % uint64(len(e.ring)))
-	if float64(d) > e.ring[slot] {
-		e.ring[slot] = float64(d)
-		refreshEstimate(e)
+	e.recent[e.recentNext] = float64(d)
+	e.recentBeaten[e.recentNext] = beaten
+	e.recentNext = (e.recentNext + 1) % len(e.recent)
+	if e.recentCount < len(e.recent) {
+		e.recentCount++
 	}
+	recentRanks(e)
 	r.mu.Unlock()
 }
 
-// refreshEstimate recomputes e's median and recent ranks; r.mu is held.
-func refreshEstimate(e *routeEstimate) {
+// refreshMedian recomputes e's median; r.mu is held.
+func refreshMedian(e *routeEstimate) {
 	e.sorted = append(e.sorted[:0], e.ring[:e.count]...)
 	sort.Float64s(e.sorted)
 	e.median = e.sorted[e.count/2]
-	recentRanks(e)
 }
 
-// recentRanks sets e.slow and e.fast from e's last routeRecent samples
-// (e.sorted is scratch once the median has been read from it). With fewer
-// samples they are the fastest and the slowest: no quick decision yet.
+// recentRanks sets e.slow, e.fast and e.beatenRecent from e's recent
+// finished attempts (e.sorted is scratch). With fewer than routeRecent
+// they are the fastest and the slowest: no quick decision yet.
 func recentRanks(e *routeEstimate) {
-	k := routeRecent
-	if e.count < k {
-		k = e.count
-	}
-	e.sorted = e.sorted[:0]
-	e.waitedRecent = 0
-	for i := 1; i <= k; i++ {
-		j := (e.next - i + len(e.ring)) % len(e.ring)
-		e.sorted = append(e.sorted, e.ring[j])
-		if e.waited[j] {
-			e.waitedRecent++
+	k := e.recentCount
+	e.sorted = append(e.sorted[:0], e.recent[:k]...)
+	sort.Float64s(e.sorted)
+	e.beatenRecent = 0
+	for i := 0; i < k; i++ {
+		if e.recentBeaten[i] {
+			e.beatenRecent++
 		}
 	}
-	sort.Float64s(e.sorted)
 	if k < routeRecent {
 		e.slow = e.sorted[0]
 		e.fast = e.sorted[k-1]
@@ -206,14 +217,12 @@ func routeScore(r *router, up int) (float64, bool) {
 
 // takesOver reports whether upstream c should replace the primary p; r.mu
 // is held. An upstream preferred over p (a larger prefer margin) takes
-// over as soon as it is within its margin again: 6 of its last 8 samples,
-// scaled, at most p's median, scaled (its recent samples, not its median:
-// just after it was left for being slow its median still holds the calm
-// samples from before). The margin is the band that keeps the two from
-// flapping. Otherwise c takes over when p is clearly slower: 7 of p's
-// last 8 samples above c's median by routeFastHysteresis, or p's median
-// and 6 of its last 8 samples above c's median by routeHysteresis (all
-// scaled).
+// over as soon as it is within its margin again: 6 of its last 8 finished
+// attempts, scaled, at most p's median, scaled (its recent attempts, not
+// its median: just after it was left for being slow its median still
+// holds the calm samples from before). The margin is the band that keeps
+// the two from flapping. Otherwise c takes over when p is clearly slower
+// and its attempts lose to their hedges (see the rules below).
 func takesOver(r *router, p, c int) bool {
 	cs, cok := routeScore(r, c)
 	ps, pok := routeScore(r, p)
@@ -222,22 +231,34 @@ func takesOver(r *router, p, c int) bool {
 	}
 	ep, ec := r.est[p], r.est[c]
 	if ec.preferFactor > ep.preferFactor {
-		return ec.fast/ec.preferFactor <= ps
+		return ec.recentCount == routeRecent && ec.fast/ec.preferFactor <= ps
 	}
+	if ep.recentCount < routeRecent {
+		return false
+	}
+	// 7 of p's last 8 attempts were beaten by their hedges, each after
+	// waiting its hedge delay (p's p95): one in a million for a calm
+	// upstream. Whoever beat them is faster than those waits, so c takes
+	// over when it is faster than them (scaled), whatever p's prefer
+	// margin.
+	if ep.beatenRecent >= routeRecent-1 && ep.slow/ep.preferFactor > cs {
+		return true
+	}
+	// The other rules need at least half of p's last 8 attempts beaten
+	// too: a stall of the gateway itself (a GC pause, a busy CPU) makes
+	// every attempt in flight slow, the hedges too, and then the
+	// primaries, which started first, still answer first; a degraded
+	// primary loses to the hedges on the upstream that is not degraded.
+	if r.hedging && ep.beatenRecent < routeRecent/2 {
+		return false
+	}
+	// 7 of p's last 8 attempts took 1.6x c's median...
 	if ep.slow/ep.preferFactor > cs*routeFastHysteresis {
 		return true
 	}
-	// 7 of p's last 8 attempts still waited when their hedge delay (p's
-	// p95) passed, one in a million for a calm upstream: p is degraded, and
-	// c, faster than those waits, takes over. This decides within one
-	// delay even when the delay is close to the median, and whatever p's
-	// prefer margin, which the 1.6x rule would need raised samples for.
-	if ep.waitedRecent >= routeRecent-1 && ep.slow/ep.preferFactor > cs {
-		return true
-	}
-	// The median rule needs the recent samples to agree (6 of the last 8
-	// slower too): a primary that took over on its recent samples still
-	// has the slow median of the time before.
+	// ...or p's median and 6 of its last 8 attempts are 1.5x c's median:
+	// a primary that took over on its recent attempts still has the slow
+	// median of the time before, which alone does not count.
 	return ps > cs*routeHysteresis && ep.fast/ep.preferFactor > cs*routeHysteresis
 }
 
@@ -360,7 +381,7 @@ func routeWaiting(rc *race) {
 	if p.routeSample != 0 || p.result != "" {
 		return
 	}
-	p.routeSample = routeRecord(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true, true)
+	p.routeSample = routeSample(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true)
 }
 
 // learnRoute feeds the race's attempt 0 (the primary, or an exploring
@@ -392,12 +413,7 @@ func learnRoute(rc *race) {
 	default:
 		return
 	}
-	r := rc.h.state.router
-	if a.routeSample != 0 {
-		routeRaise(r, a.upstream, a.routeSample, d)
-	} else {
-		routeSample(r, a.upstream, d, censored)
-	}
+	routeFinish(rc.h.state.router, a.upstream, a.routeSample, d, censored, a.result == ResultLost)
 }
 
 // RouteStatus is a snapshot of a fastest route's routing state.

@@ -40,7 +40,7 @@ func NewState(cfg Config, clock Clock) *State {
 		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
 	}
 	s.router = newRouter(len(cfg.Upstreams))
-	setPreferences(s.router, cfg.Upstreams)
+	setPreferences(s.router, &cfg)
 	for i := 0; i < len(cfg.Upstreams); i++ {
 		s.estimators = append(s.estimators, newTTFTEstimator(cfg.Delay.Window, cfg.Delay.Quantile))
 		s.health = append(s.health, &upstreamHealth{})
