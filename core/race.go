@@ -118,10 +118,10 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	}
 	rc.delay = time.Duration(h.cfg.Delay.Fixed)
 	if h.cfg.Delay.Mode == DelayAdaptive {
-		rc.delay = hedgeDelay(h.state, h.cfg, raceDelayFrom(rc, first))
+		rc.delay = hedgeDelay(h.state, h.cfg, first)
 	}
-	if rc.order != nil {
-		rc.delay = exploreDelay(rc, rc.delay)
+	if rc.exploring {
+		rc.delay = exploreDelay(rc, first)
 	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary

@@ -62,6 +62,11 @@ type routeEstimate struct {
 	// sits in ring[(k-1) % routeWindow] until written reaches k+routeWindow.
 	written uint64
 	median  float64 // of the ring (compared once count >= routeMinSamples)
+	// score is median / preferFactor, what the upstream is ranked by, and
+	// known says it has routeMinSamples behind it (kept up to date so that
+	// a request reads fields, not calls: see the Yaegi notes).
+	score float64
+	known bool
 
 	// The last routeRecent finished attempts, in the order they finished
 	// (a sample taken when the hedge delay passed is in ring at once, and
@@ -110,6 +115,7 @@ func setPreferences(r *router, cfg *Config) {
 	r.mu.Lock()
 	for i := 0; i < len(r.est) && i < len(cfg.Upstreams); i++ {
 		r.est[i].preferFactor = 1 + float64(cfg.Upstreams[i].PreferMargin)
+		r.est[i].score = r.est[i].median / r.est[i].preferFactor
 	}
 	r.hedging = cfg.MaxAttempts != 1
 	r.mu.Unlock()
@@ -154,15 +160,27 @@ func recordSample(e *routeEstimate, d time.Duration, censored bool) uint64 {
 func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten bool) {
 	r.mu.Lock()
 	e := r.est[up]
+	v := float64(d)
 	switch {
-	case k == 0:
-		recordSample(e, d, censored)
-	case e.written-k < uint64(len(e.ring)):
-		slot := int((k - 1) % uint64(len(e.ring)))
-		if float64(d) > e.ring[slot] {
-			e.ring[slot] = float64(d)
-			refreshMedian(e)
+	case k == 0 && (!censored || e.count > 0 && v >= e.median):
+		// recordSample's work, inline: this is every request's path.
+		e.ring[e.next] = v
+		e.next = (e.next + 1) % len(e.ring)
+		if e.count < len(e.ring) {
+			e.count++
 		}
+		e.written++
+	case k != 0 && e.written-k < uint64(len(e.ring)):
+		slot := int((k - 1) % uint64(len(e.ring)))
+		if v > e.ring[slot] {
+			e.ring[slot] = v
+		}
+	}
+	if e.recentCount == len(e.recent) && e.recentBeaten[e.recentNext] {
+		e.beatenRecent--
+	}
+	if beaten {
+		e.beatenRecent++
 	}
 	e.recent[e.recentNext] = float64(d)
 	e.recentBeaten[e.recentNext] = beaten
@@ -170,30 +188,34 @@ func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten 
 	if e.recentCount < len(e.recent) {
 		e.recentCount++
 	}
-	recentRanks(e)
+	refreshRanks(e)
 	r.mu.Unlock()
 }
 
-// refreshMedian recomputes e's median; r.mu is held.
+// refreshMedian recomputes e's median and score; r.mu is held.
 func refreshMedian(e *routeEstimate) {
 	e.sorted = append(e.sorted[:0], e.ring[:e.count]...)
 	sort.Float64s(e.sorted)
 	e.median = e.sorted[e.count/2]
+	e.score = e.median / e.preferFactor
+	e.known = e.count >= routeMinSamples
 }
 
-// recentRanks sets e.slow, e.fast and e.beatenRecent from e's recent
-// finished attempts (e.sorted is scratch). With fewer than routeRecent
-// they are the fastest and the slowest: no quick decision yet.
-func recentRanks(e *routeEstimate) {
+// refreshRanks recomputes e's median and score (there may be no sample:
+// a censored attempt below the median) and sets e.slow and e.fast from
+// e's recent finished attempts; r.mu is held. With fewer than routeRecent
+// of those, they are the fastest and the slowest: no quick decision yet.
+func refreshRanks(e *routeEstimate) {
+	if e.count > 0 {
+		e.sorted = append(e.sorted[:0], e.ring[:e.count]...)
+		sort.Float64s(e.sorted)
+		e.median = e.sorted[e.count/2]
+		e.score = e.median / e.preferFactor
+		e.known = e.count >= routeMinSamples
+	}
 	k := e.recentCount
 	e.sorted = append(e.sorted[:0], e.recent[:k]...)
 	sort.Float64s(e.sorted)
-	e.beatenRecent = 0
-	for i := 0; i < k; i++ {
-		if e.recentBeaten[i] {
-			e.beatenRecent++
-		}
-	}
 	if k < routeRecent {
 		e.slow = e.sorted[0]
 		e.fast = e.sorted[k-1]
@@ -201,18 +223,6 @@ func recentRanks(e *routeEstimate) {
 	}
 	e.slow = e.sorted[1]
 	e.fast = e.sorted[routeRecent-3]
-}
-
-// routeScore is the estimate an upstream is ranked by (its median over
-// 1 + its prefer margin), and whether it has enough samples to be
-// compared; r.mu is held.
-func routeScore(r *router, up int) (float64, bool) {
-	e := r.est[up]
-	if e.count < routeMinSamples {
-		return 0, false
-	}
-	s := e.median / e.preferFactor
-	return s, true
 }
 
 // takesOver reports whether upstream c should replace the primary p; r.mu
@@ -224,12 +234,13 @@ func routeScore(r *router, up int) (float64, bool) {
 // the two from flapping. Otherwise c takes over when p is clearly slower
 // and its attempts lose to their hedges (see the rules below).
 func takesOver(r *router, p, c int) bool {
-	cs, cok := routeScore(r, c)
-	ps, pok := routeScore(r, p)
-	if !cok || !pok {
+	ep := r.est[p]
+	ec := r.est[c]
+	if !ep.known || !ec.known {
 		return false
 	}
-	ep, ec := r.est[p], r.est[c]
+	cs := ec.score
+	ps := ep.score
 	if ec.preferFactor > ep.preferFactor {
 		return ec.recentCount == routeRecent && ec.fast/ec.preferFactor <= ps
 	}
@@ -269,18 +280,42 @@ func takesOver(r *router, p, c int) bool {
 // attempt 0 then goes to order[1], and hedges to order[0]) and whether the
 // primary changed.
 func routePlan(r *router) ([]int, bool, bool) {
+	p := routePlanOf(r)
+	return p.order, p.explore, p.changed
+}
+
+// routeChoice is what routePlanOf decides for one request.
+type routeChoice struct {
+	order   []int
+	explore bool
+	changed bool
+	// exploreCap: an exploring request hedges after this at the latest,
+	// routeHysteresis times the primary's median (0: no median yet).
+	exploreCap time.Duration
+}
+
+// routePlanOf is routePlan, with the exploring request's delay cap read
+// under the same lock (one lock and one call per request).
+func routePlanOf(r *router) routeChoice {
+	var c routeChoice
 	n := len(r.est)
 	order := make([]int, 0, n)
 	r.mu.Lock()
 	r.requests++
 	next := -1
 	nextScore := 0.0
+	ep := r.est[r.primary]
 	for i := 0; i < n; i++ {
-		if i == r.primary || !takesOver(r, r.primary, i) {
+		// The calm case without a call: a candidate of no higher
+		// preference needs half of the primary's recent attempts beaten
+		// (see takesOver).
+		if i == r.primary || r.hedging && ep.beatenRecent < routeRecent/2 && r.est[i].preferFactor <= ep.preferFactor {
 			continue
 		}
-		s, _ := routeScore(r, i)
-		if next < 0 || s < nextScore {
+		if !takesOver(r, r.primary, i) {
+			continue
+		}
+		if s := r.est[i].score; next < 0 || s < nextScore {
 			next = i
 			nextScore = s
 		}
@@ -291,10 +326,19 @@ func routePlan(r *router) ([]int, bool, bool) {
 		r.changes++
 	}
 	order = append(order, r.primary)
-	order = appendRanked(r, order)
-	explore := n > 1 && r.requests%routeExploreEvery == 0
+	if n == 2 {
+		order = append(order, 1-r.primary) // without a call, the usual route
+	} else {
+		order = appendRanked(r, order)
+	}
+	c.explore = n > 1 && r.requests%routeExploreEvery == 0
+	if c.explore && r.est[r.primary].known {
+		c.exploreCap = time.Duration(r.est[r.primary].median * routeHysteresis)
+	}
 	r.mu.Unlock()
-	return order, explore, changed
+	c.order = order
+	c.changed = changed
+	return c
 }
 
 // appendRanked appends every upstream but order[0] to order: those with an
@@ -303,18 +347,21 @@ func routePlan(r *router) ([]int, bool, bool) {
 func appendRanked(r *router, order []int) []int {
 	n := len(r.est)
 	first := order[0]
+	if n == 2 {
+		order = append(order, 1-first)
+		return order
+	}
 	known := len(order)
 	for i := 0; i < n; i++ {
-		if _, ok := routeScore(r, i); ok && i != first {
+		if r.est[i].known && i != first {
 			order = append(order, i)
 		}
 	}
 	for i := known; i < len(order); i++ {
 		lowest := i
-		lowestScore, _ := routeScore(r, order[i])
+		lowestScore := r.est[order[i]].score
 		for j := i + 1; j < len(order); j++ {
-			s, _ := routeScore(r, order[j])
-			if s < lowestScore {
+			if s := r.est[order[j]].score; s < lowestScore {
 				lowest = j
 				lowestScore = s
 			}
@@ -324,7 +371,7 @@ func appendRanked(r *router, order []int) []int {
 		order[lowest] = swap
 	}
 	for i := 0; i < n; i++ {
-		if _, ok := routeScore(r, i); !ok && i != first {
+		if !r.est[i].known && i != first {
 			order = append(order, i)
 		}
 	}
@@ -343,21 +390,17 @@ func planRoute(rc *race) {
 	if rc.h.cfg.Primary != PrimaryFastest || len(rc.h.cfg.Upstreams) < 2 {
 		return
 	}
-	r := rc.h.state.router
-	order, explore, changed := routePlan(r)
-	if changed {
+	plan := routePlanOf(rc.h.state.router)
+	order := plan.order
+	if plan.changed {
 		// The new primary's delay estimate holds what it saw while it was
 		// not the primary (a degradation, hedges it won): it starts over,
 		// at the fixed delay until it has min_samples of its own again.
 		resetEstimator(rc.h.state.estimators[order[0]])
 	}
 	rc.delayFrom = order[0]
-	if explore && !rc.passthrough {
-		r.mu.Lock()
-		if r.est[order[0]].count >= routeMinSamples {
-			rc.exploreCap = time.Duration(r.est[order[0]].median * routeHysteresis)
-		}
-		r.mu.Unlock()
+	if plan.explore && !rc.passthrough {
+		rc.exploreCap = plan.exploreCap
 		swap := order[0]
 		order[0] = order[1]
 		order[1] = swap
@@ -444,20 +487,17 @@ func (h *Hedger) RouteStatus() RouteStatus {
 	return st
 }
 
-// raceDelayFrom is the upstream whose estimate sets the race's adaptive
-// delay: its primary's, or on an exploring race the route's primary's.
-func raceDelayFrom(rc *race, first int) int {
-	if rc.exploring {
-		return rc.delayFrom
+// exploreDelay is the hedge delay of an exploring race whose attempt 0
+// went to first: the route's primary's delay (rc.delayFrom's; first's
+// when the runner-up was unavailable and attempt 0 went to the primary),
+// capped at rc.exploreCap (see planRoute).
+func exploreDelay(rc *race, first int) time.Duration {
+	d := time.Duration(rc.h.cfg.Delay.Fixed)
+	if rc.h.cfg.Delay.Mode == DelayAdaptive {
+		d = hedgeDelay(rc.h.state, rc.h.cfg, rc.delayFrom)
 	}
-	return first
-}
-
-// exploreDelay is the hedge delay d of an exploring race, capped at
-// rc.exploreCap (see planRoute); other races keep d.
-func exploreDelay(rc *race, d time.Duration) time.Duration {
-	if rc.exploring && rc.exploreCap > 0 && rc.exploreCap < d {
-		return rc.exploreCap
+	if rc.exploreCap > 0 && rc.exploreCap < d && first != rc.delayFrom {
+		d = rc.exploreCap
 	}
 	return d
 }
