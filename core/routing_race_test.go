@@ -1,8 +1,8 @@
 //go:build gc
 // +build gc
 
-// Compiled only: the race detector does not run under Yaegi, and this
-// test's real upstreams and clock only slow make yaegi down.
+// Compiled only: it is a test for the race detector, which Yaegi does not
+// have, and its real upstreams would only slow make yaegi down.
 
 package core
 
