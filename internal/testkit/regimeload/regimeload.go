@@ -307,8 +307,9 @@ func Reactions(run *Run, g llmsim.Regime, scale float64) []Reaction {
 // Bench runs the regime-shift benchmark through start: routes ordered and
 // fastest on a calm pair of upstreams and on a shifting one (A 8x slower
 // for 30s of every 80s, scaled), plus fastest with A preferred by 25 %,
-// each driven with opts.N requests; logs every number and, with
-// opts.Check, fails t when a bound is missed.
+// each driven with opts.N requests, a configuration's calm and shifting
+// runs at the same time; logs every number and, with opts.Check, fails t
+// when a bound is missed.
 func Bench(t *testing.T, proxy string, start Start, opts Options) {
 	if opts.N == 0 {
 		opts.N = 4000
@@ -357,26 +358,40 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 			t.Errorf("%s %s warm-up: %d failed and %d wrong answers: %v", proxy, r.Name, warm.Failed, warm.Wrong, warm.Errors)
 		}
 	}
-	for _, r := range routes {
-		a, b := calmA, calmB
-		if strings.HasSuffix(r.Name, "shift") {
-			a, b = shiftA, shiftB
+	// Each configuration's calm and shifting runs go at the same time
+	// (opts.Concurrency clients each, on their own pair of upstreams), so
+	// that the load of a shared machine hits both alike and their ratio
+	// holds; the configurations go one after the other.
+	var mu sync.Mutex
+	for _, pair := range [][2]string{{"ordcalm", "ordshift"}, {"fastcalm", "fastshift"}, {"prefcalm", "prefshift"}} {
+		calmA.ResetCounters()
+		calmB.ResetCounters()
+		shiftA.ResetCounters()
+		shiftB.ResetCounters()
+		g := llmsim.RegimeShift(time.Now())
+		shiftA.SetRegime(g)
+		var wg sync.WaitGroup
+		for _, name := range pair {
+			name := name
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				run := Drive(ctx, opts.HTTPClient, bases[name], name+"-", opts.N, opts.Concurrency, wl.Tokens)
+				run.Route = name
+				mu.Lock()
+				runs[name] = run
+				mu.Unlock()
+			}()
 		}
-		a.ResetCounters()
-		b.ResetCounters()
-		var g llmsim.Regime
-		if a == shiftA {
-			g = llmsim.RegimeShift(time.Now())
-			a.SetRegime(g)
-		}
-		run := Drive(ctx, opts.HTTPClient, bases[r.Name], r.Name+"-", opts.N, opts.Concurrency, wl.Tokens)
-		a.SetRegime(llmsim.Regime{})
-		run.Route = r.Name
-		run.Extra = float64(a.Served()+b.Served()-int64(opts.N)) / float64(opts.N)
-		runs[r.Name] = run
-		regimes[r.Name] = g
-		if run.Failed != 0 || run.Wrong != 0 {
-			t.Errorf("%s %s: %d failed and %d wrong answers of %d: %v", proxy, r.Name, run.Failed, run.Wrong, opts.N, run.Errors)
+		wg.Wait()
+		shiftA.SetRegime(llmsim.Regime{})
+		runs[pair[0]].Extra = float64(calmA.Served()+calmB.Served()-int64(opts.N)) / float64(opts.N)
+		runs[pair[1]].Extra = float64(shiftA.Served()+shiftB.Served()-int64(opts.N)) / float64(opts.N)
+		regimes[pair[1]] = g
+		for _, name := range pair {
+			if run := runs[name]; run.Failed != 0 || run.Wrong != 0 {
+				t.Errorf("%s %s: %d failed and %d wrong answers of %d: %v", proxy, name, run.Failed, run.Wrong, opts.N, run.Errors)
+			}
 		}
 	}
 	report(t, proxy, opts, wl, delay, routes, runs, regimes)
@@ -385,7 +400,7 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 // report logs the numbers and checks the bounds.
 func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay time.Duration, routes []Route,
 	runs map[string]*Run, regimes map[string]llmsim.Regime) {
-	t.Logf("%s: regime shift (A %vx slower for %v of every %v real time), time scale %v, %d streaming requests per run (after %d to warm up), %d concurrent, OpenAI Go SDK, adaptive delay from %v, budget burst %v",
+	t.Logf("%s: regime shift (A %vx slower for %v of every %v real time), time scale %v, %d streaming requests per run (after %d to warm up), %d concurrent clients per run, each calm run at the same time as its shifting one, OpenAI Go SDK, adaptive delay from %v, budget burst %v",
 		proxy, llmsim.RegimeShift(time.Time{}).Factor, llmsim.RegimeShift(time.Time{}).Window, llmsim.RegimeShift(time.Time{}).Period,
 		opts.Scale, opts.N, opts.Warmup, opts.Concurrency, delay, Burst)
 	t.Logf("  %-10s %-12s %-22s %-22s %-22s %7s %8s %6s", "route", "primary", "all p50/p95/p99 ms", "calm windows", "degraded windows", "extra", "changes", "wall")
