@@ -195,7 +195,7 @@ func TestAuth(t *testing.T) {
 	if v := do(t, user, "ACL", "WHOAMI"); v.Str != "app" {
 		t.Fatalf("ACL WHOAMI = %s, want app", describe(v))
 	}
-	t.Setenv("LLMHEDGE_TEST_REDIS_PASSWORD", "s3cret-pw")
+	setenv(t, "LLMHEDGE_TEST_REDIS_PASSWORD", "s3cret-pw")
 	fromEnv := newClient(t, Options{URL: "redis://" + addr, PasswordEnv: "LLMHEDGE_TEST_REDIS_PASSWORD"})
 	if v := do(t, fromEnv, "PING"); v.Str != "PONG" {
 		t.Fatalf("PING with the password from the environment = %s, want PONG", describe(v))

@@ -1,9 +1,22 @@
 package resp
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
+
+// setenv sets an environment variable for one test. Not t.Setenv: under
+// Yaegi the interpreted os.Getenv reads the interpreter's own copy of the
+// environment, which only the interpreted os.Setenv changes (as under
+// Traefik, where the plugin sees the environment Traefik started with).
+func setenv(t *testing.T, name, value string) {
+	t.Helper()
+	if err := os.Setenv(name, value); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Unsetenv(name) })
+}
 
 func TestParseURL(t *testing.T) {
 	cases := []struct {
@@ -55,7 +68,7 @@ func TestParseURLErrorsHideThePassword(t *testing.T) {
 }
 
 func TestPasswordEnv(t *testing.T) {
-	t.Setenv("LLMHEDGE_TEST_REDIS_PW", "from-env")
+	setenv(t, "LLMHEDGE_TEST_REDIS_PW", "from-env")
 	ep, _, err := Options{URL: "redis://:from-url@h:1", PasswordEnv: "LLMHEDGE_TEST_REDIS_PW"}.resolve()
 	if err != nil {
 		t.Fatal(err)
