@@ -63,7 +63,8 @@ func (c *Client) Close() error {
 
 // Stats are the client's connection counters.
 type Stats struct {
-	// Dials counts connections ever opened (both pools).
+	// Dials counts the connections ever dialed, failed attempts included
+	// (both pools).
 	Dials uint64
 	// Open counts connections open now, Idle those of them not in use.
 	Open int
