@@ -62,6 +62,9 @@ type Config struct {
 	// StreamErrorEvent: a failure after commit ends an SSE answer with a
 	// final `event: error` instead of a cut stream. Default false.
 	StreamErrorEvent bool `json:"stream_error_event,omitempty"`
+	// Fleet shares joins, replays and conflicts of keyed requests across
+	// replicas through Redis. Default off.
+	Fleet FleetConfig `json:"fleet,omitzero"`
 }
 
 // UpstreamConfig is one place an attempt can go.
@@ -308,6 +311,9 @@ func (c Config) WithDefaults() Config {
 	} else {
 		c.Idempotency.ScopeHeaders = append([]string(nil), c.Idempotency.ScopeHeaders...)
 	}
+	if c.Fleet.Enabled() {
+		c.Fleet = c.Fleet.WithDefaults()
+	}
 	b := &c.Budget
 	if b.Ratio == 0 {
 		b.Ratio = 0.1
@@ -453,6 +459,7 @@ func (c Config) Validate() error {
 	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
 		bad("report header %q is not a valid token", c.ReportHeader)
 	}
+	validateFleet(bad, c.Fleet)
 	return errors.Join(errs...)
 }
 

@@ -377,6 +377,9 @@ type flightWriter struct {
 	// clientGone: a write to the leader's client failed while followers
 	// read; the answer goes on into the flight only.
 	clientGone bool
+	// remote, when this request leads a fleet flight, gets the answer too
+	// for the followers on other replicas.
+	remote *fleetLeader
 }
 
 // Header is the answer's own header map until the status is written;
@@ -394,7 +397,11 @@ func (fw *flightWriter) WriteHeader(status int) {
 		return
 	}
 	fw.status = status
-	fw.f.start(status, recordedHeader(fw.hdr, fw.reportHeader))
+	rec := recordedHeader(fw.hdr, fw.reportHeader)
+	fw.f.start(status, rec)
+	if fw.remote != nil {
+		fleetLeaderHead(fw.remote, status, rec)
+	}
 	dst := fw.w.Header()
 	copyHeader(dst, fw.hdr)
 	if _, ok := fw.hdr["Content-Length"]; !ok {
@@ -408,6 +415,9 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		fw.WriteHeader(http.StatusOK)
 	}
 	fw.f.write(p)
+	if fw.remote != nil {
+		fleetLeaderData(fw.remote, p)
+	}
 	if fw.clientGone {
 		return len(p), nil
 	}
