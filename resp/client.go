@@ -45,8 +45,8 @@ func New(opts Options) (*Client, error) {
 		}
 		c.tlsConfig = cfg
 	}
-	c.general = newPool(resolved.MaxOpen, resolved.MaxIdle)
-	c.blocking = newPool(resolved.MaxBlocking, resolved.MaxIdle)
+	c.general = newPool(resolved.MaxOpen, resolved.MaxIdle, resolved.IdleTimeout)
+	c.blocking = newPool(resolved.MaxBlocking, resolved.MaxIdle, resolved.IdleTimeout)
 	return c, nil
 }
 

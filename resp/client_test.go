@@ -606,3 +606,17 @@ func waitClientGone(t *testing.T, admin *Client, id int64) {
 		time.Sleep(time.Millisecond) // polling the server, bounded by deadline
 	}
 }
+
+func TestIdleConnectionsCloseAfterIdleTimeout(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), IdleTimeout: 50 * time.Millisecond})
+	do(t, c, "PING")
+	if s := c.Stats(); s.Open != 1 || s.Idle != 1 {
+		t.Fatalf("after one command: Open %d, Idle %d; want 1, 1", s.Open, s.Idle)
+	}
+	waitOpen(t, c, 0)
+	do(t, c, "PING")
+	if d := c.Stats().Dials; d != 2 {
+		t.Fatalf("Dials = %d, want 2 (the idle connection closed, a new one dialed)", d)
+	}
+}

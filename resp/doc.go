@@ -19,7 +19,8 @@
 //     most MaxOpen open, callers beyond that wait until their deadline); a
 //     connection that saw a network error, a protocol error, a timeout or a
 //     cancellation is closed, never reused; an idle connection the server
-//     has closed is noticed before reuse and replaced.
+//     closes is noticed at once (a goroutine waits in a Read on each idle
+//     connection) and dropped, and so is one unused for IdleTimeout.
 //   - Timeouts from the context's deadline (and DialTimeout, ReadTimeout,
 //     WriteTimeout when they are earlier); a cancelled context interrupts
 //     the connection's I/O through context.AfterFunc.

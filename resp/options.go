@@ -4,11 +4,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
-	"net/url"
-	"os"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core"
 )
 
 // Defaults of Options.
@@ -20,8 +19,9 @@ const (
 	DefaultMaxOpen      = 64
 	// DefaultMaxBlocking bounds the connections of blocking commands.
 	DefaultMaxBlocking = 256
-	// defaultPort is Redis' port when a URL names none.
-	defaultPort = "6379"
+	// DefaultIdleTimeout closes connections unused this long (below the
+	// 300 s idle timeout many Redis services set).
+	DefaultIdleTimeout = 2 * time.Minute
 )
 
 // Options configure a Client. Only URL is required.
@@ -53,6 +53,11 @@ type Options struct {
 	MaxIdle     int
 	MaxOpen     int
 	MaxBlocking int
+	// IdleTimeout closes a connection unused this long, so that a client
+	// nobody calls any more (the Traefik plugin cannot close one: it gets
+	// no close hook) holds no connection. Zero means the default; negative
+	// means never.
+	IdleTimeout time.Duration
 }
 
 // endpoint is what a URL resolves to.
@@ -65,75 +70,39 @@ type endpoint struct {
 	db       int
 }
 
-// errURL is the only error text of URL parsing: url.Parse's own errors
-// quote the URL, and with it the password.
-func errURL(why string) error {
-	return errors.New("resp: invalid Redis URL: " + why)
-}
-
-// parseURL reads redis://[user:password@]host[:port][/db] and rediss://.
-func parseURL(raw string) (endpoint, error) {
+// parseURL reads redis://[user:password@]host[:port][/db] and rediss://
+// with the fleet's own parser (whose errors quote the URL redacted), and
+// the password from passwordEnv when that is set.
+func parseURL(raw, passwordEnv string) (endpoint, error) {
 	var ep endpoint
-	u, err := url.Parse(raw)
+	a, err := core.ParseRedisURL(raw, passwordEnv)
 	if err != nil {
-		return ep, errURL("not a URL (want redis://[user:password@]host:port/db)")
+		return ep, errors.New("resp: " + err.Error())
 	}
-	switch u.Scheme {
-	case "redis":
-	case "rediss":
-		ep.useTLS = true
-	default:
-		return ep, errURL("scheme must be redis or rediss")
-	}
-	if u.Opaque != "" || u.Host == "" {
-		return ep, errURL("no host (want redis://[user:password@]host:port/db)")
-	}
-	if u.RawQuery != "" || u.Fragment != "" {
-		return ep, errURL("query parameters and fragments are not supported")
-	}
-	host := u.Hostname()
-	port := u.Port()
-	if host == "" {
-		return ep, errURL("no host")
-	}
-	if port == "" {
-		port = defaultPort
+	host, port, err := net.SplitHostPort(a.Host)
+	if err != nil {
+		return ep, errors.New("resp: Redis URL: host:port " + strconv.Quote(a.Host) + " is not valid")
 	}
 	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return ep, errURL("port must be 1-65535")
+		return ep, errors.New("resp: Redis URL: port " + strconv.Quote(port) + " is not 1-65535")
 	}
+	ep.addr = a.Host
 	ep.host = host
-	ep.addr = net.JoinHostPort(host, port)
-	if u.User != nil {
-		ep.user = u.User.Username()
-		password, ok := u.User.Password()
-		if ok {
-			ep.password = password
-		}
-	}
-	path := strings.TrimPrefix(u.Path, "/")
-	if path != "" {
-		db, err := strconv.Atoi(path)
-		if err != nil || db < 0 {
-			return ep, errURL("the path must be a database number, e.g. /0")
-		}
-		ep.db = db
-	}
+	ep.useTLS = a.TLS
+	ep.user = a.Username
+	ep.password = a.Password
+	ep.db = a.DB
 	return ep, nil
 }
 
 // resolve applies defaults and reads the URL and the password variable.
 func (o Options) resolve() (endpoint, Options, error) {
-	ep, err := parseURL(o.URL)
+	ep, err := parseURL(o.URL, o.PasswordEnv)
 	if err != nil {
 		return ep, o, err
 	}
-	if o.PasswordEnv != "" {
-		password := os.Getenv(o.PasswordEnv)
-		if password == "" {
-			return ep, o, errors.New("resp: environment variable " + o.PasswordEnv + " (the Redis password) is empty or unset")
-		}
-		ep.password = password
+	if o.PasswordEnv != "" && ep.password == "" {
+		return ep, o, errors.New("resp: environment variable " + o.PasswordEnv + " (the Redis password) is empty or unset")
 	}
 	if o.DialTimeout == 0 {
 		o.DialTimeout = DefaultDialTimeout
@@ -156,20 +125,8 @@ func (o Options) resolve() (endpoint, Options, error) {
 	if o.MaxBlocking <= 0 {
 		o.MaxBlocking = DefaultMaxBlocking
 	}
+	if o.IdleTimeout == 0 {
+		o.IdleTimeout = DefaultIdleTimeout
+	}
 	return ep, o, nil
-}
-
-// RedactURL returns raw with its password replaced by "xxxxx", for logs.
-// An unparsable URL is returned as "(invalid Redis URL)".
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(invalid Redis URL)"
-	}
-	if u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	return u.String()
 }

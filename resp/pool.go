@@ -30,22 +30,24 @@ const maxKeptWriteBuffer = 64 << 10
 // reach the socket at all, and a short one costs a timer per command.)
 
 // watchIdle reports on c.watch whether c was still open when its Read
-// ended. A connection found dead while still idle is taken out of the pool
-// and closed here, so a restarted server's old connections go at once.
+// ended. A connection still idle when the Read ends (the server closed it,
+// or it has been idle for the pool's idleTimeout) is taken out of the pool
+// and closed here, so a restarted server's old connections go at once and
+// a client nobody uses any more holds no connection.
 func watchIdle(p *pool, c *conn) {
 	var one [1]byte
 	n, err := c.nc.Read(one[:])
-	alive := false
+	timedOut := false
 	if n == 0 && err != nil {
 		ne, isNet := err.(net.Error)
-		alive = isNet && ne.Timeout()
+		timedOut = isNet && ne.Timeout()
 	}
-	if !alive {
-		removed := removeIdle(p, c)
-		if removed {
-			_ = c.nc.Close()
-		}
+	removed := removeIdle(p, c)
+	if removed {
+		_ = c.nc.Close()
 	}
+	// Not removed and timed out: a caller took c and ended the Read.
+	alive := timedOut && !removed
 	c.watch <- alive
 }
 
@@ -77,7 +79,11 @@ func startWatch(p *pool, c *conn) bool {
 	if c.r.Buffered() > 0 {
 		return false
 	}
-	if err := c.nc.SetReadDeadline(time.Time{}); err != nil {
+	var deadline time.Time // zero: none
+	if p.idleTimeout > 0 {
+		deadline = time.Now().Add(p.idleTimeout)
+	}
+	if err := c.nc.SetReadDeadline(deadline); err != nil {
 		return false
 	}
 	if c.watch == nil {
@@ -123,13 +129,15 @@ type pool struct {
 	open    int     // connections open or being dialed, idle included
 	maxOpen int
 	maxIdle int
-	waiters []*waiter // first come, first served
-	closed  bool
-	dials   uint64 // connections ever dialed
+	// idleTimeout closes a connection idle this long (0: never).
+	idleTimeout time.Duration
+	waiters     []*waiter // first come, first served
+	closed      bool
+	dials       uint64 // connections ever dialed
 }
 
-func newPool(maxOpen, maxIdle int) *pool {
-	return &pool{maxOpen: maxOpen, maxIdle: maxIdle}
+func newPool(maxOpen, maxIdle int, idleTimeout time.Duration) *pool {
+	return &pool{maxOpen: maxOpen, maxIdle: maxIdle, idleTimeout: idleTimeout}
 }
 
 // take returns an idle connection, or slot true when the caller may dial a
