@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+)
+
+// fleetRequest is one raw streaming request through a replica, so that
+// answers can be compared byte for byte.
+type fleetAnswer struct {
+	status   int
+	replayed bool
+	body     []byte
+	err      error
+}
+
+func fleetPost(ctx context.Context, url, key, id, content, behavior string) fleetAnswer {
+	body := `{"model":"` + llmsim.DefaultModel + `","stream":true,"messages":[{"role":"user","content":"` + content + `"}]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return fleetAnswer{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-client")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(llmsim.HeaderRequest, id)
+	if behavior != "" {
+		req.Header.Set(llmsim.HeaderBehavior, behavior)
+	}
+	resp, err := (&http.Client{Transport: clientTransport}).Do(req)
+	if err != nil {
+		return fleetAnswer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return fleetAnswer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", body: b, err: err}
+}
+
+// complete reports whether a is the whole answer of upstream A to id.
+func (a fleetAnswer) complete(id string, tokens int) bool {
+	want := llmsim.ExpectedStream("A", llmsim.DefaultModel, id, tokens)
+	return a.err == nil && a.status == http.StatusOK && bytes.Equal(llmsim.StripPings(a.body), want)
+}
+
+// twoFleetReplicas starts two Traefik processes whose plugin shares srv.
+func twoFleetReplicas(t *testing.T, srv *redisproc.Server, upstreamURL string) (*traefik, *traefik) {
+	d := newDynamic("fleet").
+		hedge("hedge-fleet", pluginConfig([][2]string{{"A", upstreamURL}},
+			"delay: 30s", "log: stderr",
+			"fleet:", "  url: "+srv.URL(), "  timeout: 500ms")).
+		route("fleet", "noop@internal", "hedge-fleet")
+	one := startTraefik(t, "INFO", d)
+	two := startTraefik(t, "INFO", d)
+	return one, two
+}
+
+// The fleet across two real Traefik replicas (the plugin interpreted by
+// Yaegi in each) sharing one redis-server.
+func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	wl := functionalWorkload()
+	tokens := wl.WithDefaults().Tokens
+	a := llmsim.Start("A", wl)
+	defer a.Close()
+	one, two := twoFleetReplicas(t, srv, a.URL)
+	replicas := []string{one.URL + "/fleet", two.URL + "/fleet"}
+	ctx := context.Background()
+
+	pairs := 20
+	if os.Getenv("LLMHEDGE_STRESS") == "full" {
+		pairs = 200
+	}
+	t.Run("same key at both replicas at once: one generation, identical bytes", func(t *testing.T) {
+		for i := 0; i < pairs; i++ {
+			id := fmt.Sprintf("pair-%d", i)
+			var wg sync.WaitGroup
+			answers := make([]fleetAnswer, 2)
+			for r := range replicas {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					answers[r] = fleetPost(ctx, replicas[r], "k-"+id, id, "hi", "A=ttft:200ms")
+				}()
+			}
+			wg.Wait()
+			for r, ans := range answers {
+				if !ans.complete(id, tokens) {
+					t.Fatalf("%s at replica %d: status %d, err %v, body %q", id, r+1, ans.status, ans.err, ans.body)
+				}
+			}
+			if !bytes.Equal(answers[0].body, answers[1].body) {
+				t.Fatalf("%s: the replicas' answers differ:\n%q\n%q", id, answers[0].body, answers[1].body)
+			}
+			if n := a.Attempts(id); n != 1 {
+				t.Fatalf("%s: %d upstream generations, want 1", id, n)
+			}
+			// Replayed on the other replica than the first answer's.
+			rep := fleetPost(ctx, replicas[(i+1)%2], "k-"+id, id, "hi", "")
+			if !rep.replayed || !bytes.Equal(rep.body, answers[0].body) {
+				t.Fatalf("%s: replay on the other replica: replayed %v, same bytes %v", id, rep.replayed, bytes.Equal(rep.body, answers[0].body))
+			}
+			if n := a.Attempts(id); n != 1 {
+				t.Fatalf("%s after the replay: %d upstream generations, want 1", id, n)
+			}
+		}
+		t.Logf("%d keys sent to both replicas at once: one generation each, byte-identical answers, replayed on the other replica", pairs)
+	})
+
+	t.Run("same key, another body, on the other replica: 422", func(t *testing.T) {
+		first := fleetPost(ctx, replicas[0], "k-conflict", "conflict", "hi", "")
+		if !first.complete("conflict", tokens) {
+			t.Fatalf("first request: status %d, err %v", first.status, first.err)
+		}
+		other := fleetPost(ctx, replicas[1], "k-conflict", "conflict", "something else", "")
+		if other.status != http.StatusUnprocessableEntity {
+			t.Fatalf("another body under the key at the other replica: status %d, want 422", other.status)
+		}
+	})
+
+	t.Run("Redis killed and restarted under load: no failed request", func(t *testing.T) {
+		const streams = 20
+		loadFor := 6 * time.Second
+		if os.Getenv("LLMHEDGE_STRESS") == "full" {
+			loadFor = 30 * time.Second
+		}
+		var sent, failed atomic.Int64
+		var firstFailure atomic.Value
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for s := 0; s < streams; s++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := fmt.Sprintf("load-%d-%d", s, n)
+					ans := fleetPost(ctx, replicas[(s+n)%2], "k-"+id, id, "hi", "")
+					sent.Add(1)
+					if !ans.complete(id, tokens) {
+						failed.Add(1)
+						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, tail(string(ans.body), 300)))
+					}
+				}
+			}()
+		}
+		time.Sleep(loadFor / 3) // load before the kill (wall-clock phases of a load test)
+		srv.Kill()
+		time.Sleep(loadFor / 3) // Redis away
+		srv.Restart()
+		back := time.Now()
+		// Joins work again within 2 s of Redis' return.
+		joinedAfter := time.Duration(-1)
+		for i := 0; time.Since(back) < 5*time.Second; i++ {
+			id := fmt.Sprintf("rejoin-%d", i)
+			var wg2 sync.WaitGroup
+			answers := make([]fleetAnswer, 2)
+			for r := range replicas {
+				wg2.Add(1)
+				go func() {
+					defer wg2.Done()
+					answers[r] = fleetPost(ctx, replicas[r], "k-"+id, id, "hi", "A=ttft:200ms")
+				}()
+			}
+			wg2.Wait()
+			if answers[0].complete(id, tokens) && answers[1].complete(id, tokens) && a.Attempts(id) == 1 {
+				joinedAfter = time.Since(back)
+				break
+			}
+		}
+		time.Sleep(loadFor / 3) // load after the return
+		close(stop)
+		wg.Wait()
+		t.Logf("%d streams for %v, Redis killed for %v: %d requests, %d failed; joins again %v after Redis' return",
+			streams, loadFor, loadFor/3, sent.Load(), failed.Load(), joinedAfter.Round(time.Millisecond))
+		if failed.Load() != 0 {
+			t.Fatalf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), sent.Load(), firstFailure.Load())
+		}
+		if joinedAfter < 0 || joinedAfter > 2*time.Second+500*time.Millisecond {
+			t.Fatalf("joins worked again %v after Redis' return, want within 2s (plus one 200ms flight)", joinedAfter)
+		}
+		for _, tr := range []*traefik{one, two} {
+			logs := tr.logs.String()
+			if strings.Contains(logs, "panic") {
+				t.Fatalf("Traefik logged a panic:\n%s", tail(logs, 3000))
+			}
+			if !strings.Contains(logs, "llmhedge fleet down") || !strings.Contains(logs, "llmhedge fleet up") {
+				t.Fatalf("a replica did not log the fleet going down and up:\n%s", tail(logs, 3000))
+			}
+		}
+	})
+}
