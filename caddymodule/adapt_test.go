@@ -27,8 +27,10 @@ const goldenSeparator = "----------"
 // `caddy adapt`.
 func TestCaddyfileAdaptGolden(t *testing.T) {
 	files, err := filepath.Glob("testdata/caddyfile_adapt/*.caddyfiletest")
-	if err != nil || len(files) == 0 {
+	if err != nil {
 		t.Fatalf("no golden files: %v", err)
+	} else if len(files) == 0 {
+		t.Fatalf("no golden files: len(files) = 0, want != 0")
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {

@@ -14,9 +14,10 @@ import (
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens; README.md
-// ("Caddyfile") has the syntax. Every option of core.Config and
-// core.TransportConfig without a syntax of its own here is spelled as its
-// JSON name with one argument (a flag has none), so it needs no code here.
+// ("Caddyfile") has the syntax. Every option of the handler's JSON
+// (core.Config, transport, log_level) without a syntax of its own here is
+// spelled as its JSON name with one argument (a flag has none, a struct is
+// a block), so a new option needs no code here.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume the directive name
 	for _, url := range d.RemainingArgs() {
@@ -24,40 +25,41 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	}
 	p := args{d}
 	for d.NextBlock(0) {
-		option := d.Val()
 		var err error
-		switch option {
+		switch d.Val() {
 		case "upstream":
 			err = h.parseUpstream(p)
 		case "delay":
 			err = h.parseDelay(p)
-		case "methods":
-			h.Methods, err = p.atLeastOne()
-			for i := range h.Methods {
-				h.Methods[i] = strings.ToUpper(h.Methods[i])
-			}
-		case "paths":
+		case "paths": // the Caddyfile's name of path_prefixes
 			h.PathPrefixes, err = p.atLeastOne()
 		case "report_header":
-			names := d.RemainingArgs()
-			switch len(names) {
-			case 0:
-				h.ReportHeader = "Server-Timing"
-			case 1:
-				h.ReportHeader = names[0]
-			default:
-				err = d.Errf("report_header takes at most one header name, got %d", len(names))
-			}
-		case "transport":
-			err = h.parseTransport(p)
-		case "log_level":
-			h.LogLevel, err = p.one()
+			err = h.parseReportHeader(p)
+		case "fleet":
+			err = h.parseFleet(p)
 		default:
-			err = p.jsonOption(reflect.ValueOf(&h.Config).Elem(), "llm_hedge")
+			err = p.jsonOption(reflect.ValueOf(h).Elem(), "llm_hedge")
 		}
 		if err != nil {
 			return err
 		}
+	}
+	for i := range h.Methods {
+		h.Methods[i] = strings.ToUpper(h.Methods[i])
+	}
+	return nil
+}
+
+// parseReportHeader reads `report_header [<field>]`: Server-Timing by default.
+func (h *Handler) parseReportHeader(p args) error {
+	names := p.d.RemainingArgs()
+	switch len(names) {
+	case 0:
+		h.ReportHeader = "Server-Timing"
+	case 1:
+		h.ReportHeader = names[0]
+	default:
+		return p.d.Errf("report_header takes at most one header name, got %d", len(names))
 	}
 	return nil
 }
@@ -140,44 +142,47 @@ func (h *Handler) parseDelay(p args) error {
 }
 
 // jsonOption reads the current option line into the field of the struct v
-// (core.Config, one of its parts, or core.TransportConfig) whose JSON name it is, by
-// the field's type; a struct field is a block of its own options. So every
-// option spelled as its JSON name needs no code here.
+// (the handler, one of its parts, or core.TransportConfig) whose JSON name
+// it is, by the field's type: a flag takes no argument, a list one or
+// more, a struct (or a pointer to one) is a block of its own options, any
+// other field one argument.
 func (p args) jsonOption(v reflect.Value, block string) error {
 	option := p.d.Val()
 	field := fieldByJSONName(v, option)
-	if !field.IsValid() {
+	if field.Kind() == reflect.Ptr && field.Type().Elem().Kind() == reflect.Struct {
+		if field.IsNil() {
+			field.Set(reflect.New(field.Type().Elem()))
+		}
+		field = field.Elem()
+	}
+	switch field.Kind() {
+	case reflect.Bool:
+		field.SetBool(true)
+		return p.none()
+	case reflect.Slice:
+		values, err := p.atLeastOne()
+		field.Set(reflect.ValueOf(values)) // []string: fieldByJSONName has no other lists
+		return err
+	case reflect.Struct:
+		return p.block(func(string) error { return p.jsonOption(field, option) })
+	case reflect.String, reflect.Int, reflect.Int64, reflect.Float64:
+	default:
 		return p.d.Errf("unrecognized %s option %q", block, option)
 	}
-	var err error
+	value, err := p.one()
+	if err != nil {
+		return err
+	}
 	switch to := field.Addr().Interface().(type) {
-	case *core.Duration:
-		*to, err = p.duration(offOptions[option])
-	case *core.ByteSize:
-		if intSizeOptions[option] {
-			*to, err = p.intSize()
-		} else {
-			*to, err = p.size()
-		}
 	case *string:
-		*to, err = p.one()
-	case *[]string:
-		*to, err = p.atLeastOne()
-	case *int:
-		*to, err = p.integer(offOptions[option])
-	case *int64:
-		var n int
-		n, err = p.integer(offOptions[option])
-		*to = int64(n)
-	case *float64:
-		*to, err = p.float(offOptions[option])
-	case *bool:
-		*to, err = true, p.none()
+		*to = value
+	case *core.ByteSize:
+		*to, err = p.size(option, value, intSizeOptions[option])
 	default:
-		if field.Kind() != reflect.Struct {
-			return p.d.Errf("unrecognized %s option %q", block, option)
+		if value == "off" && !offOptions[option] {
+			return p.d.Errf("%s cannot be off", option)
 		}
-		err = p.block(func(string) error { return p.jsonOption(field, option) })
+		err = p.number(option, field, value)
 	}
 	return err
 }
@@ -188,26 +193,23 @@ var offOptions = map[string]bool{"ttl": true, "ratio": true, "max_concurrent_hed
 // intSizeOptions are sizes that must fit an int32 (buffers of one request).
 var intSizeOptions = map[string]bool{"max_prefix": true, "max_line": true, "max_response_bytes": true}
 
-// fieldByJSONName is the field of the struct v whose JSON name is name, or
-// the zero Value. Lists of structs (upstreams) have a syntax of their own.
+// fieldByJSONName is the field of the struct v, or of a struct embedded in
+// it, whose JSON name is name, or the zero Value. Lists other than of
+// strings (upstreams) have a syntax of their own.
 func fieldByJSONName(v reflect.Value, name string) reflect.Value {
 	for i := 0; i < v.NumField(); i++ {
 		f := v.Type().Field(i)
-		structList := f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() == reflect.Struct
-		if strings.Split(f.Tag.Get("json"), ",")[0] == name && !structList {
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			if inner := fieldByJSONName(v.Field(i), name); inner.IsValid() {
+				return inner
+			}
+		}
+		otherList := f.Type.Kind() == reflect.Slice && f.Type.Elem().Kind() != reflect.String
+		if f.IsExported() && strings.Split(f.Tag.Get("json"), ",")[0] == name && !otherList {
 			return v.Field(i)
 		}
 	}
 	return reflect.Value{}
-}
-
-// parseTransport reads the transport block: each option is its JSON name.
-func (h *Handler) parseTransport(p args) error {
-	if h.Transport == nil {
-		h.Transport = &core.TransportConfig{}
-	}
-	t := reflect.ValueOf(h.Transport).Elem()
-	return p.block(func(string) error { return p.jsonOption(t, "transport") })
 }
 
 // args reads an option's arguments, with errors that name the option and
@@ -262,87 +264,45 @@ func (p args) atLeastOne() ([]string, error) {
 	return values, nil
 }
 
-// value returns the single argument, and whether it is "off" (when allowed).
-func (p args) value(allowOff bool) (string, bool, error) {
-	option := p.d.Val()
-	v, err := p.one()
-	if err != nil {
-		return "", false, err
+// number parses value into the numeric field (a duration, an integer or a
+// float); "off" is -1.
+func (p args) number(option string, field reflect.Value, value string) error {
+	if value == "off" {
+		field.Set(reflect.ValueOf(-1).Convert(field.Type()))
+		return nil
 	}
-	if v == "off" {
-		if !allowOff {
-			return "", false, p.d.Errf("%s cannot be off", option)
+	if _, ok := field.Addr().Interface().(*core.Duration); ok {
+		d, err := caddy.ParseDuration(value)
+		if err != nil {
+			return p.d.Errf("%s %q: want a duration such as 250ms or 2s: %v", option, value, err)
 		}
-		return v, true, nil
+		field.SetInt(int64(d))
+		return nil
 	}
-	return v, false, nil
-}
-
-// duration parses a duration argument; "off" gives -1 when allowed.
-func (p args) duration(allowOff bool) (core.Duration, error) {
-	option := p.d.Val()
-	v, off, err := p.value(allowOff)
-	if err != nil || off {
-		return -1, err
+	if field.Kind() == reflect.Float64 {
+		f, err := strconv.ParseFloat(value, 64)
+		if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
+			return p.d.Errf("%s %q: want a number", option, value)
+		}
+		field.SetFloat(f)
+		return nil
 	}
-	dur, err := caddy.ParseDuration(v)
+	n, err := strconv.Atoi(value)
 	if err != nil {
-		return 0, p.d.Errf("%s %q: want a duration such as 250ms or 2s: %v", option, v, err)
+		return p.d.Errf("%s %q: want an integer", option, value)
 	}
-	return core.Duration(dur), nil
+	field.SetInt(int64(n))
+	return nil
 }
 
-// integer parses an integer argument; "off" gives -1 when allowed.
-func (p args) integer(allowOff bool) (int, error) {
-	option := p.d.Val()
-	v, off, err := p.value(allowOff)
-	if err != nil || off {
-		return -1, err
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, p.d.Errf("%s %q: want an integer", option, v)
-	}
-	return n, nil
-}
-
-// float parses a number argument; "off" gives -1 when allowed.
-func (p args) float(allowOff bool) (float64, error) {
-	option := p.d.Val()
-	v, off, err := p.value(allowOff)
-	if err != nil || off {
-		return -1, err
-	}
-	f, err := strconv.ParseFloat(v, 64)
-	if err != nil || math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, p.d.Errf("%s %q: want a number", option, v)
-	}
-	return f, nil
-}
-
-// size parses a byte size such as 4MiB or 65536.
-func (p args) size() (core.ByteSize, error) {
-	option := p.d.Val()
-	v, err := p.one()
-	if err != nil {
-		return 0, err
-	}
-	n, err := humanize.ParseBytes(v)
+// size parses a byte size such as 4MiB or 65536; fitInt: it must fit an int32.
+func (p args) size(option, value string, fitInt bool) (core.ByteSize, error) {
+	n, err := humanize.ParseBytes(value)
 	if err != nil || n > math.MaxInt64 {
-		return 0, p.d.Errf("%s %q: want a size such as 4MiB or 65536", option, v)
+		return 0, p.d.Errf("%s %q: want a size such as 4MiB or 65536", option, value)
 	}
-	return core.ByteSize(n), nil
-}
-
-// intSize parses a byte size that must fit an int.
-func (p args) intSize() (core.ByteSize, error) {
-	option := p.d.Val()
-	n, err := p.size()
-	if err != nil {
-		return 0, err
-	}
-	if n > math.MaxInt32 {
+	if fitInt && n > math.MaxInt32 {
 		return 0, p.d.Errf("%s %d is too large", option, n)
 	}
-	return n, nil
+	return core.ByteSize(n), nil
 }

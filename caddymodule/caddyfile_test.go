@@ -27,11 +27,17 @@ func TestCaddyfileMinimal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(h.Upstreams) != 2 || h.Upstreams[0].URL != "http://127.0.0.1:9001" || h.Upstreams[1].URL != "http://127.0.0.1:9002" {
-		t.Fatalf("upstreams %+v", h.Upstreams)
+	if len(h.Upstreams) != 2 {
+		t.Fatalf("len(h.Upstreams) = %v, want 2", len(h.Upstreams))
+	} else if h.Upstreams[0].URL != "http://127.0.0.1:9001" {
+		t.Fatalf("h.Upstreams[0].URL = %q, want \"http://127.0.0.1:9001\"", h.Upstreams[0].URL)
+	} else if h.Upstreams[1].URL != "http://127.0.0.1:9002" {
+		t.Fatalf("h.Upstreams[1].URL = %q, want \"http://127.0.0.1:9002\"", h.Upstreams[1].URL)
 	}
-	if h.Delay.Mode != "fixed" || time.Duration(h.Delay.Fixed) != 50*time.Millisecond {
-		t.Fatalf("delay %+v", h.Delay)
+	if h.Delay.Mode != "fixed" {
+		t.Fatalf("h.Delay.Mode = %q, want \"fixed\"", h.Delay.Mode)
+	} else if time.Duration(h.Delay.Fixed) != 50*time.Millisecond {
+		t.Fatalf("time.Duration(h.Delay.Fixed) = %v, want %v", time.Duration(h.Delay.Fixed), 50*time.Millisecond)
 	}
 }
 
@@ -123,20 +129,33 @@ func TestCaddyfileEveryOption(t *testing.T) {
 	}
 	// Every parsed value must reach the core config unchanged.
 	cfg := coreConfig(h.Config, caddy.NewReplacer())
-	if cfg.Delay.Quantile != 0.9 || cfg.Budget.MaxConcurrentHedges != -1 || cfg.Idempotency.TTL != -1 ||
-		cfg.Upstreams[1].SetHeaders["Authorization"] != "Bearer sk-2" || cfg.Budget.TenantTokensPerMinute != 100000 {
-		t.Fatalf("core config %+v", cfg)
+	if cfg.Delay.Quantile != 0.9 {
+		t.Fatalf("cfg.Delay.Quantile = %v, want 0.9", cfg.Delay.Quantile)
+	} else if cfg.Budget.MaxConcurrentHedges != -1 {
+		t.Fatalf("cfg.Budget.MaxConcurrentHedges = %v, want -1", cfg.Budget.MaxConcurrentHedges)
+	} else if cfg.Idempotency.TTL != -1 {
+		t.Fatalf("cfg.Idempotency.TTL = %v, want -1", cfg.Idempotency.TTL)
+	} else if cfg.Upstreams[1].SetHeaders["Authorization"] != "Bearer sk-2" {
+		t.Fatalf("cfg.Upstreams[1].SetHeaders[\"Authorization\"] = %q, want \"Bearer sk-2\"", cfg.Upstreams[1].SetHeaders["Authorization"])
+	} else if cfg.Budget.TenantTokensPerMinute != 100000 {
+		t.Fatalf("cfg.Budget.TenantTokensPerMinute = %v, want 100000", cfg.Budget.TenantTokensPerMinute)
 	}
 }
 
 func TestCaddyfileDelayForms(t *testing.T) {
 	h, err := parse(t, "llm_hedge http://a {\n delay adaptive\n}")
-	if err != nil || h.Delay.Mode != "adaptive" || h.Delay.Fixed != 0 {
-		t.Fatalf("delay adaptive: %+v %v", h.Delay, err)
+	if err != nil {
+		t.Fatalf("delay adaptive: %v", err)
+	} else if h.Delay.Mode != "adaptive" {
+		t.Fatalf("delay adaptive: h.Delay.Mode = %q, want \"adaptive\"", h.Delay.Mode)
+	} else if h.Delay.Fixed != 0 {
+		t.Fatalf("delay adaptive: h.Delay.Fixed = %v, want 0", h.Delay.Fixed)
 	}
 	h, err = parse(t, "llm_hedge http://a {\n delay 1.5s\n}")
-	if err != nil || time.Duration(h.Delay.Fixed) != 1500*time.Millisecond {
-		t.Fatalf("delay 1.5s: %+v %v", h.Delay, err)
+	if err != nil {
+		t.Fatalf("delay 1.5s: %v", err)
+	} else if time.Duration(h.Delay.Fixed) != 1500*time.Millisecond {
+		t.Fatalf("delay 1.5s: time.Duration(h.Delay.Fixed) = %v, want %v", time.Duration(h.Delay.Fixed), 1500*time.Millisecond)
 	}
 }
 
@@ -168,8 +187,10 @@ func TestCaddyfileErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := parse(t, tc.input)
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %v, want it to contain %q", err, tc.want)
+			if err == nil {
+				t.Fatalf("err = nil, want an error")
+			} else if !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err.Error() = %q, want it to contain %q", err.Error(), tc.want)
 			}
 		})
 	}

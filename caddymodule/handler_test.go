@@ -113,8 +113,16 @@ func TestServeHTTPHedgeWinsAndReports(t *testing.T) {
 	}
 	e := entries[0]
 	fields := e.ContextMap()
-	if e.Level != zapcore.InfoLevel || fields["winner_upstream"] != "B" || fields["winner_attempt"] != int64(1) || fields["outcome"] != "ok" || fields["attempts"] != int64(2) {
-		t.Errorf("log line %v %v", e.Level, fields)
+	if e.Level != zapcore.InfoLevel {
+		t.Errorf("e.Level = %v, want zapcore.InfoLevel", e.Level)
+	} else if fields["winner_upstream"] != "B" {
+		t.Errorf("fields[\"winner_upstream\"] = %q, want \"B\"", fields["winner_upstream"])
+	} else if fields["winner_attempt"] != int64(1) {
+		t.Errorf("fields[\"winner_attempt\"] = %v, want %v", fields["winner_attempt"], int64(1))
+	} else if fields["outcome"] != "ok" {
+		t.Errorf("fields[\"outcome\"] = %q, want \"ok\"", fields["outcome"])
+	} else if fields["attempts"] != int64(2) {
+		t.Errorf("fields[\"attempts\"] = %v, want %v", fields["attempts"], int64(2))
 	}
 	line := encodeLogEntry(t, e)
 	if !strings.Contains(line, `"attempt_list":[{"index":0,"upstream":"A","role":"primary","result":"lost"`) {
@@ -185,8 +193,12 @@ func TestServeHTTPUnhedgedPassthrough(t *testing.T) {
 	if err := h.ServeHTTP(w, r, forbiddenNext(t)); err != nil {
 		t.Fatal(err)
 	}
-	if w.Code != http.StatusMethodNotAllowed || a.Served() != 1 || b.Served() != 0 {
-		t.Fatalf("status %d, A served %d, B served %d: want A's own 405, once", w.Code, a.Served(), b.Served())
+	if w.Code != http.StatusMethodNotAllowed {
+		t.Fatalf("w.Code = %v, want http.StatusMethodNotAllowed", w.Code)
+	} else if a.Served() != 1 {
+		t.Fatalf("a.Served() = %v, want 1", a.Served())
+	} else if b.Served() != 0 {
+		t.Fatalf("b.Served() = %v, want 0", b.Served())
 	}
 	if got, _ := repl.GetString(PlaceholderAttempts); got != "1" {
 		t.Fatalf("attempts %q, want 1", got)
@@ -223,8 +235,10 @@ func TestServeHTTPLogsNoQuotedKey(t *testing.T) {
 		t.Fatalf("%d log lines, want 1", len(entries))
 	}
 	line := encodeLogEntry(t, entries[0])
-	if strings.Contains(line, "sk-quoted-secret") || !strings.Contains(line, "bad key REDACTED") {
-		t.Fatalf("log line = %s, want the upstream's error with the key REDACTED", line)
+	if strings.Contains(line, "sk-quoted-secret") {
+		t.Fatalf("line = %q, want it not to contain \"sk-quoted-secret\"", line)
+	} else if !strings.Contains(line, "bad key REDACTED") {
+		t.Fatalf("line = %q, want it to contain \"bad key REDACTED\"", line)
 	}
 }
 

@@ -91,8 +91,12 @@ func TestProvisionReplacesGlobalPlaceholders(t *testing.T) {
 		t.Fatal(err)
 	}
 	up := h.cfg.Upstreams[0]
-	if up.URL != "http://127.0.0.1:9/v1" || up.SetHeaders["Authorization"] != "Bearer sk-from-env" || up.Model != "" {
-		t.Fatalf("upstream %+v", up)
+	if up.URL != "http://127.0.0.1:9/v1" {
+		t.Fatalf("up.URL = %q, want \"http://127.0.0.1:9/v1\"", up.URL)
+	} else if up.SetHeaders["Authorization"] != "Bearer sk-from-env" {
+		t.Fatalf("up.SetHeaders[\"Authorization\"] = %q, want \"Bearer sk-from-env\"", up.SetHeaders["Authorization"])
+	} else if up.Model != "" {
+		t.Fatalf("up.Model = %q, want \"\"", up.Model)
 	}
 	if up.Name != "127.0.0.1:9" {
 		t.Fatalf("default name %q, want the URL's host", up.Name)
@@ -120,8 +124,10 @@ func TestReloadKeepsStateAndTransport(t *testing.T) {
 	if err := oldCfg.Cleanup(); err != nil {
 		t.Fatal(err)
 	}
-	if refs, ok := shared.References(newCfg.stateKey); !ok || refs != 1 {
+	if refs, ok := shared.References(newCfg.stateKey); !ok {
 		t.Fatalf("after the old config's cleanup: references %d (present %v), want 1", refs, ok)
+	} else if refs != 1 {
+		t.Fatalf("after the old config's cleanup: refs = %v, want 1", refs)
 	}
 	key := newCfg.stateKey
 	if err := newCfg.Cleanup(); err != nil {

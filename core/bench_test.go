@@ -75,8 +75,10 @@ func BenchmarkHandleStream(b *testing.B) {
 		if err := h.Handle(rec, r); err != nil {
 			b.Fatal(err)
 		}
-		if rec.Code != 200 || rec.Body.Len() != want {
-			b.Fatalf("status %d, %d bytes, want 200 and %d", rec.Code, rec.Body.Len(), want)
+		if rec.Code != 200 {
+			b.Fatalf("rec.Code = %v, want 200", rec.Code)
+		} else if rec.Body.Len() != want {
+			b.Fatalf("rec.Body.Len() = %v, want %v", rec.Body.Len(), want)
 		}
 	}
 }

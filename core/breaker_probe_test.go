@@ -95,8 +95,12 @@ func TestBreakerReleaseProbeOnce(t *testing.T) {
 	first, _ := admit(u, now)
 	releaseProbe(u, first)
 	second, ok := admit(u, now)
-	if !ok || second == 0 || second == first {
+	if !ok {
 		t.Fatalf("after the release: admitted %v with ticket %d, want a new probe", ok, second)
+	} else if second == 0 {
+		t.Fatalf("after the release: second = 0, want != 0")
+	} else if second == first {
+		t.Fatalf("after the release: second = %v, want a value other than first", second)
 	}
 	releaseProbe(u, first)
 	if healthy(u, now) {
@@ -107,8 +111,10 @@ func TestBreakerReleaseProbeOnce(t *testing.T) {
 		t.Fatal("an old probe's success closed the breaker while a newer probe is in flight")
 	}
 	recordSuccess(u, second)
-	if p, ok := admit(u, now); !ok || p != 0 {
+	if p, ok := admit(u, now); !ok {
 		t.Fatalf("after the probe's success: admitted %v with ticket %d, want an ordinary attempt", ok, p)
+	} else if p != 0 {
+		t.Fatalf("after the probe's success: p = %v, want 0", p)
 	}
 }
 
@@ -125,7 +131,9 @@ func TestBreakerOpenIgnoresOrdinarySuccess(t *testing.T) {
 		t.Fatal("an ordinary attempt's success closed the open breaker")
 	}
 	probe, ok := admit(u, now.Add(time.Second))
-	if !ok || probe == 0 {
+	if !ok {
 		t.Fatalf("after the open time: admitted %v with ticket %d, want a probe", ok, probe)
+	} else if probe == 0 {
+		t.Fatalf("after the open time: probe = 0, want != 0")
 	}
 }

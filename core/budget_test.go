@@ -51,13 +51,19 @@ func TestBudgetExhaustion(t *testing.T) {
 	cfg.Budget.Burst = 1
 	hs := newHarness(t, cfg)
 	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{expectHedge: true})
-	if n != 2 || rep.HedgesStarted != 1 {
-		t.Fatalf("first request: %d attempts", n)
+	if n != 2 {
+		t.Fatalf("first request: n = %v, want 2", n)
+	} else if rep.HedgesStarted != 1 {
+		t.Fatalf("first request: rep.HedgesStarted = %v, want 1", rep.HedgesStarted)
 	}
 	// The bucket is empty (1 + 0.5 deposited - 1 taken = 0.5 < 1).
 	rep, n = slowPrimaryRequest(t, hs, &harnessRequest{})
-	if n != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyBudget {
-		t.Fatalf("second request: %d attempts, denials %v", n, rep.Denials)
+	if n != 1 {
+		t.Fatalf("second request: n = %v, want 1", n)
+	} else if len(rep.Denials) != 1 {
+		t.Fatalf("second request: len(rep.Denials) = %v, want 1", len(rep.Denials))
+	} else if rep.Denials[0] != DenyBudget {
+		t.Fatalf("second request: rep.Denials[0] = %v, want %v", rep.Denials[0], DenyBudget)
 	}
 	// Another request's deposit refills it to 1.
 	if _, n = slowPrimaryRequest(t, hs, &harnessRequest{expectHedge: true}); n != 2 {
@@ -75,8 +81,10 @@ func TestTenantCap(t *testing.T) {
 		t.Fatalf("first: %d attempts", n)
 	}
 	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1"})
-	if n != 1 || rep.Denials[0] != DenyTenant {
-		t.Fatalf("second: %d attempts %v", n, rep.Denials)
+	if n != 1 {
+		t.Fatalf("second: n = %v, want 1", n)
+	} else if rep.Denials[0] != DenyTenant {
+		t.Fatalf("second: rep.Denials[0] = %v, want %v", rep.Denials[0], DenyTenant)
 	}
 	if _, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t2", expectHedge: true}); n != 2 {
 		t.Fatalf("other tenant: %d attempts", n)
@@ -141,8 +149,12 @@ func TestOverloadStopsHedging(t *testing.T) {
 		hs.clock.Advance(time.Second)
 	}
 	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{})
-	if n != 1 || len(rep.Denials) == 0 || rep.Denials[0] != DenyOverload {
-		t.Fatalf("%d attempts, denials %v", n, rep.Denials)
+	if n != 1 {
+		t.Fatalf("n = %v, want 1", n)
+	} else if len(rep.Denials) == 0 {
+		t.Fatalf("len(rep.Denials) = 0, want != 0")
+	} else if rep.Denials[0] != DenyOverload {
+		t.Fatalf("rep.Denials[0] = %v, want %v", rep.Denials[0], DenyOverload)
 	}
 }
 
@@ -234,15 +246,21 @@ func TestPickUpstreamPreference(t *testing.T) {
 	hs := newHarness(t, testConfig())
 	h, now := hs.h, hs.clock.Now()
 	cfg := &h.cfg.Budget
-	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || !ok {
+	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 {
+		t.Fatalf("least used: up = %v, want 1", up)
+	} else if !ok {
 		t.Fatalf("least used: %d %v", up, ok)
 	}
 	recordFailure(h.state.health[1], now, time.Minute, 0, cfg) // B cools down
-	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 0 || !ok {
+	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 0 {
+		t.Fatalf("available over least used: up = %v, want 0", up)
+	} else if !ok {
 		t.Fatalf("available over least used: %d %v", up, ok)
 	}
 	recordFailure(h.state.health[0], now, time.Minute, 0, cfg) // A too
-	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 || ok {
+	if up, ok := pickUpstream(h, []int{1, 0}, now); up != 1 {
+		t.Fatalf("none available: up = %v, want 1", up)
+	} else if ok {
 		t.Fatalf("none available: %d %v", up, ok)
 	}
 }
@@ -273,8 +291,12 @@ func TestTenantNotChargedWhenBucketDenies(t *testing.T) {
 	}
 	perHedge := tenantUsed(hs.h.state.tenants, "other")
 	rep, n := slowPrimaryRequest(t, hs, &harnessRequest{tenant: "t1"})
-	if n != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyBudget {
-		t.Fatalf("empty bucket: %d attempts, denials %v, want 1 and [%s]", n, rep.Denials, DenyBudget)
+	if n != 1 {
+		t.Fatalf("empty bucket: n = %v, want 1", n)
+	} else if len(rep.Denials) != 1 {
+		t.Fatalf("empty bucket: len(rep.Denials) = %v, want 1", len(rep.Denials))
+	} else if rep.Denials[0] != DenyBudget {
+		t.Fatalf("empty bucket: rep.Denials[0] = %v, want %v", rep.Denials[0], DenyBudget)
 	}
 	if used := tenantUsed(hs.h.state.tenants, "t1"); used != 0 {
 		t.Fatalf("tenant charged %d tokens for a hedge that did not start, want 0", used)

@@ -50,8 +50,10 @@ func TestFinalEventWithoutOutputWins(t *testing.T) {
 				t.Fatalf("body = %q, want the upstream's %q", got, c.stream)
 			}
 			rep := <-hs.reports
-			if rep.Winner != 0 || rep.Outcome != OutcomeOK {
-				t.Fatalf("Winner = %d, Outcome = %s; want 0, ok", rep.Winner, rep.Outcome)
+			if rep.Winner != 0 {
+				t.Fatalf("rep.Winner = %v, want 0", rep.Winner)
+			} else if rep.Outcome != OutcomeOK {
+				t.Fatalf("rep.Outcome = %v, want %v", rep.Outcome, OutcomeOK)
 			}
 			if !healthy(hs.h.state.health[0], hs.clock.Now()) {
 				t.Fatal("the answering upstream's breaker opened")

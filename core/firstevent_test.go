@@ -68,8 +68,10 @@ func feedChunks(d *firstEventDetector, chunks ...string) (verdict, string) {
 // checkBounded fails when a buffer of d can hold more than maxLine bytes.
 func checkBounded(t *testing.T, d *firstEventDetector) {
 	t.Helper()
-	if cap(d.line) > d.maxLine || cap(d.data) > d.maxLine {
-		t.Fatalf("buffers exceed maxLine %d: line cap %d, data cap %d", d.maxLine, cap(d.line), cap(d.data))
+	if cap(d.line) > d.maxLine {
+		t.Fatalf("cap(d.line) = %v, want <= d.maxLine (%v)", cap(d.line), d.maxLine)
+	} else if cap(d.data) > d.maxLine {
+		t.Fatalf("cap(d.data) = %v, want <= d.maxLine (%v)", cap(d.data), d.maxLine)
 	}
 }
 

@@ -175,14 +175,16 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 	f.log(fields)
 }
 
-// fleetDo sends one command within the operation timeout (block extends it
-// for XREAD BLOCK) and feeds the breaker.
+// fleetDo sends one command within the operation timeout and feeds the
+// breaker. A blocking read (block > 0) gets twice its block time on top:
+// Redis times blocked clients out on its own clock tick (hz), up to about
+// 100ms late at the default hz.
 func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, args ...string) (RedisValue, error) {
 	allowed, probe := fleetAllow(f)
 	if !allowed {
 		return RedisValue{}, errFleetDown
 	}
-	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout)+block)
+	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout)+2*block)
 	start := time.Now()
 	v, err := f.client.Do(ctx, args...)
 	cancel()
@@ -265,14 +267,16 @@ func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []
 //	<prefix>{<id>}:lease       the leader's claim: "<holder> <fingerprint>", PX lease
 //	<prefix>{<id>}:done        the stored complete answer, PX ttl
 //	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
+//	<prefix>{<id>}:readers     followers that joined, PX stream linger
 //
 // A stream per generation means a follower can only ever read one
 // generation's bytes: a new leader after a takeover or a cut writes a
 // stream of its own.
 type fleetKeys struct {
-	tag   string
-	lease string
-	done  string
+	tag     string
+	lease   string
+	done    string
+	readers string // followers that joined the current generation
 }
 
 func newFleetKeys(f *Fleet, identity string) fleetKeys {
@@ -281,7 +285,7 @@ func newFleetKeys(f *Fleet, identity string) fleetKeys {
 		id = id[:32] // 128 bits of the SHA-256: plenty, and shorter keys
 	}
 	tag := f.cfg.Prefix + "{" + id + "}"
-	return fleetKeys{tag: tag, lease: tag + ":lease", done: tag + ":done"}
+	return fleetKeys{tag: tag, lease: tag + ":lease", done: tag + ":done", readers: tag + ":readers"}
 }
 
 func (k fleetKeys) stream(holder string) string { return k.tag + ":s:" + holder }
@@ -312,9 +316,11 @@ func millisString(d time.Duration) string {
 	return strconv.FormatInt(ms, 10)
 }
 
-// claimScript: KEYS lease, done; ARGV holder, fingerprint, lease ms.
-// Returns {"replay", doneValue, pttl}, {"conflict"}, {"lead", holder} or
-// {"follow", holder}.
+// claimScript: KEYS lease, done, readers; ARGV holder, fingerprint, lease
+// ms, readers ms. Returns {"replay", doneValue, pttl}, {"conflict"},
+// {"lead", holder} or {"follow", holder}. A follower counts itself in
+// readers, which tells a leader whose own client left that others still
+// read its answer.
 var claimScript = newFleetScript(`
 local d = redis.call('GET', KEYS[2])
 if d then
@@ -322,11 +328,14 @@ if d then
   return {'replay', d, redis.call('PTTL', KEYS[2])}
 end
 if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
+  redis.call('DEL', KEYS[3])
   return {'lead', ARGV[1]}
 end
 local l = redis.call('GET', KEYS[1])
 local sp = string.find(l, ' ', 1, true)
 if string.sub(l, sp + 1) ~= ARGV[2] then return {'conflict'} end
+redis.call('INCR', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {'follow', string.sub(l, 1, sp - 1)}
 `)
 

@@ -63,7 +63,8 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	lease := millisString(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
-		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done}, holder, fp, lease)
+		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+			holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL))
 		if err != nil || v.Kind != RedisArray || len(v.Array) == 0 {
 			return fleetJoined{}
 		}
@@ -165,6 +166,11 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 			return followGone
 		}
 		v, err := fleetDo(f, ctx, fleetOpRead, block, "XREAD", "COUNT", "512", "BLOCK", blockMs, "STREAMS", stream, last)
+		if err != nil && f.Up() && ctx.Err() == nil {
+			// One failed read is not the end: read again while the
+			// breaker holds (it opens after a few failures in a row).
+			continue
+		}
 		if err != nil {
 			return followFailed(ctx, headSeen)
 		}
@@ -296,8 +302,9 @@ func encodeFleetHead(status int, hdr http.Header) string {
 }
 
 // decodeFleetHead reverses encodeFleetHead; rest is what follows the head.
-func decodeFleetHead(s string) (status int, hdr http.Header, rest string, ok bool) {
-	line, s, found := strings.Cut(s, "\n")
+func decodeFleetHead(text string) (status int, hdr http.Header, rest string, ok bool) {
+	// Multi-value results into fresh locals only (Yaegi).
+	line, s, found := strings.Cut(text, "\n")
 	if !found {
 		return 0, nil, "", false
 	}
@@ -368,6 +375,19 @@ func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string) *fleetLeader
 	l.mu.Unlock()
 	go fleetAppend(l)
 	return l
+}
+
+// fleetHasReaders reports whether a follower on another replica joined
+// this generation (an error counts as none: the race then stops as it
+// would without a fleet).
+func fleetHasReaders(l *fleetLeader) bool {
+	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "GET", l.keys.readers)
+	if err != nil || v.Kind != RedisString {
+		return false
+	}
+	n, cerr := strconv.Atoi(v.Str)
+	reading := cerr == nil && n > 0
+	return reading
 }
 
 // fleetRenew extends the lease and re-arms itself until the flight ends.
@@ -483,13 +503,17 @@ func fleetAppend(l *fleetLeader) {
 			if len(data) > 0 {
 				cmds = append(cmds, []string{"XADD", l.stream, "*", "t", "d", "v", string(data)})
 			}
+			// Multi-value results into fresh locals, one target per
+			// assignment (Yaegi).
 			var err error
 			if len(cmds) > 0 {
-				_, err = fleetPipeline(f, ctx, fleetOpAppend, cmds)
+				_, perr := fleetPipeline(f, ctx, fleetOpAppend, cmds)
+				err = perr
 			}
 			if err == nil && ended {
-				_, err = fleetEval(f, ctx, fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
+				_, ferr := fleetEval(f, ctx, fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
 					l.leaseValue, l.endKind, l.done, millisString(l.ttl), fleetStreamMillis(f, l.ttl))
+				err = ferr
 			}
 			if err != nil {
 				// Followers see the lease expire (no more renewals) and

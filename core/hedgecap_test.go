@@ -129,8 +129,10 @@ func TestMaxConcurrentHedgesCheckAndTakeAtOnce(t *testing.T) {
 		if rep.Request != req2 {
 			continue
 		}
-		if len(rep.Denials) == 0 || rep.Denials[0] != DenyConcurrency {
-			t.Errorf("request 2: denials %v, want [%s] first", rep.Denials, DenyConcurrency)
+		if len(rep.Denials) == 0 {
+			t.Errorf("request 2: len(rep.Denials) = 0, want != 0")
+		} else if rep.Denials[0] != DenyConcurrency {
+			t.Errorf("request 2: rep.Denials[0] = %v, want %v", rep.Denials[0], DenyConcurrency)
 		}
 	}
 	if n := h1.HedgesInFlight(); n != 0 {
@@ -175,8 +177,10 @@ func TestHedgeSlotsNeverExceedCap(t *testing.T) {
 		t.Errorf("hedge slots held after every release = %d, want 0", n)
 	}
 	// No cap: every take succeeds, and is still counted.
-	if !takeHedgeSlot(st, -1) || atomic.LoadInt64(&st.hedgesInFlight) != 1 {
+	if !takeHedgeSlot(st, -1) {
 		t.Errorf("uncapped take: hedges in flight = %d, want 1", atomic.LoadInt64(&st.hedgesInFlight))
+	} else if atomic.LoadInt64(&st.hedgesInFlight) != 1 {
+		t.Errorf("uncapped take: atomic.LoadInt64(&st.hedgesInFlight) = %v, want 1", atomic.LoadInt64(&st.hedgesInFlight))
 	}
 	releaseHedgeSlot(st)
 }

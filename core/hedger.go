@@ -271,6 +271,11 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 		}
 		remote = joined.leader
 		fw.remote = remote
+		if remote != nil {
+			lead.mu.Lock()
+			lead.remote = remote
+			lead.mu.Unlock()
+		}
 	}
 	rc := newRace(h, p, rep, start)
 	rc.clientCtx = readers

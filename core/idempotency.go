@@ -183,6 +183,9 @@ type flight struct {
 	followers   int
 	leaderGone  bool               // the leader's client left
 	stopReaders context.CancelFunc // cancels the race once nobody reads
+	// remote is set when the flight also leads the fleet's: followers on
+	// other replicas read it too.
+	remote *fleetLeader
 }
 
 func newFlight(fingerprint string, maxBytes int) *flight {
@@ -249,20 +252,29 @@ func (f *flight) leave() {
 	f.followers--
 	stop := f.followers == 0 && f.leaderGone
 	cancel := f.stopReaders
+	remote := f.remote
 	f.mu.Unlock()
+	if stop && remote != nil && fleetHasReaders(remote) {
+		stop = false
+	}
 	if stop && cancel != nil {
 		cancel()
 	}
 }
 
 // leaderLeft records that the leader's client is gone and reports whether
-// followers still read; when none does, the race is cancelled.
+// followers (here, or on other replicas) still read; when none does, the
+// race is cancelled.
 func (f *flight) leaderLeft() bool {
 	f.mu.Lock()
 	f.leaderGone = true
 	reading := f.followers > 0
 	cancel := f.stopReaders
+	remote := f.remote
 	f.mu.Unlock()
+	if !reading && remote != nil && fleetHasReaders(remote) {
+		reading = true
+	}
 	if !reading && cancel != nil {
 		cancel()
 	}

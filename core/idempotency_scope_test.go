@@ -95,14 +95,18 @@ func TestIdempotencyKeyStoredIsScopedToCaller(t *testing.T) {
 
 	hs.answerNextCall("B")
 	rb := <-hs.serve(keyedAs("", "shared-key", "Bearer sk-B"))
-	if got := rb.rec.Header().Get("Idempotent-Replayed"); got != "" || bodyOf(rb) != tokenChunk("B") {
-		t.Fatalf("caller B: Idempotent-Replayed %q, body %q: want no replay, its own answer %q", got, bodyOf(rb), tokenChunk("B"))
+	if got := rb.rec.Header().Get("Idempotent-Replayed"); got != "" {
+		t.Fatalf("caller B: got = %q, want \"\"", got)
+	} else if bodyOf(rb) != tokenChunk("B") {
+		t.Fatalf("caller B: bodyOf(rb) = %v, want %v", bodyOf(rb), tokenChunk("B"))
 	}
 
 	hs.answerNextCall("C")
 	rc := <-hs.serve(keyedAs(`{"model":"other","stream":true}`, "shared-key", "Bearer sk-C"))
-	if rc.rec.Code != 200 || bodyOf(rc) != tokenChunk("C") {
-		t.Fatalf("caller C with another body: status %d, body %q: want 200 and its own answer", rc.rec.Code, bodyOf(rc))
+	if rc.rec.Code != 200 {
+		t.Fatalf("caller C with another body: rc.rec.Code = %v, want 200", rc.rec.Code)
+	} else if bodyOf(rc) != tokenChunk("C") {
+		t.Fatalf("caller C with another body: bodyOf(rc) = %v, want %v", bodyOf(rc), tokenChunk("C"))
 	}
 
 	// The same Authorization with another API key header is another caller.
@@ -110,13 +114,17 @@ func TestIdempotencyKeyStoredIsScopedToCaller(t *testing.T) {
 	other := keyedAs("", "shared-key", "Bearer sk-A")
 	other.Header.Set("X-Api-Key", "sk-other")
 	rd := <-hs.serve(other)
-	if got := rd.rec.Header().Get("Idempotent-Replayed"); got != "" || bodyOf(rd) != tokenChunk("D") {
-		t.Fatalf("caller A with an x-api-key: Idempotent-Replayed %q, body %q: want its own answer", got, bodyOf(rd))
+	if got := rd.rec.Header().Get("Idempotent-Replayed"); got != "" {
+		t.Fatalf("caller A with an x-api-key: got = %q, want \"\"", got)
+	} else if bodyOf(rd) != tokenChunk("D") {
+		t.Fatalf("caller A with an x-api-key: bodyOf(rd) = %v, want %v", bodyOf(rd), tokenChunk("D"))
 	}
 
 	ra := <-hs.serve(keyedAs("", "shared-key", "Bearer sk-A"))
-	if got := ra.rec.Header().Get("Idempotent-Replayed"); got != "true" || bodyOf(ra) != tokenChunk("A") {
-		t.Fatalf("caller A again: Idempotent-Replayed %q, body %q: want the replay of %q", got, bodyOf(ra), tokenChunk("A"))
+	if got := ra.rec.Header().Get("Idempotent-Replayed"); got != "true" {
+		t.Fatalf("caller A again: got = %q, want \"true\"", got)
+	} else if bodyOf(ra) != tokenChunk("A") {
+		t.Fatalf("caller A again: bodyOf(ra) = %v, want %v", bodyOf(ra), tokenChunk("A"))
 	}
 	if n := hs.tr.count(); n != 4 {
 		t.Fatalf("%d upstream attempts, want 4", n)
@@ -221,8 +229,10 @@ func TestIdempotentReplayCarriesUpstreamHeadersOnly(t *testing.T) {
 	a.end()
 	<-first
 	<-follower
-	if rec.Header().Get("Server-Timing") == "" || rec.Header().Get("X-Upstream") != "A" {
-		t.Fatalf("the leader's client lost headers: Server-Timing %q, X-Upstream %q", rec.Header().Get("Server-Timing"), rec.Header().Get("X-Upstream"))
+	if rec.Header().Get("Server-Timing") == "" {
+		t.Fatalf("the leader's client lost headers: rec.Header().Get(\"Server-Timing\") = \"\", want a non-empty value")
+	} else if rec.Header().Get("X-Upstream") != "A" {
+		t.Fatalf("the leader's client lost headers: rec.Header().Get(\"X-Upstream\") = %q, want \"A\"", rec.Header().Get("X-Upstream"))
 	}
 	check := func(who string, h http.Header) {
 		t.Helper()
@@ -408,8 +418,12 @@ func TestIdempotentFollowerOfErrorAnswerEndsCleanly(t *testing.T) {
 	if err := <-follower; err != nil {
 		t.Fatalf("follower of a 400: Handle = %v, want nil (a complete answer, a clean end)", err)
 	}
-	if pw.status != 400 || pw.h.Get("X-Upstream") != "A" || pw.h.Get("Content-Type") != "application/json" {
-		t.Fatalf("follower: status %d, X-Upstream %q, Content-Type %q: want the upstream's 400", pw.status, pw.h.Get("X-Upstream"), pw.h.Get("Content-Type"))
+	if pw.status != 400 {
+		t.Fatalf("follower: pw.status = %v, want 400", pw.status)
+	} else if pw.h.Get("X-Upstream") != "A" {
+		t.Fatalf("follower: pw.h.Get(\"X-Upstream\") = %q, want \"A\"", pw.h.Get("X-Upstream"))
+	} else if pw.h.Get("Content-Type") != "application/json" {
+		t.Fatalf("follower: pw.h.Get(\"Content-Type\") = %q, want \"application/json\"", pw.h.Get("Content-Type"))
 	}
 	// Not stored: the same request tries again.
 	out := hs.serve(keyed("", "k-400"))
@@ -527,8 +541,10 @@ func TestIdempotentFollowerOutlivesLeaderOverHTTP(t *testing.T) {
 	}
 	a.end()
 	rest, err := io.ReadAll(fbody)
-	if err != nil || string(rest) != tokenChunk("two") {
-		t.Fatalf("follower's rest %q, error %v: want %q and a clean end", rest, err, tokenChunk("two"))
+	if err != nil {
+		t.Fatal(err)
+	} else if string(rest) != tokenChunk("two") {
+		t.Fatalf("string(rest) = %v, want %v", string(rest), tokenChunk("two"))
 	}
 	// Both handlers return (the leader's after the follower's answer).
 	joined := 0

@@ -28,8 +28,12 @@ func TestIdempotentJoinSharesOneRace(t *testing.T) {
 	a.end()
 	r1, r2 := <-first, <-second
 	want := tokenChunk("one") + tokenChunk("two")
-	if bodyOf(r1) != want || bodyOf(r2) != want || r2.rec.Code != 200 {
-		t.Fatalf("leader %q follower %d %q", bodyOf(r1), r2.rec.Code, bodyOf(r2))
+	if bodyOf(r1) != want {
+		t.Fatalf("bodyOf(r1) = %v, want %v", bodyOf(r1), want)
+	} else if bodyOf(r2) != want {
+		t.Fatalf("bodyOf(r2) = %v, want %v", bodyOf(r2), want)
+	} else if r2.rec.Code != 200 {
+		t.Fatalf("r2.rec.Code = %v, want 200", r2.rec.Code)
 	}
 	if n := hs.tr.count(); n != 1 {
 		t.Fatalf("%d upstream attempts, want 1", n)
@@ -80,8 +84,10 @@ func TestIdempotentConflict(t *testing.T) {
 	first := hs.serve(keyed("", "k3"))
 	a := hs.tr.next(t)
 	res := <-hs.serve(keyed(`{"model":"other","stream":true}`, "k3"))
-	if res.rec.Code != 422 || !strings.Contains(bodyOf(res), `"code":"idempotency_key_reused"`) {
-		t.Fatalf("in flight: %d %q", res.rec.Code, bodyOf(res))
+	if res.rec.Code != 422 {
+		t.Fatalf("in flight: res.rec.Code = %v, want 422", res.rec.Code)
+	} else if !strings.Contains(bodyOf(res), `"code":"idempotency_key_reused"`) {
+		t.Fatalf("in flight: bodyOf(res) = %q, want it to contain `\"code\":\"idempotency_key_reused\"`", bodyOf(res))
 	}
 	a.respond(200, "text/event-stream")
 	a.write(tokenChunk("x"))
@@ -106,8 +112,12 @@ func TestIdempotentReplayWithinTTL(t *testing.T) {
 	a.end()
 	r1 := <-first
 	r2 := <-hs.serve(keyed("", "k4"))
-	if bodyOf(r2) != bodyOf(r1) || r2.rec.Header().Get("Idempotent-Replayed") != "true" || r2.rec.Header().Get("X-Upstream") != "A" {
-		t.Fatalf("replay %q %v", bodyOf(r2), r2.rec.Header())
+	if bodyOf(r2) != bodyOf(r1) {
+		t.Fatalf("bodyOf(r2) = %v, want %v", bodyOf(r2), bodyOf(r1))
+	} else if r2.rec.Header().Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("r2.rec.Header().Get(\"Idempotent-Replayed\") = %q, want \"true\"", r2.rec.Header().Get("Idempotent-Replayed"))
+	} else if r2.rec.Header().Get("X-Upstream") != "A" {
+		t.Fatalf("r2.rec.Header().Get(\"X-Upstream\") = %q, want \"A\"", r2.rec.Header().Get("X-Upstream"))
 	}
 	if hs.tr.count() != 1 {
 		t.Fatalf("replay called upstream")
@@ -154,8 +164,10 @@ func TestMemoryStoreBounds(t *testing.T) {
 	small := newMemoryStore(100, 300, c)
 	small.Put("x", &StoredResponse{Body: make([]byte, 200)}, time.Minute)
 	small.Put("y", &StoredResponse{Body: make([]byte, 200)}, time.Minute)
-	if _, ok := small.Get("x"); ok || small.bytes > 300 {
+	if _, ok := small.Get("x"); ok {
 		t.Fatalf("byte bound broken: %d bytes", small.bytes)
+	} else if small.bytes > 300 {
+		t.Fatalf("byte bound broken: small.bytes = %v, want <= 300", small.bytes)
 	}
 	small.Put("huge", &StoredResponse{Body: make([]byte, 400)}, time.Minute)
 	if _, ok := small.Get("huge"); ok {

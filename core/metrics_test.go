@@ -56,9 +56,10 @@ func TestReportMetrics(t *testing.T) {
 	replay := &Report{Route: "chat", Outcome: OutcomeReplayed, Status: 200, Winner: -1}
 	sink.samples = nil
 	ReportMetrics(replay, sink)
-	if got := strings.Join(sink.samples, "\n"); !strings.Contains(got, "llm_hedge_idempotent_requests_total{chat,replayed} 1s") ||
-		strings.Contains(got, "llm_hedge_ttft_seconds") {
-		t.Errorf("a replay's samples\n%s\nwant idempotent_requests_total{chat,replayed} and no TTFT", got)
+	if got := strings.Join(sink.samples, "\n"); !strings.Contains(got, "llm_hedge_idempotent_requests_total{chat,replayed} 1s") {
+		t.Errorf("got = %q, want it to contain \"llm_hedge_idempotent_requests_total{chat,replayed} 1s\"", got)
+	} else if strings.Contains(got, "llm_hedge_ttft_seconds") {
+		t.Errorf("got = %q, want it not to contain \"llm_hedge_ttft_seconds\"", got)
 	}
 }
 
@@ -86,8 +87,10 @@ func TestMetricDefs(t *testing.T) {
 			t.Errorf("histogram %s: want seconds", d.Name)
 		}
 	}
-	if defs[MetricCurrentDelay].Name != "llm_hedge_current_delay_seconds" || defs[MetricHedgesInFlight].Name != "llm_hedge_hedges_in_flight" {
-		t.Errorf("gauge indexes point at %s and %s", defs[MetricCurrentDelay].Name, defs[MetricHedgesInFlight].Name)
+	if defs[MetricCurrentDelay].Name != "llm_hedge_current_delay_seconds" {
+		t.Errorf("defs[MetricCurrentDelay].Name = %q, want \"llm_hedge_current_delay_seconds\"", defs[MetricCurrentDelay].Name)
+	} else if defs[MetricHedgesInFlight].Name != "llm_hedge_hedges_in_flight" {
+		t.Errorf("defs[MetricHedgesInFlight].Name = %q, want \"llm_hedge_hedges_in_flight\"", defs[MetricHedgesInFlight].Name)
 	}
 	sink := &countingSink{defs: defs, t: t}
 	r := hedgeWonReport()
@@ -119,14 +122,18 @@ func TestReportLogFields(t *testing.T) {
 	if got := strings.Join(keys, " "); got != want {
 		t.Errorf("keys %s\nwant %s", got, want)
 	}
-	if f := byKey["winner_attempt"]; f.Kind != LogInt || f.Int != 1 {
-		t.Errorf("winner_attempt = %d (kind %d), want 1", f.Int, f.Kind)
+	if f := byKey["winner_attempt"]; f.Kind != LogInt {
+		t.Errorf("f.Kind = %v, want %v", f.Kind, LogInt)
+	} else if f.Int != 1 {
+		t.Errorf("f.Int = %v, want 1", f.Int)
 	}
 	if f := byKey["winner_upstream"]; f.Str != "B" {
 		t.Errorf("winner_upstream = %q, want B", f.Str)
 	}
-	if f := byKey["ttft_ms"]; f.Kind != LogMillis || f.Millis != 80 {
-		t.Errorf("ttft_ms = %v, want 80", f.Millis)
+	if f := byKey["ttft_ms"]; f.Kind != LogMillis {
+		t.Errorf("f.Kind = %v, want %v", f.Kind, LogMillis)
+	} else if f.Millis != 80 {
+		t.Errorf("f.Millis = %v, want 80", f.Millis)
 	}
 	list := byKey["attempt_list"].Objects
 	if len(list) != 2 {
@@ -142,8 +149,12 @@ func TestReportLogFields(t *testing.T) {
 
 	none := ReportLogFields(&Report{Route: "chat", Outcome: OutcomeUpstreamError, Status: 502, Winner: -1})
 	for _, f := range none {
-		if strings.HasPrefix(f.Key, "winner") || f.Key == "ttft_ms" || f.Key == "idempotency_key_hash" {
-			t.Errorf("a request without a winner or key logs %s", f.Key)
+		if strings.HasPrefix(f.Key, "winner") {
+			t.Errorf("f.Key = %q, want it not to start with \"winner\"", f.Key)
+		} else if f.Key == "ttft_ms" {
+			t.Errorf("f.Key = \"ttft_ms\", want != \"ttft_ms\"")
+		} else if f.Key == "idempotency_key_hash" {
+			t.Errorf("f.Key = \"idempotency_key_hash\", want != \"idempotency_key_hash\"")
 		}
 	}
 }

@@ -24,8 +24,10 @@ func TestRoleOnlyChunkAndPingsNeverWin(t *testing.T) {
 	hs.clock.waitArmed(t, 1)
 	hs.clock.Advance(100 * time.Millisecond)
 	b := hs.tr.next(t)
-	if b.attempt() != 1 || b.req.URL.Host != "b.test" {
-		t.Fatalf("hedge went to %s attempt %d", b.req.URL, b.attempt())
+	if b.attempt() != 1 {
+		t.Fatalf("b.attempt() = %v, want 1", b.attempt())
+	} else if b.req.URL.Host != "b.test" {
+		t.Fatalf("b.req.URL.Host = %q, want \"b.test\"", b.req.URL.Host)
 	}
 	b.respond(200, "text/event-stream")
 	b.write(roleChunk + tokenChunk("B1"))
@@ -41,8 +43,14 @@ func TestRoleOnlyChunkAndPingsNeverWin(t *testing.T) {
 		t.Fatalf("body\n got %q\nwant %q", got, want)
 	}
 	rep := <-hs.reports
-	if rep.Winner != 1 || rep.Outcome != OutcomeOK || rep.HedgesStarted != 1 || rep.Attempts[0].Result != ResultLost {
-		t.Fatalf("report %+v", rep)
+	if rep.Winner != 1 {
+		t.Fatalf("rep.Winner = %v, want 1", rep.Winner)
+	} else if rep.Outcome != OutcomeOK {
+		t.Fatalf("rep.Outcome = %v, want %v", rep.Outcome, OutcomeOK)
+	} else if rep.HedgesStarted != 1 {
+		t.Fatalf("rep.HedgesStarted = %v, want 1", rep.HedgesStarted)
+	} else if rep.Attempts[0].Result != ResultLost {
+		t.Fatalf("rep.Attempts[0].Result = %v, want %v", rep.Attempts[0].Result, ResultLost)
 	}
 }
 
@@ -72,8 +80,10 @@ func TestEarlyFailureTriggersNextAttemptAtOnce(t *testing.T) {
 				t.Fatalf("body %q", got)
 			}
 			rep := <-hs.reports
-			if rep.Attempts[0].Result != ResultFailed || rep.Attempts[1].Role != RoleRetry {
-				t.Fatalf("report %+v", rep)
+			if rep.Attempts[0].Result != ResultFailed {
+				t.Fatalf("rep.Attempts[0].Result = %v, want %v", rep.Attempts[0].Result, ResultFailed)
+			} else if rep.Attempts[1].Role != RoleRetry {
+				t.Fatalf("rep.Attempts[1].Role = %v, want %v", rep.Attempts[1].Role, RoleRetry)
 			}
 		})
 	}
@@ -88,8 +98,10 @@ func TestFatalErrorIsNotHedged(t *testing.T) {
 	a.write(`{"error":{"message":"bad model"}}`)
 	a.end()
 	res := <-out
-	if res.rec.Code != 400 || bodyOf(res) != `{"error":{"message":"bad model"}}` {
-		t.Fatalf("got %d %q", res.rec.Code, bodyOf(res))
+	if res.rec.Code != 400 {
+		t.Fatalf("res.rec.Code = %v, want 400", res.rec.Code)
+	} else if bodyOf(res) != `{"error":{"message":"bad model"}}` {
+		t.Fatalf("bodyOf(res) = %q, want `{\"error\":{\"message\":\"bad model\"}}`", bodyOf(res))
 	}
 	hs.clock.Advance(time.Second)
 	if n := hs.tr.count(); n != 1 {
@@ -114,8 +126,12 @@ func TestAllFailedReturnsMostUsefulError(t *testing.T) {
 	b.write(`{"error":{"message":"oops"}}`)
 	b.end()
 	res := <-out
-	if res.rec.Code != 429 || res.rec.Header().Get("Retry-After") != "7" || !strings.Contains(bodyOf(res), "slow down") {
-		t.Fatalf("got %d %v %q", res.rec.Code, res.rec.Header(), bodyOf(res))
+	if res.rec.Code != 429 {
+		t.Fatalf("res.rec.Code = %v, want 429", res.rec.Code)
+	} else if res.rec.Header().Get("Retry-After") != "7" {
+		t.Fatalf("res.rec.Header().Get(\"Retry-After\") = %q, want \"7\"", res.rec.Header().Get("Retry-After"))
+	} else if !strings.Contains(bodyOf(res), "slow down") {
+		t.Fatalf("bodyOf(res) = %q, want it to contain \"slow down\"", bodyOf(res))
 	}
 }
 
@@ -127,8 +143,10 @@ func TestConnectFailureIs502JSON(t *testing.T) {
 	hs.tr.next(t).fail(errors.New("dial tcp: connection refused"))
 	res := <-out
 	want := `{"error":{"message":"upstream \"A\" could not be reached","type":"upstream_error","code":"upstream_unreachable"}}` + "\n"
-	if res.rec.Code != 502 || bodyOf(res) != want {
-		t.Fatalf("got %d %q, want 502 %q", res.rec.Code, bodyOf(res), want)
+	if res.rec.Code != 502 {
+		t.Fatalf("res.rec.Code = %v, want 502", res.rec.Code)
+	} else if bodyOf(res) != want {
+		t.Fatalf("bodyOf(res) = %v, want %v", bodyOf(res), want)
 	}
 }
 
@@ -184,8 +202,10 @@ func TestFailureAfterCommitAborts(t *testing.T) {
 	a.write(tokenChunk("one"))
 	a.reset()
 	res := <-out
-	if !errors.Is(res.err, ErrStreamAborted) || bodyOf(res) != tokenChunk("one") {
-		t.Fatalf("err %v body %q", res.err, bodyOf(res))
+	if !errors.Is(res.err, ErrStreamAborted) {
+		t.Fatalf("res.err = %v, want ErrStreamAborted", res.err)
+	} else if bodyOf(res) != tokenChunk("one") {
+		t.Fatalf("bodyOf(res) = %v, want %v", bodyOf(res), tokenChunk("one"))
 	}
 	if n := hs.tr.count(); n != 1 {
 		t.Fatalf("%d attempts after commit, want 1", n)
@@ -203,8 +223,12 @@ func TestFailureAfterCommitErrorEvent(t *testing.T) {
 	a.write(tokenChunk("one"))
 	a.reset()
 	res := <-out
-	if res.err != nil || !strings.HasSuffix(bodyOf(res), "\n\n") || !strings.Contains(bodyOf(res), "event: error\n") {
-		t.Fatalf("err %v body %q", res.err, bodyOf(res))
+	if res.err != nil {
+		t.Fatalf("res.err = %v, want nil", res.err)
+	} else if !strings.HasSuffix(bodyOf(res), "\n\n") {
+		t.Fatalf("bodyOf(res) = %q, want it to end with \"\\n\\n\"", bodyOf(res))
+	} else if !strings.Contains(bodyOf(res), "event: error\n") {
+		t.Fatalf("bodyOf(res) = %q, want it to contain \"event: error\\n\"", bodyOf(res))
 	}
 }
 
@@ -221,8 +245,12 @@ func TestNonStreamingFirstCompleteValidJSONWins(t *testing.T) {
 	b.write(`{"ok":true}`)
 	b.end()
 	res := <-out
-	if res.rec.Code != 200 || bodyOf(res) != `{"ok":true}` || res.rec.Header().Get("Content-Length") != "11" {
-		t.Fatalf("got %d %q %v", res.rec.Code, bodyOf(res), res.rec.Header())
+	if res.rec.Code != 200 {
+		t.Fatalf("res.rec.Code = %v, want 200", res.rec.Code)
+	} else if bodyOf(res) != `{"ok":true}` {
+		t.Fatalf("bodyOf(res) = %q, want `{\"ok\":true}`", bodyOf(res))
+	} else if res.rec.Header().Get("Content-Length") != "11" {
+		t.Fatalf("res.rec.Header().Get(\"Content-Length\") = %q, want \"11\"", res.rec.Header().Get("Content-Length"))
 	}
 }
 
@@ -245,22 +273,34 @@ func TestAttemptRequestsShareKeyAndApplyUpstreamRewrites(t *testing.T) {
 	hs.clock.Advance(100 * time.Millisecond)
 	b := hs.tr.next(t)
 	ka, kb := a.req.Header.Get("Idempotency-Key"), b.req.Header.Get("Idempotency-Key")
-	if ka == "" || ka != kb {
-		t.Fatalf("keys %q %q", ka, kb)
+	if ka == "" {
+		t.Fatalf("ka = \"\", want a non-empty value")
+	} else if ka != kb {
+		t.Fatalf("ka = %v, want %v", ka, kb)
 	}
-	if a.req.URL.String() != "http://a.test/base/v1/chat/completions?x=1" || b.req.URL.String() != "http://b.test/v1/chat/completions?x=1" {
-		t.Fatalf("urls %s %s", a.req.URL, b.req.URL)
+	if a.req.URL.String() != "http://a.test/base/v1/chat/completions?x=1" {
+		t.Fatalf("a.req.URL.String() = %q, want \"http://a.test/base/v1/chat/completions?x=1\"", a.req.URL.String())
+	} else if b.req.URL.String() != "http://b.test/v1/chat/completions?x=1" {
+		t.Fatalf("b.req.URL.String() = %q, want \"http://b.test/v1/chat/completions?x=1\"", b.req.URL.String())
 	}
-	if a.req.Header.Get("Authorization") != "Bearer key-a" || b.req.Header.Get("Authorization") != "Bearer key-b" {
-		t.Fatal("per-upstream Authorization not applied")
+	if a.req.Header.Get("Authorization") != "Bearer key-a" {
+		t.Fatalf("per-upstream Authorization not applied: a.req.Header.Get(\"Authorization\") = %q, want \"Bearer key-a\"", a.req.Header.Get("Authorization"))
+	} else if b.req.Header.Get("Authorization") != "Bearer key-b" {
+		t.Fatalf("per-upstream Authorization not applied: b.req.Header.Get(\"Authorization\") = %q, want \"Bearer key-b\"", b.req.Header.Get("Authorization"))
 	}
-	if a.req.Header.Get("X-Drop") != "1" || b.req.Header.Get("X-Drop") != "" || b.req.Header.Get("X-LLM-Hedge") != "" {
-		t.Fatal("header delete not applied")
+	if a.req.Header.Get("X-Drop") != "1" {
+		t.Fatalf("header delete not applied: a.req.Header.Get(\"X-Drop\") = %q, want \"1\"", a.req.Header.Get("X-Drop"))
+	} else if b.req.Header.Get("X-Drop") != "" {
+		t.Fatalf("header delete not applied: b.req.Header.Get(\"X-Drop\") = %q, want \"\"", b.req.Header.Get("X-Drop"))
+	} else if b.req.Header.Get("X-LLM-Hedge") != "" {
+		t.Fatalf("header delete not applied: b.req.Header.Get(\"X-LLM-Hedge\") = %q, want \"\"", b.req.Header.Get("X-LLM-Hedge"))
 	}
 	bodyA, _ := io.ReadAll(a.req.Body)
 	bodyB, _ := io.ReadAll(b.req.Body)
-	if string(bodyA) != `{"model":"gpt-x", "n": 1.50, "stream":true}` || string(bodyB) != `{"model":"cheap-model", "n": 1.50, "stream":true}` {
-		t.Fatalf("bodies %s | %s", bodyA, bodyB)
+	if string(bodyA) != `{"model":"gpt-x", "n": 1.50, "stream":true}` {
+		t.Fatalf("string(bodyA) = %q, want `{\"model\":\"gpt-x\", \"n\": 1.50, \"stream\":true}`", string(bodyA))
+	} else if string(bodyB) != `{"model":"cheap-model", "n": 1.50, "stream":true}` {
+		t.Fatalf("string(bodyB) = %q, want `{\"model\":\"cheap-model\", \"n\": 1.50, \"stream\":true}`", string(bodyB))
 	}
 	if b.req.ContentLength != int64(len(bodyB)) {
 		t.Fatalf("content length %d", b.req.ContentLength)
@@ -288,11 +328,15 @@ func TestOversizedBodyForwardedOnceWithoutLoss(t *testing.T) {
 	a.write(roleChunk)
 	a.end()
 	res := <-out
-	if bodyOf(res) != roleChunk || hs.tr.count() != 1 {
-		t.Fatalf("body %q attempts %d", bodyOf(res), hs.tr.count())
+	if bodyOf(res) != roleChunk {
+		t.Fatalf("bodyOf(res) = %v, want %v", bodyOf(res), roleChunk)
+	} else if hs.tr.count() != 1 {
+		t.Fatalf("hs.tr.count() = %v, want 1", hs.tr.count())
 	}
-	if rep := <-hs.reports; rep.Hedged || rep.Attempts[0].Role != RoleSingle {
-		t.Fatalf("report %+v", rep)
+	if rep := <-hs.reports; rep.Hedged {
+		t.Fatalf("rep.Hedged = true, want false")
+	} else if rep.Attempts[0].Role != RoleSingle {
+		t.Fatalf("rep.Attempts[0].Role = %v, want %v", rep.Attempts[0].Role, RoleSingle)
 	}
 }
 
@@ -300,8 +344,12 @@ func TestOversizedBodyForwardedOnceWithoutLoss(t *testing.T) {
 func TestMalformedJSONRejected(t *testing.T) {
 	hs := newHarness(t, testConfig())
 	res := <-hs.serve(chatRequest(`{"model":`))
-	if res.rec.Code != 400 || !strings.Contains(bodyOf(res), `"code":"invalid_json"`) || hs.tr.count() != 0 {
-		t.Fatalf("got %d %q", res.rec.Code, bodyOf(res))
+	if res.rec.Code != 400 {
+		t.Fatalf("res.rec.Code = %v, want 400", res.rec.Code)
+	} else if !strings.Contains(bodyOf(res), `"code":"invalid_json"`) {
+		t.Fatalf("bodyOf(res) = %q, want it to contain `\"code\":\"invalid_json\"`", bodyOf(res))
+	} else if hs.tr.count() != 0 {
+		t.Fatalf("hs.tr.count() = %v, want 0", hs.tr.count())
 	}
 }
 
@@ -319,8 +367,10 @@ func TestOptOutIsSingleAttempt(t *testing.T) {
 	a.write(`{"error":{"message":"busy"}}`)
 	a.end()
 	res := <-out
-	if res.rec.Code != 503 || hs.tr.count() != 1 {
-		t.Fatalf("got %d, %d attempts", res.rec.Code, hs.tr.count())
+	if res.rec.Code != 503 {
+		t.Fatalf("res.rec.Code = %v, want 503", res.rec.Code)
+	} else if hs.tr.count() != 1 {
+		t.Fatalf("hs.tr.count() = %v, want 1", hs.tr.count())
 	}
 }
 
@@ -336,8 +386,12 @@ func TestStatefulRequestNeedsIdempotencyKey(t *testing.T) {
 	a.end()
 	<-out
 	rep := <-hs.reports
-	if hs.tr.count() != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyNotIdempotent {
-		t.Fatalf("attempts %d denials %v", hs.tr.count(), rep.Denials)
+	if hs.tr.count() != 1 {
+		t.Fatalf("hs.tr.count() = %v, want 1", hs.tr.count())
+	} else if len(rep.Denials) != 1 {
+		t.Fatalf("len(rep.Denials) = %v, want 1", len(rep.Denials))
+	} else if rep.Denials[0] != DenyNotIdempotent {
+		t.Fatalf("rep.Denials[0] = %v, want %v", rep.Denials[0], DenyNotIdempotent)
 	}
 }
 

@@ -63,8 +63,10 @@ func TestTransportValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("Validate() = %v, want an error containing %q", err, c.want)
+		if err == nil {
+			t.Errorf("err = nil, want an error")
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("err.Error() = %q, want it to contain %q", err.Error(), c.want)
 		}
 	}
 	if err := (TransportConfig{}).WithDefaults().Validate(); err != nil {
@@ -111,8 +113,10 @@ func TestTransportTrustedCA(t *testing.T) {
 		t.Error("the system roots accepted the test server's certificate")
 	}
 
-	if _, err := NewTransport(cfg, []byte("not a certificate")); err == nil || !strings.Contains(err.Error(), "no certificate found") {
-		t.Errorf("NewTransport without a certificate: %v, want no certificate found", err)
+	if _, err := NewTransport(cfg, []byte("not a certificate")); err == nil {
+		t.Errorf("NewTransport without a certificate: err = nil, want an error")
+	} else if !strings.Contains(err.Error(), "no certificate found") {
+		t.Errorf("NewTransport without a certificate: err.Error() = %q, want it to contain \"no certificate found\"", err.Error())
 	}
 	missing := TransportConfig{TLSTrustedCACerts: []string{filepath.Join(t.TempDir(), "none.pem")}}
 	if _, err := missing.ReadCACerts(); err == nil {

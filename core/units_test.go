@@ -64,8 +64,10 @@ func TestByteSizeDecodesIntegersAndUnits(t *testing.T) {
 	}
 	for _, in := range []string{`"4 lots"`, `"-1MiB"`, `true`} {
 		var b ByteSize
-		if err := b.UnmarshalJSON([]byte(in)); err == nil || !strings.Contains(err.Error(), "size") {
-			t.Errorf("%s: error %v, want a size error", in, err)
+		if err := b.UnmarshalJSON([]byte(in)); err == nil {
+			t.Errorf("%s: err = nil, want an error", in)
+		} else if !strings.Contains(err.Error(), "size") {
+			t.Errorf("%s: err.Error() = %q, want it to contain \"size\"", in, err.Error())
 		}
 	}
 }
@@ -83,11 +85,17 @@ func TestExpandUpstreamsCoversEveryReferenceAndCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := got.Upstreams[0]
-	if u.URL != "http://h" || u.Model != "m" || u.SetHeaders["Authorization"] != "Bearer k" {
-		t.Errorf("expanded %+v", u)
+	if u.URL != "http://h" {
+		t.Errorf("u.URL = %q, want \"http://h\"", u.URL)
+	} else if u.Model != "m" {
+		t.Errorf("u.Model = %q, want \"m\"", u.Model)
+	} else if u.SetHeaders["Authorization"] != "Bearer k" {
+		t.Errorf("u.SetHeaders[\"Authorization\"] = %q, want \"Bearer k\"", u.SetHeaders["Authorization"])
 	}
-	if c.Upstreams[0].SetHeaders["Authorization"] != "Bearer $K" || c.Upstreams[0].URL != "http://$H" {
-		t.Errorf("the original was changed: %+v", c.Upstreams[0])
+	if c.Upstreams[0].SetHeaders["Authorization"] != "Bearer $K" {
+		t.Errorf("the original was changed: c.Upstreams[0].SetHeaders[\"Authorization\"] = %q, want \"Bearer $K\"", c.Upstreams[0].SetHeaders["Authorization"])
+	} else if c.Upstreams[0].URL != "http://$H" {
+		t.Errorf("the original was changed: c.Upstreams[0].URL = %q, want \"http://$H\"", c.Upstreams[0].URL)
 	}
 	_, err = c.ExpandUpstreams(func(v string) (string, error) {
 		if strings.Contains(v, "$K") {
@@ -95,8 +103,10 @@ func TestExpandUpstreamsCoversEveryReferenceAndCopies(t *testing.T) {
 		}
 		return v, nil
 	})
-	if err == nil || err.Error() != "upstream 0: set_headers Authorization: K is not set" {
-		t.Errorf("error %v, want it to name the upstream and header", err)
+	if err == nil {
+		t.Errorf("err = nil, want an error")
+	} else if err.Error() != "upstream 0: set_headers Authorization: K is not set" {
+		t.Errorf("err.Error() = %q, want \"upstream 0: set_headers Authorization: K is not set\"", err.Error())
 	}
 }
 

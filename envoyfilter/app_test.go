@@ -2,15 +2,9 @@ package envoyfilter_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -33,31 +27,14 @@ import (
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 // selfSigned writes a certificate for 127.0.0.1 and its key.
 func selfSigned(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "llmhedge-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600)
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
+	c := testcert.Server(t)
+	certFile, keyFile = c.WriteFiles(t, dir)
+	return certFile, keyFile, c.Pool(t)
 }
 
 // The process wrapper: TLS on the gRPC listener, the health service, the
@@ -89,8 +66,10 @@ routes:
 	defer conn.Close()
 	health, err := healthpb.NewHealthClient(conn).Check(context.Background(),
 		&healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
-	if err != nil || health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health %v, %v", health, err)
+	if err != nil {
+		t.Fatal(err)
+	} else if health.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health.GetStatus() = %v, want %v", health.GetStatus(), healthpb.HealthCheckResponse_SERVING)
 	}
 
 	driver := envoydriver.New(conn, envoydriver.Config{})
@@ -98,7 +77,11 @@ routes:
 	defer front.Close()
 	h := &harness{t: t, front: front}
 	text, from, err := streamChat(context.Background(), h.client(), simHeaders("tls-1", "A=ttft:2s")...)
-	if err != nil || text != llmsim.ExpectedChatText("tls-1", tokens) || !from["B"] {
+	if err != nil {
+		t.Fatal(err)
+	} else if text != llmsim.ExpectedChatText("tls-1", tokens) {
+		t.Fatalf("text = %q, want %q", text, llmsim.ExpectedChatText("tls-1", tokens))
+	} else if !from["B"] {
 		t.Fatalf("%q from %v, %v", text, from, err)
 	}
 	// The client has the whole answer before the ext_proc stream ends and
@@ -273,13 +256,17 @@ routes:
 	resp, err := healthpb.NewHealthClient(checkConn).Check(context.Background(),
 		&healthpb.HealthCheckRequest{Service: "envoy.service.ext_proc.v3.ExternalProcessor"})
 	checkConn.Close()
-	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Fatalf("health during the grace: %v, error %v; want NOT_SERVING", resp.GetStatus(), err)
+	if err != nil {
+		t.Fatalf("health during the grace: %v", err)
+	} else if resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Fatalf("health during the grace: resp.GetStatus() = %v, want %v", resp.GetStatus(), healthpb.HealthCheckResponse_NOT_SERVING)
 	}
 	// A new stream in the grace is served in full.
 	text, _, err := streamChat(context.Background(), h.client(), simHeaders("in-grace", "")...)
-	if err != nil || text != llmsim.ExpectedChatText("in-grace", tokens) {
-		t.Fatalf("a stream opened during the grace: %q, %v", text, err)
+	if err != nil {
+		t.Fatalf("a stream opened during the grace: %v", err)
+	} else if text != llmsim.ExpectedChatText("in-grace", tokens) {
+		t.Fatalf("a stream opened during the grace: text = %q, want %q", text, llmsim.ExpectedChatText("in-grace", tokens))
 	}
 	lastAccepted := time.Now()
 
@@ -297,8 +284,10 @@ routes:
 	}
 	close(release)
 	r := <-held
-	if r.err != nil || r.text != llmsim.ExpectedChatText("held", tokens) {
-		t.Fatalf("the stream in flight at SIGTERM: %q, %v; want it complete", r.text, r.err)
+	if r.err != nil {
+		t.Fatalf("the stream in flight at SIGTERM: r.err = %v, want nil", r.err)
+	} else if r.text != llmsim.ExpectedChatText("held", tokens) {
+		t.Fatalf("the stream in flight at SIGTERM: r.text = %q, want %q", r.text, llmsim.ExpectedChatText("held", tokens))
 	}
 	if err := <-ran; err != nil {
 		t.Fatal(err)

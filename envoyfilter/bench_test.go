@@ -166,7 +166,7 @@ func TestReferenceBenchmark(t *testing.T) {
 		t.Errorf("extra attempts %.2f%% exceed ideal %.2f%% + 2 points", 100*extra, 100*idealExtra)
 	}
 	if s := driver.Stats(); s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes != 0 {
-		t.Errorf("protocol trouble under load: %+v", s)
+		t.Errorf("protocol trouble under load: s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes = %v, want 0", s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes)
 	}
 	driver.Close()
 }

@@ -29,8 +29,10 @@ func TestBodyPipeIsBoundedInBytes(t *testing.T) {
 	}
 	buf := make([]byte, pipeLimit)
 	for i := 0; i < 2; i++ {
-		if n, err := q.Read(buf); n != len(buf) || err != nil {
-			t.Fatalf("Read = %d, %v", n, err)
+		if n, err := q.Read(buf); n != len(buf) {
+			t.Fatalf("n = %v, want %v", n, len(buf))
+		} else if err != nil {
+			t.Fatal(err)
 		}
 		if q.hasRoom() {
 			t.Fatalf("room after %d of %d bytes of a chunk were read; the chunk is still held", (i+1)*len(buf), len(big))
@@ -48,7 +50,11 @@ func TestBodyPipeIsBoundedInBytes(t *testing.T) {
 	<-freed
 	// Nobody reading any more: the chunks are released, writes dropped.
 	p.Close()
-	if !p.hasRoom() || p.buffered != 0 || p.write(small) {
+	if !p.hasRoom() {
+		t.Fatalf("after Close: %d bytes held, write taken", p.buffered)
+	} else if p.buffered != 0 {
+		t.Fatalf("after Close: p.buffered = %v, want 0", p.buffered)
+	} else if p.write(small) {
 		t.Fatalf("after Close: %d bytes held, write taken", p.buffered)
 	}
 }

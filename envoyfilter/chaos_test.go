@@ -1,12 +1,10 @@
 package envoyfilter_test
 
 import (
-	"bytes"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"runtime"
-	"sync"
 	"testing"
 
 	"go.uber.org/zap"
@@ -16,25 +14,8 @@ import (
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/chaos"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
-
-// lockedBuffer collects the server's log lines.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestChaos runs the fault-injection suite (internal/testkit/chaos) through the
 // ext_proc server behind the Envoy-side driver: the server's zap logger at
@@ -60,7 +41,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	logs := &lockedBuffer{}
+	logs := &proc.Buffer{}
 	logger := zap.New(zapcore.NewCore(zapcore.NewJSONEncoder(zap.NewProductionEncoderConfig()),
 		zapcore.AddSync(logs), zap.DebugLevel))
 	transport, err := core.NewTransport(cfg.Transport.TransportConfig, nil)

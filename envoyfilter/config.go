@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ type FileConfig struct {
 	// Routes are tried in order; the first that matches a request hedges
 	// it. A request no route matches continues through Envoy untouched.
 	Routes []RouteConfig `json:"routes"`
+	// Fleet shares keyed requests with the other replicas through Redis,
+	// for every route without a fleet of its own. Default off.
+	Fleet core.FleetConfig `json:"fleet"`
 }
 
 // GRPCConfig configures the gRPC listener.
@@ -240,59 +244,46 @@ func ParseConfig(data []byte) (*FileConfig, error) {
 	return &cfg, nil
 }
 
+// applyDefaults fills every zero server-level setting from serverDefaults
+// and the transport's from core.
 func (c *FileConfig) applyDefaults() {
-	if c.GRPC.Listen == "" {
-		c.GRPC.Listen = DefaultGRPCListen
+	if c.Transport.KeepAliveIdleTimeout == 0 {
+		c.Transport.KeepAliveIdleTimeout = c.Transport.IdleConnTimeout
 	}
-	if c.GRPC.MaxRecvMsgSize == 0 {
-		c.GRPC.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	fillZero(reflect.ValueOf(c).Elem(), reflect.ValueOf(serverDefaults()))
+	c.Transport.TransportConfig = c.Transport.TransportConfig.WithDefaults()
+	for i := range c.Routes {
+		if !c.Routes[i].Fleet.Enabled() {
+			c.Routes[i].Fleet = c.Fleet // the server-wide fleet
+		}
 	}
-	if c.Metrics.Listen == "" {
-		c.Metrics.Listen = DefaultMetricsListen
+}
+
+// serverDefaults holds the default of every server-level setting.
+func serverDefaults() FileConfig {
+	requests, streamed := true, true
+	grace, override := Duration(DefaultHealthGrace), Duration(DefaultOverrideMessageTimeout)
+	return FileConfig{
+		GRPC:     GRPCConfig{Listen: DefaultGRPCListen, MaxRecvMsgSize: DefaultMaxRecvMsgSize},
+		Metrics:  MetricsConfig{Listen: DefaultMetricsListen, Path: "/metrics"},
+		Log:      LogConfig{Level: "info", Format: "json", Requests: &requests},
+		Shutdown: ShutdownConfig{HealthGrace: &grace, DrainTimeout: Duration(DefaultDrainTimeout)},
+		Envoy: EnvoyConfig{RequestBodyMode: BodyModeFullDuplex, StreamedImmediateResponse: &streamed,
+			MaxImmediateResponse: DefaultMaxImmediateResponse, BodyChunk: DefaultBodyChunk, OverrideMessageTimeout: &override},
 	}
-	if c.Metrics.Path == "" {
-		c.Metrics.Path = "/metrics"
+}
+
+// fillZero sets every zero field of the struct v, nested structs field by
+// field, to the field of defaults (the same type).
+func fillZero(v, defaults reflect.Value) {
+	for i := 0; i < v.NumField(); i++ {
+		switch f := v.Field(i); {
+		case f.Kind() == reflect.Struct:
+			fillZero(f, defaults.Field(i))
+		case f.IsZero():
+			f.Set(defaults.Field(i))
+		}
 	}
-	if c.Log.Level == "" {
-		c.Log.Level = "info"
-	}
-	if c.Log.Format == "" {
-		c.Log.Format = "json"
-	}
-	if c.Log.Requests == nil {
-		on := true
-		c.Log.Requests = &on
-	}
-	if c.Shutdown.DrainTimeout == 0 {
-		c.Shutdown.DrainTimeout = Duration(DefaultDrainTimeout)
-	}
-	if c.Shutdown.HealthGrace == nil {
-		d := Duration(DefaultHealthGrace)
-		c.Shutdown.HealthGrace = &d
-	}
-	e := &c.Envoy
-	if e.RequestBodyMode == "" {
-		e.RequestBodyMode = BodyModeFullDuplex
-	}
-	if e.StreamedImmediateResponse == nil {
-		on := true
-		e.StreamedImmediateResponse = &on
-	}
-	if e.MaxImmediateResponse == 0 {
-		e.MaxImmediateResponse = DefaultMaxImmediateResponse
-	}
-	if e.BodyChunk == 0 {
-		e.BodyChunk = DefaultBodyChunk
-	}
-	if e.OverrideMessageTimeout == nil {
-		d := Duration(DefaultOverrideMessageTimeout)
-		e.OverrideMessageTimeout = &d
-	}
-	t := &c.Transport
-	if t.KeepAliveIdleTimeout == 0 {
-		t.KeepAliveIdleTimeout = t.IdleConnTimeout
-	}
-	t.TransportConfig = t.TransportConfig.WithDefaults()
 }
 
 // Validate reports every problem of the configuration (defaults applied),
@@ -416,5 +407,10 @@ func expandEnv(value string) (string, error) {
 func (r RouteConfig) CoreConfig() (core.Config, error) {
 	cfg := r.Config
 	cfg.Route = r.Name
+	fleetURL, err := expandEnv(cfg.Fleet.URL)
+	if err != nil {
+		return cfg, fmt.Errorf("fleet: url: %v", err)
+	}
+	cfg.Fleet.URL = fleetURL
 	return cfg.ExpandUpstreams(expandEnv)
 }

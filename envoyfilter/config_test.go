@@ -22,19 +22,36 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.GRPC.Listen != envoyfilter.DefaultGRPCListen || cfg.GRPC.MaxRecvMsgSize != envoyfilter.DefaultMaxRecvMsgSize ||
-		cfg.Metrics.Listen != envoyfilter.DefaultMetricsListen || cfg.Metrics.Path != "/metrics" ||
-		time.Duration(cfg.Shutdown.DrainTimeout) != envoyfilter.DefaultDrainTimeout ||
-		cfg.Envoy.RequestBodyMode != envoyfilter.BodyModeFullDuplex || !*cfg.Envoy.StreamedImmediateResponse ||
-		time.Duration(*cfg.Envoy.OverrideMessageTimeout) != envoyfilter.DefaultOverrideMessageTimeout {
-		t.Fatalf("defaults not applied: %+v", cfg)
+	switch {
+	case cfg.GRPC.Listen != envoyfilter.DefaultGRPCListen:
+		t.Fatalf("default grpc.listen = %q, want %q", cfg.GRPC.Listen, envoyfilter.DefaultGRPCListen)
+	case cfg.GRPC.MaxRecvMsgSize != envoyfilter.DefaultMaxRecvMsgSize:
+		t.Fatalf("default grpc.max_recv_msg_size = %d, want %d", cfg.GRPC.MaxRecvMsgSize, envoyfilter.DefaultMaxRecvMsgSize)
+	case cfg.Metrics.Listen != envoyfilter.DefaultMetricsListen:
+		t.Fatalf("default metrics.listen = %q, want %q", cfg.Metrics.Listen, envoyfilter.DefaultMetricsListen)
+	case cfg.Metrics.Path != "/metrics":
+		t.Fatalf("default metrics.path = %q, want /metrics", cfg.Metrics.Path)
+	case time.Duration(cfg.Shutdown.DrainTimeout) != envoyfilter.DefaultDrainTimeout:
+		t.Fatalf("default shutdown.drain_timeout = %v, want %v", cfg.Shutdown.DrainTimeout, envoyfilter.DefaultDrainTimeout)
+	case cfg.Envoy.RequestBodyMode != envoyfilter.BodyModeFullDuplex:
+		t.Fatalf("default envoy.request_body_mode = %q, want %q", cfg.Envoy.RequestBodyMode, envoyfilter.BodyModeFullDuplex)
+	case !*cfg.Envoy.StreamedImmediateResponse:
+		t.Fatal("default envoy.streamed_immediate_response = false, want true")
+	case time.Duration(*cfg.Envoy.OverrideMessageTimeout) != envoyfilter.DefaultOverrideMessageTimeout:
+		t.Fatalf("default envoy.override_message_timeout = %v, want %v", *cfg.Envoy.OverrideMessageTimeout, envoyfilter.DefaultOverrideMessageTimeout)
 	}
 	cc, err := cfg.Routes[0].CoreConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cc.Route != "chat" || len(cc.Upstreams) != 2 || cc.Delay.Mode != core.DelayFixed || time.Duration(cc.Delay.Fixed) != 50*time.Millisecond {
-		t.Fatalf("core config %+v", cc)
+	if cc.Route != "chat" {
+		t.Fatalf("cc.Route = %q, want \"chat\"", cc.Route)
+	} else if len(cc.Upstreams) != 2 {
+		t.Fatalf("len(cc.Upstreams) = %v, want 2", len(cc.Upstreams))
+	} else if cc.Delay.Mode != core.DelayFixed {
+		t.Fatalf("cc.Delay.Mode = %v, want core.DelayFixed", cc.Delay.Mode)
+	} else if time.Duration(cc.Delay.Fixed) != 50*time.Millisecond {
+		t.Fatalf("time.Duration(cc.Delay.Fixed) = %v, want %v", time.Duration(cc.Delay.Fixed), 50*time.Millisecond)
 	}
 }
 
@@ -78,28 +95,92 @@ routes:
 		t.Fatal(err)
 	}
 	u := cc.Upstreams[0]
-	if u.Name != "a" || u.SetHeaders["Authorization"] != "Bearer sk-123" || u.DeleteHeaders[0] != "x-internal" || u.Model != "gpt-4o-mini" {
-		t.Fatalf("upstream %+v", u)
+	if u.Name != "a" {
+		t.Fatalf("u.Name = %q, want \"a\"", u.Name)
+	} else if u.SetHeaders["Authorization"] != "Bearer sk-123" {
+		t.Fatalf("u.SetHeaders[\"Authorization\"] = %q, want \"Bearer sk-123\"", u.SetHeaders["Authorization"])
+	} else if u.DeleteHeaders[0] != "x-internal" {
+		t.Fatalf("u.DeleteHeaders[0] = %q, want \"x-internal\"", u.DeleteHeaders[0])
+	} else if u.Model != "gpt-4o-mini" {
+		t.Fatalf("u.Model = %q, want \"gpt-4o-mini\"", u.Model)
 	}
 	d := cc.Delay
-	if d.Mode != core.DelayAdaptive || time.Duration(d.Fixed) != 2*time.Second || d.Quantile != 0.9 || time.Duration(d.Min) != 100*time.Millisecond ||
-		time.Duration(d.Max) != 5*time.Second || d.Window != 500 || d.MinSamples != 20 {
-		t.Fatalf("delay %+v", d)
+	if d.Mode != core.DelayAdaptive {
+		t.Fatalf("d.Mode = %v, want core.DelayAdaptive", d.Mode)
+	} else if time.Duration(d.Fixed) != 2*time.Second {
+		t.Fatalf("time.Duration(d.Fixed) = %v, want %v", time.Duration(d.Fixed), 2*time.Second)
+	} else if d.Quantile != 0.9 {
+		t.Fatalf("d.Quantile = %v, want 0.9", d.Quantile)
+	} else if time.Duration(d.Min) != 100*time.Millisecond {
+		t.Fatalf("time.Duration(d.Min) = %v, want %v", time.Duration(d.Min), 100*time.Millisecond)
+	} else if time.Duration(d.Max) != 5*time.Second {
+		t.Fatalf("time.Duration(d.Max) = %v, want %v", time.Duration(d.Max), 5*time.Second)
+	} else if d.Window != 500 {
+		t.Fatalf("d.Window = %v, want 500", d.Window)
+	} else if d.MinSamples != 20 {
+		t.Fatalf("d.MinSamples = %v, want 20", d.MinSamples)
 	}
-	if cc.MaxAttempts != 3 || time.Duration(cc.Timeout) != time.Minute || time.Duration(cc.MinTimeLeft) != time.Second || cc.MaxBody != 8<<20 ||
-		cc.MaxPrefix != 2<<20 || cc.MaxLine != 512<<10 || len(cc.Methods) != 2 || cc.PathPrefixes[0] != "/v1/chat/" ||
-		cc.FirstEvent != core.RuleOpenAIChat || cc.ReportHeader != "Server-Timing" || !cc.StreamErrorEvent {
-		t.Fatalf("core config %+v", cc)
+	if cc.MaxAttempts != 3 {
+		t.Fatalf("cc.MaxAttempts = %v, want 3", cc.MaxAttempts)
+	} else if time.Duration(cc.Timeout) != time.Minute {
+		t.Fatalf("time.Duration(cc.Timeout) = %v, want time.Minute", time.Duration(cc.Timeout))
+	} else if time.Duration(cc.MinTimeLeft) != time.Second {
+		t.Fatalf("time.Duration(cc.MinTimeLeft) = %v, want time.Second", time.Duration(cc.MinTimeLeft))
+	} else if cc.MaxBody != 8<<20 {
+		t.Fatalf("cc.MaxBody = %v, want %v", cc.MaxBody, 8<<20)
+	} else if cc.MaxPrefix != 2<<20 {
+		t.Fatalf("cc.MaxPrefix = %v, want %v", cc.MaxPrefix, 2<<20)
+	} else if cc.MaxLine != 512<<10 {
+		t.Fatalf("cc.MaxLine = %v, want %v", cc.MaxLine, 512<<10)
+	} else if len(cc.Methods) != 2 {
+		t.Fatalf("len(cc.Methods) = %v, want 2", len(cc.Methods))
+	} else if cc.PathPrefixes[0] != "/v1/chat/" {
+		t.Fatalf("cc.PathPrefixes[0] = %q, want \"/v1/chat/\"", cc.PathPrefixes[0])
+	} else if cc.FirstEvent != core.RuleOpenAIChat {
+		t.Fatalf("cc.FirstEvent = %v, want core.RuleOpenAIChat", cc.FirstEvent)
+	} else if cc.ReportHeader != "Server-Timing" {
+		t.Fatalf("cc.ReportHeader = %q, want \"Server-Timing\"", cc.ReportHeader)
+	} else if !cc.StreamErrorEvent {
+		t.Fatalf("cc.StreamErrorEvent = false, want true")
 	}
-	if i := cc.Idempotency; i.Header != "X-Key" || time.Duration(i.TTL) != -time.Second || i.MaxEntries != 10 || i.MaxBytes != 1<<20 || i.MaxResponseBytes != 64<<10 ||
-		len(i.ScopeHeaders) != 2 || i.ScopeHeaders[1] != "X-User" {
-		t.Fatalf("idempotency %+v", i)
+	if i := cc.Idempotency; i.Header != "X-Key" {
+		t.Fatalf("i.Header = %q, want \"X-Key\"", i.Header)
+	} else if time.Duration(i.TTL) != -time.Second {
+		t.Fatalf("time.Duration(i.TTL) = %v, want -time.Second", time.Duration(i.TTL))
+	} else if i.MaxEntries != 10 {
+		t.Fatalf("i.MaxEntries = %v, want 10", i.MaxEntries)
+	} else if i.MaxBytes != 1<<20 {
+		t.Fatalf("i.MaxBytes = %v, want %v", i.MaxBytes, 1<<20)
+	} else if i.MaxResponseBytes != 64<<10 {
+		t.Fatalf("i.MaxResponseBytes = %v, want %v", i.MaxResponseBytes, 64<<10)
+	} else if len(i.ScopeHeaders) != 2 {
+		t.Fatalf("len(i.ScopeHeaders) = %v, want 2", len(i.ScopeHeaders))
+	} else if i.ScopeHeaders[1] != "X-User" {
+		t.Fatalf("i.ScopeHeaders[1] = %q, want \"X-User\"", i.ScopeHeaders[1])
 	}
 	b := cc.Budget
-	if b.Ratio != 0.2 || b.Burst != 5 || b.MaxConcurrentHedges != 7 || time.Duration(b.CoolDown) != 2*time.Second || time.Duration(b.MaxCoolDown) != 30*time.Second ||
-		b.OverloadRate != 0.5 || b.OverloadWindow != 50 || b.BreakerFailures != 3 || time.Duration(b.BreakerOpen) != 5*time.Second ||
-		b.TenantHeader != "x-tenant" || b.TenantTokensPerMinute != 1000 {
-		t.Fatalf("budget %+v", b)
+	if b.Ratio != 0.2 {
+		t.Fatalf("b.Ratio = %v, want 0.2", b.Ratio)
+	} else if b.Burst != 5 {
+		t.Fatalf("b.Burst = %v, want 5", b.Burst)
+	} else if b.MaxConcurrentHedges != 7 {
+		t.Fatalf("b.MaxConcurrentHedges = %v, want 7", b.MaxConcurrentHedges)
+	} else if time.Duration(b.CoolDown) != 2*time.Second {
+		t.Fatalf("time.Duration(b.CoolDown) = %v, want %v", time.Duration(b.CoolDown), 2*time.Second)
+	} else if time.Duration(b.MaxCoolDown) != 30*time.Second {
+		t.Fatalf("time.Duration(b.MaxCoolDown) = %v, want %v", time.Duration(b.MaxCoolDown), 30*time.Second)
+	} else if b.OverloadRate != 0.5 {
+		t.Fatalf("b.OverloadRate = %v, want 0.5", b.OverloadRate)
+	} else if b.OverloadWindow != 50 {
+		t.Fatalf("b.OverloadWindow = %v, want 50", b.OverloadWindow)
+	} else if b.BreakerFailures != 3 {
+		t.Fatalf("b.BreakerFailures = %v, want 3", b.BreakerFailures)
+	} else if time.Duration(b.BreakerOpen) != 5*time.Second {
+		t.Fatalf("time.Duration(b.BreakerOpen) = %v, want %v", time.Duration(b.BreakerOpen), 5*time.Second)
+	} else if b.TenantHeader != "x-tenant" {
+		t.Fatalf("b.TenantHeader = %q, want \"x-tenant\"", b.TenantHeader)
+	} else if b.TenantTokensPerMinute != 1000 {
+		t.Fatalf("b.TenantTokensPerMinute = %v, want 1000", b.TenantTokensPerMinute)
 	}
 }
 
@@ -166,8 +247,12 @@ routes:
 		t.Fatal(err)
 	}
 	u := cc.Upstreams[0]
-	if u.URL != "http://127.0.0.1:9001/v1" || u.Model != "gpt-4o-mini" || u.SetHeaders["Authorization"] != "Bearer sk-123" {
-		t.Errorf("upstream url %q, model %q, Authorization %q: want every ${NAME} expanded", u.URL, u.Model, u.SetHeaders["Authorization"])
+	if u.URL != "http://127.0.0.1:9001/v1" {
+		t.Errorf("u.URL = %q, want \"http://127.0.0.1:9001/v1\"", u.URL)
+	} else if u.Model != "gpt-4o-mini" {
+		t.Errorf("u.Model = %q, want \"gpt-4o-mini\"", u.Model)
+	} else if u.SetHeaders["Authorization"] != "Bearer sk-123" {
+		t.Errorf("u.SetHeaders[\"Authorization\"] = %q, want \"Bearer sk-123\"", u.SetHeaders["Authorization"])
 	}
 	if cfg.Routes[0].Upstreams[0].URL != "http://${LLMHEDGE_TEST_HOST}/v1" {
 		t.Errorf("the parsed file changed: url %q", cfg.Routes[0].Upstreams[0].URL)
@@ -177,8 +262,10 @@ routes:
 // A route is named by name; core's route field is not an Envoy option.
 func TestConfigRejectsRouteField(t *testing.T) {
 	_, err := envoyfilter.ParseConfig([]byte("routes:\n  - name: a\n    route: b\n    upstreams: [{url: 'http://x'}]\n"))
-	if err == nil || !strings.Contains(err.Error(), `unknown field "route"`) {
-		t.Fatalf("error %v, want unknown field \"route\"", err)
+	if err == nil {
+		t.Fatalf("err = nil, want an error")
+	} else if !strings.Contains(err.Error(), `unknown field "route"`) {
+		t.Fatalf("err.Error() = %q, want it to contain `unknown field \"route\"`", err.Error())
 	}
 }
 
@@ -190,7 +277,7 @@ func TestConfigTransport(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := cfg.Transport.TransportConfig, (core.TransportConfig{}).WithDefaults(); core.TransportKey(got, nil) != core.TransportKey(want, nil) {
-		t.Errorf("default transport %+v, want core's defaults %+v", got, want)
+		t.Errorf("core.TransportKey(got, nil) = %v, want %v", core.TransportKey(got, nil), core.TransportKey(want, nil))
 	}
 	cfg, err = envoyfilter.ParseConfig([]byte("transport: {idle_conn_timeout: 7s, tls_handshake_timeout: 3s, response_header_timeout: 1m, proxy_from_environment: true}\n"))
 	if err != nil {
@@ -200,7 +287,11 @@ func TestConfigTransport(t *testing.T) {
 	if tr.KeepAliveIdleTimeout.D() != 7*time.Second {
 		t.Errorf("keepalive_idle_timeout = %v, want 7s from idle_conn_timeout", tr.KeepAliveIdleTimeout)
 	}
-	if tr.TLSHandshakeTimeout.D() != 3*time.Second || tr.ResponseHeaderTimeout.D() != time.Minute || !tr.ProxyFromEnvironment {
+	if tr.TLSHandshakeTimeout.D() != 3*time.Second {
+		t.Errorf("tr.TLSHandshakeTimeout.D() = %v, want %v", tr.TLSHandshakeTimeout.D(), 3*time.Second)
+	} else if tr.ResponseHeaderTimeout.D() != time.Minute {
+		t.Errorf("tr.ResponseHeaderTimeout.D() = %v, want time.Minute", tr.ResponseHeaderTimeout.D())
+	} else if !tr.ProxyFromEnvironment {
 		t.Errorf("tls_handshake_timeout = %v, response_header_timeout = %v, proxy_from_environment = %v; want 3s, 1m, true",
 			tr.TLSHandshakeTimeout, tr.ResponseHeaderTimeout, tr.ProxyFromEnvironment)
 	}

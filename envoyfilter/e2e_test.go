@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -61,20 +61,32 @@ func TestStreamingHedgeOnFirstToken(t *testing.T) {
 	if want := llmsim.ExpectedChatText("stream-1", tokens); text != want {
 		t.Fatalf("text %q, want %q", text, want)
 	}
-	if len(from) != 1 || !from["B"] {
+	if len(from) != 1 {
+		t.Fatalf("len(from) = %v, want 1", len(from))
+	} else if !from["B"] {
 		t.Fatalf("chunks came from %v, want only B", from)
 	}
 	rep := h.report()
-	if rep.Outcome != core.OutcomeOK || rep.Winner != 1 || rep.Attempts[1].Role != core.RoleHedge {
-		t.Fatalf("report %+v", rep)
+	if rep.Outcome != core.OutcomeOK {
+		t.Fatalf("rep.Outcome = %v, want core.OutcomeOK", rep.Outcome)
+	} else if rep.Winner != 1 {
+		t.Fatalf("rep.Winner = %v, want 1", rep.Winner)
+	} else if rep.Attempts[1].Role != core.RoleHedge {
+		t.Fatalf("rep.Attempts[1].Role = %v, want core.RoleHedge", rep.Attempts[1].Role)
 	}
 	waitSim(t, h.A, "the primary's cancellation", func() bool { return h.A.Cancelled() == 1 })
 	after := h.driver.Stats()
-	if after.StreamedImmediate-before.StreamedImmediate != 1 || after.Immediate != before.Immediate {
-		t.Fatalf("driver stats %+v: want one StreamedImmediateResponse", after)
+	if after.StreamedImmediate-before.StreamedImmediate != 1 {
+		t.Fatalf("after.StreamedImmediate-before.StreamedImmediate = %v, want 1", after.StreamedImmediate-before.StreamedImmediate)
+	} else if after.Immediate != before.Immediate {
+		t.Fatalf("after.Immediate = %v, want %v", after.Immediate, before.Immediate)
 	}
-	if after.LostBodyBytes != 0 || after.Spurious != 0 || after.GRPCErrors != 0 {
-		t.Fatalf("driver saw protocol trouble: %+v", after)
+	if after.LostBodyBytes != 0 {
+		t.Fatalf("driver saw protocol trouble: after.LostBodyBytes = %v, want 0", after.LostBodyBytes)
+	} else if after.Spurious != 0 {
+		t.Fatalf("driver saw protocol trouble: after.Spurious = %v, want 0", after.Spurious)
+	} else if after.GRPCErrors != 0 {
+		t.Fatalf("driver saw protocol trouble: after.GRPCErrors = %v, want 0", after.GRPCErrors)
 	}
 }
 
@@ -95,9 +107,12 @@ func TestStreamingBytesFromOneUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" ||
-		resp.Header.Get(llmsim.HeaderUpstream) != "B" {
-		t.Fatalf("status %d, headers %v", resp.StatusCode, resp.Header)
+	if resp.StatusCode != 200 {
+		t.Fatalf("resp.StatusCode = %v, want 200", resp.StatusCode)
+	} else if resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("resp.Header.Get(\"Content-Type\") = %q, want \"text/event-stream\"", resp.Header.Get("Content-Type"))
+	} else if resp.Header.Get(llmsim.HeaderUpstream) != "B" {
+		t.Fatalf("resp.Header.Get(llmsim.HeaderUpstream) = %q, want \"B\"", resp.Header.Get(llmsim.HeaderUpstream))
 	}
 	want := llmsim.ExpectedStream("B", "sim-model", "bytes-1", tokens)
 	if !bytes.Equal(llmsim.StripPings(got), want) {
@@ -120,11 +135,13 @@ func TestNonStreaming(t *testing.T) {
 		t.Fatalf("answer from %q, want B", resp.SystemFingerprint)
 	}
 	after := h.driver.Stats()
-	if after.Immediate-before.Immediate != 1 || after.StreamedImmediate != before.StreamedImmediate {
-		t.Fatalf("driver stats %+v: want one ImmediateResponse", after)
+	if after.Immediate-before.Immediate != 1 {
+		t.Fatalf("after.Immediate-before.Immediate = %v, want 1", after.Immediate-before.Immediate)
+	} else if after.StreamedImmediate != before.StreamedImmediate {
+		t.Fatalf("after.StreamedImmediate = %v, want %v", after.StreamedImmediate, before.StreamedImmediate)
 	}
 	if rep := h.report(); rep.Winner != 1 {
-		t.Fatalf("report %+v", rep)
+		t.Fatalf("rep.Winner = %v, want 1", rep.Winner)
 	}
 }
 
@@ -141,8 +158,10 @@ func TestLargeNonStreamingAnswerIsStreamed(t *testing.T) {
 	if got, want := resp.Choices[0].Message.Content, llmsim.ExpectedChatText("large-1", 300); got != want {
 		t.Fatalf("content has %d bytes, want %d", len(got), len(want))
 	}
-	if s := h.driver.Stats(); s.StreamedImmediate != 1 || s.Immediate != 0 {
-		t.Fatalf("driver stats %+v: want the answer streamed", s)
+	if s := h.driver.Stats(); s.StreamedImmediate != 1 {
+		t.Fatalf("s.StreamedImmediate = %v, want 1", s.StreamedImmediate)
+	} else if s.Immediate != 0 {
+		t.Fatalf("s.Immediate = %v, want 0", s.Immediate)
 	}
 }
 
@@ -154,11 +173,15 @@ func TestFailureAfterCommitResetsTheClient(t *testing.T) {
 	if err == nil {
 		t.Fatal("the stream ended cleanly; want an error")
 	}
-	if want := llmsim.ExpectedChatText("abort-1", 3); text != want || !from["B"] || from["A"] {
+	if want := llmsim.ExpectedChatText("abort-1", 3); text != want {
+		t.Fatalf("text = %q, want %q", text, want)
+	} else if !from["B"] {
+		t.Fatalf("text %q from %v, want %q from B only", text, from, want)
+	} else if from["A"] {
 		t.Fatalf("text %q from %v, want %q from B only", text, from, want)
 	}
 	if rep := h.report(); rep.Outcome != core.OutcomeStreamFailed {
-		t.Fatalf("report %+v", rep)
+		t.Fatalf("rep.Outcome = %v, want core.OutcomeStreamFailed", rep.Outcome)
 	}
 	waitFor(t, "the driver's reset", func() bool { return h.driver.Stats().Resets == 1 })
 }
@@ -192,7 +215,7 @@ func TestClientDisconnectCancelsAttempts(t *testing.T) {
 			waitSim(t, h.A, "the primary's cancellation", func() bool { return h.A.Cancelled() == 1 })
 			waitSim(t, h.B, "the hedge's cancellation", func() bool { return h.B.Cancelled() == 1 })
 			if rep := h.report(); rep.Outcome != core.OutcomeClientGone {
-				t.Fatalf("report %+v", rep)
+				t.Fatalf("rep.Outcome = %v, want core.OutcomeClientGone", rep.Outcome)
 			}
 			waitFor(t, "the ext_proc stream to end", func() bool { return h.srv.InFlight() == 0 })
 		})
@@ -213,8 +236,10 @@ func TestUnmatchedRoutesContinueUntouched(t *testing.T) {
 		if string(got) != "other:GET /healthz" {
 			t.Fatalf("mode %d: GET answered %q", mode, got)
 		}
-		if seen := <-h.seen; seen.path != "/healthz?x=1" || seen.header.Get("X-Request-Id") == "" {
-			t.Fatalf("mode %d: upstream saw %+v", mode, seen)
+		if seen := <-h.seen; seen.path != "/healthz?x=1" {
+			t.Fatalf("seen.path = %q, want \"/healthz?x=1\"", seen.path)
+		} else if seen.header.Get("X-Request-Id") == "" {
+			t.Fatalf("seen.header.Get(\"X-Request-Id\") = \"\", want a non-empty value")
 		}
 		payload := strings.Repeat("0123456789", 10_000) // several chunks
 		resp, err = h.front.Client().Post(h.front.URL+"/api/upload", "text/plain", strings.NewReader(payload))
@@ -226,8 +251,14 @@ func TestUnmatchedRoutesContinueUntouched(t *testing.T) {
 			t.Fatalf("mode %d: upstream got a body of %d bytes, want %d", mode, len(seen.body), len(payload))
 		}
 		s := h.driver.Stats()
-		if s.Continued != 2 || s.LostBodyBytes != 0 || s.Spurious != 0 || s.ErrorReplies != 0 {
-			t.Fatalf("mode %d: driver stats %+v", mode, s)
+		if s.Continued != 2 {
+			t.Fatalf("s.Continued = %v, want 2", s.Continued)
+		} else if s.LostBodyBytes != 0 {
+			t.Fatalf("s.LostBodyBytes = %v, want 0", s.LostBodyBytes)
+		} else if s.Spurious != 0 {
+			t.Fatalf("s.Spurious = %v, want 0", s.Spurious)
+		} else if s.ErrorReplies != 0 {
+			t.Fatalf("s.ErrorReplies = %v, want 0", s.ErrorReplies)
 		}
 		if h.A.Served()+h.B.Served() != 0 {
 			t.Fatalf("mode %d: unmatched requests reached the hedged upstreams", mode)
@@ -244,21 +275,33 @@ func TestBufferedMode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if text != llmsim.ExpectedChatText("buf-1", tokens) || !from["B"] || from["A"] {
+	if text != llmsim.ExpectedChatText("buf-1", tokens) {
+		t.Fatalf("text = %q, want %q", text, llmsim.ExpectedChatText("buf-1", tokens))
+	} else if !from["B"] {
+		t.Fatalf("text %q from %v", text, from)
+	} else if from["A"] {
 		t.Fatalf("text %q from %v", text, from)
 	}
-	if s := h.driver.Stats(); s.Immediate != 1 || s.TimeoutOverrides != 1 || s.MessageTimeouts != 0 {
-		t.Fatalf("driver stats %+v", s)
+	if s := h.driver.Stats(); s.Immediate != 1 {
+		t.Fatalf("s.Immediate = %v, want 1", s.Immediate)
+	} else if s.TimeoutOverrides != 1 {
+		t.Fatalf("s.TimeoutOverrides = %v, want 1", s.TimeoutOverrides)
+	} else if s.MessageTimeouts != 0 {
+		t.Fatalf("s.MessageTimeouts = %v, want 0", s.MessageTimeouts)
 	}
 
 	h2 := newHarness(t, harnessOptions{driver: envoydriver.Config{Mode: envoydriver.Buffered}})
 	_, err = chat(h2).New(context.Background(), chatParams(), simHeaders("buf-2", "A=ttft:2s;B=ttft:2s")...)
 	var apiErr *openai.Error
-	if !errors.As(err, &apiErr) || apiErr.StatusCode != http.StatusGatewayTimeout {
+	if !errors.As(err, &apiErr) {
 		t.Fatalf("err %v, want Envoy's 504 message timeout", err)
+	} else if apiErr.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("apiErr.StatusCode = %v, want http.StatusGatewayTimeout", apiErr.StatusCode)
 	}
-	if s := h2.driver.Stats(); s.MessageTimeouts != 1 || s.OverridesIgnored != 1 {
-		t.Fatalf("driver stats %+v", s)
+	if s := h2.driver.Stats(); s.MessageTimeouts != 1 {
+		t.Fatalf("s.MessageTimeouts = %v, want 1", s.MessageTimeouts)
+	} else if s.OverridesIgnored != 1 {
+		t.Fatalf("s.OverridesIgnored = %v, want 1", s.OverridesIgnored)
 	}
 	waitSim(t, h2.A, "the cancelled attempt", func() bool { return h2.A.Cancelled() == 1 })
 }
@@ -295,13 +338,18 @@ func TestResponseHeadersSurvive(t *testing.T) {
 		}
 		io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if got := strings.Join(resp.Header.Values("Set-Cookie"), ","); got != "a=1,b=2" || resp.Header.Get("X-Upstream") != "u" ||
-			resp.Header.Get("X-Envoy-Decorator") != "" {
-			t.Fatalf("stream=%s: headers %v", stream, resp.Header)
+		if got := strings.Join(resp.Header.Values("Set-Cookie"), ","); got != "a=1,b=2" {
+			t.Fatalf("got = %q, want \"a=1,b=2\"", got)
+		} else if resp.Header.Get("X-Upstream") != "u" {
+			t.Fatalf("resp.Header.Get(\"X-Upstream\") = %q, want \"u\"", resp.Header.Get("X-Upstream"))
+		} else if resp.Header.Get("X-Envoy-Decorator") != "" {
+			t.Fatalf("resp.Header.Get(\"X-Envoy-Decorator\") = %q, want \"\"", resp.Header.Get("X-Envoy-Decorator"))
 		}
 	}
-	if s := h.driver.Stats(); s.Immediate != 1 || s.StreamedImmediate != 1 {
-		t.Fatalf("driver stats %+v", s)
+	if s := h.driver.Stats(); s.Immediate != 1 {
+		t.Fatalf("s.Immediate = %v, want 1", s.Immediate)
+	} else if s.StreamedImmediate != 1 {
+		t.Fatalf("s.StreamedImmediate = %v, want 1", s.StreamedImmediate)
 	}
 }
 
@@ -311,7 +359,7 @@ func brokenJSONUpstream(t *testing.T) *httptest.Server {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
-		w.Header().Set("Content-Length", strconv.Itoa(2<<20))
+		w.Header().Set("Content-Length", fmt.Sprint(2<<20))
 		w.WriteHeader(http.StatusOK)
 		w.Write([]byte(`{"choices":[{"message":{"content":"`))
 		w.Write(bytes.Repeat([]byte("x"), 3<<19-64))

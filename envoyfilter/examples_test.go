@@ -70,8 +70,10 @@ func TestEnvoyExampleValidates(t *testing.T) {
 		t.Fatalf("Bootstrap.ValidateAll: %v", err)
 	}
 	listeners := bs.GetStaticResources().GetListeners()
-	if len(listeners) != 1 || len(listeners[0].GetFilterChains()) != 1 {
-		t.Fatalf("want one listener with one filter chain")
+	if len(listeners) != 1 {
+		t.Fatalf("len(listeners) = %v, want 1", len(listeners))
+	} else if len(listeners[0].GetFilterChains()) != 1 {
+		t.Fatalf("len(listeners[0].GetFilterChains()) = %v, want 1", len(listeners[0].GetFilterChains()))
 	}
 	hcm := unpack[*hcmv3.HttpConnectionManager](t, "the connection manager",
 		listeners[0].GetFilterChains()[0].GetFilters()[0].GetTypedConfig())
@@ -155,10 +157,12 @@ func checkExtProc(t *testing.T, ep *extprocfilterv3.ExternalProcessor) {
 	if ep.GetFailureModeAllow() {
 		t.Error("FULL_DUPLEX_STREAMED needs failure_mode_allow false (config.cc)")
 	}
-	if pm.GetResponseHeaderMode() != extprocfilterv3.ProcessingMode_SKIP ||
-		pm.GetResponseBodyMode() != extprocfilterv3.ProcessingMode_NONE ||
-		pm.GetResponseTrailerMode() != extprocfilterv3.ProcessingMode_SKIP {
-		t.Error("the response path must not go to the server")
+	if pm.GetResponseHeaderMode() != extprocfilterv3.ProcessingMode_SKIP {
+		t.Errorf("the response path must not go to the server: pm.GetResponseHeaderMode() = %v, want %v", pm.GetResponseHeaderMode(), extprocfilterv3.ProcessingMode_SKIP)
+	} else if pm.GetResponseBodyMode() != extprocfilterv3.ProcessingMode_NONE {
+		t.Errorf("the response path must not go to the server: pm.GetResponseBodyMode() = %v, want %v", pm.GetResponseBodyMode(), extprocfilterv3.ProcessingMode_NONE)
+	} else if pm.GetResponseTrailerMode() != extprocfilterv3.ProcessingMode_SKIP {
+		t.Errorf("the response path must not go to the server: pm.GetResponseTrailerMode() = %v, want %v", pm.GetResponseTrailerMode(), extprocfilterv3.ProcessingMode_SKIP)
 	}
 	if ep.GetAllowModeOverride() {
 		t.Error("allow_mode_override: the server never overrides modes")

@@ -97,10 +97,9 @@ func TestBenchLightOverhead(t *testing.T) {
 		t.Skip("set LLMHEDGE_BENCH=1 to run the benchmark")
 	}
 	const rounds, perRound, conns = 4, 2500, 20
-	fast := llmsim.Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: -1, StallProb: noStalls, TokenGap: -1, PingEvery: -1}
-	up := llmsim.Start("A", fast)
+	up := llmsim.Start("A", llmsim.Fast())
 	defer up.Close()
-	spare := llmsim.Start("B", fast)
+	spare := llmsim.Start("B", llmsim.Fast())
 	defer spare.Close()
 	grpcAddr, serverPid := startExtProcProcess(t, fmt.Sprintf(
 		"metrics: {listen: \"off\"}\nlog: {requests: false}\nroutes:\n  - {name: chat, upstreams: [{name: A, url: %q}, {name: B, url: %q}], delay: 30s}\n",
@@ -123,13 +122,7 @@ func TestBenchLightOverhead(t *testing.T) {
 
 	self := os.Getpid()
 	target := func(name string, srv *httptest.Server, n int, pid int) lightload.Target {
-		addr := strings.TrimPrefix(srv.URL, "http://")
-		return lightload.Target{Name: name,
-			CPU: func() (time.Duration, error) { return lightload.ProcessCPU(pid) },
-			Options: lightload.Options{Addr: addr, Conns: conns, N: n, WantSuffix: []byte("data: [DONE]\n\n"),
-				Request: lightload.NewRequest("POST", addr, "/v1/chat/completions",
-					`{"model":"bench","stream":true,"messages":[{"role":"user","content":"Say something."}]}`,
-					"Content-Type: application/json", llmsim.HeaderRequest+": light")}}
+		return lightload.StreamTarget(name, strings.TrimPrefix(srv.URL, "http://"), "/v1/chat/completions", pid, conns, n)
 	}
 	ctx := t.Context()
 	// Warm up connections and pools.
@@ -162,12 +155,7 @@ func TestBenchLightOverhead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range cmp.Failures() {
-		t.Error(f)
-	}
-	if spare.Served() != 0 {
-		t.Errorf("a hedge fired on the fast upstream (%d requests to the spare)", spare.Served())
-	}
+	cmp.CheckNoFailureNoHedge(t, spare)
 	perReq := func(d time.Duration, i int) time.Duration { return d / time.Duration(cmp.Requests[i]) }
 	t.Logf("light client, fast 20-token upstream, no hedge: %d rounds x %d requests, %d connections", rounds, perRound, conns)
 	t.Logf("  driver+ext_proc %8.0f req/s   ext_proc server CPU %v/request   test process CPU %v/request (client, upstream, driver)",
@@ -176,6 +164,6 @@ func TestBenchLightOverhead(t *testing.T) {
 		cmp.RPS(1), perReq(selfCPU[1], 1))
 	t.Logf("  req/s ext_proc / plain = %.3f (rounds %.2f)", cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1))
 	if s := driver.Stats(); s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes != 0 {
-		t.Errorf("protocol trouble under load: %+v", s)
+		t.Errorf("protocol trouble under load: s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes = %v, want 0", s.Spurious+s.GRPCErrors+s.Resets+s.LostBodyBytes)
 	}
 }

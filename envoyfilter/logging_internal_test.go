@@ -79,8 +79,10 @@ func TestRequestLogKeysAreTheSharedOnes(t *testing.T) {
 		t.Errorf("keys %v, want %v", got, want)
 	}
 	fields := entries[0].ContextMap()
-	if fields["winner_attempt"] != int64(1) || fields["winner_upstream"] != "B" {
-		t.Errorf("winner_attempt = %v, winner_upstream = %v; want 1 and B", fields["winner_attempt"], fields["winner_upstream"])
+	if fields["winner_attempt"] != int64(1) {
+		t.Errorf("fields[\"winner_attempt\"] = %v, want %v", fields["winner_attempt"], int64(1))
+	} else if fields["winner_upstream"] != "B" {
+		t.Errorf("fields[\"winner_upstream\"] = %q, want \"B\"", fields["winner_upstream"])
 	}
 	if _, ok := fields["winner"]; ok {
 		t.Errorf("the line still has winner = %v", fields["winner"])

@@ -20,8 +20,14 @@ func TestMetricNamesSharedWithOtherAdapters(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	for _, req := range []struct{ id, behavior, from string }{{"names-1", "A=stall", "B"}, {"names-2", "", "A"}} {
 		text, from, err := streamChat(context.Background(), h.client(), simHeaders(req.id, req.behavior)...)
-		if err != nil || text != llmsim.ExpectedChatText(req.id, tokens) || !from[req.from] || len(from) != 1 {
+		if err != nil {
+			t.Fatalf("%s: %v", req.id, err)
+		} else if text != llmsim.ExpectedChatText(req.id, tokens) {
+			t.Fatalf("%s: text = %q, want %q", req.id, text, llmsim.ExpectedChatText(req.id, tokens))
+		} else if !from[req.from] {
 			t.Fatalf("%s: %q from %v, %v; want %s's whole answer", req.id, text, from, err, req.from)
+		} else if len(from) != 1 {
+			t.Fatalf("%s: len(from) = %v, want 1", req.id, len(from))
 		}
 		h.report() // observed: counted
 	}

@@ -91,8 +91,10 @@ func TestMalformedMessagesGetGRPCErrors(t *testing.T) {
 	}
 	// Still serving, and nothing leaked.
 	text, _, err := streamChat(context.Background(), h.client(), simHeaders("after-1", "")...)
-	if err != nil || text != llmsim.ExpectedChatText("after-1", tokens) {
-		t.Fatalf("after the bad streams: %q, %v", text, err)
+	if err != nil {
+		t.Fatalf("after the bad streams: %v", err)
+	} else if text != llmsim.ExpectedChatText("after-1", tokens) {
+		t.Fatalf("after the bad streams: text = %q, want %q", text, llmsim.ExpectedChatText("after-1", tokens))
 	}
 	waitFor(t, "every stream to end", func() bool { return h.srv.InFlight() == 0 })
 }
@@ -239,9 +241,10 @@ func TestRandomMessageSequences(t *testing.T) {
 		cancel()
 	}
 	waitFor(t, "every stream to end", func() bool { return h.srv.InFlight() == 0 })
-	if text, _, err := streamChat(context.Background(), h.client(), simHeaders("after-random", "")...); err != nil ||
-		text != llmsim.ExpectedChatText("after-random", tokens) {
-		t.Fatalf("after the random streams: %q, %v", text, err)
+	if text, _, err := streamChat(context.Background(), h.client(), simHeaders("after-random", "")...); err != nil {
+		t.Fatalf("after the random streams: %v", err)
+	} else if text != llmsim.ExpectedChatText("after-random", tokens) {
+		t.Fatalf("after the random streams: text = %q, want %q", text, llmsim.ExpectedChatText("after-random", tokens))
 	}
 }
 
@@ -293,13 +296,19 @@ func TestNonOriginFormTargetsContinue(t *testing.T) {
 	stream := open()
 	stream.Send(headersMsg(false, ":method", "CONNECT", ":authority", "example.com:443"))
 	m, err := stream.Recv()
-	if err != nil || m.GetRequestHeaders() == nil || m.GetRequestHeaders().GetResponse().GetStatus() != extprocv3.CommonResponse_CONTINUE {
-		t.Fatalf("CONNECT headers: reply %v, error %v; want CONTINUE", m, err)
+	if err != nil {
+		t.Fatalf("CONNECT headers: %v", err)
+	} else if m.GetRequestHeaders() == nil {
+		t.Fatalf("CONNECT headers: m.GetRequestHeaders() = nil, want non-nil")
+	} else if m.GetRequestHeaders().GetResponse().GetStatus() != extprocv3.CommonResponse_CONTINUE {
+		t.Fatalf("CONNECT headers: m.GetRequestHeaders().GetResponse().GetStatus() = %v, want extprocv3.CommonResponse_CONTINUE", m.GetRequestHeaders().GetResponse().GetStatus())
 	}
 	stream.Send(bodyMsg("tunnel bytes", false))
 	m, err = stream.Recv()
-	if got := string(m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()); err != nil || got != "tunnel bytes" {
-		t.Fatalf("CONNECT data echoed as %q (error %v), want %q", got, err, "tunnel bytes")
+	if got := string(m.GetRequestBody().GetResponse().GetBodyMutation().GetStreamedResponse().GetBody()); err != nil {
+		t.Fatal(err)
+	} else if got != "tunnel bytes" {
+		t.Fatalf("got = %q, want \"tunnel bytes\"", got)
 	}
 	stream.CloseSend()
 	if _, err := stream.Recv(); err != io.EOF {

@@ -1,18 +1,13 @@
 package envoyfilter
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 func stateOf(s *Server, route string) interface{} {
@@ -92,8 +87,10 @@ func TestReloadRebuildsTheTransport(t *testing.T) {
 	if !ok || tr == first {
 		t.Fatal("the transport section changed, but the transport was not rebuilt")
 	}
-	if tr.IdleConnTimeout != 7*time.Second || tr.MaxIdleConnsPerHost != 3 {
-		t.Fatalf("transport IdleConnTimeout = %v, MaxIdleConnsPerHost = %d, want 7s, 3", tr.IdleConnTimeout, tr.MaxIdleConnsPerHost)
+	if tr.IdleConnTimeout != 7*time.Second {
+		t.Fatalf("tr.IdleConnTimeout = %v, want %v", tr.IdleConnTimeout, 7*time.Second)
+	} else if tr.MaxIdleConnsPerHost != 3 {
+		t.Fatalf("tr.MaxIdleConnsPerHost = %v, want 3", tr.MaxIdleConnsPerHost)
 	}
 	second := s.transport
 	if err := s.Reload(parse("transport: {keepalive_idle_timeout: 7s, max_idle_conns_per_host: 3}\n" + routes)); err != nil {
@@ -108,21 +105,7 @@ func TestReloadRebuildsTheTransport(t *testing.T) {
 // same path build a new transport, the same contents keep the running one.
 func TestReloadRereadsTrustedCAs(t *testing.T) {
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	writeCA := func(serial int64) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test CA"},
-			NotBefore: time.Now(), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	writeCA := func(serial int64) { testcert.WritePEM(t, caFile, testcert.CA(t, serial).DER) }
 	yaml := "transport: {tls_trusted_ca_certs: ['" + caFile + "']}\nroutes:\n  - {name: chat, upstreams: [{url: 'https://a:1'}]}\n"
 	parse := func() *FileConfig {
 		cfg, err := ParseConfig([]byte(yaml))

@@ -2,15 +2,9 @@ package envoyfilter_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -25,6 +19,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 const onlyA = `
@@ -70,8 +65,14 @@ func TestReloadKeepsStreamsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	text, from, err := streamChat(context.Background(), h.client(), simHeaders("new-1", "")...)
-	if err != nil || !from["B"] || from["A"] || text != llmsim.ExpectedChatText("new-1", tokens) {
+	if err != nil {
+		t.Fatalf("after the reload: %v", err)
+	} else if !from["B"] {
 		t.Fatalf("after the reload: %q from %v, %v", text, from, err)
+	} else if from["A"] {
+		t.Fatalf("after the reload: %q from %v, %v", text, from, err)
+	} else if text != llmsim.ExpectedChatText("new-1", tokens) {
+		t.Fatalf("after the reload: text = %q, want %q", text, llmsim.ExpectedChatText("new-1", tokens))
 	}
 
 	bad := *h.config("", onlyB)
@@ -79,14 +80,22 @@ func TestReloadKeepsStreamsInFlight(t *testing.T) {
 	if err := h.srv.Reload(&bad); err == nil {
 		t.Fatal("a route without upstreams was accepted")
 	}
-	if _, from, err := streamChat(context.Background(), h.client(), simHeaders("new-2", "")...); err != nil || !from["B"] {
+	if _, from, err := streamChat(context.Background(), h.client(), simHeaders("new-2", "")...); err != nil {
+		t.Fatalf("after the bad reload: %v", err)
+	} else if !from["B"] {
 		t.Fatalf("after the bad reload: from %v, %v", from, err)
 	}
 
 	close(release)
 	r := <-held
-	if r.err != nil || !r.from["A"] || r.from["B"] || r.text != llmsim.ExpectedChatText("held-1", tokens) {
+	if r.err != nil {
+		t.Fatalf("the request in flight: r.err = %v, want nil", r.err)
+	} else if !r.from["A"] {
 		t.Fatalf("the request in flight: %q from %v, %v", r.text, r.from, r.err)
+	} else if r.from["B"] {
+		t.Fatalf("the request in flight: %q from %v, %v", r.text, r.from, r.err)
+	} else if r.text != llmsim.ExpectedChatText("held-1", tokens) {
+		t.Fatalf("the request in flight: r.text = %q, want %q", r.text, llmsim.ExpectedChatText("held-1", tokens))
 	}
 }
 
@@ -155,21 +164,8 @@ routes: [{name: chat, upstreams: [{url: "http://127.0.0.1:1"}]}]
 // clientCert writes a self-signed client certificate (its own CA) and
 // returns the file and the pair for a client.
 func clientCert(t *testing.T, dir string) (caFile string, pair tls.Certificate) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "envoy-test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile = filepath.Join(dir, "client.pem")
-	writeConfig(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})))
-	return caFile, tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+	c := testcert.Client(t)
+	return testcert.WritePEM(t, filepath.Join(dir, "client.pem"), c.DER), c.Pair()
 }
 
 // mTLS: only the client certificate the loaded client_ca_file names gets

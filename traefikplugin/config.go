@@ -11,88 +11,51 @@ import (
 )
 
 // Config is the middleware's dynamic configuration, spelled in Traefik's
-// camelCase. Durations are strings such as "250ms" because Traefik hands
-// plugins plain strings and does not decode time.Duration. CreateConfig
-// fills every field with its default, so a configuration only names what it
-// changes. The minimal form is
+// camelCase: each field is the core.Config field its core tag names
+// (documented there and in README.md, defaults from core's WithDefaults),
+// durations as strings such as "250ms" because Traefik hands plugins plain
+// strings and does not decode time.Duration. CreateConfig fills every
+// field with its default, so a configuration only names what it changes:
 //
 //	upstreams:
 //	  - url: http://127.0.0.1:9001
 //	  - url: http://127.0.0.1:9002
 //	delay: 50ms
 type Config struct {
-	// Route names the route in log lines. Default: the Traefik middleware's
-	// name (e.g. "hedge@file").
-	Route string `json:"route,omitempty" yaml:"route,omitempty" core:"Route"`
-	// Upstreams are tried in order: attempt 0 goes to the first healthy one,
-	// each hedge to the next. At least one is required.
-	Upstreams []Upstream `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
-	// Delay is how long to wait for a first output event before hedging
-	// (fixed mode), and the delay used in adaptive mode until enough samples
-	// exist. Default "1s".
-	Delay string `json:"delay,omitempty" yaml:"delay,omitempty" core:"Delay.Fixed"`
-	// DelayMode is "fixed" (default) or "adaptive": a quantile of the
-	// primary upstream's observed time to first token.
-	DelayMode string `json:"delayMode,omitempty" yaml:"delayMode,omitempty" core:"Delay.Mode"`
-	// DelayQuantile is the quantile used in adaptive mode. Default 0.95.
-	DelayQuantile float64 `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty" core:"Delay.Quantile"`
-	// DelayMin and DelayMax clamp the adaptive delay. Defaults "50ms" and "10s".
-	DelayMin string `json:"delayMin,omitempty" yaml:"delayMin,omitempty" core:"Delay.Min"`
-	DelayMax string `json:"delayMax,omitempty" yaml:"delayMax,omitempty" core:"Delay.Max"`
-	// DelayWindow is how many recent samples the estimator keeps. Default 1000.
-	DelayWindow int `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty" core:"Delay.Window"`
-	// DelayMinSamples is how many samples adaptive mode needs before it
-	// replaces Delay. Default 50.
-	DelayMinSamples int `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty" core:"Delay.MinSamples"`
-	// MaxAttempts bounds the race, the first attempt included. Default 2.
-	MaxAttempts int `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty" core:"MaxAttempts"`
-	// Timeout is the shared deadline of all attempts, the streamed answer
-	// included. Default "" (none beyond the client's own).
-	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" core:"Timeout"`
-	// MinTimeLeft: no hedge starts when less than this is left before the
-	// deadline. Default "" (the hedge delay in force).
-	MinTimeLeft string `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty" core:"MinTimeLeft"`
-	// MaxBody is the largest request body in bytes that is buffered and
-	// hedged; larger bodies are forwarded once, unhedged, never cut.
-	// Default 4194304 (4 MiB).
-	MaxBody core.ByteSize `json:"maxBody,omitempty" yaml:"maxBody,omitempty" core:"MaxBody"`
-	// MaxPrefix bounds the bytes an attempt may send before its first output
-	// event (and a buffered non-streaming answer). Default 1048576 (1 MiB).
-	MaxPrefix core.ByteSize `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty" core:"MaxPrefix"`
-	// MaxLine bounds one SSE/NDJSON line while the first event is awaited.
-	// Default 262144 (256 KiB).
-	MaxLine core.ByteSize `json:"maxLine,omitempty" yaml:"maxLine,omitempty" core:"MaxLine"`
-	// Methods that may be hedged. Default ["POST"].
-	Methods []string `json:"methods,omitempty" yaml:"methods,omitempty" core:"Methods"`
-	// PathPrefixes that may be hedged. Default: every path.
-	PathPrefixes []string `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty" core:"PathPrefixes"`
-	// FirstEvent says which event carries model output: "auto" (default),
-	// "openai-chat", "openai-responses", "anthropic" or "any".
-	FirstEvent string `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty" core:"FirstEvent"`
-	// Idempotency configures keys, in-flight joins and replays.
-	Idempotency Idempotency `json:"idempotency,omitempty" yaml:"idempotency,omitempty"`
-	// Budget rations hedges.
-	Budget Budget `json:"budget,omitempty" yaml:"budget,omitempty"`
-	// ReportHeader, when set (e.g. "Server-Timing"), names a response header
-	// that reports the race: attempts, winner, upstream, delay, and the TTFT
-	// as dur. Default "" (off).
-	ReportHeader string `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
-	// StreamErrorEvent ends an SSE answer whose upstream failed after the
-	// answer started with a final "event: error" instead of a cut
-	// connection. Default false.
-	StreamErrorEvent bool `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
-	// PassThrough sends requests that are not eligible for hedging (method
-	// or path not allowed, or the client's "X-LLM-Hedge: off") to the
-	// router's service instead of the first upstream. Default false.
+	// Route defaults to the Traefik middleware's name (e.g. "hedge@file").
+	Route            string        `json:"route,omitempty" yaml:"route,omitempty" core:"Route"`
+	Upstreams        []Upstream    `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+	Delay            string        `json:"delay,omitempty" yaml:"delay,omitempty" core:"Delay.Fixed"`
+	DelayMode        string        `json:"delayMode,omitempty" yaml:"delayMode,omitempty" core:"Delay.Mode"`
+	DelayQuantile    float64       `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty" core:"Delay.Quantile"`
+	DelayMin         string        `json:"delayMin,omitempty" yaml:"delayMin,omitempty" core:"Delay.Min"`
+	DelayMax         string        `json:"delayMax,omitempty" yaml:"delayMax,omitempty" core:"Delay.Max"`
+	DelayWindow      int           `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty" core:"Delay.Window"`
+	DelayMinSamples  int           `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty" core:"Delay.MinSamples"`
+	MaxAttempts      int           `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty" core:"MaxAttempts"`
+	Timeout          string        `json:"timeout,omitempty" yaml:"timeout,omitempty" core:"Timeout"`
+	MinTimeLeft      string        `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty" core:"MinTimeLeft"`
+	MaxBody          core.ByteSize `json:"maxBody,omitempty" yaml:"maxBody,omitempty" core:"MaxBody"`
+	MaxPrefix        core.ByteSize `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty" core:"MaxPrefix"`
+	MaxLine          core.ByteSize `json:"maxLine,omitempty" yaml:"maxLine,omitempty" core:"MaxLine"`
+	Methods          []string      `json:"methods,omitempty" yaml:"methods,omitempty" core:"Methods"`
+	PathPrefixes     []string      `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty" core:"PathPrefixes"`
+	FirstEvent       string        `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty" core:"FirstEvent"`
+	Idempotency      Idempotency   `json:"idempotency,omitempty" yaml:"idempotency,omitempty"`
+	Budget           Budget        `json:"budget,omitempty" yaml:"budget,omitempty"`
+	ReportHeader     string        `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
+	StreamErrorEvent bool          `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
+
+	// The plugin's own options (core:"-"), README.md documents them.
+	// PassThrough sends requests not eligible for hedging to the router's
+	// service instead of the first upstream.
 	PassThrough bool `json:"passThrough,omitempty" yaml:"passThrough,omitempty" core:"-"`
-	// Log says where the one line per request goes: "stdout" (default;
-	// Traefik shows it at DEBUG level), "stderr" (Traefik shows it at ERROR
-	// level, so it is visible at the default level) or "off" (also spelt
-	// "false" or "0", what an unquoted YAML off becomes).
+	// Log is "stdout" (default; Traefik shows it at DEBUG level), "stderr"
+	// (ERROR level) or "off" (also "false" or "0", what an unquoted YAML
+	// off becomes).
 	Log string `json:"log,omitempty" yaml:"log,omitempty" core:"-"`
-	// MetricsPath, when set (e.g. "/llmhedge/metrics"), is a path this
-	// middleware answers with the llm_hedge_* metrics in the Prometheus text
-	// format (see metrics.go). Default off.
+	// MetricsPath, when set, is a path answered with the llm_hedge_*
+	// metrics in the Prometheus text format (metrics.go).
 	MetricsPath string `json:"metricsPath,omitempty" yaml:"metricsPath,omitempty" core:"-"`
 	// Fleet shares joins, replays and conflicts of keyed requests across
 	// replicas through Redis. Default off.
@@ -116,73 +79,40 @@ type Fleet struct {
 	RetryInterval string `json:"retryInterval,omitempty" yaml:"retryInterval,omitempty" core:"Fleet.RetryInterval"`
 }
 
-// Upstream is one place an attempt can go.
+// Upstream is core.UpstreamConfig. SetHeaders values are never logged.
 type Upstream struct {
-	// Name in log lines. Default: the URL's host.
-	Name string `json:"name,omitempty" yaml:"name,omitempty" core:"Upstreams.Name"`
-	// URL is the base URL; the request's path and query are appended to its
-	// path. Required.
-	URL string `json:"url,omitempty" yaml:"url,omitempty" core:"Upstreams.URL"`
-	// SetHeaders are set on every attempt to this upstream (e.g. its own
-	// Authorization). They are never logged.
-	SetHeaders map[string]string `json:"setHeaders,omitempty" yaml:"setHeaders,omitempty" core:"Upstreams.SetHeaders"`
-	// DeleteHeaders are removed from every attempt to this upstream.
-	DeleteHeaders []string `json:"deleteHeaders,omitempty" yaml:"deleteHeaders,omitempty" core:"Upstreams.DeleteHeaders"`
-	// Model, when set, replaces the JSON body's top-level "model" field.
-	Model string `json:"model,omitempty" yaml:"model,omitempty" core:"Upstreams.Model"`
+	Name          string            `json:"name,omitempty" yaml:"name,omitempty" core:"Upstreams.Name"`
+	URL           string            `json:"url,omitempty" yaml:"url,omitempty" core:"Upstreams.URL"`
+	SetHeaders    map[string]string `json:"setHeaders,omitempty" yaml:"setHeaders,omitempty" core:"Upstreams.SetHeaders"`
+	DeleteHeaders []string          `json:"deleteHeaders,omitempty" yaml:"deleteHeaders,omitempty" core:"Upstreams.DeleteHeaders"`
+	Model         string            `json:"model,omitempty" yaml:"model,omitempty" core:"Upstreams.Model"`
 }
 
-// Idempotency configures idempotency keys, joins and replays.
+// Idempotency is core.IdempotencyConfig. TTL "off" disables joins and
+// replays, and so do the forms an unquoted YAML off takes on its way here
+// ("false", "0") and a zero duration ("0s").
 type Idempotency struct {
-	// Header carries the client's key and is sent on every attempt.
-	// Default "Idempotency-Key".
-	Header string `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
-	// TTL a completed response is replayed for. Default "10m". "off"
-	// disables joins and replays (keys are still generated and sent), and
-	// so do the forms an unquoted YAML off takes on its way here ("false",
-	// "0") and a zero duration ("0s").
-	TTL string `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
-	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
-	// 67108864 (64 MiB).
-	MaxEntries int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
-	MaxBytes   core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
-	// MaxResponseBytes is the largest response recorded for joins and
-	// replays. Default 1048576 (1 MiB).
+	Header           string        `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
+	TTL              string        `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
+	MaxEntries       int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
+	MaxBytes         core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
 	MaxResponseBytes core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
-	// ScopeHeaders name the request headers that identify the caller: a
-	// key is looked up per caller, so one caller never joins or replays
-	// another's answer. Default Authorization, X-Api-Key, Api-Key,
-	// X-Goog-Api-Key and budget.tenantHeader when set.
-	ScopeHeaders []string `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
+	ScopeHeaders     []string      `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
 }
 
-// Budget rations hedges, which are extra load.
+// Budget is core.BudgetConfig.
 type Budget struct {
-	// Ratio of requests that may start a hedge (a token bucket refilled by
-	// every request). Default 0.1. A negative value means no budget.
-	Ratio float64 `json:"ratio,omitempty" yaml:"ratio,omitempty" core:"Budget.Ratio"`
-	// Burst is the bucket's size in hedges. Default 10.
-	Burst float64 `json:"burst,omitempty" yaml:"burst,omitempty" core:"Budget.Burst"`
-	// MaxConcurrentHedges caps hedges in flight. Default 100; negative: no cap.
-	MaxConcurrentHedges int `json:"maxConcurrentHedges,omitempty" yaml:"maxConcurrentHedges,omitempty" core:"Budget.MaxConcurrentHedges"`
-	// CoolDown is how long an upstream is avoided after a 429/503 without
-	// Retry-After. Default "1s". Retry-After is capped by MaxCoolDown
-	// (default "1m").
-	CoolDown    string `json:"coolDown,omitempty" yaml:"coolDown,omitempty" core:"Budget.CoolDown"`
-	MaxCoolDown string `json:"maxCoolDown,omitempty" yaml:"maxCoolDown,omitempty" core:"Budget.MaxCoolDown"`
-	// OverloadRate of 429/503 answers among the last OverloadWindow answers
-	// above which no hedge starts. Defaults 0.2 and 100.
-	OverloadRate   float64 `json:"overloadRate,omitempty" yaml:"overloadRate,omitempty" core:"Budget.OverloadRate"`
-	OverloadWindow int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty" core:"Budget.OverloadWindow"`
-	// BreakerFailures consecutive failures open an upstream's circuit for
-	// BreakerOpen. Defaults 5 and "10s".
-	BreakerFailures int    `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty" core:"Budget.BreakerFailures"`
-	BreakerOpen     string `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty" core:"Budget.BreakerOpen"`
-	// TenantHeader names the header that identifies a tenant; with
-	// TenantTokensPerMinute > 0 each tenant may spend at most that many
-	// estimated extra prompt tokens per minute on hedges. Default off.
-	TenantHeader          string `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty" core:"Budget.TenantHeader"`
-	TenantTokensPerMinute int64  `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty" core:"Budget.TenantTokensPerMinute"`
+	Ratio                 float64 `json:"ratio,omitempty" yaml:"ratio,omitempty" core:"Budget.Ratio"`
+	Burst                 float64 `json:"burst,omitempty" yaml:"burst,omitempty" core:"Budget.Burst"`
+	MaxConcurrentHedges   int     `json:"maxConcurrentHedges,omitempty" yaml:"maxConcurrentHedges,omitempty" core:"Budget.MaxConcurrentHedges"`
+	CoolDown              string  `json:"coolDown,omitempty" yaml:"coolDown,omitempty" core:"Budget.CoolDown"`
+	MaxCoolDown           string  `json:"maxCoolDown,omitempty" yaml:"maxCoolDown,omitempty" core:"Budget.MaxCoolDown"`
+	OverloadRate          float64 `json:"overloadRate,omitempty" yaml:"overloadRate,omitempty" core:"Budget.OverloadRate"`
+	OverloadWindow        int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty" core:"Budget.OverloadWindow"`
+	BreakerFailures       int     `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty" core:"Budget.BreakerFailures"`
+	BreakerOpen           string  `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty" core:"Budget.BreakerOpen"`
+	TenantHeader          string  `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty" core:"Budget.TenantHeader"`
+	TenantTokensPerMinute int64   `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty" core:"Budget.TenantTokensPerMinute"`
 }
 
 // Log destinations.

@@ -2,6 +2,7 @@ package traefikplugin
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"reflect"
 	"strings"
@@ -20,12 +21,23 @@ func TestCreateConfigHoldsTheEngineDefaults(t *testing.T) {
 	}
 	want := core.Config{Route: "hedge@file", Upstreams: []core.UpstreamConfig{{URL: "http://127.0.0.1:9001"}}}.WithDefaults()
 	if !reflect.DeepEqual(got.WithDefaults(), want) {
-		t.Fatalf("defaults differ:\n got %+v\nwant %+v", got.WithDefaults(), want)
+		t.Fatalf("defaults differ: %s", firstDifference(got.WithDefaults(), want))
 	}
 	// Spot checks against the documented values.
-	if cfg.Delay != "1s" || cfg.MaxAttempts != 2 || cfg.Budget.Ratio != 0.1 || cfg.Idempotency.Header != "Idempotency-Key" ||
-		cfg.Log != "stdout" || cfg.MaxBody != 4<<20 || !reflect.DeepEqual(cfg.Methods, []string{"POST"}) {
-		t.Fatalf("CreateConfig = %+v", cfg)
+	if cfg.Delay != "1s" {
+		t.Fatalf("CreateConfig: Delay = %q, want \"1s\"", cfg.Delay)
+	} else if cfg.MaxAttempts != 2 {
+		t.Fatalf("CreateConfig: MaxAttempts = %d, want 2", cfg.MaxAttempts)
+	} else if cfg.Budget.Ratio != 0.1 {
+		t.Fatalf("CreateConfig: Budget.Ratio = %v, want 0.1", cfg.Budget.Ratio)
+	} else if cfg.Idempotency.Header != "Idempotency-Key" {
+		t.Fatalf("CreateConfig: Idempotency.Header = %q, want \"Idempotency-Key\"", cfg.Idempotency.Header)
+	} else if cfg.Log != "stdout" {
+		t.Fatalf("CreateConfig: Log = %q, want \"stdout\"", cfg.Log)
+	} else if cfg.MaxBody != 4<<20 {
+		t.Fatalf("CreateConfig: MaxBody = %d, want %d", cfg.MaxBody, 4<<20)
+	} else if !reflect.DeepEqual(cfg.Methods, []string{"POST"}) {
+		t.Fatalf("CreateConfig: Methods = %q, want [POST]", cfg.Methods)
 	}
 }
 
@@ -38,8 +50,12 @@ func TestSpecMinimalFormConverts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Delay.Fixed.D() != 50*time.Millisecond || len(got.Upstreams) != 2 || got.Upstreams[1].URL != "http://127.0.0.1:9002" {
-		t.Fatalf("core config %+v", got)
+	if got.Delay.Fixed.D() != 50*time.Millisecond {
+		t.Fatalf("got.Delay.Fixed.D() = %v, want %v", got.Delay.Fixed.D(), 50*time.Millisecond)
+	} else if len(got.Upstreams) != 2 {
+		t.Fatalf("len(got.Upstreams) = %v, want 2", len(got.Upstreams))
+	} else if got.Upstreams[1].URL != "http://127.0.0.1:9002" {
+		t.Fatalf("got.Upstreams[1].URL = %q, want \"http://127.0.0.1:9002\"", got.Upstreams[1].URL)
 	}
 }
 
@@ -78,7 +94,7 @@ func TestEveryOptionReachesTheEngine(t *testing.T) {
 		ReportHeader: "Server-Timing", StreamErrorEvent: true,
 	}
 	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("core config:\n got %+v\nwant %+v", got, want)
+		t.Fatalf("core config: %s", firstDifference(got, want))
 	}
 }
 
@@ -104,8 +120,10 @@ func TestNewRejectsBadConfigurationClearly(t *testing.T) {
 		cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}}
 		c.edit(cfg)
 		h, err := New(context.Background(), next, cfg, "bad")
-		if err == nil || h != nil {
-			t.Fatalf("case %d: New accepted %+v", i, cfg)
+		if err == nil {
+			t.Fatalf("case %d: New accepted it: err = nil, want an error", i)
+		} else if h != nil {
+			t.Fatalf("case %d: New returned a handler with its error", i)
 		}
 		for _, w := range c.want {
 			if !strings.Contains(err.Error(), w) {
@@ -182,5 +200,51 @@ func TestYAMLTrueIsRejectedWithTheFix(t *testing.T) {
 				t.Errorf("error %q does not mention %q", err, want)
 			}
 		}
+	}
+}
+
+// firstDifference names the first field, by its path, where got and want
+// differ, and both values there: "Budget.Ratio = 0.2, want 0.1".
+func firstDifference(got, want any) string {
+	if path, g, w, ok := differ(reflect.ValueOf(got), reflect.ValueOf(want), ""); ok {
+		return fmt.Sprintf("%s = %v, want %v", strings.TrimPrefix(path, "."), g, w)
+	}
+	return "no field differs"
+}
+
+func differ(got, want reflect.Value, path string) (string, any, any, bool) {
+	switch got.Kind() {
+	case reflect.Struct:
+		for i := 0; i < got.NumField(); i++ {
+			if p, g, w, ok := differ(got.Field(i), want.Field(i), path+"."+got.Type().Field(i).Name); ok {
+				return p, g, w, true
+			}
+		}
+		return "", nil, nil, false
+	case reflect.Slice:
+		if got.Len() != want.Len() {
+			return path, got.Interface(), want.Interface(), true
+		}
+		for i := 0; i < got.Len(); i++ {
+			if p, g, w, ok := differ(got.Index(i), want.Index(i), fmt.Sprintf("%s[%d]", path, i)); ok {
+				return p, g, w, true
+			}
+		}
+		return "", nil, nil, false
+	}
+	if !reflect.DeepEqual(got.Interface(), want.Interface()) {
+		return path, got.Interface(), want.Interface(), true
+	}
+	return "", nil, nil, false
+}
+
+func TestFirstDifferenceNamesTheField(t *testing.T) {
+	a := core.Config{Budget: core.BudgetConfig{Ratio: 0.2}, Methods: []string{"POST"}}
+	b := core.Config{Budget: core.BudgetConfig{Ratio: 0.1}, Methods: []string{"POST"}}
+	if got, want := firstDifference(a, b), "Budget.Ratio = 0.2, want 0.1"; got != want {
+		t.Fatalf("firstDifference = %q, want %q", got, want)
+	}
+	if got := firstDifference(a, a); got != "no field differs" {
+		t.Fatalf("firstDifference of equal configs = %q, want \"no field differs\"", got)
 	}
 }

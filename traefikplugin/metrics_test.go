@@ -43,8 +43,10 @@ func TestMetricsPathAnswersTheSharedMetrics(t *testing.T) {
 	cfg2.MetricsPath = "/llmhedge/metrics"
 	other := newHedge(t, cfg2, "metrics-other@test", nil, nil)
 	got := scrape(t, other, http.MethodGet, "/llmhedge/metrics")
-	if got.Code != http.StatusOK || got.Header().Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" {
-		t.Fatalf("metrics path: status %d, Content-Type %q", got.Code, got.Header().Get("Content-Type"))
+	if got.Code != http.StatusOK {
+		t.Fatalf("metrics path: got.Code = %v, want http.StatusOK", got.Code)
+	} else if got.Header().Get("Content-Type") != "text/plain; version=0.0.4; charset=utf-8" {
+		t.Fatalf("metrics path: got.Header().Get(\"Content-Type\") = %q, want \"text/plain; version=0.0.4; charset=utf-8\"", got.Header().Get("Content-Type"))
 	}
 	text := got.Body.String()
 	for _, want := range []string{
@@ -100,8 +102,10 @@ func TestMetricsPathMustBeAPath(t *testing.T) {
 	cfg := CreateConfig()
 	cfg.Upstreams = []Upstream{{Name: "A", URL: "http://127.0.0.1:1"}}
 	cfg.MetricsPath = "llmhedge/metrics"
-	if _, err := New(context.Background(), nil, cfg, "bad"); err == nil || !strings.Contains(err.Error(), `metricsPath "llmhedge/metrics" must start with /`) {
-		t.Fatalf("New: %v, want the metricsPath error", err)
+	if _, err := New(context.Background(), nil, cfg, "bad"); err == nil {
+		t.Fatalf("New: err = nil, want an error")
+	} else if !strings.Contains(err.Error(), `metricsPath "llmhedge/metrics" must start with /`) {
+		t.Fatalf("New: err.Error() = %q, want it to contain `metricsPath \"llmhedge/metrics\" must start with /`", err.Error())
 	}
 }
 

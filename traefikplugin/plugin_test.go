@@ -106,7 +106,9 @@ func checkWhole(t *testing.T, a answer, upstream, id string, tokens int) {
 		t.Fatalf("answer to %s: status %d, err %v, done %v, body %q", id, a.status, a.readErr, a.done, a.rawError)
 	}
 	want := "chatcmpl-" + upstream + "-" + id
-	if len(a.ids) != 1 || !a.ids[want] {
+	if len(a.ids) != 1 {
+		t.Fatalf("len(a.ids) = %v, want 1", len(a.ids))
+	} else if !a.ids[want] {
 		t.Fatalf("answer to %s mixes or misses chunks: ids %v, want only %s", id, a.ids, want)
 	}
 	if a.content != expectedText(id, tokens) {
@@ -210,8 +212,14 @@ func TestHedgeWinsOnFirstTokenBehindEarlyHeaders(t *testing.T) {
 	ans := readAnswer(post(t, front.URL, "r1", true, nil))
 	checkWhole(t, ans, "B", "r1", 3)
 	st := ans.header.Get("Server-Timing")
-	if !strings.Contains(st, "attempts=2") || !strings.Contains(st, "winner=1") || !strings.Contains(st, "upstream=B") || !strings.Contains(st, "dur=") {
-		t.Fatalf("Server-Timing %q does not report attempts, winner and TTFT", st)
+	if !strings.Contains(st, "attempts=2") {
+		t.Fatalf("st = %q, want it to contain \"attempts=2\"", st)
+	} else if !strings.Contains(st, "winner=1") {
+		t.Fatalf("st = %q, want it to contain \"winner=1\"", st)
+	} else if !strings.Contains(st, "upstream=B") {
+		t.Fatalf("st = %q, want it to contain \"upstream=B\"", st)
+	} else if !strings.Contains(st, "dur=") {
+		t.Fatalf("st = %q, want it to contain \"dur=\"", st)
 	}
 	// The loser was cancelled: A's handler saw its client go away.
 	a.await(t, "A's attempt to be cancelled", func() bool { _, gone := a.counts(); return gone == 1 })
@@ -224,11 +232,31 @@ func TestHedgeWinsOnFirstTokenBehindEarlyHeaders(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
 		t.Fatalf("log line is not JSON: %v: %q", err, lines[0])
 	}
-	if l.Msg != "llmhedge request" || l.Middleware != "hedge@test" || l.Route != "hedge@test" || l.Outcome != "ok" ||
-		l.Status != 200 || l.Attempts != 2 || l.HedgesStarted != 1 || l.WinnerAttempt != 1 || l.WinnerUpstream != "B" || l.WinnerRole != "hedge" ||
-		l.TTFTMillis <= 0 || l.DelayMillis != 50 || len(l.AttemptList) != 2 ||
-		l.AttemptList[0].Result != "lost" || l.AttemptList[1].Role != "hedge" || l.AttemptList[1].Result != "won" {
-		t.Fatalf("log line %+v", l)
+	// The line's fields, in its order; each names itself when wrong.
+	for _, f := range []struct {
+		key       string
+		got, want any
+	}{
+		{"msg", l.Msg, "llmhedge request"}, {"middleware", l.Middleware, "hedge@test"}, {"route", l.Route, "hedge@test"},
+		{"outcome", l.Outcome, "ok"}, {"status", l.Status, 200}, {"attempts", l.Attempts, 2}, {"hedges_started", l.HedgesStarted, 1},
+		{"winner_attempt", l.WinnerAttempt, 1}, {"winner_upstream", l.WinnerUpstream, "B"}, {"winner_role", l.WinnerRole, "hedge"},
+	} {
+		if f.got != f.want {
+			t.Fatalf("log line %s = %v, want %v", f.key, f.got, f.want)
+		}
+	}
+	if l.TTFTMillis <= 0 {
+		t.Fatalf("log line ttft_ms = %v, want > 0", l.TTFTMillis)
+	} else if l.DelayMillis != 50 {
+		t.Fatalf("log line delay_ms = %v, want 50", l.DelayMillis)
+	} else if len(l.AttemptList) != 2 {
+		t.Fatalf("log line has %d attempts in attempt_list, want 2", len(l.AttemptList))
+	} else if l.AttemptList[0].Result != "lost" {
+		t.Fatalf("log line attempt_list[0].result = %q, want \"lost\"", l.AttemptList[0].Result)
+	} else if l.AttemptList[1].Role != "hedge" {
+		t.Fatalf("log line attempt_list[1].role = %q, want \"hedge\"", l.AttemptList[1].Role)
+	} else if l.AttemptList[1].Result != "won" {
+		t.Fatalf("log line attempt_list[1].result = %q, want \"won\"", l.AttemptList[1].Result)
 	}
 	if !strings.HasSuffix(lines[0], "}\n") {
 		t.Fatalf("log line does not end with a newline: %q", lines[0])
@@ -314,8 +342,10 @@ func TestFatalClientErrorIsPassedThroughUnhedged(t *testing.T) {
 	// timer after a fatal answer is covered with a fake clock in core.
 	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "10s"), "fatal", nil, nil))
 	ans := readAnswer(post(t, front.URL, "x", true, nil))
-	if ans.status != 401 || !strings.Contains(ans.rawError, "A says 401") {
-		t.Fatalf("status %d body %q, want A's 401", ans.status, ans.rawError)
+	if ans.status != 401 {
+		t.Fatalf("ans.status = %v, want 401", ans.status)
+	} else if !strings.Contains(ans.rawError, "A says 401") {
+		t.Fatalf("ans.rawError = %q, want it to contain \"A says 401\"", ans.rawError)
 	}
 	if served, _ := b.counts(); served != 0 {
 		t.Fatalf("B served %d requests", served)
@@ -340,8 +370,12 @@ func TestNonStreamingAnswerWinsWhole(t *testing.T) {
 	if err := json.Unmarshal(body, &got); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("status %d body %q: %v", resp.StatusCode, body, err)
 	}
-	if got.ID != "chatcmpl-B-n1" || len(got.Choices) != 1 || got.Choices[0].Message.Content != expectedText("n1", 3) {
-		t.Fatalf("answer %+v", got)
+	if got.ID != "chatcmpl-B-n1" {
+		t.Fatalf("got.ID = %q, want \"chatcmpl-B-n1\"", got.ID)
+	} else if len(got.Choices) != 1 {
+		t.Fatalf("len(got.Choices) = %v, want 1", len(got.Choices))
+	} else if got.Choices[0].Message.Content != expectedText("n1", 3) {
+		t.Fatalf("got.Choices[0].Message.Content = %v, want %v", got.Choices[0].Message.Content, expectedText("n1", 3))
 	}
 }
 
@@ -353,7 +387,11 @@ func TestFailureAfterCommitBreaksTheStream(t *testing.T) {
 	if ans.readErr == nil || ans.done {
 		t.Fatalf("the client saw a clean end (err %v, done %v, content %q): a cut stream must look cut", ans.readErr, ans.done, ans.content)
 	}
-	if ans.content != expectedText("ab", 2) || len(ans.ids) != 1 || !ans.ids["chatcmpl-A-ab"] {
+	if ans.content != expectedText("ab", 2) {
+		t.Fatalf("ans.content = %v, want %v", ans.content, expectedText("ab", 2))
+	} else if len(ans.ids) != 1 {
+		t.Fatalf("len(ans.ids) = %v, want 1", len(ans.ids))
+	} else if !ans.ids["chatcmpl-A-ab"] {
 		t.Fatalf("before the break the client got %q from %v", ans.content, ans.ids)
 	}
 }
@@ -367,8 +405,10 @@ func TestStreamErrorEventInsteadOfCut(t *testing.T) {
 	resp := post(t, front.URL, "ev", true, nil)
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err != nil || !bytes.Contains(body, []byte("event: error\ndata: {\"error\"")) {
-		t.Fatalf("err %v body %q: want a final error event", err, body)
+	if err != nil {
+		t.Fatal(err)
+	} else if !bytes.Contains(body, []byte("event: error\ndata: {\"error\"")) {
+		t.Fatalf("body = %q, want it to contain %q", body, []byte("event: error\ndata: {\"error\""))
 	}
 }
 
@@ -414,12 +454,19 @@ func TestUpstreamHeadersAndModelRewrite(t *testing.T) {
 	ans := readAnswer(post(t, front.URL, "h1", true, hdr))
 	checkWhole(t, ans, "A", "h1", 3)
 	got := a.lastHeader()
-	if got.Get("Authorization") != "Bearer upstream-secret" || got.Get("X-Drop-Me") != "" ||
-		got.Get("Idempotency-Key") != "key-1" || got.Get("X-Llm-Hedge-Attempt") != "0" {
-		t.Fatalf("upstream saw headers %v", got)
+	if got.Get("Authorization") != "Bearer upstream-secret" {
+		t.Fatalf("got.Get(\"Authorization\") = %q, want \"Bearer upstream-secret\"", got.Get("Authorization"))
+	} else if got.Get("X-Drop-Me") != "" {
+		t.Fatalf("got.Get(\"X-Drop-Me\") = %q, want \"\"", got.Get("X-Drop-Me"))
+	} else if got.Get("Idempotency-Key") != "key-1" {
+		t.Fatalf("got.Get(\"Idempotency-Key\") = %q, want \"key-1\"", got.Get("Idempotency-Key"))
+	} else if got.Get("X-Llm-Hedge-Attempt") != "0" {
+		t.Fatalf("got.Get(\"X-Llm-Hedge-Attempt\") = %q, want \"0\"", got.Get("X-Llm-Hedge-Attempt"))
 	}
-	if body := a.lastBody(); !strings.Contains(body, `"model":"gpt-cheap"`) || strings.Contains(body, `"model":"m"`) {
-		t.Fatalf("upstream saw body %q", body)
+	if body := a.lastBody(); !strings.Contains(body, `"model":"gpt-cheap"`) {
+		t.Fatalf("body = %q, want it to contain `\"model\":\"gpt-cheap\"`", body)
+	} else if strings.Contains(body, `"model":"m"`) {
+		t.Fatalf("body = %q, want it not to contain `\"model\":\"m\"`", body)
 	}
 	for _, l := range logs.all() {
 		if strings.Contains(l, "secret") {
@@ -510,8 +557,10 @@ func TestPassThroughOptOutKeepsTheModelRewrite(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if calls := atomic.LoadInt32(&nextCalls); calls != 1 || string(body) != "from next" {
-		t.Fatalf("POST /other: next called %d times, body %q, want once with \"from next\"", calls, body)
+	if calls := atomic.LoadInt32(&nextCalls); calls != 1 {
+		t.Fatalf("POST /other: calls = %v, want 1", calls)
+	} else if string(body) != "from next" {
+		t.Fatalf("POST /other: string(body) = %q, want \"from next\"", string(body))
 	}
 }
 

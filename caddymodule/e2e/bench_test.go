@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
@@ -358,3 +359,44 @@ func TestBenchOpenStreams(t *testing.T) {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// TestBenchLightOverhead prices llm_hedge against reverse_proxy with the
+// light load client (raw keep-alive TCP, a fixed request, a minimal
+// reader), so that on a small machine the numbers measure Caddy rather than
+// the client: requests/s at 20 concurrent connections on the 20-token fast
+// upstream, where no hedge fires, and Caddy's own CPU per request from
+// /proc. Runs alternate between the two sites.
+//
+//	LLMHEDGE_BENCH=1 go test ./caddymodule/e2e -run TestBenchLightOverhead -v
+func TestBenchLightOverhead(t *testing.T) {
+	benchOnly(t)
+	const (
+		rounds   = 6
+		perRound = 3000
+		conns    = 20
+	)
+	up := llmsim.Start("A", llmsim.Fast())
+	defer up.Close()
+	spare := llmsim.Start("B", llmsim.Fast())
+	defer spare.Close()
+	c := startCaddy(t, "",
+		fmt.Sprintf("\tllm_hedge %s %s {\n\t\tdelay 30s\n\t\tlog_level debug\n\t}", up.URL, spare.URL),
+		fmt.Sprintf("\treverse_proxy %s", up.URL))
+	targets := func(n int) []lightload.Target {
+		return []lightload.Target{
+			lightload.StreamTarget("llm_hedge", strings.TrimPrefix(c.url(0), "http://"), "/v1/chat/completions", c.cmd.Process.Pid, conns, n),
+			lightload.StreamTarget("reverse_proxy", strings.TrimPrefix(c.url(1), "http://"), "/v1/chat/completions", c.cmd.Process.Pid, conns, n),
+		}
+	}
+	_, cmp, err := lightload.Bench(testContext(t), rounds, 1000, perRound, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmp.CheckNoFailureNoHedge(t, spare)
+	t.Logf("light client, fast 20-token upstream, no hedge: %d rounds x %d requests, %d connections", rounds, perRound, conns)
+	for i, name := range cmp.Names {
+		t.Logf("  %-14s %8.0f req/s   Caddy CPU %v/request", name, cmp.RPS(i), cmp.CPUPerRequest(i))
+	}
+	t.Logf("  req/s llm_hedge / reverse_proxy = %.3f (rounds %.2f); Caddy CPU per request llm_hedge / reverse_proxy = %.2f",
+		cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1), float64(cmp.CPUPerRequest(0))/float64(cmp.CPUPerRequest(1)))
+}

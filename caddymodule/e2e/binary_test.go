@@ -29,8 +29,10 @@ func runCaddy(t *testing.T, args ...string) (string, error) {
 // the golden JSON for every testdata Caddyfile, and provisions it.
 func TestBinaryAdaptGolden(t *testing.T) {
 	files, err := filepath.Glob("../testdata/caddyfile_adapt/*.caddyfiletest")
-	if err != nil || len(files) == 0 {
+	if err != nil {
 		t.Fatalf("no golden files: %v", err)
+	} else if len(files) == 0 {
+		t.Fatalf("no golden files: len(files) = 0, want != 0")
 	}
 	for _, file := range files {
 		t.Run(filepath.Base(file), func(t *testing.T) {
@@ -91,7 +93,9 @@ func TestBinaryRejectsBadConfig(t *testing.T) {
 // TestBinaryListsModule: the binary has the module under its ID.
 func TestBinaryListsModule(t *testing.T) {
 	out, err := runCaddy(t, "list-modules", "--skip-standard")
-	if err != nil || !strings.Contains(out, "http.handlers.llm_hedge") {
-		t.Fatalf("list-modules: %v\n%s", err, out)
+	if err != nil {
+		t.Fatalf("list-modules: %v", err)
+	} else if !strings.Contains(out, "http.handlers.llm_hedge") {
+		t.Fatalf("list-modules: out = %q, want it to contain \"http.handlers.llm_hedge\"", out)
 	}
 }

@@ -33,8 +33,10 @@ func TestRetryableUpstreamFailures(t *testing.T) {
 			if err := got.fromOnly("B", tc.id); err != nil {
 				t.Fatal(err)
 			}
-			if a.Attempts(tc.id) != 1 || b.Attempts(tc.id) != 1 {
-				t.Fatalf("attempts A %d, B %d: want one each", a.Attempts(tc.id), b.Attempts(tc.id))
+			if a.Attempts(tc.id) != 1 {
+				t.Fatalf("a.Attempts(tc.id) = %v, want 1", a.Attempts(tc.id))
+			} else if b.Attempts(tc.id) != 1 {
+				t.Fatalf("b.Attempts(tc.id) = %v, want 1", b.Attempts(tc.id))
 			}
 		})
 	}
@@ -58,8 +60,10 @@ func TestEveryAttemptFails(t *testing.T) {
 		t.Fatalf("error %v (status %d), want the 429", got.err, status)
 	}
 	var apiErr *openai.Error
-	if !errors.As(got.err, &apiErr) || !strings.Contains(apiErr.Message, "simulated 429 from upstream B") {
-		t.Fatalf("error %#v does not carry the upstream's message", got.err)
+	if !errors.As(got.err, &apiErr) {
+		t.Fatalf("error %v (%T), want an *openai.Error", got.err, got.err)
+	} else if !strings.Contains(apiErr.Message, "simulated 429 from upstream B") {
+		t.Fatalf("error message %q does not carry the upstream's \"simulated 429 from upstream B\"", apiErr.Message)
 	}
 }
 
@@ -92,7 +96,11 @@ func TestBrokenStreamAfterCommit(t *testing.T) {
 	if got.err == nil {
 		t.Fatalf("the SDK saw a clean end of a broken stream (text %q)", got.text)
 	}
-	if got.text != llmsim.TokenText("broken-1", 0)+llmsim.TokenText("broken-1", 1) || len(got.ids) != 1 || !got.ids["chatcmpl-A-broken-1"] {
+	if got.text != llmsim.TokenText("broken-1", 0)+llmsim.TokenText("broken-1", 1) {
+		t.Fatalf("got.text = %q, want %q", got.text, llmsim.TokenText("broken-1", 0)+llmsim.TokenText("broken-1", 1))
+	} else if len(got.ids) != 1 {
+		t.Fatalf("len(got.ids) = %v, want 1", len(got.ids))
+	} else if !got.ids["chatcmpl-A-broken-1"] {
 		t.Fatalf("text %q from %v: want A's first two tokens only", got.text, got.ids)
 	}
 
@@ -118,7 +126,9 @@ func TestStreamErrorEvent(t *testing.T) {
 	a, b := startSims(t)
 	c := startCaddy(t, "", hedgeSite(a, b, "\t\tstream_error_event"))
 	got := streamChat(testContext(t), sdkClient(c.url(0), "event-1", "A=reset_after:2;B=stall"))
-	if got.err == nil || !strings.Contains(got.err.Error(), "broke off its answer") {
-		t.Fatalf("error %v, want the final error event's message", got.err)
+	if got.err == nil {
+		t.Fatalf("got.err = nil, want an error")
+	} else if !strings.Contains(got.err.Error(), "broke off its answer") {
+		t.Fatalf("got.err.Error() = %q, want it to contain \"broke off its answer\"", got.err.Error())
 	}
 }

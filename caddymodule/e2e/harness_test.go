@@ -13,12 +13,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // caddyBinary is the real Caddy with llm_hedge, built (or found in the
@@ -53,17 +54,6 @@ type caddyProc struct {
 	ports   []int    // one per site
 	global  string   // extra global options
 	sites   []string // the current site bodies
-}
-
-// freePort asks the kernel for an unused loopback port.
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // caddyfile renders the whole Caddyfile: fixed global options (loopback
@@ -101,9 +91,9 @@ func startCaddy(t testing.TB, global string, sites ...string) *caddyProc {
 	for try := 1; ; try++ {
 		dir := t.TempDir()
 		c := &caddyProc{t: t, dir: dir, global: global, sites: sites,
-			admin: fmt.Sprintf("http://127.0.0.1:%d", freePort(t))}
+			admin: fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t))}
 		for range sites {
-			c.ports = append(c.ports, freePort(t))
+			c.ports = append(c.ports, proc.FreePort(t))
 		}
 		config := filepath.Join(dir, "Caddyfile")
 		if err := os.WriteFile(config, []byte(c.caddyfile()), 0o644); err != nil {
@@ -193,17 +183,7 @@ func (c *caddyProc) ready() bool {
 
 // stop asks Caddy to shut down gracefully, and kills it if it does not.
 func (c *caddyProc) stop() {
-	select {
-	case <-c.exited:
-		return
-	default:
-	}
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-c.exited:
-	case <-time.After(startupTimeout):
-		c.cmd.Process.Kill()
-		<-c.exited
+	if !proc.Stop(c.cmd.Process, c.exited, startupTimeout) {
 		c.t.Errorf("caddy did not stop on SIGTERM")
 	}
 }
@@ -290,36 +270,22 @@ func (c *caddyProc) metrics() string {
 // rss returns the Caddy process's resident set size in bytes.
 func (c *caddyProc) rss() int64 {
 	c.t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", c.cmd.Process.Pid))
+	n, err := proc.RSS(c.cmd.Process.Pid)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			var kb int64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(line, "VmRSS:")), "%d", &kb)
-			return kb << 10
-		}
-	}
-	c.t.Fatal("no VmRSS")
-	return 0
+	return n
 }
 
 // cpuTime returns the CPU time (user + system) the Caddy process used so
-// far, from /proc (clock ticks of 10ms).
+// far, from /proc.
 func (c *caddyProc) cpuTime() time.Duration {
 	c.t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.cmd.Process.Pid))
+	d, err := lightload.ProcessCPU(c.cmd.Process.Pid)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	// Fields after the command name, which is in parentheses: state is
-	// field 3, utime 14, stime 15.
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	var utime, stime int64
-	fmt.Sscan(fields[11], &utime)
-	fmt.Sscan(fields[12], &stime)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 // testContext is a context bounded well below go test's own timeout.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -28,27 +27,39 @@ func TestHedgeWinsOnFirstToken(t *testing.T) {
 	if err := got.fromOnly("B", "hedge-1"); err != nil {
 		t.Fatal(err)
 	}
-	if !got.models["model-b"] || len(got.models) != 1 {
+	if !got.models["model-b"] {
 		t.Fatalf("models %v, want B's model-b only", got.models)
+	} else if len(got.models) != 1 {
+		t.Fatalf("len(got.models) = %v, want 1", len(got.models))
 	}
 	if err := a.WaitFor(ctx, func() bool { return a.Cancelled() == 1 }); err != nil {
 		t.Fatalf("A's stalled attempt was not cancelled: %v", err)
 	}
 	ra, rb := a.Requests(), b.Requests()
-	if len(ra) != 1 || len(rb) != 1 {
-		t.Fatalf("A got %d requests, B %d: want one each", len(ra), len(rb))
+	if len(ra) != 1 {
+		t.Fatalf("len(ra) = %v, want 1", len(ra))
+	} else if len(rb) != 1 {
+		t.Fatalf("len(rb) = %v, want 1", len(rb))
 	}
-	if ra[0].Authorization != "Bearer sk-A-secret" || rb[0].Authorization != "Bearer sk-B-secret" {
-		t.Errorf("authorization A %q, B %q: each upstream must get its own key", ra[0].Authorization, rb[0].Authorization)
+	if ra[0].Authorization != "Bearer sk-A-secret" {
+		t.Errorf("ra[0].Authorization = %q, want \"Bearer sk-A-secret\"", ra[0].Authorization)
+	} else if rb[0].Authorization != "Bearer sk-B-secret" {
+		t.Errorf("rb[0].Authorization = %q, want \"Bearer sk-B-secret\"", rb[0].Authorization)
 	}
-	if ra[0].Model != "model-a" || rb[0].Model != "model-b" {
-		t.Errorf("models A %q, B %q", ra[0].Model, rb[0].Model)
+	if ra[0].Model != "model-a" {
+		t.Errorf("ra[0].Model = %q, want \"model-a\"", ra[0].Model)
+	} else if rb[0].Model != "model-b" {
+		t.Errorf("rb[0].Model = %q, want \"model-b\"", rb[0].Model)
 	}
-	if ra[0].IdempotencyKey == "" || ra[0].IdempotencyKey != rb[0].IdempotencyKey {
-		t.Errorf("idempotency keys A %q, B %q: want one key on both", ra[0].IdempotencyKey, rb[0].IdempotencyKey)
+	if ra[0].IdempotencyKey == "" {
+		t.Errorf("ra[0].IdempotencyKey = \"\", want a non-empty value")
+	} else if ra[0].IdempotencyKey != rb[0].IdempotencyKey {
+		t.Errorf("ra[0].IdempotencyKey = %q, want %q", ra[0].IdempotencyKey, rb[0].IdempotencyKey)
 	}
-	if ra[0].Attempt != "0" || rb[0].Attempt != "1" {
-		t.Errorf("attempt headers A %q, B %q", ra[0].Attempt, rb[0].Attempt)
+	if ra[0].Attempt != "0" {
+		t.Errorf("ra[0].Attempt = %q, want \"0\"", ra[0].Attempt)
+	} else if rb[0].Attempt != "1" {
+		t.Errorf("rb[0].Attempt = %q, want \"1\"", rb[0].Attempt)
 	}
 
 	// One structured line per request, at info, without credentials. (The
@@ -56,8 +67,16 @@ func TestHedgeWinsOnFirstToken(t *testing.T) {
 	// sometimes before core has read the upstream's end; reported in
 	// /tmp/core-bugs.md.)
 	line := c.waitLog("llm_hedge request", 1, nil)[0]
-	if line["winner_upstream"] != "B" || line["winner_attempt"] != float64(1) || line["attempts"] != float64(2) || line["level"] != "info" || line["status"] != float64(200) {
-		t.Errorf("log line %v", line)
+	if line["winner_upstream"] != "B" {
+		t.Errorf("line[\"winner_upstream\"] = %q, want \"B\"", line["winner_upstream"])
+	} else if line["winner_attempt"] != float64(1) {
+		t.Errorf("line[\"winner_attempt\"] = %v, want %v", line["winner_attempt"], float64(1))
+	} else if line["attempts"] != float64(2) {
+		t.Errorf("line[\"attempts\"] = %v, want %v", line["attempts"], float64(2))
+	} else if line["level"] != "info" {
+		t.Errorf("line[\"level\"] = %q, want \"info\"", line["level"])
+	} else if line["status"] != float64(200) {
+		t.Errorf("line[\"status\"] = %v, want %v", line["status"], float64(200))
 	}
 	for _, secret := range []string{"sk-A-secret", "sk-B-secret", "sk-client-key"} {
 		if strings.Contains(c.logs(), secret) {
@@ -79,45 +98,18 @@ func TestNoHedgeWhenFast(t *testing.T) {
 	}
 }
 
-// gatedUpstream streams a chat completion whose first token is sent at
-// once and whose rest waits until release is closed: a client that sees
-// the first token before release proves the gateway flushes per event.
-func gatedUpstream(t *testing.T, release <-chan struct{}) *httptest.Server {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(http.StatusOK)
-		chunk := func(delta string) {
-			fmt.Fprintf(w, "data: {\"id\":\"gated\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":null}]}\n\n", delta)
-			rc.Flush()
-		}
-		chunk(`{"role":"assistant","content":""}`)
-		fmt.Fprint(w, llmsim.Ping)
-		chunk(`{"content":"first "}`)
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		chunk(`{"content":"second"}`)
-		fmt.Fprint(w, "data: [DONE]\n\n")
-	}))
-	t.Cleanup(srv.Close)
-	return srv
-}
-
 // TestSSEFlushedPerEvent: the client sees the first token while the
 // upstream still holds the rest of the stream.
 func TestSSEFlushedPerEvent(t *testing.T) {
-	release := make(chan struct{})
-	up := gatedUpstream(t, release)
+	up := llmsim.StartGated(2, true)
+	t.Cleanup(up.Close)
 	c := startCaddy(t, "", fmt.Sprintf("\tllm_hedge %s {\n\t\tdelay 1s\n\t}", up.URL))
 	ctx := testContext(t)
 
 	// If the gateway buffered, the first token would only arrive after
 	// release; this guard releases late so that the test fails instead of
 	// hanging.
-	guard := time.AfterFunc(10*time.Second, func() { close(release) })
+	guard := time.AfterFunc(10*time.Second, func() { close(up.Release) })
 	defer guard.Stop()
 	released := false
 
@@ -128,17 +120,23 @@ func TestSSEFlushedPerEvent(t *testing.T) {
 	for stream.Next() {
 		for _, ch := range stream.Current().Choices {
 			text.WriteString(ch.Delta.Content)
-			if ch.Delta.Content == "first " && !released {
+			if ch.Delta.Content == llmsim.TokenText("flush-1", 0) && !released {
 				if !guard.Stop() {
 					t.Fatal("the first token arrived only after the upstream's stream was released: not flushed per event")
 				}
-				close(release)
+				close(up.Release)
 				released = true
 			}
 		}
 	}
-	if err := stream.Err(); err != nil || text.String() != "first second" || !released {
-		t.Fatalf("text %q, err %v, released %v", text.String(), err, released)
+	if err := stream.Err(); err != nil {
+		t.Fatalf("stream error %v", err)
+	}
+	if want := llmsim.ExpectedChatText("flush-1", 2); text.String() != want {
+		t.Fatalf("text %q, want %q", text.String(), want)
+	}
+	if !released {
+		t.Fatal("the first token never arrived before the stream ended")
 	}
 }
 
@@ -159,12 +157,16 @@ func TestPlaceholdersAndReportHeader(t *testing.T) {
 	}
 	resp.Body.Close()
 	report := resp.Header.Get("X-LLM-Hedge-Report")
-	if !strings.Contains(report, "attempts=2") || !strings.Contains(report, "upstream=B") {
-		t.Fatalf("report header %q", report)
+	if !strings.Contains(report, "attempts=2") {
+		t.Fatalf("report = %q, want it to contain \"attempts=2\"", report)
+	} else if !strings.Contains(report, "upstream=B") {
+		t.Fatalf("report = %q, want it to contain \"upstream=B\"", report)
 	}
 	access := c.waitLog("handled request", 1, nil)[0]
-	if access["hedge_winner"] != "B" || fmt.Sprint(access["hedge_attempts"]) != "2" {
-		t.Fatalf("access log %v", access)
+	if access["hedge_winner"] != "B" {
+		t.Fatalf("access[\"hedge_winner\"] = %q, want \"B\"", access["hedge_winner"])
+	} else if fmt.Sprint(access["hedge_attempts"]) != "2" {
+		t.Fatalf("fmt.Sprint(access[\"hedge_attempts\"]) = %q, want \"2\"", fmt.Sprint(access["hedge_attempts"]))
 	}
 	// B starts after the 50ms delay: the client's TTFT cannot be less.
 	if ttft, err := strconv.Atoi(fmt.Sprint(access["hedge_ttft_ms"])); err != nil || ttft < 50 {
@@ -233,14 +235,20 @@ func TestIdempotencyJoinAndReplay(t *testing.T) {
 	}
 	first, second := <-bodies, <-bodies
 	want := string(llmsim.ExpectedStream("B", "model-b", "idem-1", simTokens))
-	if first != want || second != want {
-		t.Fatalf("bodies\n%s\n%s\nwant both\n%s", first, second, want)
+	if first != want {
+		t.Fatalf("first = %v, want %v", first, want)
+	} else if second != want {
+		t.Fatalf("second = %v, want %v", second, want)
 	}
 	resp, third := post()
-	if third != want || resp.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("third request: replayed %q, body\n%s", resp.Header.Get("Idempotent-Replayed"), third)
+	if third != want {
+		t.Fatalf("third request: third = %v, want %v", third, want)
+	} else if resp.Header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("third request: resp.Header.Get(\"Idempotent-Replayed\") = %q, want \"true\"", resp.Header.Get("Idempotent-Replayed"))
 	}
-	if a.Attempts("idem-1") != 1 || b.Attempts("idem-1") != 1 {
-		t.Fatalf("attempts A %d, B %d: want one race for the three requests", a.Attempts("idem-1"), b.Attempts("idem-1"))
+	if a.Attempts("idem-1") != 1 {
+		t.Fatalf("a.Attempts(\"idem-1\") = %v, want 1", a.Attempts("idem-1"))
+	} else if b.Attempts("idem-1") != 1 {
+		t.Fatalf("b.Attempts(\"idem-1\") = %v, want 1", b.Attempts("idem-1"))
 	}
 }

@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 // protoRecorder wraps an upstream and records the protocol of each request.
@@ -51,11 +50,7 @@ func TestTLSAndHTTP2ToUpstreams(t *testing.T) {
 	tlsUp.EnableHTTP2 = true
 	tlsUp.StartTLS()
 	t.Cleanup(tlsUp.Close)
-	caFile := filepath.Join(t.TempDir(), "ca.pem")
-	caPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsUp.Certificate().Raw})
-	if err := os.WriteFile(caFile, caPEM, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	caFile := testcert.WritePEM(t, filepath.Join(t.TempDir(), "ca.pem"), tlsUp.Certificate().Raw)
 
 	// B: cleartext HTTP/2 (h2c) only.
 	recB := &protoRecorder{next: &llmsim.Server{Name: "B", Workload: simWorkload(10 * time.Millisecond)}}
@@ -78,11 +73,15 @@ func TestTLSAndHTTP2ToUpstreams(t *testing.T) {
 	if err := streamChat(ctx, sdkClient(c.url(1), "h2c-1", "")).fromOnly("B", "h2c-1"); err != nil {
 		t.Fatal(err)
 	}
-	if got := recA.seen(); len(got) != 1 || got[0] != "HTTP/2.0+TLS" {
-		t.Errorf("the https upstream saw %v, want HTTP/2.0 over TLS", got)
+	if got := recA.seen(); len(got) != 1 {
+		t.Errorf("len(got) = %v, want 1", len(got))
+	} else if got[0] != "HTTP/2.0+TLS" {
+		t.Errorf("got[0] = %q, want \"HTTP/2.0+TLS\"", got[0])
 	}
-	if got := recB.seen(); len(got) != 1 || got[0] != "HTTP/2.0" {
-		t.Errorf("the h2c upstream saw %v, want HTTP/2.0", got)
+	if got := recB.seen(); len(got) != 1 {
+		t.Errorf("len(got) = %v, want 1", len(got))
+	} else if got[0] != "HTTP/2.0" {
+		t.Errorf("got[0] = %q, want \"HTTP/2.0\"", got[0])
 	}
 }
 
@@ -108,8 +107,10 @@ func TestHTTP2ClientSeesAbortedStream(t *testing.T) {
 	}
 
 	resp, body, err := do("h2-ok", "A=stall")
-	if err != nil || resp.ProtoMajor != 2 {
-		t.Fatalf("h2c request: %v (proto %v)", err, resp)
+	if err != nil {
+		t.Fatalf("h2c request: %v", err)
+	} else if resp.ProtoMajor != 2 {
+		t.Fatalf("h2c request: resp.ProtoMajor = %v, want 2", resp.ProtoMajor)
 	}
 	if got, want := llmsim.StripPings(body), llmsim.ExpectedStream("B", "model-b", "h2-ok", simTokens); string(got) != string(want) {
 		t.Fatalf("body over h2c\n%s\nwant\n%s", got, want)

@@ -19,17 +19,32 @@ func TestConfigDecodesSnakeCaseJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Delay.Mode != core.DelayFixed || c.Delay.Fixed.D() != 50*time.Millisecond {
-		t.Errorf("delay = %s %v, want fixed 50ms", c.Delay.Mode, c.Delay.Fixed)
+	if c.Delay.Mode != core.DelayFixed {
+		t.Errorf("c.Delay.Mode = %v, want core.DelayFixed", c.Delay.Mode)
+	} else if c.Delay.Fixed.D() != 50*time.Millisecond {
+		t.Errorf("c.Delay.Fixed.D() = %v, want %v", c.Delay.Fixed.D(), 50*time.Millisecond)
 	}
-	if c.MaxBody != 8<<20 || c.MaxPrefix != 4096 || c.Timeout.D() != time.Minute || c.Idempotency.TTL != -1 ||
-		c.Idempotency.MaxResponseBytes != 64<<10 || c.Budget.CoolDown.D() != 2*time.Second || c.Upstreams[0].SetHeaders["K"] != "v" {
-		t.Errorf("decoded %+v", c)
+	if c.MaxBody != 8<<20 {
+		t.Errorf("c.MaxBody = %v, want %v", c.MaxBody, 8<<20)
+	} else if c.MaxPrefix != 4096 {
+		t.Errorf("c.MaxPrefix = %v, want 4096", c.MaxPrefix)
+	} else if c.Timeout.D() != time.Minute {
+		t.Errorf("c.Timeout.D() = %v, want time.Minute", c.Timeout.D())
+	} else if c.Idempotency.TTL != -1 {
+		t.Errorf("c.Idempotency.TTL = %v, want -1", c.Idempotency.TTL)
+	} else if c.Idempotency.MaxResponseBytes != 64<<10 {
+		t.Errorf("c.Idempotency.MaxResponseBytes = %v, want %v", c.Idempotency.MaxResponseBytes, 64<<10)
+	} else if c.Budget.CoolDown.D() != 2*time.Second {
+		t.Errorf("c.Budget.CoolDown.D() = %v, want %v", c.Budget.CoolDown.D(), 2*time.Second)
+	} else if c.Upstreams[0].SetHeaders["K"] != "v" {
+		t.Errorf("c.Upstreams[0].SetHeaders[\"K\"] = %q, want \"v\"", c.Upstreams[0].SetHeaders["K"])
 	}
 	var d core.DelayConfig
 	err = json.Unmarshal([]byte(`{"mode":"adaptive","fixd":"1s"}`), &d)
-	if err == nil || !strings.Contains(err.Error(), `unknown field "fixd"`) {
-		t.Errorf("delay typo: error %v, want unknown field", err)
+	if err == nil {
+		t.Errorf("delay typo: err = nil, want an error")
+	} else if !strings.Contains(err.Error(), `unknown field "fixd"`) {
+		t.Errorf("delay typo: err.Error() = %q, want it to contain `unknown field \"fixd\"`", err.Error())
 	}
 	// An empty Delay, Idempotency and Budget are left out of the encoding.
 	if b, _ := json.Marshal(core.Config{Route: "r"}); string(b) != `{"route":"r"}` {
@@ -50,7 +65,11 @@ func TestNullOptionsKeepTheirDefaults(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"delay":null,"timeout":null,"max_body":null}`), &c); err != nil {
 		t.Fatalf("null options: %v", err)
 	}
-	if c.Delay != (core.DelayConfig{}) || c.Timeout != 0 || c.MaxBody != 0 {
-		t.Errorf("null options changed the config: %+v", c)
+	if c.Delay != (core.DelayConfig{}) {
+		t.Errorf("null options changed the config: c.Delay = %v, want %v", c.Delay, (core.DelayConfig{}))
+	} else if c.Timeout != 0 {
+		t.Errorf("null options changed the config: c.Timeout = %v, want 0", c.Timeout)
+	} else if c.MaxBody != 0 {
+		t.Errorf("null options changed the config: c.MaxBody = %v, want 0", c.MaxBody)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,6 +36,7 @@ type gatedUpstream struct {
 	started chan string              // a generation started (its key and number)
 	before  map[string]chan struct{} // hold a key's answers before the first event
 	after   map[string]chan struct{} // hold them after the first event
+	waiters []genWaiter              // startedOf
 	events  int                      // events per answer
 	size    int                      // padding per event, for large answers
 }
@@ -53,6 +55,15 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.mu.Lock()
 	u.gens[key]++
 	gen := u.gens[key]
+	kept := u.waiters[:0]
+	for _, w := range u.waiters {
+		if w.key == key && gen >= w.n {
+			close(w.ch)
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	u.waiters = kept
 	before := u.before[key]
 	after := u.after[key]
 	events := u.events
@@ -90,6 +101,25 @@ func (u *gatedUpstream) generations(key string) int {
 	return u.gens[key]
 }
 
+// startedOf returns a channel closed once generation n of key has started.
+func (u *gatedUpstream) startedOf(key string, n int) chan struct{} {
+	ch := make(chan struct{})
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.gens[key] >= n {
+		close(ch)
+		return ch
+	}
+	u.waiters = append(u.waiters, genWaiter{key: key, n: n, ch: ch})
+	return ch
+}
+
+type genWaiter struct {
+	key string
+	n   int
+	ch  chan struct{}
+}
+
 // hold makes the key's answers wait before their first event (pre) or
 // after it (post) until the returned function is called.
 func (u *gatedUpstream) hold(key string, post bool) func() {
@@ -105,15 +135,21 @@ func (u *gatedUpstream) hold(key string, post bool) func() {
 	return func() { once.Do(func() { close(ch) }) }
 }
 
-// waitStarted waits for the next generation of any key to reach the upstream.
-func (u *gatedUpstream) waitStarted(t *testing.T) string {
+// waitStarted waits for the next generation of key to reach the upstream
+// (those of other keys are passed over) and returns it as key#generation.
+func (u *gatedUpstream) waitStarted(t *testing.T, key string) string {
 	t.Helper()
-	select {
-	case s := <-u.started:
-		return s
-	case <-time.After(10 * time.Second):
-		t.Fatal("no generation reached the upstream within 10s")
-		return ""
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case s := <-u.started:
+			if strings.HasPrefix(s, key+"#") {
+				return s
+			}
+		case <-timeout:
+			t.Fatalf("no generation of %s reached the upstream within 10s", key)
+			return ""
+		}
 	}
 }
 
@@ -257,6 +293,15 @@ type answer struct {
 
 func (rep *replica) send(t *testing.T, key, caller, body string) answer {
 	t.Helper()
+	resp := rep.open(t, key, caller, body)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), header: resp.Header, complete: err == nil}
+}
+
+// open sends a request and returns the response to read.
+func (rep *replica) open(t *testing.T, key, caller, body string) *http.Response {
+	t.Helper()
 	req, err := http.NewRequest("POST", rep.srv.URL+"/v1/chat/completions", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -270,11 +315,10 @@ func (rep *replica) send(t *testing.T, key, caller, body string) answer {
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatalf("request: %v", err)
+		t.Errorf("request: %v", err)
+		return &http.Response{StatusCode: 0, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}}
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	return answer{status: resp.StatusCode, body: string(b), header: resp.Header, complete: err == nil}
+	return resp
 }
 
 // sendAsync sends in a goroutine; the answer arrives on the channel.
@@ -306,7 +350,7 @@ func TestFleetJoinAcrossReplicas(t *testing.T) {
 	a, b, c := rig.replicas[0], rig.replicas[1], rig.replicas[2]
 	release := rig.upstream.hold("k1", true) // hold after commit: b joins mid-answer
 	first := a.sendAsync(t, "k1", "alice", chatBody)
-	rig.upstream.waitStarted(t)
+	rig.upstream.waitStarted(t, "k1")
 	second := b.sendAsync(t, "k1", "alice", chatBody)
 	b.sink.waitClaim(t)
 	release()
@@ -343,13 +387,13 @@ func TestFleetConflictAndCallerScope(t *testing.T) {
 	a, b := rig.replicas[0], rig.replicas[1]
 	release := rig.upstream.hold("k2", false)
 	first := a.sendAsync(t, "k2", "alice", chatBody)
-	rig.upstream.waitStarted(t)
+	rig.upstream.waitStarted(t, "k2")
 	other := `{"model":"m","stream":true,"messages":[{"role":"user","content":"other"}]}`
 	if r := b.send(t, "k2", "alice", other); r.status != 422 {
 		t.Errorf("other body in flight: status %d, want 422", r.status)
 	}
 	bob := b.sendAsync(t, "k2", "bob", chatBody)
-	rig.upstream.waitStarted(t) // bob's own generation
+	rig.upstream.waitStarted(t, "k2") // bob's own generation
 	release()
 	recvAnswer(t, first)
 	if r := recvAnswer(t, bob); !r.complete || r.status != 200 {
@@ -393,11 +437,11 @@ func TestFleetTakeoverBeforeCommit(t *testing.T) {
 	release := rig.upstream.hold("k3", false)
 	defer release()
 	first := a.sendAsync(t, "k3", "alice", chatBody)
-	rig.upstream.waitStarted(t)
+	rig.upstream.waitStarted(t, "k3")
 	second := b.sendAsync(t, "k3", "alice", chatBody)
 	b.sink.waitClaim(t)
 	a.client.dead.Store(true) // a's replica is gone as far as Redis can tell
-	started := rig.upstream.waitStarted(t)
+	started := rig.upstream.waitStarted(t, "k3")
 	if started != "k3#2" {
 		t.Errorf("takeover started %s, want k3#2", started)
 	}
@@ -425,18 +469,19 @@ func TestFleetCutAfterCommit(t *testing.T) {
 	release := rig.upstream.hold("k4", true)
 	defer release()
 	first := a.sendAsync(t, "k4", "alice", chatBody)
-	rig.upstream.waitStarted(t)
-	second := b.sendAsync(t, "k4", "alice", chatBody)
-	b.sink.waitClaim(t)
-	// Let b read the head and the first event before a goes away.
-	waitFor(t, func() bool { return b.sink.count("read") >= 2 })
-	a.client.dead.Store(true)
-	rb := recvAnswer(t, second)
-	if rb.complete {
-		t.Errorf("follower's answer after the leader died post-commit is complete (%q), want broken", rb.body)
+	rig.upstream.waitStarted(t, "k4")
+	// b's client reads until it has the dead generation's first event.
+	resp := b.open(t, "k4", "alice", chatBody)
+	defer resp.Body.Close()
+	got := readUntil(t, resp.Body, "gen1-tok0")
+	a.client.dead.Store(true) // a's replica is gone as far as Redis can tell
+	rest, err := io.ReadAll(resp.Body)
+	body := got + string(rest)
+	if err == nil {
+		t.Errorf("follower's answer after the leader died post-commit ended cleanly (%q), want broken", body)
 	}
-	if strings.Contains(rb.body, "gen2-") || strings.Contains(rb.body, "[DONE]") {
-		t.Errorf("follower's answer %q is spliced or finished", rb.body)
+	if strings.Contains(body, "gen2-") || strings.Contains(body, "[DONE]") {
+		t.Errorf("follower's answer %q is spliced or finished", body)
 	}
 	release()
 	recvAnswer(t, first)
@@ -445,6 +490,21 @@ func TestFleetCutAfterCommit(t *testing.T) {
 		t.Errorf("retry: status %d complete %v replayed %q body %q, want a fresh complete generation 2",
 			retry.status, retry.complete, retry.header.Get("Idempotent-Replayed"), retry.body)
 	}
+}
+
+// readUntil reads r until what it read contains want, and returns it.
+func readUntil(t *testing.T, r io.Reader, want string) string {
+	t.Helper()
+	var got []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got, []byte(want)) {
+		n, err := r.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil {
+			t.Fatalf("read %q before %q arrived: %v", got, want, err)
+		}
+	}
+	return string(got)
 }
 
 // Invariant 5: with Redis killed every request still succeeds on local
@@ -469,11 +529,17 @@ func TestFleetRedisKilledAndRestarted(t *testing.T) {
 		key := "back" + strconv.Itoa(i)
 		release := rig.upstream.hold(key, true)
 		first := a.sendAsync(t, key, "alice", chatBody)
-		rig.upstream.waitStarted(t)
+		rig.upstream.waitStarted(t, key)
+		drain(b.sink.claims)
 		second := b.sendAsync(t, key, "alice", chatBody)
-		// b either claims through Redis or runs locally; either way it
-		// answers once the upstream is released.
-		waitFor(t, func() bool { return b.sink.count("claim") > 0 || rig.upstream.generations(key) > 1 })
+		// b either claims through Redis (its fleet is up, or it probes) or,
+		// its fleet down, runs a generation of its own.
+		select {
+		case <-b.sink.claims:
+		case <-rig.upstream.startedOf(key, 2):
+		case <-time.After(10 * time.Second):
+			t.Fatal("b neither claimed nor started a generation")
+		}
 		release()
 		recvAnswer(t, first)
 		recvAnswer(t, second)
@@ -532,7 +598,7 @@ func TestFleetKeysExpireAndStreamsAreCapped(t *testing.T) {
 	rig.upstream.mu.Unlock()
 	release := rig.upstream.hold("big", true)
 	first := a.sendAsync(t, "big", "alice", chatBody)
-	rig.upstream.waitStarted(t)
+	rig.upstream.waitStarted(t, "big")
 	second := b.sendAsync(t, "big", "alice", chatBody)
 	b.sink.waitClaim(t)
 	release()
@@ -606,16 +672,14 @@ func TestFleetSimultaneousClaims(t *testing.T) {
 	}
 }
 
-// waitFor polls cond (a state that another goroutine reaches through a
-// real Redis: there is no event to wait on) for up to 10s.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
+// drain empties a signal channel.
+func drain(ch chan struct{}) {
+	for {
+		select {
+		case <-ch:
+		default:
+			return
 		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -649,4 +713,137 @@ func redisArray(t *testing.T, srv *redisproc.Server, args ...string) []string {
 	return out
 }
 
-var _ = bytes.Equal
+// A follower that waits long before the leader commits reads again and
+// again (XREAD BLOCK); Redis answers a blocked read on its own clock tick,
+// late by up to 100ms, and no read may time out on that: the fleet stays
+// up and the follower joins.
+func TestFleetLongWaitKeepsTheFleetUp(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("slow", false)
+	first := a.sendAsync(t, "slow", "alice", chatBody)
+	rig.upstream.waitStarted(t, "slow")
+	second := b.sendAsync(t, "slow", "alice", chatBody)
+	b.sink.waitClaim(t)
+	// Eight block periods (lease 300ms: 150ms blocks) of waiting.
+	time.AfterFunc(1200*time.Millisecond, release)
+	ra, rb := recvAnswer(t, first), recvAnswer(t, second)
+	if !rb.complete || rb.body != ra.body {
+		t.Errorf("follower after a long wait: complete %v, same body %v; want the leader's answer", rb.complete, rb.body == ra.body)
+	}
+	b.sink.mu.Lock()
+	readErrors := b.sink.errs["read"]
+	b.sink.mu.Unlock()
+	if readErrors != 0 || !b.fleet.Up() {
+		t.Errorf("read errors = %d, fleet up %v; want 0 and up", readErrors, b.fleet.Up())
+	}
+	if got := rig.upstream.generations("slow"); got != 1 {
+		t.Errorf("generations = %d, want 1", got)
+	}
+}
+
+// The leader's client leaves after commit while a follower on another
+// replica reads: the race goes on for the follower, which gets the whole
+// answer of the one generation.
+func TestFleetLeaderClientLeavesFollowerCompletes(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("left", true)
+	defer release()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", a.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "left")
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, resp.Body, "gen1-tok0")
+	second := b.sendAsync(t, "left", "alice", chatBody)
+	b.sink.waitClaim(t)
+	cancel() // the leader's client goes away
+	resp.Body.Close()
+	waitLeaderGone := time.AfterFunc(200*time.Millisecond, release)
+	defer waitLeaderGone.Stop()
+	rb := recvAnswer(t, second)
+	if !rb.complete || !strings.Contains(rb.body, "gen1-tok4") || !strings.Contains(rb.body, "[DONE]") {
+		t.Errorf("follower after the leader's client left: complete %v body %q, want generation 1 whole", rb.complete, rb.body)
+	}
+	if got := rig.upstream.generations("left"); got != 1 {
+		t.Errorf("generations = %d, want 1", got)
+	}
+}
+
+// Memory in Redis per flight in progress and per stored answer (MEMORY
+// USAGE of each key, and used_memory_dataset over 100 flights). With
+// LLMHEDGE_FLEET_BENCH=1 only:
+//
+//	LLMHEDGE_FLEET_BENCH=1 go test -run TestFleetBenchMemory -v ./core/coretest
+func TestFleetBenchMemory(t *testing.T) {
+	if os.Getenv("LLMHEDGE_FLEET_BENCH") != "1" {
+		t.Skip("fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
+	}
+	rig := newFleetRig(t, 1, func(c *core.Config) { c.Fleet.Lease = core.Duration(10 * time.Second) })
+	a := rig.replicas[0]
+	rig.upstream.mu.Lock()
+	rig.upstream.events = 50
+	rig.upstream.mu.Unlock()
+	const n = 100
+	used := func() int64 {
+		info := redisDo(t, rig.redis, "INFO", "memory").Str
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory_dataset:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	base := used()
+	var releases []func()
+	var answers []chan answer
+	for i := 0; i < n; i++ {
+		key := "mem-" + strconv.Itoa(i)
+		releases = append(releases, rig.upstream.hold(key, true))
+		answers = append(answers, a.sendAsync(t, key, "alice", chatBody))
+		rig.upstream.waitStarted(t, key)
+	}
+	// Every leader committed (head and first event appended) once its
+	// client has the first bytes: wait for the appends.
+	for redisInt(t, rig.redis, "DBSIZE") < 2*n {
+		time.Sleep(time.Millisecond) // Redis holds the state; no event to wait on
+	}
+	inFlight := used() - base
+	perKey := map[string]int64{}
+	for _, k := range redisArray(t, rig.redis, "KEYS", "*") {
+		kind := k[strings.LastIndex(k, "}")+1:]
+		if strings.HasPrefix(kind, ":s:") {
+			kind = ":s:<holder>"
+		}
+		perKey[kind] += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
+	}
+	for _, r := range releases {
+		r()
+	}
+	size := 0
+	for _, ch := range answers {
+		size = len(recvAnswer(t, ch).body)
+	}
+	stored := used() - base
+	doneMem := int64(0)
+	streamMem := int64(0)
+	for _, k := range redisArray(t, rig.redis, "KEYS", "*") {
+		switch {
+		case strings.HasSuffix(k, ":done"):
+			doneMem += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
+		case strings.Contains(k, ":s:"):
+			streamMem += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
+		}
+	}
+	t.Logf("in flight (head + first event appended): used_memory_dataset %d B per flight; MEMORY USAGE lease %d B, stream %d B",
+		inFlight/n, perKey[":lease"]/n, perKey[":s:<holder>"]/n)
+	t.Logf("stored (answer %d B): used_memory_dataset %d B per answer; done %d B, its stream while it lingers (60s) %d B",
+		size, stored/n, doneMem/n, streamMem/n)
+}

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
@@ -99,8 +101,12 @@ func TestBenchReferenceWorkload(t *testing.T) {
 	t.Logf("p99 TTFT plugin/ideal = %.3f (want <= 1.15); plugin/plain = %.3f (want <= 0.2)",
 		ratio(hp.P99, ideal.P99), ratio(hp.P99, pp.P99))
 	t.Logf("extra upstream attempts: plugin %.2f%%, ideal %.2f%% (want <= ideal + 2 points)", 100*extra, 100*peers.IdealExtra)
-	if ratio(hp.P99, ideal.P99) > 1.15 || ratio(hp.P99, pp.P99) > 0.2 || extra > peers.IdealExtra+0.02 {
-		t.Errorf("reference workload targets missed")
+	if ratio(hp.P99, ideal.P99) > 1.15 {
+		t.Errorf("ratio(hp.P99, ideal.P99) = %v, want <= 1.15", ratio(hp.P99, ideal.P99))
+	} else if ratio(hp.P99, pp.P99) > 0.2 {
+		t.Errorf("ratio(hp.P99, pp.P99) = %v, want <= 0.2", ratio(hp.P99, pp.P99))
+	} else if extra > peers.IdealExtra+0.02 {
+		t.Errorf("extra = %v, want <= peers.IdealExtra+0.02 (%v)", extra, peers.IdealExtra+0.02)
 	}
 }
 
@@ -112,7 +118,7 @@ func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 func TestBenchThroughput(t *testing.T) {
 	benchOnly(t)
 	const rounds, n, concurrency = 4, 2500, 20
-	fast := llmsim.Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: noJitter, StallProb: neverStall, TokenGap: noGap, PingEvery: -1}
+	fast := llmsim.Fast()
 	f := llmsim.Start("F", fast)
 	defer f.Close()
 	d := newDynamic("rps").
@@ -217,8 +223,10 @@ func TestBenchTruncationStudy(t *testing.T) {
 	}
 	t.Logf("Traefik logged %d \"ReverseProxy read error during body copy: ... use of closed network connection\" lines",
 		strings.Count(tr.logs.String(), "use of closed network connection"))
-	if r := totals["hedge"]; r.truncated != 0 || r.failed != 0 {
-		t.Errorf("the plugin cut %d streams and failed %d", r.truncated, r.failed)
+	if r := totals["hedge"]; r.truncated != 0 {
+		t.Errorf("r.truncated = %v, want 0", r.truncated)
+	} else if r.failed != 0 {
+		t.Errorf("r.failed = %v, want 0", r.failed)
 	}
 }
 
@@ -234,7 +242,7 @@ func TestBenchTruncationStdlib(t *testing.T) {
 	up := llmsim.Start("A", wl)
 	defer up.Close()
 	target, _ := url.Parse(up.URL)
-	var proxyLog, bodyErrors syncBuffer
+	var proxyLog, bodyErrors proc.Buffer
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	proxy.Transport = &http.Transport{MaxIdleConnsPerHost: 200, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
 	proxy.ErrorLog = log.New(&proxyLog, "", 0)
@@ -272,7 +280,7 @@ func TestBenchTruncationStdlib(t *testing.T) {
 // watchedBody records every failed read of a request body (EOF aside).
 type watchedBody struct {
 	io.ReadCloser
-	errs *syncBuffer
+	errs *proc.Buffer
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
@@ -289,4 +297,54 @@ func firstLines(s string, n int) []string {
 		lines = lines[:n]
 	}
 	return lines
+}
+
+// TestBenchLightOverhead is TestBenchThroughput with the light load client
+// (raw keep-alive TCP, a fixed request, a minimal reader), so that on a
+// small machine the numbers measure Traefik rather than the client:
+// requests/s through the plugin and through Traefik's plain load balancer
+// at 20 concurrent connections on the same fast 20-token upstream, where no
+// hedge fires, and Traefik's own CPU per request from /proc. Runs
+// alternate between the two routes.
+//
+//	LLMHEDGE_BENCH=1 go test ./traefikplugin/e2e -run TestBenchLightOverhead -v
+func TestBenchLightOverhead(t *testing.T) {
+	benchOnly(t)
+	const rounds, perRound, conns = 4, 2500, 20
+	f := llmsim.Start("F", llmsim.Fast())
+	defer f.Close()
+	d := newDynamic("light").
+		loadBalancer("fast", f.URL).
+		route("plain", "fast").
+		hedge("hedge", pluginConfig([][2]string{{"F", f.URL}, {"F", f.URL}}, "delay: 30s", "log: off")).
+		route("hedge", "noop@internal", "hedge")
+	tr := startTraefik(t, "ERROR", d)
+	pid := tr.cmd.Process.Pid
+	addr := strings.TrimPrefix(tr.URL, "http://")
+	targets := func(n int) []lightload.Target {
+		return []lightload.Target{
+			lightload.StreamTarget("plugin", addr, "/hedge/v1/chat/completions", pid, conns, n),
+			lightload.StreamTarget("plain LB", addr, "/plain/v1/chat/completions", pid, conns, n),
+		}
+	}
+	// The warm-up also warms the interpreter.
+	warm, cmp, err := lightload.Bench(t.Context(), rounds, 500, perRound, targets)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Traefik's own load balancer cuts a few streams short under load (see
+	// TestBenchTruncationStudy): counted for it, failures for the plugin.
+	if cmp.Failed[0] != 0 {
+		t.Errorf("plugin: %d of %d requests failed: %v", cmp.Failed[0], rounds*perRound, cmp.Errors[0])
+	}
+	if served, sent := f.Served(), warm.Sent()+cmp.Sent(); served != sent {
+		t.Errorf("upstream served %d requests for %d sent: a hedge fired", served, sent)
+	}
+	t.Logf("light client, fast 20-token upstream, no hedge: %d rounds x %d requests, %d connections", rounds, perRound, conns)
+	for i, name := range cmp.Names {
+		t.Logf("  %-9s %8.0f req/s   Traefik CPU %v/request   (%d failed: %v)", name, cmp.RPS(i), cmp.CPUPerRequest(i), cmp.Failed[i], cmp.Errors[i])
+	}
+	t.Logf("  req/s plugin / plain LB = %.3f (rounds %.2f); Traefik CPU per request plugin / plain LB = %.2f (the interpreter: %v/request)",
+		cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1), float64(cmp.CPUPerRequest(0))/float64(cmp.CPUPerRequest(1)),
+		cmp.CPUPerRequest(0)-cmp.CPUPerRequest(1))
 }

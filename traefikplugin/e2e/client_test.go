@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -93,6 +94,22 @@ func streamChat(ctx context.Context, c openai.Client, id, behavior string, onCon
 
 // whole reports whether r is the complete answer to request id, from one
 // upstream only (named in the returned string).
+// notWhole names the first reason why r is not the whole answer to id
+// that whole looks for.
+func (r streamed) notWhole(id string, tokens int) string {
+	switch want := llmsim.ExpectedChatText(id, tokens); {
+	case r.err != nil:
+		return fmt.Sprintf("stream error %v, want none", r.err)
+	case !r.finished:
+		return "the stream did not finish"
+	case len(r.ids) != 1:
+		return fmt.Sprintf("chunks from %d answers %v, want one", len(r.ids), r.ids)
+	case r.content != want:
+		return fmt.Sprintf("content %q, want %q", r.content, want)
+	}
+	return fmt.Sprintf("chunk ids %v do not name an upstream", r.ids)
+}
+
 func (r streamed) whole(id string, tokens int) (upstream string, ok bool) {
 	if r.err != nil || !r.finished || len(r.ids) != 1 || r.content != llmsim.ExpectedChatText(id, tokens) {
 		return "", false

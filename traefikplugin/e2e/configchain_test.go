@@ -92,8 +92,10 @@ func filePluginConf(t *testing.T, content string) map[string]any {
 	if err := file.DecodeContent(content, ".yml", &dyn); err != nil {
 		t.Fatal(err)
 	}
-	if dyn.HTTP == nil || dyn.HTTP.Middlewares["hedge"] == nil {
-		t.Fatal("paerser found no middleware hedge")
+	if dyn.HTTP == nil {
+		t.Fatalf("paerser found no middleware hedge: dyn.HTTP = nil, want non-nil")
+	} else if dyn.HTTP.Middlewares["hedge"] == nil {
+		t.Fatalf("paerser found no middleware hedge: dyn.HTTP.Middlewares[\"hedge\"] = nil, want non-nil")
 	}
 	return dyn.HTTP.Middlewares["hedge"].Plugin["llmhedge"]
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/traefikplugin"
 )
 
@@ -85,8 +86,10 @@ func TestExampleConfigurationsAreValid(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &manifest); err != nil {
 		t.Fatal(err)
 	}
-	if manifest.Import != moduleName+"/traefikplugin" || manifest.Type != "middleware" {
-		t.Fatalf(".traefik.yml: import %q type %q", manifest.Import, manifest.Type)
+	if manifest.Import != moduleName+"/traefikplugin" {
+		t.Fatalf(".traefik.yml: manifest.Import = %q, want %q", manifest.Import, moduleName+"/traefikplugin")
+	} else if manifest.Type != "middleware" {
+		t.Fatalf(".traefik.yml: manifest.Type = %q, want \"middleware\"", manifest.Type)
 	}
 	if _, err := traefikplugin.New(context.Background(), http.NotFoundHandler(), decodeStrict(t, "testData", manifest.TestData), "testdata"); err != nil {
 		t.Fatalf(".traefik.yml testData: %v", err)
@@ -109,14 +112,16 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 	bin := traefikBinary(t)
 	dir := t.TempDir()
 	layoutPlugin(t, dir)
-	web := freePort(t)
+	web := proc.FreePort(t)
 	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic.yml"),
-		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &syncBuffer{}, exited: make(chan struct{})}
+		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &proc.Buffer{}, exited: make(chan struct{})}
 	dyn := strings.NewReplacer(replace...).Replace(read(dynamicFile))
 	static := strings.NewReplacer(`":8080"`, fmt.Sprintf(`"127.0.0.1:%d"`, web),
 		"filename: dynamic.yml", fmt.Sprintf("filename: %q", tr.dynPath)).Replace(read("traefik-local.yml"))
-	if dyn == read(dynamicFile) || static == read("traefik-local.yml") {
-		t.Fatal("the examples changed: update the replacements in this test")
+	if dyn == read(dynamicFile) {
+		t.Fatalf("the examples changed: the replacements left %s as it was; update them", dynamicFile)
+	} else if static == read("traefik-local.yml") {
+		t.Fatalf("the examples changed: the replacements left traefik-local.yml as it was; update them")
 	}
 	if err := os.WriteFile(tr.dynPath, []byte(dyn), 0o644); err != nil {
 		t.Fatal(err)
@@ -137,11 +142,11 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 		}
 		select {
 		case <-tr.exited:
-			t.Fatalf("traefik exited:\n%s", tail(tr.logs.String(), 4000))
+			t.Fatalf("traefik exited:\n%s", proc.Tail(tr.logs.String(), 4000))
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the example route never answered (last: %v):\n%s", err, tail(tr.logs.String(), 4000))
+			t.Fatalf("the example route never answered (last: %v):\n%s", err, proc.Tail(tr.logs.String(), 4000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -154,8 +159,10 @@ func TestExampleRunsInTraefik(t *testing.T) {
 	defer b.Close()
 	tr := runExample(t, "dynamic.yml", []string{"http://127.0.0.1:9001", a.URL, "http://127.0.0.1:9002", b.URL})
 	r := streamChat(context.Background(), sdk(tr.URL+"/v1/"), "ex-1", "A=ttft:2s", nil)
-	if up, ok := r.whole("ex-1", wl.WithDefaults().Tokens); !ok || up != "B" {
-		t.Fatalf("through the example configuration: %+v (upstream %q), want B's whole answer after a 50ms hedge", r, up)
+	if up, ok := r.whole("ex-1", wl.WithDefaults().Tokens); !ok {
+		t.Fatalf("through the example configuration: %s", r.notWhole("ex-1", wl.WithDefaults().Tokens))
+	} else if up != "B" {
+		t.Fatalf("through the example configuration: answered by %q, want B after a 50ms hedge", up)
 	}
 }
 
@@ -169,8 +176,10 @@ func TestFullExampleRunsInTraefik(t *testing.T) {
 	tr := runExample(t, "dynamic-full.yml", []string{"https://api.openai.com", a.URL, "https://openrouter.ai/api", b.URL},
 		"OPENAI_API_KEY=sk-test-openai", "OPENROUTER_API_KEY=sk-test-openrouter")
 	r := streamChat(context.Background(), sdk(tr.URL+"/v1/"), "full-1", "A=ttft:3s", nil)
-	if up, ok := r.whole("full-1", wl.WithDefaults().Tokens); !ok || up != "B" {
-		t.Fatalf("answer %+v (upstream %q), want B's after the 1s delay", r, up)
+	if up, ok := r.whole("full-1", wl.WithDefaults().Tokens); !ok {
+		t.Fatalf("full-1: %s", r.notWhole("full-1", wl.WithDefaults().Tokens))
+	} else if up != "B" {
+		t.Fatalf("full-1 answered by %q, want B after the 1s delay", up)
 	}
 	if st := r.header.Get("Server-Timing"); !strings.Contains(st, "upstream=openrouter") {
 		t.Fatalf("Server-Timing %q", st)
@@ -186,8 +195,14 @@ func TestFullExampleRunsInTraefik(t *testing.T) {
 				seen = &req
 			}
 		}
-		if seen == nil || seen.Authorization != c.auth || seen.Model != c.model || seen.Header.Get("Cookie") != "" {
-			t.Fatalf("%s saw %+v, want Authorization %q and model %q", c.s.Name, seen, c.auth, c.model)
+		if seen == nil {
+			t.Fatalf("%s: seen = nil, want non-nil", c.s.Name)
+		} else if seen.Authorization != c.auth {
+			t.Fatalf("%s: seen.Authorization = %v, want %v", c.s.Name, seen.Authorization, c.auth)
+		} else if seen.Model != c.model {
+			t.Fatalf("%s: seen.Model = %v, want %v", c.s.Name, seen.Model, c.model)
+		} else if seen.Header.Get("Cookie") != "" {
+			t.Fatalf("%s: seen.Header.Get(\"Cookie\") = %q, want \"\"", c.s.Name, seen.Header.Get("Cookie"))
 		}
 	}
 	// Not eligible (GET): passed through to the router's service (Traefik's
@@ -204,7 +219,11 @@ func TestFullExampleRunsInTraefik(t *testing.T) {
 			models = append(models, req)
 		}
 	}
-	if len(models) != 1 || models[0].Attempt != "" || models[0].Method != http.MethodGet {
-		t.Fatalf("GET /v1/models reached the upstreams as %+v, want once through the router's service", models)
+	if len(models) != 1 {
+		t.Fatalf("len(models) = %v, want 1", len(models))
+	} else if models[0].Attempt != "" {
+		t.Fatalf("models[0].Attempt = %q, want \"\"", models[0].Attempt)
+	} else if models[0].Method != http.MethodGet {
+		t.Fatalf("models[0].Method = %v, want http.MethodGet", models[0].Method)
 	}
 }

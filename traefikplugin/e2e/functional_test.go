@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // functionalWorkload is fast and has no random stalls: every scenario
@@ -52,68 +53,10 @@ func cancelledIDs(s *llmsim.Running) map[string]bool {
 	return out
 }
 
-// gatedUpstream streams tokens one at a time: token i+1 is sent only after
-// the test has received token i through Traefik (or 10s passed, which the
-// test then reports). A proxy that buffered any event would stall it.
-//
-// With hold, every stream also stops after its first token until release
-// is closed (the reload test keeps streams open that way); its tokens are
-// then not gated on receipt.
-type gatedUpstream struct {
-	*httptest.Server
-	received chan int     // the client got content token i
-	late     atomic.Int32 // tokens whose receipt was not confirmed in time
-	first    chan string  // a stream sent its first token (hold mode)
-	release  chan struct{}
-}
-
-func startGated(t *testing.T, tokens int, hold bool) *gatedUpstream {
-	g := &gatedUpstream{received: make(chan int, 1024), first: make(chan string, 1024), release: make(chan struct{})}
-	if !hold {
-		close(g.release)
-	}
-	g.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		id := r.Header.Get(llmsim.HeaderRequest)
-		w.Header().Set("Content-Type", "text/event-stream")
-		rc := http.NewResponseController(w)
-		write := func(s string) bool {
-			if _, err := io.WriteString(w, s); err != nil {
-				return false
-			}
-			return rc.Flush() == nil
-		}
-		chunk := func(delta string) string {
-			return `data: {"id":"chatcmpl-G-` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":` + delta + `,"finish_reason":null}]}` + "\n\n"
-		}
-		if !write(chunk(`{"role":"assistant","content":""}`)) {
-			return
-		}
-		for i := 0; i < tokens; i++ {
-			if !write(chunk(`{"content":"` + llmsim.TokenText(id, i) + `"}`)) {
-				return
-			}
-			if i == 0 && hold {
-				g.first <- id
-				select {
-				case <-g.release:
-				case <-r.Context().Done():
-					return
-				}
-			}
-			if i < tokens-1 && !hold {
-				select {
-				case <-g.received:
-				case <-time.After(10 * time.Second):
-					g.late.Add(1)
-				case <-r.Context().Done():
-					return
-				}
-			}
-		}
-		write(`data: {"id":"chatcmpl-G-` + id + `","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}` + "\n\ndata: [DONE]\n\n")
-	}))
-	t.Cleanup(g.Server.Close)
+// startGated starts llmsim's gated upstream, closed at the end of t.
+func startGated(t *testing.T, tokens int, hold bool) *llmsim.Gated {
+	g := llmsim.StartGated(tokens, hold)
+	t.Cleanup(g.Close)
 	return g
 }
 
@@ -152,12 +95,20 @@ func TestThroughRealTraefik(t *testing.T) {
 		// A answers 200 with a role-only chunk at once, then pings for 3s:
 		// a header race would pick it; the plugin waits for a real token.
 		r := streamChat(ctx, sdk(tr.URL+"/ft/v1/"), "ft-1", "A=ttft:3s;B=ttft:20ms", nil)
-		if up, ok := r.whole("ft-1", wl.WithDefaults().Tokens); !ok || up != "B" {
-			t.Fatalf("answer %+v (upstream %q), want B's whole answer", r, up)
+		if up, ok := r.whole("ft-1", wl.WithDefaults().Tokens); !ok {
+			t.Fatalf("ft-1: %s", r.notWhole("ft-1", wl.WithDefaults().Tokens))
+		} else if up != "B" {
+			t.Fatalf("ft-1 answered by %q, want B", up)
 		}
 		st := r.header.Get("Server-Timing")
-		if !strings.Contains(st, "attempts=2") || !strings.Contains(st, "winner=1") || !strings.Contains(st, "upstream=B") || !strings.Contains(st, "dur=") {
-			t.Fatalf("Server-Timing %q", st)
+		if !strings.Contains(st, "attempts=2") {
+			t.Fatalf("st = %q, want it to contain \"attempts=2\"", st)
+		} else if !strings.Contains(st, "winner=1") {
+			t.Fatalf("st = %q, want it to contain \"winner=1\"", st)
+		} else if !strings.Contains(st, "upstream=B") {
+			t.Fatalf("st = %q, want it to contain \"upstream=B\"", st)
+		} else if !strings.Contains(st, "dur=") {
+			t.Fatalf("st = %q, want it to contain \"dur=\"", st)
 		}
 		within(t, a, "the losing attempt on A to be cancelled", func() bool { return cancelledIDs(a)["ft-1"] })
 		// One JSON log line for the request on Traefik's stderr. It is
@@ -167,31 +118,47 @@ func TestThroughRealTraefik(t *testing.T) {
 		if err := json.Unmarshal([]byte(line), &got); err != nil {
 			t.Fatalf("log line is not JSON: %v: %s", err, line)
 		}
-		if got["outcome"] != "ok" || got["winner_upstream"] != "B" || got["attempts"] != float64(2) || got["hedges_started"] != float64(1) {
-			t.Fatalf("log line %v", got)
+		if got["outcome"] != "ok" {
+			t.Fatalf("got[\"outcome\"] = %q, want \"ok\"", got["outcome"])
+		} else if got["winner_upstream"] != "B" {
+			t.Fatalf("got[\"winner_upstream\"] = %q, want \"B\"", got["winner_upstream"])
+		} else if got["attempts"] != float64(2) {
+			t.Fatalf("got[\"attempts\"] = %v, want %v", got["attempts"], float64(2))
+		} else if got["hedges_started"] != float64(1) {
+			t.Fatalf("got[\"hedges_started\"] = %v, want %v", got["hedges_started"], float64(1))
 		}
 	})
 
 	t.Run("every event is flushed", func(t *testing.T) {
-		r := streamChat(ctx, sdk(tr.URL+"/flush/v1/"), "fl-1", "", func(i int) { gated.received <- i })
-		if r.err != nil || r.content != llmsim.ExpectedChatText("fl-1", 5) || !r.finished {
-			t.Fatalf("answer %+v", r)
+		r := streamChat(ctx, sdk(tr.URL+"/flush/v1/"), "fl-1", "", func(i int) { gated.Received <- i })
+		if r.err != nil {
+			t.Fatalf("r.err = %v, want nil", r.err)
+		} else if r.content != llmsim.ExpectedChatText("fl-1", 5) {
+			t.Fatalf("r.content = %v, want %v", r.content, llmsim.ExpectedChatText("fl-1", 5))
+		} else if !r.finished {
+			t.Fatalf("r.finished = false, want true")
 		}
-		if n := gated.late.Load(); n != 0 {
+		if n := gated.Late.Load(); n != 0 {
 			t.Fatalf("%d events reached the client only after the upstream had waited 10s for them", n)
 		}
 	})
 
 	t.Run("failure after the first token breaks the stream", func(t *testing.T) {
 		r := streamChat(ctx, sdk(tr.URL+"/abort/v1/"), "ab-1", "A=reset_after:3", nil)
-		if r.err == nil || r.finished {
-			t.Fatalf("the client saw a clean end: %+v", r)
+		if r.err == nil {
+			t.Fatalf("the client saw a clean end: r.err = nil, want an error")
+		} else if r.finished {
+			t.Fatalf("the client saw a clean end: r.finished = true, want false")
 		}
-		if r.content != llmsim.ExpectedChatText("ab-1", 3) || len(r.ids) != 1 || !r.ids["chatcmpl-A-ab-1"] {
+		if r.content != llmsim.ExpectedChatText("ab-1", 3) {
+			t.Fatalf("r.content = %v, want %v", r.content, llmsim.ExpectedChatText("ab-1", 3))
+		} else if len(r.ids) != 1 {
+			t.Fatalf("len(r.ids) = %v, want 1", len(r.ids))
+		} else if !r.ids["chatcmpl-A-ab-1"] {
 			t.Fatalf("before the break the client got %q from %v", r.content, r.ids)
 		}
 		if strings.Contains(tr.logs.String(), "Recovered from panic") || strings.Contains(tr.logs.String(), "panic:") {
-			t.Fatalf("Traefik treated the abort as a crash:\n%s", tail(tr.logs.String(), 3000))
+			t.Fatalf("Traefik treated the abort as a crash:\n%s", proc.Tail(tr.logs.String(), 3000))
 		}
 	})
 
@@ -202,12 +169,18 @@ func TestThroughRealTraefik(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || !strings.Contains(string(body), `"object":"list"`) || nextCalls.Load() != 1 {
-			t.Fatalf("GET /v1/models: %d %q, next called %d times", resp.StatusCode, body, nextCalls.Load())
+		if resp.StatusCode != 200 {
+			t.Fatalf("GET /v1/models: resp.StatusCode = %v, want 200", resp.StatusCode)
+		} else if !strings.Contains(string(body), `"object":"list"`) {
+			t.Fatalf("GET /v1/models: string(body) = %q, want it to contain `\"object\":\"list\"`", string(body))
+		} else if nextCalls.Load() != 1 {
+			t.Fatalf("GET /v1/models: nextCalls.Load() = %v, want 1", nextCalls.Load())
 		}
 		r := streamChat(ctx, sdk(tr.URL+"/pass/v1/"), "pa-1", "", nil)
-		if _, ok := r.whole("pa-1", wl.WithDefaults().Tokens); !ok || nextCalls.Load() != 1 {
-			t.Fatalf("hedged request: %+v, next called %d times", r, nextCalls.Load())
+		if _, ok := r.whole("pa-1", wl.WithDefaults().Tokens); !ok {
+			t.Fatalf("hedged request: %s", r.notWhole("pa-1", wl.WithDefaults().Tokens))
+		} else if nextCalls.Load() != 1 {
+			t.Fatalf("hedged request: nextCalls.Load() = %v, want 1", nextCalls.Load())
 		}
 	})
 

@@ -34,8 +34,10 @@ func TestMetricsPathThroughTraefik(t *testing.T) {
 		{"names2", "names-2", "", "A"},
 	} {
 		r := streamChat(ctx, sdk(tr.URL+"/"+req.router+"/v1/"), req.id, req.behavior, nil)
-		if up, ok := r.whole(req.id, wl.WithDefaults().Tokens); !ok || up != req.from {
-			t.Fatalf("%s: answer %+v (upstream %q), want %s's whole answer", req.id, r, up, req.from)
+		if up, ok := r.whole(req.id, wl.WithDefaults().Tokens); !ok {
+			t.Fatalf("%s: %s", req.id, r.notWhole(req.id, wl.WithDefaults().Tokens))
+		} else if up != req.from {
+			t.Fatalf("%s answered by %q, want %s", req.id, up, req.from)
 		}
 		// The line is written after the request's metrics are counted.
 		tr.waitLogLine(`"middleware":"hedge-` + req.router + `@file"`)

@@ -34,19 +34,23 @@ func TestReloadWhileStreamsOpen(t *testing.T) {
 	timeout := time.After(30 * time.Second)
 	for i := 0; i < streams; i++ {
 		select {
-		case <-g.first:
+		case <-g.First:
 		case <-timeout:
 			t.Fatalf("only %d of %d streams started", i, streams)
 		}
 	}
 
 	tr.reload(config("g2", "reportHeader: X-Hedge-Report"))
-	close(g.release)
+	close(g.Release)
 
 	for i := 0; i < streams; i++ {
 		r := <-results
-		if r.err != nil || !r.finished || len(r.ids) != 1 {
-			t.Fatalf("a stream open across the reload ended badly: %+v", r)
+		if r.err != nil {
+			t.Fatalf("a stream open across the reload ended badly: r.err = %v, want nil", r.err)
+		} else if !r.finished {
+			t.Fatalf("a stream open across the reload ended badly: r.finished = false, want true")
+		} else if len(r.ids) != 1 {
+			t.Fatalf("a stream open across the reload ended badly: len(r.ids) = %v, want 1", len(r.ids))
 		}
 		for id := range r.ids {
 			reqID := id[len("chatcmpl-G-"):]
@@ -60,8 +64,10 @@ func TestReloadWhileStreamsOpen(t *testing.T) {
 	}
 	// New requests run on the new configuration.
 	r := streamChat(context.Background(), c, "after-1", "", nil)
-	if r.err != nil || r.content != llmsim.ExpectedChatText("after-1", tokens) {
-		t.Fatalf("request after the reload: %+v", r)
+	if r.err != nil {
+		t.Fatalf("request after the reload: r.err = %v, want nil", r.err)
+	} else if r.content != llmsim.ExpectedChatText("after-1", tokens) {
+		t.Fatalf("request after the reload: r.content = %v, want %v", r.content, llmsim.ExpectedChatText("after-1", tokens))
 	}
 	if r.header.Get("X-Hedge-Report") == "" {
 		t.Fatalf("the new configuration is not in force: headers %v", r.header)

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
@@ -215,7 +216,7 @@ func panicLines(logs string) []string {
 func (tr *traefik) mustBeRunning() {
 	select {
 	case <-tr.exited:
-		tr.t.Fatalf("traefik exited:\n%s", tail(tr.logs.String(), 6000))
+		tr.t.Fatalf("traefik exited:\n%s", proc.Tail(tr.logs.String(), 6000))
 	default:
 	}
 }

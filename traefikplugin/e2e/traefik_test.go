@@ -5,16 +5,17 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // The harness builds (or reuses) the real Traefik binary, lays out the
@@ -99,34 +100,6 @@ func writeFile(t testing.TB, path string, b []byte) {
 	}
 }
 
-// freePort returns a loopback port that was free a moment ago.
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// syncBuffer collects a process's output.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // traefik is a running Traefik process.
 type traefik struct {
 	t       testing.TB
@@ -134,7 +107,7 @@ type traefik struct {
 	dynPath string
 	URL     string // the web entry point, e.g. http://127.0.0.1:41234
 	cmd     *exec.Cmd
-	logs    *syncBuffer
+	logs    *proc.Buffer
 	exited  chan struct{}
 }
 
@@ -173,10 +146,10 @@ func launchTraefik(t testing.TB, logLevel string, d *dynamic, debugAPI bool, ext
 		}
 		fmt.Fprintf(&extraStatic, "    %s:\n      moduleName: %s\n", p.alias, p.module)
 	}
-	web, admin := freePort(t), freePort(t)
+	web, admin := proc.FreePort(t), proc.FreePort(t)
 	adminURL := fmt.Sprintf("http://127.0.0.1:%d", admin)
 	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic", "dynamic.yml"),
-		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &syncBuffer{}, exited: make(chan struct{})}
+		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &proc.Buffer{}, exited: make(chan struct{})}
 	if err := os.MkdirAll(filepath.Dir(tr.dynPath), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -238,38 +211,19 @@ func (tr *traefik) run(bin, static string, env ...string) {
 // from /proc; it is how the benchmarks price work on a shared machine,
 // where wall-clock throughput also measures the neighbours.
 func (tr *traefik) cpuTime() time.Duration {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", tr.cmd.Process.Pid))
+	d, err := lightload.ProcessCPU(tr.cmd.Process.Pid)
 	if err != nil {
 		tr.t.Fatalf("reading Traefik's CPU time: %v", err)
 	}
-	// Fields after the parenthesised command name; utime and stime are the
-	// 14th and 15th fields of the line, in clock ticks (100 per second).
-	fields := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	var utime, stime int64
-	fmt.Sscan(fields[11], &utime)
-	fmt.Sscan(fields[12], &stime)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 // stop terminates Traefik and waits for it.
 func (tr *traefik) stop() {
-	tr.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-tr.exited:
-	case <-time.After(15 * time.Second):
-		tr.cmd.Process.Kill()
-		<-tr.exited
-	}
+	proc.Stop(tr.cmd.Process, tr.exited, 15*time.Second)
 	if tr.t.Failed() {
-		tr.t.Logf("traefik output (tail):\n%s", tail(tr.logs.String(), 6000))
+		tr.t.Logf("traefik output (tail):\n%s", proc.Tail(tr.logs.String(), 6000))
 	}
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return s[len(s)-n:]
-	}
-	return s
 }
 
 // writeDynamic replaces the dynamic configuration atomically, so the file
@@ -303,7 +257,7 @@ func (tr *traefik) waitFor(url string) {
 	for {
 		select {
 		case <-tr.exited:
-			tr.t.Fatalf("traefik exited:\n%s", tail(tr.logs.String(), 6000))
+			tr.t.Fatalf("traefik exited:\n%s", proc.Tail(tr.logs.String(), 6000))
 		default:
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -318,7 +272,7 @@ func (tr *traefik) waitFor(url string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			tr.t.Fatalf("%s not ready after 60s (last: %v); traefik output:\n%s", url, err, tail(tr.logs.String(), 6000))
+			tr.t.Fatalf("%s not ready after 60s (last: %v); traefik output:\n%s", url, err, proc.Tail(tr.logs.String(), 6000))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -338,7 +292,7 @@ func (tr *traefik) waitLogLine(marker string) string {
 			}
 		}
 		if time.Now().After(deadline) {
-			tr.t.Fatalf("no plugin log line with %s in:\n%s", marker, tail(tr.logs.String(), 4000))
+			tr.t.Fatalf("no plugin log line with %s in:\n%s", marker, proc.Tail(tr.logs.String(), 4000))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // The test binary doubles as the command: with this variable set it runs
@@ -44,8 +44,7 @@ type process struct {
 	cmd    *exec.Cmd
 	logs   chan map[string]interface{}
 	exited chan error
-	output strings.Builder
-	mu     sync.Mutex
+	output proc.Buffer // stdout, and stderr line by line
 }
 
 func start(t *testing.T, args ...string) *process {
@@ -57,14 +56,14 @@ func start(t *testing.T, args ...string) *process {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stdout = &lockedWriter{p: p}
+	p.cmd.Stdout = &p.output
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
-			p.write(sc.Text() + "\n")
+			p.output.Write([]byte(sc.Text() + "\n"))
 			var entry map[string]interface{}
 			if json.Unmarshal(sc.Bytes(), &entry) == nil {
 				p.logs <- entry
@@ -81,21 +80,7 @@ func start(t *testing.T, args ...string) *process {
 	return p
 }
 
-type lockedWriter struct{ p *process }
-
-func (w *lockedWriter) Write(b []byte) (int, error) { w.p.write(string(b)); return len(b), nil }
-
-func (p *process) write(s string) {
-	p.mu.Lock()
-	p.output.WriteString(s)
-	p.mu.Unlock()
-}
-
-func (p *process) out() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.output.String()
-}
+func (p *process) out() string { return p.output.String() }
 
 // waitLog returns the next log entry whose message is msg.
 func (p *process) waitLog(t *testing.T, msg string) map[string]interface{} {
@@ -127,33 +112,6 @@ func (p *process) wait(t *testing.T) error {
 		t.Fatalf("the process did not exit:\n%s", p.out())
 		return nil
 	}
-}
-
-// holder blocks chosen requests in a simulated upstream until released.
-type holder struct {
-	mu   sync.Mutex
-	gate map[string]chan struct{}
-}
-
-func (h *holder) hold(id string) chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch := make(chan struct{})
-	h.gate[id] = ch
-	return ch
-}
-
-func (h *holder) behave(r *http.Request) llmsim.Behavior {
-	h.mu.Lock()
-	ch := h.gate[r.Header.Get(llmsim.HeaderRequest)]
-	h.mu.Unlock()
-	if ch != nil {
-		select {
-		case <-ch:
-		case <-r.Context().Done():
-		}
-	}
-	return llmsim.Behavior{}
 }
 
 func writeConfig(t *testing.T, path, upstreamName, upstreamURL string) {
@@ -204,13 +162,13 @@ func streamChat(front string, id string) answer {
 func TestSignalsReloadAndDrain(t *testing.T) {
 	wl := llmsim.Reference(1, 0.05)
 	wl.StallProb = -1 // off: stalls are scripted
-	holdA, holdB := &holder{gate: map[string]chan struct{}{}}, &holder{gate: map[string]chan struct{}{}}
-	a := (&llmsim.Server{Name: "A", Workload: wl, Behave: holdA.behave}).Start()
-	b := (&llmsim.Server{Name: "B", Workload: wl, Behave: holdB.behave}).Start()
+	holdA, holdB := &llmsim.Holder{}, &llmsim.Holder{}
+	a := (&llmsim.Server{Name: "A", Workload: wl, Behave: holdA.Behave}).Start()
+	b := (&llmsim.Server{Name: "B", Workload: wl, Behave: holdB.Behave}).Start()
 	defer a.Close()
 	defer b.Close()
-	releaseA := holdA.hold("held-a")
-	holdB.hold("held-b") // never released
+	releaseA := holdA.Hold("held-a")
+	holdB.Hold("held-b") // never released
 
 	path := filepath.Join(t.TempDir(), "extproc.yaml")
 	writeConfig(t, path, "A", a.URL)
@@ -236,8 +194,12 @@ func TestSignalsReloadAndDrain(t *testing.T) {
 	writeConfig(t, path, "B", b.URL)
 	p.cmd.Process.Signal(syscall.SIGHUP)
 	p.waitLog(t, "configuration reloaded")
-	if got := streamChat(front.URL, "new-b"); got.err != nil || !got.from["B"] || got.text != llmsim.ExpectedChatText("new-b", 20) {
-		t.Fatalf("after SIGHUP: %+v", got)
+	if got := streamChat(front.URL, "new-b"); got.err != nil {
+		t.Fatalf("after SIGHUP: stream error %v", got.err)
+	} else if !got.from["B"] {
+		t.Fatalf("after SIGHUP: chunks from %v, want B", got.from)
+	} else if want := llmsim.ExpectedChatText("new-b", 20); got.text != want {
+		t.Fatalf("after SIGHUP: text %q, want %q", got.text, want)
 	}
 	heldB := make(chan answer, 1)
 	go func() { heldB <- streamChat(front.URL, "held-b") }()
@@ -250,13 +212,19 @@ func TestSignalsReloadAndDrain(t *testing.T) {
 		t.Fatalf("draining %v streams, want 2", d["streams"])
 	}
 	close(releaseA)
-	if got := <-heldA; got.err != nil || !got.from["A"] || got.text != llmsim.ExpectedChatText("held-a", 20) {
-		t.Fatalf("the stream started before SIGHUP, drained: %+v", got)
+	if got := <-heldA; got.err != nil {
+		t.Fatalf("the stream started before SIGHUP, drained: stream error %v", got.err)
+	} else if !got.from["A"] {
+		t.Fatalf("the stream started before SIGHUP, drained: chunks from %v, want A", got.from)
+	} else if want := llmsim.ExpectedChatText("held-a", 20); got.text != want {
+		t.Fatalf("the stream started before SIGHUP, drained: text %q, want %q", got.text, want)
 	}
 	got := <-heldB
 	var apiErr *openai.Error
-	if !errors.As(got.err, &apiErr) || apiErr.StatusCode != http.StatusInternalServerError {
-		t.Fatalf("the stream still open at the drain deadline: %+v, want Envoy's status_on_error", got)
+	if !errors.As(got.err, &apiErr) {
+		t.Fatalf("the stream still open at the drain deadline: error %v (text %q), want Envoy's status_on_error", got.err, got.text)
+	} else if apiErr.StatusCode != http.StatusInternalServerError {
+		t.Fatalf("the stream still open at the drain deadline: status %d, want %d (Envoy's status_on_error)", apiErr.StatusCode, http.StatusInternalServerError)
 	}
 	if err := b.WaitFor(ctx, func() bool { return b.Cancelled() == 1 }); err != nil {
 		t.Fatal("the cancelled stream's upstream attempt was not cancelled")
@@ -271,19 +239,28 @@ func TestSignalsReloadAndDrain(t *testing.T) {
 
 func TestVersionAndBadConfig(t *testing.T) {
 	p := start(t, "-version")
-	if err := p.wait(t); err != nil || !strings.HasPrefix(p.out(), "llmhedge-extproc ") {
-		t.Fatalf("-version: %v, %q", err, p.out())
+	if err := p.wait(t); err != nil {
+		t.Fatalf("-version: %v", err)
+	} else if !strings.HasPrefix(p.out(), "llmhedge-extproc ") {
+		t.Fatalf("-version: p.out() = %q, want it to start with \"llmhedge-extproc \"", p.out())
 	}
 	path := filepath.Join(t.TempDir(), "bad.yaml")
 	os.WriteFile(path, []byte("routes:\n  - name: chat\n    upstreams: []\n"), 0o600)
 	p = start(t, "-config", path)
 	var exit *exec.ExitError
-	if err := p.wait(t); !errors.As(err, &exit) || exit.ExitCode() != 1 ||
-		!strings.Contains(p.out(), "routes[0] (chat): at least one upstream is required") {
+	if err := p.wait(t); !errors.As(err, &exit) {
 		t.Fatalf("bad config: %v, %q", err, p.out())
+	} else if exit.ExitCode() != 1 {
+		t.Fatalf("bad config: exit.ExitCode() = %v, want 1", exit.ExitCode())
+	} else if !strings.Contains(p.out(), "routes[0] (chat): at least one upstream is required") {
+		t.Fatalf("bad config: p.out() = %q, want it to contain \"routes[0] (chat): at least one upstream is required\"", p.out())
 	}
 	p = start(t)
-	if err := p.wait(t); !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(p.out(), "-config is required") {
+	if err := p.wait(t); !errors.As(err, &exit) {
 		t.Fatalf("no -config: %v, %q", err, p.out())
+	} else if exit.ExitCode() != 2 {
+		t.Fatalf("no -config: exit.ExitCode() = %v, want 2", exit.ExitCode())
+	} else if !strings.Contains(p.out(), "-config is required") {
+		t.Fatalf("no -config: p.out() = %q, want it to contain \"-config is required\"", p.out())
 	}
 }

@@ -64,6 +64,13 @@ func Reference(seed int64, scale float64) Workload {
 	}
 }
 
+// Fast returns the fast streaming upstream of the overhead benchmarks of
+// every adapter: the first token after 100µs, 20 tokens without gaps, no
+// jitter, no stalls, no pings, so that the proxy's own cost dominates.
+func Fast() Workload {
+	return Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: -1, StallProb: -1, TokenGap: -1, PingEvery: -1}
+}
+
 // WithDefaults returns w with every zero field set to its default; negative
 // "off" values stay negative (read as none), so WithDefaults is idempotent.
 // Durations are not scaled.
