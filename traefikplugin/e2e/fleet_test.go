@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -154,7 +155,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 					sent.Add(1)
 					if !ans.complete(id, tokens) {
 						failed.Add(1)
-						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, tail(string(ans.body), 300)))
+						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
 					}
 				}
 			}()
@@ -197,10 +198,10 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 		for _, tr := range []*traefik{one, two} {
 			logs := tr.logs.String()
 			if strings.Contains(logs, "panic") {
-				t.Fatalf("Traefik logged a panic:\n%s", tail(logs, 3000))
+				t.Fatalf("Traefik logged a panic:\n%s", proc.Tail(logs, 3000))
 			}
 			if !strings.Contains(logs, "llmhedge fleet down") || !strings.Contains(logs, "llmhedge fleet up") {
-				t.Fatalf("a replica did not log the fleet going down and up:\n%s", tail(logs, 3000))
+				t.Fatalf("a replica did not log the fleet going down and up:\n%s", proc.Tail(logs, 3000))
 			}
 		}
 	})
