@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -18,7 +19,7 @@ func (m millis) MarshalJSON() ([]byte, error) {
 	return strconv.AppendFloat(nil, float64(m)/float64(time.Millisecond), 'f', 3, 64), nil
 }
 
-// distribution is the SPEC §6 summary of a set of durations.
+// distribution is the summary of a set of durations: p50, p95, p99, max.
 type distribution struct {
 	N   int    `json:"n"`
 	P50 millis `json:"p50_ms"`
@@ -48,6 +49,15 @@ type endpointResult struct {
 	ErrorExamples []string       `json:"error_examples,omitempty"`
 	TTFT          distribution   `json:"ttft"`
 	Total         distribution   `json:"total"`
+	// Billed counts the answers with a 2xx status; InputTokens and
+	// OutputTokens are their tokens, UsageReported how many of them came
+	// from a usage block (the others: input estimated as body bytes / 4,
+	// output counted as content events). CostUSD is their price.
+	Billed        int     `json:"billed"`
+	InputTokens   int64   `json:"input_tokens"`
+	OutputTokens  int64   `json:"output_tokens"`
+	UsageReported int     `json:"usage_reported"`
+	CostUSD       float64 `json:"cost_usd"`
 }
 
 // outcome is what a client would see under one strategy.
@@ -85,6 +95,8 @@ type recommendation struct {
 	NoHedge outcome `json:"no_hedge"`
 	Hedged  outcome `json:"hedged"`
 	RaceAll outcome `json:"race_all"`
+
+	pairs []pair // the paired samples behind the numbers
 }
 
 // results is the whole report.
@@ -95,9 +107,12 @@ type results struct {
 	Wall                 millis           `json:"wall_ms"`
 	Recommendation       *recommendation  `json:"recommendation"`
 	// Notes are caveats in plain words (e.g. too few samples for a p99).
-	Notes    []string          `json:"notes,omitempty"`
-	Snippets *snippets         `json:"snippets,omitempty"`
-	Files    map[string]string `json:"files,omitempty"`
+	Notes []string `json:"notes,omitempty"`
+	// Strategies compares single request, priority tier, race-all and the
+	// hedge on the same requests, with their cost.
+	Strategies *strategyTable    `json:"strategies,omitempty"`
+	Snippets   *snippets         `json:"snippets,omitempty"`
+	Files      map[string]string `json:"files,omitempty"`
 
 	chart []byte
 }
@@ -110,37 +125,58 @@ func analyze(p *plan, m *measurement) *results {
 	o := p.opts
 	res := &results{RequestedPerEndpoint: o.N, Interrupted: m.Interrupted, Wall: millis(m.Wall)}
 	for e, ep := range o.Endpoints {
-		res.Endpoints = append(res.Endpoints, endpointStats(ep, e, m.Samples[e]))
+		r := endpointStats(ep, e, m.Samples[e])
+		r.Role = role(o.Endpoints, e)
+		res.Endpoints = append(res.Endpoints, r)
 	}
 	if m.Interrupted {
 		res.Notes = append(res.Notes, fmt.Sprintf("Interrupted: the report covers the %d of %d requests per endpoint that completed.",
 			res.Endpoints[0].Completed, o.N))
 	}
 	secondary := pickSecondary(o.Endpoints)
-	rec, hedged, note := recommend(o, m, secondary)
+	rec, _, note := recommend(o, m, secondary)
 	if note != "" {
 		res.Notes = append(res.Notes, note)
 	}
 	res.Recommendation = rec
 
-	series := []refload.Series{{Name: o.Endpoints[0].Name + " (primary, no hedge)", Values: okTTFTs(m.Samples[0])}}
-	if secondary > 0 {
-		series = append(series, refload.Series{Name: o.Endpoints[secondary].Name + " (secondary)", Values: okTTFTs(m.Samples[secondary])})
-	}
 	title := "Time to first token of " + o.Endpoints[0].Name
+	var series []refload.Series
 	var delay time.Duration
+	delayLabel := ""
 	if rec != nil {
-		series = append(series, refload.Series{Name: "predicted hedge at " + rec.Delay, Values: hedged})
+		res.Strategies = strategies(o, m, rec)
+		series = strategySeries(res.Strategies)
 		delay = rec.delay
-		title = fmt.Sprintf("TTFT: %s hedged to %s at %s (%d paired requests)", rec.Primary, rec.Secondary, rec.Delay, rec.Pairs)
+		delayLabel = fmt.Sprintf("hedge delay %s: +%.1f %% requests", rec.Delay, 100*rec.ExpectedExtra)
+		title = fmt.Sprintf("TTFT by strategy: %s hedged to %s at %s (%d requests)", rec.Primary, rec.Secondary, rec.Delay, res.Strategies.Requests)
 		if rec.Pairs < 100 {
 			res.Notes = append(res.Notes, fmt.Sprintf("Only %d paired requests: the p99 rests on %d samples; use -n 500 or more for a stable tail.",
 				rec.Pairs, int(math.Ceil(float64(rec.Pairs)/100))))
 		}
 		res.Snippets = makeSnippets(o.Endpoints, secondary, rec)
+	} else {
+		series = []refload.Series{{Name: o.Endpoints[0].Name + " (primary)", Values: okTTFTs(m.Samples[0])}}
 	}
-	res.chart = refload.CDFChart(title, series, delay)
+	res.chart = refload.ChartOptions{Title: title, Delay: delay, DelayLabel: delayLabel, Percentiles: true}.CDF(series)
 	return res
+}
+
+// strategySeries is one chart series per strategy, its extra requests and
+// cost in the legend.
+func strategySeries(t *strategyTable) []refload.Series {
+	series := make([]refload.Series, 0, len(t.Rows))
+	for _, r := range t.Rows {
+		note := fmt.Sprintf("+%.0f %% requests", 100*r.Extra)
+		if r.Extra > 0 && r.Extra < 1 {
+			note = fmt.Sprintf("+%.1f %% requests", 100*r.Extra)
+		}
+		if t.Priced {
+			note += fmt.Sprintf(" · $%.4f per 1k", r.CostPer1000)
+		}
+		series = append(series, refload.Series{Name: r.Label + " (" + strings.Join(r.Endpoints, "+") + ")", Note: note, Values: r.ttft})
+	}
+	return series
 }
 
 // endpointStats summarises one endpoint's samples.
@@ -165,6 +201,15 @@ func endpointStats(ep endpoint, index int, samples []sample) endpointResult {
 		if s.Total > 0 {
 			total = append(total, s.Total)
 		}
+		if s.Billed {
+			r.Billed++
+			r.InputTokens += s.InTokens
+			r.OutputTokens += s.OutTokens
+			r.CostUSD += ep.cost(s)
+			if s.Usage {
+				r.UsageReported++
+			}
+		}
 		if s.Err != "" {
 			r.Errors++
 			if r.ErrorKinds == nil {
@@ -182,10 +227,11 @@ func endpointStats(ep endpoint, index int, samples []sample) endpointResult {
 
 // pickSecondary is the endpoint the hedge goes to: the first after the
 // primary that speaks the primary's format (a proxy forwards one body to
-// every upstream, so it cannot hedge across formats). 0 means none.
+// every upstream, so it cannot hedge across formats) and is not the
+// priority tier. 0 means none.
 func pickSecondary(eps []endpoint) int {
 	for i := 1; i < len(eps); i++ {
-		if eps[i].Format == eps[0].Format {
+		if eps[i].Format == eps[0].Format && !eps[i].Priority {
 			return i
 		}
 	}
@@ -215,18 +261,18 @@ func recommend(o *options, m *measurement, secondary int) (*recommendation, []ti
 		delay:       delay,
 		Primary:     o.Endpoints[0].Name,
 	}
-	var pairs [][2]sample
+	var pairs []pair
 	if secondary > 0 {
 		rec.Secondary = o.Endpoints[secondary].Name
 		for _, i := range done {
 			if b := m.Samples[secondary][i]; b.completed() {
-				pairs = append(pairs, [2]sample{primary[i], b})
+				pairs = append(pairs, pair{i: i, a: primary[i], b: b, bEndpoint: secondary})
 			}
 		}
 	} else {
 		rec.Secondary, rec.SelfPaired = o.Endpoints[0].Name, true
 		for k, i := range done {
-			pairs = append(pairs, [2]sample{primary[i], primary[done[(k+1)%len(done)]]})
+			pairs = append(pairs, pair{i: i, a: primary[i], b: primary[done[(k+1)%len(done)]]})
 		}
 		note = joinNotes(note, "No second endpoint of the primary's format: the hedge is predicted against an independent replica of the primary (each sample paired with the next one).")
 	}
@@ -234,7 +280,7 @@ func recommend(o *options, m *measurement, secondary int) (*recommendation, []ti
 	var noHedge, hedged, raceAll strategy
 	hedges := 0
 	for _, pr := range pairs {
-		a, b := pr[0], pr[1]
+		a, b := pr.a, pr.b
 		noHedge.add(a.TTFT, a.Total, a.ok())
 		t, total, won, started := hedge(a, b, delay)
 		hedged.add(t, total, won)
@@ -248,7 +294,16 @@ func recommend(o *options, m *measurement, secondary int) (*recommendation, []ti
 		rec.ExpectedExtra = float64(hedges) / float64(len(pairs))
 	}
 	rec.NoHedge, rec.Hedged, rec.RaceAll = noHedge.outcome(), hedged.outcome(), raceAll.outcome()
+	rec.pairs = pairs
 	return rec, hedged.ttft, note
+}
+
+// pair is request i on the primary (a) and on the hedge target (b, of
+// endpoint bEndpoint; with self-pairing the primary's next sample).
+type pair struct {
+	i         int
+	a, b      sample
+	bEndpoint int
 }
 
 // pickDelay is the nearest-rank q-quantile of the primary's TTFT over its
@@ -300,7 +355,8 @@ func roundDelay(d time.Duration) time.Duration {
 	return (d + unit - 1) / unit * unit
 }
 
-// hedge is the ideal hedge of one pair at delay d (SPEC §6): the backup
+// hedge is the ideal hedge of one pair at delay d, min(TTFT_A, d + TTFT_B)
+// (see README.md of this command, "How the prediction is computed"): the backup
 // starts at d, or at once when the primary failed earlier, and the first
 // output wins; a fatal client error goes to the client unhedged. started
 // says whether the backup was sent. d = 0 is race-all.

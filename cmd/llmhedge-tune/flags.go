@@ -1,12 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/url"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -29,8 +31,9 @@ type endpoint struct {
 	// Name labels the endpoint in the report and the snippets. Default: the
 	// URL's host.
 	Name string `json:"name"`
-	// Base is the URL without a trailing /v1 (what a proxy's upstream URL
-	// is: the request path /v1/... is appended to it).
+	// Base is the URL without the API path and without a trailing /v1
+	// (what a proxy's upstream URL is: the request path /v1/... is
+	// appended to it).
 	Base string `json:"base_url"`
 	// KeyEnv names the environment variable holding the API key; "" sends
 	// no key. The key itself is never printed or written.
@@ -39,11 +42,27 @@ type endpoint struct {
 	Format string `json:"format"`
 	// Model, when set, replaces the "model" of every request body.
 	Model string `json:"model,omitempty"`
+	// Body holds extra top-level fields set in every request body
+	// (body.KEY=VALUE), e.g. service_tier for a provider's priority tier.
+	Body map[string]json.RawMessage `json:"body,omitempty"`
+	// PriceIn and PriceOut are USD per million input and output tokens.
+	PriceIn  float64 `json:"price_in_per_mtok,omitempty"`
+	PriceOut float64 `json:"price_out_per_mtok,omitempty"`
+	// Priority marks the provider's priority tier (tier=priority): it is
+	// measured on its own for the strategy table and is never a hedge
+	// target.
+	Priority bool `json:"priority_tier,omitempty"`
+
+	// priceInSet: price_in was given (else -price-per-mtok applies).
+	priceInSet bool
 }
 
 // Path is the API path of the endpoint's format.
-func (e endpoint) Path() string {
-	if e.Format == formatAnthropic {
+func (e endpoint) Path() string { return apiPath(e.Format) }
+
+// apiPath is the API path of a format.
+func apiPath(format string) string {
+	if format == formatAnthropic {
 		return "/v1/messages"
 	}
 	return "/v1/chat/completions"
@@ -64,6 +83,9 @@ type options struct {
 	JSON         bool
 	Yes          bool
 	Timeout      time.Duration
+	// TargetP99 is the TTFT p99 the strategy table's winner must meet (0:
+	// no target, no winner).
+	TargetP99 time.Duration
 }
 
 // endpointList collects repeated -endpoint flags.
@@ -90,7 +112,22 @@ func (l *endpointList) Set(spec string) error {
 // Caddy, Traefik and Envoy placeholders, so it must need no quoting.
 var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
-// parseEndpoint reads "name=...,url=...,key_env=...,format=...,model=...".
+// endpointKeys lists the keys of -endpoint for error messages.
+const endpointKeys = "name, url, model, key_env, format, body.FIELD, price_in, price_out, tier"
+
+// bodyPrefix starts an extra body field's key: body.service_tier=priority.
+const bodyPrefix = "body."
+
+// reservedBodyFields are set by the command itself (stream) or by other
+// keys (model=), or are the requests themselves.
+var reservedBodyFields = map[string]string{
+	"stream":   "every request streams",
+	"model":    "use model=",
+	"messages": "the messages come from -requests",
+}
+
+// parseEndpoint reads "name=...,url=...,model=...,key_env=...,format=...,
+// body.FIELD=...,price_in=...,price_out=...,tier=...".
 func parseEndpoint(spec string) (endpoint, error) {
 	var e endpoint
 	var rawURL string
@@ -98,7 +135,7 @@ func parseEndpoint(spec string) (endpoint, error) {
 	for _, field := range strings.Split(spec, ",") {
 		key, value, ok := strings.Cut(strings.TrimSpace(field), "=")
 		if !ok {
-			return e, fmt.Errorf("-endpoint %q: %q is not key=value (keys: name, url, key_env, format, model)", spec, field)
+			return e, fmt.Errorf("-endpoint %q: %q is not key=value (keys: %s)", spec, field, endpointKeys)
 		}
 		if seen[key] {
 			return e, fmt.Errorf("-endpoint %q: %s given twice", spec, key)
@@ -121,8 +158,39 @@ func parseEndpoint(spec string) (endpoint, error) {
 			e.Format = value
 		case "model":
 			e.Model = value
+		case "price_in", "price_out":
+			price, err := strconv.ParseFloat(value, 64)
+			if err != nil || price < 0 || price > 1e6 {
+				return e, fmt.Errorf("-endpoint %q: %s %q: want USD per million tokens, e.g. 2.5", spec, key, value)
+			}
+			if key == "price_in" {
+				e.PriceIn, e.priceInSet = price, true
+			} else {
+				e.PriceOut = price
+			}
+		case "tier":
+			switch value {
+			case "priority":
+				e.Priority = true
+			case "standard":
+			default:
+				return e, fmt.Errorf("-endpoint %q: tier %q: want standard or priority", spec, value)
+			}
 		default:
-			return e, fmt.Errorf("-endpoint %q: unknown key %q (keys: name, url, key_env, format, model)", spec, key)
+			name, isBody := strings.CutPrefix(key, bodyPrefix)
+			if !isBody {
+				return e, fmt.Errorf("-endpoint %q: unknown key %q (keys: %s)", spec, key, endpointKeys)
+			}
+			if name == "" {
+				return e, fmt.Errorf("-endpoint %q: %q names no body field", spec, key)
+			}
+			if why, reserved := reservedBodyFields[name]; reserved {
+				return e, fmt.Errorf("-endpoint %q: %s cannot be set: %s", spec, key, why)
+			}
+			if e.Body == nil {
+				e.Body = map[string]json.RawMessage{}
+			}
+			e.Body[name] = bodyValue(value)
 		}
 	}
 	if rawURL == "" {
@@ -139,9 +207,6 @@ func parseEndpoint(spec string) (endpoint, error) {
 	case u.RawQuery != "" || u.Fragment != "" || u.User != nil:
 		return e, fmt.Errorf("-endpoint %q: url %q must not have a query, fragment or user info (put the key in key_env)", spec, rawURL)
 	}
-	// The API path is appended later; a base already ending in /v1 (as
-	// OpenAI SDKs spell it) must not give /v1/v1.
-	e.Base = strings.TrimSuffix(strings.TrimRight(rawURL, "/"), "/v1")
 	if e.Name == "" {
 		e.Name = u.Host
 	}
@@ -151,7 +216,39 @@ func parseEndpoint(spec string) (endpoint, error) {
 	if e.Format == "" {
 		e.Format = formatOpenAI
 	}
+	base, err := baseURL(rawURL, e.Format)
+	if err != nil {
+		return e, fmt.Errorf("-endpoint %q: %v", spec, err)
+	}
+	e.Base = base
 	return e, nil
+}
+
+// baseURL applies the URL rule: a URL whose path already ends with the
+// format's API path (/v1/chat/completions, /v1/messages) is used as is;
+// any other URL is a base, from which a trailing /v1 (as OpenAI SDKs spell
+// it) is dropped, and the API path is appended. The base is returned.
+func baseURL(rawURL, format string) (string, error) {
+	trimmed := strings.TrimRight(rawURL, "/")
+	if base, full := strings.CutSuffix(trimmed, apiPath(format)); full {
+		return base, nil
+	}
+	for _, other := range []string{formatOpenAI, formatAnthropic} {
+		if other != format && strings.HasSuffix(trimmed, apiPath(other)) {
+			return "", fmt.Errorf("url %q ends with %s, the API path of format %s; add format=%s or give the base URL", rawURL, apiPath(other), other, other)
+		}
+	}
+	return strings.TrimSuffix(trimmed, "/v1"), nil
+}
+
+// bodyValue reads an extra body field's value: JSON when it is valid JSON
+// (a number, true, false, null, a quoted string, an object without commas),
+// else the text as a JSON string.
+func bodyValue(value string) json.RawMessage {
+	if json.Valid([]byte(value)) {
+		return json.RawMessage(value)
+	}
+	return mustJSON(value)
 }
 
 // parseFlags parses args. Errors say what is wrong with which flag.
@@ -164,16 +261,18 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		fmt.Fprint(stderr, usageHeader)
 		fs.PrintDefaults()
 	}
-	fs.Var(&endpoints, "endpoint", "`name=...,url=...,key_env=...,format=openai|anthropic[,model=...]`; repeat for each endpoint, the first is the primary")
+	fs.Var(&endpoints, "endpoint", "`name=...,url=...,model=...[,key_env=...,format=openai|anthropic,body.FIELD=...,price_in=...,price_out=...,tier=priority]`; repeat for each endpoint, the first is the primary. "+
+		"model= is required unless every -requests line names its model. url is a base URL (the format's API path /v1/chat/completions or /v1/messages is appended, a trailing /v1 dropped) or the full API URL, used as is")
 	fs.StringVar(&o.RequestsFile, "requests", "", "JSONL `file` of requests: a chat body or {\"prompt\": ...} per line (default: a built-in set of short prompts)")
 	fs.IntVar(&o.N, "n", 200, fmt.Sprintf("requests sent to EACH endpoint (hard cap, at most %d)", maxRequests))
 	fs.IntVar(&o.Concurrency, "concurrency", 4, "requests in flight per endpoint")
 	fs.Float64Var(&o.TargetExtra, "target-extra", 0.05, "extra load the hedge may add, as a fraction of requests (0.05 = 5 %)")
-	fs.Float64Var(&o.PricePerMTok, "price-per-mtok", 0, "USD per million prompt tokens, for the spend estimate (0: not estimated)")
+	fs.Float64Var(&o.PricePerMTok, "price-per-mtok", 0, "USD per million input tokens of every endpoint without price_in=, for the spend estimate and the strategy costs (0: not estimated)")
 	fs.StringVar(&o.OutDir, "out", "llmhedge-tune-out", "`directory` for the chart, samples, results and configuration snippets")
 	fs.BoolVar(&o.JSON, "json", false, "print the results as JSON on stdout (the plan and progress go to stderr)")
 	fs.BoolVar(&o.Yes, "yes", false, "do not ask for confirmation before sending")
 	fs.DurationVar(&o.Timeout, "timeout", 2*time.Minute, "deadline of one request, the whole streamed answer included")
+	fs.DurationVar(&o.TargetP99, "target-p99", 0, "TTFT p99 to meet: the strategy table names the cheapest strategy that meets it (0: no winner)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -186,11 +285,27 @@ func parseFlags(args []string, stderr io.Writer) (*options, error) {
 		errs = append(errs, errors.New("at least one -endpoint is required"))
 	}
 	names := map[string]bool{}
-	for _, e := range o.Endpoints {
+	priority := 0
+	for i, e := range o.Endpoints {
 		if names[e.Name] {
 			errs = append(errs, fmt.Errorf("-endpoint name %q is used twice; give each a distinct name=", e.Name))
 		}
 		names[e.Name] = true
+		if e.Priority {
+			priority++
+			if i == 0 {
+				errs = append(errs, fmt.Errorf("-endpoint %s: the first endpoint is the primary (standard tier); put the tier=priority endpoint after it", e.Name))
+			}
+		}
+		if !e.priceInSet {
+			o.Endpoints[i].PriceIn = o.PricePerMTok
+		}
+	}
+	if priority > 1 {
+		errs = append(errs, fmt.Errorf("%d endpoints have tier=priority; give it to one", priority))
+	}
+	if o.TargetP99 < 0 {
+		errs = append(errs, fmt.Errorf("-target-p99 %v must not be negative", o.TargetP99))
 	}
 	if o.N < 1 || o.N > maxRequests {
 		errs = append(errs, fmt.Errorf("-n %d: want 1 to %d requests per endpoint", o.N, maxRequests))

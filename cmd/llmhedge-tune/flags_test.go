@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -84,9 +86,53 @@ func TestParseEndpoint(t *testing.T) {
 	}
 	for _, c := range cases {
 		got, err := parseEndpoint(c.spec)
-		if err != nil || got != c.want || got.URL() != c.url {
+		if err != nil || !reflect.DeepEqual(got, c.want) || got.URL() != c.url {
 			t.Errorf("%q: %+v %q %v; want %+v %q", c.spec, got, got.URL(), err, c.want, c.url)
 		}
+	}
+}
+
+// TestURLRule: a URL that already ends with the format's API path is used
+// as is; a base URL, with or without /v1, gets the API path appended.
+func TestURLRule(t *testing.T) {
+	for spec, want := range map[string]string{
+		"url=https://api.anthropic.com/v1/messages,format=anthropic":   "https://api.anthropic.com/v1/messages",
+		"format=anthropic,url=https://api.anthropic.com/v1/messages/":  "https://api.anthropic.com/v1/messages",
+		"url=https://api.anthropic.com,format=anthropic":               "https://api.anthropic.com/v1/messages",
+		"url=https://api.anthropic.com/v1,format=anthropic":            "https://api.anthropic.com/v1/messages",
+		"url=https://api.openai.com/v1/chat/completions":               "https://api.openai.com/v1/chat/completions",
+		"url=https://openrouter.ai/api/v1":                             "https://openrouter.ai/api/v1/chat/completions",
+		"url=http://127.0.0.1:9001/gw/v1/chat/completions,model=m":     "http://127.0.0.1:9001/gw/v1/chat/completions",
+		"url=http://127.0.0.1:9001/v1/messages/extra,format=anthropic": "http://127.0.0.1:9001/v1/messages/extra/v1/messages",
+	} {
+		e, err := parseEndpoint(spec)
+		if err != nil {
+			t.Errorf("%q: %v", spec, err)
+			continue
+		}
+		if e.URL() != want {
+			t.Errorf("%q: URL %q, want %q", spec, e.URL(), want)
+		}
+	}
+	// A full URL of the other format is a mistake worth naming.
+	_, err := parseEndpoint("url=https://api.anthropic.com/v1/messages")
+	if err == nil || !strings.Contains(err.Error(), "add format=anthropic") {
+		t.Errorf("openai endpoint with a /v1/messages URL: error %v, want one that says add format=anthropic", err)
+	}
+}
+
+// TestEndpointUsageSaysModelIsRequired: -h must not present model= as
+// optional (the built-in prompts name no model).
+func TestEndpointUsageSaysModelIsRequired(t *testing.T) {
+	_, _, stderr := runTune(context.Background(), "-h")
+	if strings.Contains(stderr, "[,model=") {
+		t.Errorf("-endpoint usage shows model as optional:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "model= is required unless every -requests line names its model") {
+		t.Errorf("-endpoint usage does not say model= is required:\n%s", stderr)
+	}
+	if !strings.Contains(stderr, "full API URL, used as is") {
+		t.Errorf("-endpoint usage does not state the URL rule:\n%s", stderr)
 	}
 }
 
@@ -112,7 +158,7 @@ func TestPlanPrintsCapAndSpend(t *testing.T) {
 			want += int64(len(p.body(e, i))+3) / 4
 		}
 	}
-	if got := p.promptTokens(); got != want || want < 250*2*10 {
+	if got, spend := p.promptTokens(); got != want || want < 250*2*10 || math.Abs(spend-float64(want)*3/1e6) > 1e-12 {
 		t.Fatalf("tokens %d, want %d", got, want)
 	}
 	var buf bytes.Buffer
@@ -132,10 +178,12 @@ func TestPlanPrintsCapAndSpend(t *testing.T) {
 		t.Error("plan shows the key")
 	}
 	// Without a price the spend is not guessed.
-	opts.PricePerMTok = 0
+	for i := range opts.Endpoints {
+		opts.Endpoints[i].PriceIn = 0
+	}
 	buf.Reset()
 	p.print(&buf)
-	if !strings.Contains(buf.String(), "spend not estimated (set -price-per-mtok)") {
+	if !strings.Contains(buf.String(), "spend not estimated (set price_in= on the endpoints or -price-per-mtok)") {
 		t.Errorf("plan without price:\n%s", buf.String())
 	}
 }

@@ -4,33 +4,43 @@
 // It sends the same streaming requests to every endpoint (request i goes to
 // each one, so the samples pair up), measures the time to the first output
 // event (by the same rules llmhedge races on, not the response headers) and
-// the total time, and reports:
+// the total time, counts the tokens billed, and reports:
 //
 //   - p50/p95/p99/max of TTFT and total time per endpoint, and the errors;
 //   - the hedge delay that meets the target extra load: the primary's TTFT
 //     quantile at 1 - target (target 5 % gives its p95);
-//   - the TTFT and total time to expect with that delay, computed from the
-//     paired samples as min(TTFT_A, d + TTFT_B) (SPEC §6), next to no hedge
-//     and race-all;
-//   - a chart of the CDFs (ttft-cdf.svg) and ready configuration snippets
-//     for Caddy, Traefik and the Envoy ext_proc server, all in -out.
+//   - a strategy table from the same requests: single request, the priority
+//     tier (an endpoint with tier=priority), race-all (send twice) and the
+//     hedge at that delay, computed from the paired samples as
+//     min(TTFT_A, d + TTFT_B) (README.md of this command), with their cost
+//     per 1,000 requests and the cheapest one that meets -target-p99;
+//   - a chart of the strategies (ttft-cdf.svg) and ready configuration
+//     snippets for Caddy, Traefik and the Envoy ext_proc server, all in -out.
 //
 // Usage:
 //
-//	llmhedge-tune -endpoint name=openai,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini \
-//	              -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY,model=llama-3.1-8b \
-//	              -n 300 -concurrency 4 -price-per-mtok 0.15
+//	llmhedge-tune -endpoint name=openai,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini,price_in=0.15,price_out=0.6 \
+//	              -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY,model=llama-3.1-8b,price_in=0.1,price_out=0.1 \
+//	              -endpoint name=priority,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini,body.service_tier=priority,tier=priority,price_in=0.3,price_out=1.2 \
+//	              -n 300 -concurrency 4 -target-p99 1.5s
 //
 // Flags:
 //
-//	-endpoint name=...,url=...,key_env=...,format=openai|anthropic[,model=...]
-//	    An endpoint; repeat it. The first is the primary. url is the base URL,
-//	    with or without a trailing /v1. format openai (default) posts to
-//	    <url>/v1/chat/completions with "Authorization: Bearer $KEY"; anthropic
-//	    posts to <url>/v1/messages with "x-api-key: $KEY" and
+//	-endpoint name=...,url=...,model=...[,key_env=...,format=openai|anthropic,body.FIELD=...,price_in=...,price_out=...,tier=priority]
+//	    An endpoint; repeat it. The first is the primary. model replaces the
+//	    body's "model" and is required unless every -requests line names its
+//	    model. url is the base URL, with or without a trailing /v1, to which
+//	    the format's API path is appended, or the full API URL (ending with
+//	    that path), used as is. format openai (default) posts to
+//	    .../v1/chat/completions with "Authorization: Bearer $KEY"; anthropic
+//	    posts to .../v1/messages with "x-api-key: $KEY" and
 //	    "anthropic-version: 2023-06-01". key_env names the environment
 //	    variable that holds the key (none: no key is sent); keys are never
-//	    printed or written. model replaces the body's "model".
+//	    printed or written. body.FIELD=VALUE sets a top-level body field
+//	    (VALUE is JSON when it parses, else a string), e.g.
+//	    body.service_tier=priority. price_in and price_out are USD per
+//	    million input and output tokens. tier=priority marks the primary's
+//	    priority tier: measured on its own, never a hedge target.
 //	-requests file.jsonl
 //	    One request per line: a Chat Completions body ({"model", "messages",
 //	    ...}) or {"prompt": "..."}. "stream": true is always set. Anthropic
@@ -40,14 +50,18 @@
 //	-n 200              requests sent to EACH endpoint; hard cap 10000.
 //	-concurrency 4      requests in flight per endpoint.
 //	-target-extra 0.05  extra load the hedge may add (fraction of requests).
-//	-price-per-mtok 0   USD per million prompt tokens, for the spend estimate
-//	                    (prompt tokens are estimated as body bytes / 4).
+//	-target-p99 0       TTFT p99 the strategy table's winner must meet.
+//	-price-per-mtok 0   USD per million input tokens of the endpoints
+//	                    without price_in (prompt tokens are estimated as
+//	                    body bytes / 4 for the plan).
 //	-out llmhedge-tune-out
 //	    Directory for ttft-cdf.svg, samples.csv, results.json, Caddyfile,
 //	    traefik-dynamic.yml and llmhedge-extproc.yaml.
 //	-json               print the results as JSON on stdout.
 //	-yes                do not ask before sending. Without it the plan is
-//	                    printed and, when stdin is a terminal, confirmed.
+//	                    printed and confirmed at the terminal; when stdin is
+//	                    not a terminal the command refuses (exit 2) and sends
+//	                    nothing.
 //	-timeout 2m         deadline of one request, the streamed answer included.
 //
 // Before sending anything it prints the plan: the endpoints, the number of
@@ -84,7 +98,7 @@ configuration snippets for Caddy, Traefik and Envoy to -out.
 Example:
   OPENAI_API_KEY=... llmhedge-tune \
     -endpoint name=openai,url=https://api.openai.com,key_env=OPENAI_API_KEY,model=gpt-4o-mini \
-    -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY \
+    -endpoint name=backup,url=https://llm.example.com/v1,key_env=BACKUP_KEY,model=llama-3.1-8b \
     -n 300 -price-per-mtok 0.15
 
 Ctrl-C stops and reports on the requests done so far.
@@ -131,7 +145,13 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		human = stderr
 	}
 	p.print(human)
-	if !opts.Yes && isTerminal(stdin) {
+	if !opts.Yes {
+		// Sending costs money: without -yes only a person at a terminal may
+		// say yes. A pipe or /dev/null on stdin is no one's answer.
+		if !isTerminal(stdin) {
+			fmt.Fprintln(stderr, "llmhedge-tune: stdin is not a terminal, so the plan cannot be confirmed; nothing sent. Add -yes to send without asking.")
+			return exitUsage
+		}
 		if !confirm(stdin, human) {
 			fmt.Fprintln(human, "Nothing sent.")
 			return exitFailed

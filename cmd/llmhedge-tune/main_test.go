@@ -34,7 +34,7 @@ func TestCtrlC(t *testing.T) {
 	defer b.Close()
 	cmd := exec.Command(os.Args[0],
 		"-endpoint", endpointFlag("ca", a.URL), "-endpoint", endpointFlag("cb", b.URL),
-		"-n", "5000", "-concurrency", "4", "-out", t.TempDir())
+		"-n", "5000", "-concurrency", "4", "-yes", "-out", t.TempDir())
 	cmd.Env = append(os.Environ(), mainEnv+"=1")
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -92,5 +92,28 @@ func TestProgressBarOnTerminal(t *testing.T) {
 	}
 	if !strings.Contains(out, "\r[===============>              ] 51/100  51%  elapsed 1s  ETA 0s ") {
 		t.Errorf("no midway state with an ETA: %q", out)
+	}
+}
+
+// TestRefusesWithoutTerminal: without -yes and without a terminal on stdin
+// (a pipe, as in "echo n | llmhedge-tune ..." or "echo y | ..."), the
+// command refuses with a clear message and a non-zero exit, and sends
+// nothing.
+func TestRefusesWithoutTerminal(t *testing.T) {
+	s := llmsim.Start("paid", llmsim.Reference(4, 0.02))
+	defer s.Close()
+	for _, answer := range []string{"n\n", "y\n", ""} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"-endpoint", endpointFlag("paid", s.URL), "-n", "3", "-out", t.TempDir()},
+			strings.NewReader(answer), &stdout, &stderr)
+		if code == exitOK {
+			t.Errorf("stdin %q without -yes: exit %d, want non-zero", answer, code)
+		}
+		if !strings.Contains(stderr.String(), "stdin is not a terminal") || !strings.Contains(stderr.String(), "-yes") {
+			t.Errorf("stdin %q: stderr %q does not say why and that -yes sends", answer, stderr.String())
+		}
+	}
+	if n := s.Served(); n != 0 {
+		t.Errorf("%d requests sent without a confirmation, want 0", n)
 	}
 }

@@ -37,8 +37,17 @@ type sample struct {
 	// FailedAt is when a failure before the first output event was known:
 	// a hedging proxy would start the hedge then (or at its delay).
 	FailedAt time.Duration
+	// InTokens and OutTokens are what the answer is billed for: from its
+	// usage block when it has one, else the input estimated as body bytes
+	// / 4 and the output counted as content events. 0 without a 2xx.
+	InTokens, OutTokens int64
+	// Usage: both counts came from the answer's usage block.
+	Usage bool
+	// Billed: the endpoint accepted the request (a 2xx status), so its
+	// tokens are paid for even if the answer then failed.
+	Billed bool
 	// Fatal: the status is a client error that llmhedge passes to the
-	// client at once, unhedged (SPEC §4: 400, 401, 403, 404, 413, 422).
+	// client at once, unhedged (400, 401, 403, 404, 413, 422; the top README.md, "How it behaves").
 	Fatal bool
 }
 
@@ -139,6 +148,9 @@ func sendOne(parent context.Context, client *http.Client, p *plan, e, i int) sam
 
 	start := time.Now()
 	s = timeResponse(client, req, start, p.keys[e])
+	if s.Billed && s.InTokens == 0 {
+		s.InTokens = estimateTokens(p.body(e, i))
+	}
 	if parent.Err() != nil && s.Err != "" {
 		// Ctrl-C, not the endpoint: this is no measurement.
 		s.Cancelled = true
@@ -153,8 +165,8 @@ func sendOne(parent context.Context, client *http.Client, p *plan, e, i int) sam
 
 // timeResponse sends req and reads the answer, noting when the first
 // output event (core's rules, as the hedge races on it) and the end came.
-func timeResponse(client *http.Client, req *http.Request, start time.Time, key string) sample {
-	s := sample{Sent: true}
+func timeResponse(client *http.Client, req *http.Request, start time.Time, key string) (s sample) {
+	s = sample{Sent: true}
 	resp, err := client.Do(req)
 	if err != nil {
 		return s.fail(time.Since(start), "connection", err.Error(), key)
@@ -167,10 +179,16 @@ func timeResponse(client *http.Client, req *http.Request, start time.Time, key s
 		s.Fatal = core.FatalStatus(resp.StatusCode)
 		return s
 	}
+	s.Billed = true
 	detector, streaming := core.NewEventDetector(resp.Header.Get("Content-Type"), core.RuleAuto)
+	tokens := &tokenCounter{stream: streaming, in: -1, out: -1}
+	defer func() { tokens.into(&s) }()
 	buf := make([]byte, 32<<10)
 	for {
 		n, rerr := resp.Body.Read(buf)
+		if n > 0 {
+			tokens.feed(buf[:n])
+		}
 		if n > 0 && streaming && s.TTFT == 0 {
 			output, ferr := detector.Feed(buf[:n])
 			if ferr != nil {

@@ -73,15 +73,29 @@ func (p *plan) total() int { return p.opts.N * len(p.opts.Endpoints) }
 
 // promptTokens estimates the prompt tokens of the run as body bytes / 4,
 // core's rule for tenant budgets, rounded up here (core rounds down) so the
-// spend estimate errs high.
-func (p *plan) promptTokens() int64 {
-	var tokens int64
-	for e := range p.opts.Endpoints {
+// spend estimate errs high. spend is their price at each endpoint's
+// price_in (or -price-per-mtok).
+func (p *plan) promptTokens() (tokens int64, spend float64) {
+	for e, ep := range p.opts.Endpoints {
+		var n int64
 		for i := 0; i < p.opts.N; i++ {
-			tokens += int64(len(p.body(e, i))+3) / 4
+			n += estimateTokens(p.body(e, i))
 		}
+		tokens += n
+		spend += float64(n) * ep.PriceIn / 1e6
 	}
-	return tokens
+	return tokens, spend
+}
+
+// role names what endpoint i is for.
+func role(eps []endpoint, i int) string {
+	switch {
+	case i == 0:
+		return "primary"
+	case eps[i].Priority:
+		return "priority tier"
+	}
+	return "secondary"
 }
 
 // print writes the plan: endpoints, the hard cap, and the estimated spend.
@@ -92,10 +106,6 @@ func (p *plan) print(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  endpoint\trole\tPOST\tkey\tmodel")
 	for i, e := range o.Endpoints {
-		role := "secondary"
-		if i == 0 {
-			role = "primary"
-		}
 		key := "(none)"
 		if e.KeyEnv != "" {
 			key = "$" + e.KeyEnv
@@ -104,16 +114,16 @@ func (p *plan) print(w io.Writer) {
 		if model == "" {
 			model = "(from the requests)"
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Name, role, e.URL(), key, model)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", e.Name, role(o.Endpoints, i), e.URL(), key, model)
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "Requests: %s.\n", p.source)
-	tokens := p.promptTokens()
-	if o.PricePerMTok > 0 {
-		fmt.Fprintf(w, "Estimated prompt tokens: %s (body bytes / 4); spend ≈ $%.4f at $%g per million prompt tokens (output tokens not included).\n",
-			thousands(tokens), float64(tokens)*o.PricePerMTok/1e6, o.PricePerMTok)
+	tokens, spend := p.promptTokens()
+	if spend > 0 {
+		fmt.Fprintf(w, "Estimated prompt tokens: %s (body bytes / 4); spend ≈ $%.4f at each endpoint's input price (price_in, else -price-per-mtok; output tokens not included).\n",
+			thousands(tokens), spend)
 	} else {
-		fmt.Fprintf(w, "Estimated prompt tokens: %s (body bytes / 4); spend not estimated (set -price-per-mtok).\n", thousands(tokens))
+		fmt.Fprintf(w, "Estimated prompt tokens: %s (body bytes / 4); spend not estimated (set price_in= on the endpoints or -price-per-mtok).\n", thousands(tokens))
 	}
 	fmt.Fprintf(w, "Results go to %s.\n", o.OutDir)
 }

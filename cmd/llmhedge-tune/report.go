@@ -109,23 +109,13 @@ func printReport(w io.Writer, res *results) error {
 		}
 		fmt.Fprintf(w, "Errors of %s: %s; e.g. %s\n", e.Name, kinds(e.ErrorKinds), e.ErrorExamples[0])
 	}
+	printTokens(w, res.Endpoints)
 	if rec := res.Recommendation; rec != nil {
 		fmt.Fprintf(w, "\nRecommended hedge delay: %s (p%s of %s's TTFT: target extra load %.1f %%, expected %.1f %% over %d paired requests).\n",
 			rec.Delay, quantileName(rec.Quantile), rec.Primary, 100*rec.TargetExtra, 100*rec.ExpectedExtra, rec.Pairs)
-		fmt.Fprintf(w, "Expected with %s as the hedge (ideal hedge on the measured samples, SPEC §6):\n", rec.Secondary)
-		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "strategy\textra\tfailed\tTTFT p50\tp95\tp99\tmax\ttotal p50\tp95\tp99\tmax\t")
-		for _, row := range []struct {
-			name, extra string
-			o           outcome
-		}{
-			{"no hedge", "0 %", rec.NoHedge},
-			{"hedge at " + rec.Delay, fmt.Sprintf("%.1f %%", 100*rec.ExpectedExtra), rec.Hedged},
-			{"race-all", "100 %", rec.RaceAll},
-		} {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s%s\n", row.name, row.extra, row.o.Failed, distCells(row.o.TTFT), distCells(row.o.Total))
+		if t := res.Strategies; t != nil {
+			printStrategies(w, t, rec)
 		}
-		tw.Flush()
 	}
 	for _, n := range res.Notes {
 		fmt.Fprintf(w, "Note: %s\n", n)
@@ -163,4 +153,56 @@ func kinds(m map[string]int) string {
 		parts[i] = fmt.Sprintf("%s ×%d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// printStrategies writes the strategy table and the winner.
+func printStrategies(w io.Writer, t *strategyTable, rec *recommendation) {
+	fmt.Fprintf(w, "\nStrategies on the same %d requests (the hedge goes to %s; computed from the measured samples, an attempt sent is billed in full):\n", t.Requests, rec.Secondary)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "strategy\tsends to\textra\tfailed\tTTFT p50\tp95\tp99\tmax\ttotal p50\tp95\tp99\tmax\tUSD per 1k\t")
+	for _, r := range t.Rows {
+		cost := "-"
+		if t.Priced {
+			cost = fmt.Sprintf("%.4f", r.CostPer1000)
+		}
+		mark := ""
+		if r.Name == t.Winner {
+			mark = " ←"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s%s%s\t%s\n", r.Label, strings.Join(r.Endpoints, "+"), extraPercent(r.Extra), r.Failed,
+			distCells(r.TTFT), distCells(r.Total), cost, mark)
+	}
+	tw.Flush()
+	if t.Verdict != "" {
+		fmt.Fprintln(w, t.Verdict)
+	} else {
+		fmt.Fprintln(w, "Set -target-p99 (e.g. -target-p99 1.5s) to have the cheapest strategy that meets it named.")
+	}
+}
+
+// extraPercent writes a share of extra requests: "0 %", "5.2 %", "100 %".
+func extraPercent(f float64) string {
+	if f == 0 || f == 1 {
+		return fmt.Sprintf("%.0f %%", 100*f)
+	}
+	return fmt.Sprintf("%.1f %%", 100*f)
+}
+
+// printTokens writes the billed tokens per answer and where they come from,
+// for endpoints with a price.
+func printTokens(w io.Writer, eps []endpointResult) {
+	for _, e := range eps {
+		if e.Billed == 0 || (e.PriceIn == 0 && e.PriceOut == 0) {
+			continue
+		}
+		from := "usage blocks"
+		switch {
+		case e.UsageReported == 0:
+			from = "no usage block: input estimated as body bytes / 4, output counted as content events"
+		case e.UsageReported < e.Billed:
+			from = fmt.Sprintf("usage blocks in %d of %d answers, the others estimated", e.UsageReported, e.Billed)
+		}
+		fmt.Fprintf(w, "Tokens of %s: %.1f in + %.1f out per answer (%s); $%g + $%g per million: $%.4f for %d answers.\n",
+			e.Name, float64(e.InputTokens)/float64(e.Billed), float64(e.OutputTokens)/float64(e.Billed), from, e.PriceIn, e.PriceOut, e.CostUSD, e.Billed)
+	}
 }

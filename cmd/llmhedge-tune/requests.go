@@ -142,6 +142,10 @@ func bodyFor(req chatRequest, e endpoint) ([]byte, error) {
 			return nil, fmt.Errorf("endpoint %s: %w", e.Name, err)
 		}
 	}
+	// The endpoint's own fields (body.FIELD=) come last, so they win.
+	for k, v := range e.Body {
+		out[k] = v
+	}
 	return json.Marshal(out)
 }
 

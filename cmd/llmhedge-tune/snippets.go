@@ -47,6 +47,7 @@ func makeSnippets(eps []endpoint, secondary int, rec *recommendation) *snippets 
 	for i, e := range eps {
 		switch {
 		case i == 0 || i == secondary:
+		case e.Priority: // compared with hedging, not hedged to
 		case e.Format == eps[0].Format:
 			ups = append(ups, upstreamOf(e))
 		default:

@@ -37,7 +37,8 @@ func main() {
 	flag.StringVar(&opts.chart, "chart", "llmhedge-demo-ttft.svg", "where to write the TTFT CDF chart (SVG)")
 	flag.BoolVar(&opts.json, "json", false, "print the results as JSON instead of a table")
 	flag.DurationVar(&opts.delay, "delay", 0, "fixed hedge delay of the llm_hedge site, in scaled time (default: the workload's true p95)")
-	flag.BoolVar(&opts.simOnly, "sim-only", false, "only serve the two simulated upstreams (to point llmhedge-tune at them) until Ctrl-C")
+	flag.BoolVar(&opts.simOnly, "sim-only", false, "only serve the two simulated upstreams (to point llmhedge-tune or a proxy at them) until Ctrl-C")
+	flag.StringVar(&opts.simPorts, "sim-ports", "9001,9002", "with -sim-only, the loopback ports of A and B (the Traefik and Envoy examples use 9001,9002; 0,0 lets the system choose)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -55,6 +56,7 @@ type options struct {
 	json           bool
 	delay          time.Duration
 	simOnly        bool
+	simPorts       string
 }
 
 // Row is one line of the table (and of the JSON output). Durations are in
@@ -92,16 +94,13 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 	began := time.Now()
 	w := llmsim.Reference(opts.seed, opts.scale)
 	p95 := w.TrueQuantile(0.95)
+	if opts.simOnly {
+		return serveSimOnly(ctx, w, opts, stdout)
+	}
 	a := llmsim.Start("A", w)
 	defer a.Close()
 	b := llmsim.Start("B", w)
 	defer b.Close()
-	if opts.simOnly {
-		fmt.Fprintf(stdout, "simulated upstreams (reference workload x%g, true TTFT p95 %s):\n  A %s\n  B %s\nCtrl-C to stop.\n",
-			opts.scale, p95.Round(time.Millisecond/10), a.URL, b.URL)
-		<-ctx.Done()
-		return nil
-	}
 	delay := p95
 	if opts.delay > 0 {
 		delay = opts.delay

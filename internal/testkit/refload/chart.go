@@ -19,6 +19,9 @@ type Series struct {
 	Name string
 	// Values are the samples; values <= 0 (failed requests) are left out.
 	Values []time.Duration
+	// Note, when set, follows the series' numbers in the legend: what the
+	// curve costs, e.g. "+5.0 % requests".
+	Note string
 }
 
 // ChartOptions configure CDF.
@@ -36,6 +39,12 @@ type ChartOptions struct {
 	TailFrom float64
 	// Width of the SVG in pixels. Default 960.
 	Width int
+	// Percentiles draws the upper panel as one row per series with its
+	// p50, p95, p99 and max marked on the time axis and written out,
+	// instead of the full CDF. A hedge's CDF coincides with its primary's
+	// below the delay, so full CDFs of strategies mostly overlap; the rows
+	// show them side by side where they differ. The rows are the legend.
+	Percentiles bool
 }
 
 // CDFChart draws the CDFs of series on a log-scale time axis with the hedge
@@ -47,18 +56,19 @@ func CDFChart(title string, series []Series, delay time.Duration) []byte {
 // Chart geometry, in pixels. Fonts are at least 12px so the chart stays
 // readable when scaled down in a README.
 const (
-	chartMarginLeft   = 78
-	chartMarginRight  = 28
-	chartTitleBand    = 58
-	chartMainHeight   = 300
-	chartPanelGap     = 64
-	chartTailHeight   = 200
-	chartBottomBand   = 64
-	chartFont         = 13
-	chartTitleFont    = 18
-	chartCharWidth    = 7.4 // average width of a 13px sans-serif glyph
-	chartLegendLine   = 20
-	chartLegendSwatch = 26
+	chartMarginLeft    = 78
+	chartMarginRight   = 28
+	chartTitleBand     = 58
+	chartMainHeight    = 300
+	chartPanelGap      = 64
+	chartTailHeight    = 200
+	chartBottomBand    = 64
+	chartFont          = 13
+	chartTitleFont     = 18
+	chartCharWidth     = 7.4 // average width of a 13px sans-serif glyph
+	chartBoldCharWidth = 8.2
+	chartLegendLine    = 20
+	chartLegendSwatch  = 26
 )
 
 // chartPalette holds distinct colours that stay distinct for the common
@@ -81,11 +91,16 @@ func (o ChartOptions) CDF(series []Series) []byte {
 	axis := newLogAxis(sorted, o.Delay, chartMarginLeft, float64(o.Width-chartMarginRight))
 
 	mainTop := float64(chartTitleBand)
-	mainPanel := panel{top: mainTop, height: chartMainHeight, from: 0}
-	height := mainTop + chartMainHeight + chartBottomBand
+	mainHeight := float64(chartMainHeight)
+	var rows []percentileRow
+	if o.Percentiles {
+		rows, mainHeight = percentileRows(series, sorted, axis)
+	}
+	mainPanel := panel{top: mainTop, height: mainHeight, from: 0}
+	height := mainTop + mainHeight + chartBottomBand
 	var tailPanel panel
 	if tail {
-		tailPanel = panel{top: mainTop + chartMainHeight + chartPanelGap, height: chartTailHeight, from: o.TailFrom}
+		tailPanel = panel{top: mainTop + mainHeight + chartPanelGap, height: chartTailHeight, from: o.TailFrom}
 		height = tailPanel.top + chartTailHeight + chartBottomBand
 	}
 
@@ -98,7 +113,23 @@ func (o ChartOptions) CDF(series []Series) []byte {
 		fmt.Fprintf(&b, `<text x="%d" y="32" font-size="%d" font-weight="bold">%s</text>`+"\n", chartMarginLeft, chartTitleFont, esc(o.Title))
 	}
 
-	mainPanel.draw(&b, "main", axis, sorted, "share of requests with TTFT ≤ x")
+	// The delay line goes first, under the curves and the labels.
+	if o.Delay > 0 {
+		label := o.DelayLabel
+		if label == "" {
+			label = "hedge delay " + formatMillis(millis(o.Delay))
+		}
+		panels := []panel{mainPanel}
+		if tail {
+			panels = append(panels, tailPanel)
+		}
+		drawDelay(&b, axis, millis(o.Delay), panels, label)
+	}
+	if o.Percentiles {
+		mainPanel.drawRows(&b, axis, series, rows)
+	} else {
+		mainPanel.draw(&b, "main", axis, sorted, "share of requests with TTFT ≤ x")
+	}
 	if tail {
 		tailPanel.draw(&b, "tail", axis, sorted, fmt.Sprintf("tail: %s–100 %%", percent(o.TailFrom)))
 		tailPanel.markQuantile(&b, axis, 0.99, "p99")
@@ -109,14 +140,9 @@ func (o ChartOptions) CDF(series []Series) []byte {
 	}
 	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">time to first token (log scale)</text>`+"\n",
 		(axis.x0+axis.x1)/2, bottom+48)
-	if o.Delay > 0 {
-		label := o.DelayLabel
-		if label == "" {
-			label = "hedge delay " + formatMillis(millis(o.Delay))
-		}
-		drawDelay(&b, axis, millis(o.Delay), mainPanel.top, bottom, label)
+	if !o.Percentiles {
+		drawLegend(&b, series, sorted, axis, mainPanel)
 	}
-	drawLegend(&b, series, sorted, axis, mainPanel)
 	b.WriteString("</svg>\n")
 	return b.Bytes()
 }
@@ -134,21 +160,9 @@ func (p panel) y(frac float64) float64 {
 // draw paints the frame, gridlines, tick labels and every curve, clipped
 // to the panel so the tail panel shows only its part of each curve.
 func (p panel) draw(b *bytes.Buffer, id string, axis logAxis, sorted [][]float64, yTitle string) {
-	bottom := p.top + p.height
 	fmt.Fprintf(b, `<clipPath id="clip-%s"><rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/></clipPath>`+"\n",
 		id, axis.x0, p.top-1, axis.x1-axis.x0, p.height+2)
-	// Vertical gridlines at every tick; labels only where axis says.
-	for _, t := range axis.ticks {
-		x := axis.x(t.ms)
-		stroke := "#e4e4e4"
-		if t.label != "" {
-			stroke = "#cfcfcf"
-		}
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, p.top, x, bottom, stroke)
-		if t.label != "" {
-			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, bottom+18, esc(t.label))
-		}
-	}
+	p.verticalGrid(b, axis)
 	// Horizontal gridlines: quarters of the full panel, fifths of the tail.
 	steps := 4
 	if p.from > 0 {
@@ -169,6 +183,107 @@ func (p panel) draw(b *bytes.Buffer, id string, axis logAxis, sorted [][]float64
 			id, stepPath(values, axis, p), seriesColor(i), seriesWidth(i))
 	}
 	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#555"/>`+"\n", axis.x0, p.top, axis.x1-axis.x0, p.height)
+}
+
+// Rows of a percentile panel: the text line, then the markers; a row
+// whose numbers do not fit beside its name has them on a third line.
+const (
+	chartRowHeight     = 44
+	chartRowWrapHeight = 60
+)
+
+// chartHalo outlines a text in white under its fill, so that the gridlines
+// and the delay line behind it do not cut it.
+const chartHalo = `stroke="white" stroke-width="4" stroke-linejoin="round" paint-order="stroke"`
+
+// percentileRow is the text of one row of a percentile panel.
+type percentileRow struct {
+	stats              string // "p50 … · p99 …"
+	wrap               bool   // the stats go under the markers
+	p50, p95, p99, max float64
+}
+
+// percentileRows lays out the rows of series; height is the panel's.
+func percentileRows(series []Series, sorted [][]float64, axis logAxis) (rows []percentileRow, height float64) {
+	height = 8
+	for i, s := range series {
+		r := percentileRow{stats: "(no samples)"}
+		if len(sorted[i]) > 0 {
+			ok := Successful(s.Values)
+			q := func(f float64) float64 { return millis(llmsim.Quantile(ok, f)) }
+			r.p50, r.p95, r.p99, r.max = q(0.5), q(0.95), q(0.99), sorted[i][len(sorted[i])-1]
+			r.stats = fmt.Sprintf("p50 %s · p99 %s", formatMillis(r.p50), formatMillis(r.p99))
+		}
+		nameWidth := float64(len([]rune(s.Name)))*chartBoldCharWidth + float64(len([]rune(s.Note))+3)*chartCharWidth
+		r.wrap = nameWidth+float64(len([]rune(r.stats)))*chartCharWidth+40 > axis.x1-axis.x0
+		rows = append(rows, r)
+		if r.wrap {
+			height += chartRowWrapHeight
+		} else {
+			height += chartRowHeight
+		}
+	}
+	if len(series) == 0 {
+		height += chartRowHeight
+	}
+	return rows, height
+}
+
+// drawRows paints the percentile panel: per series its name, its note and
+// its p50 and p99, and its p50, p95, p99 and max marked on the time axis
+// (open circle, diamond, filled circle, bar).
+func (p panel) drawRows(b *bytes.Buffer, axis logAxis, series []Series, rows []percentileRow) {
+	p.verticalGrid(b, axis)
+	fmt.Fprintf(b, `<text transform="translate(18 %.1f) rotate(-90)" text-anchor="middle">%s</text>`+"\n", p.top+p.height/2, esc("○ p50 ◆ p95 ● p99 | max"))
+	top := p.top + 4
+	for i, s := range series {
+		r := rows[i]
+		textY, lineY := top+15, top+31
+		color := seriesColor(i)
+		note := ""
+		if s.Note != "" {
+			note = `<tspan dx="6" font-weight="normal" fill="#333">— ` + esc(s.Note) + `</tspan>`
+		}
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" font-weight="bold" fill="%s" %s>%s%s</text>`+"\n", axis.x0+8, textY, color, chartHalo, esc(s.Name), note)
+		statsX, statsY, anchor := axis.x1-8, textY, "end"
+		if r.wrap {
+			statsX, statsY, anchor = axis.x0+8, top+chartRowWrapHeight-6, "start"
+		}
+		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="#333" %s>%s</text>`+"\n", statsX, statsY, anchor, chartHalo, esc(r.stats))
+		if r.wrap {
+			top += chartRowWrapHeight
+		} else {
+			top += chartRowHeight
+		}
+		if r.max == 0 {
+			continue
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(r.p50), lineY, axis.x(r.max), lineY, color)
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2.5"/>`+"\n", axis.x(r.max), lineY-7, axis.x(r.max), lineY+7, color)
+		x95 := axis.x(r.p95)
+		fmt.Fprintf(b, `<path d="M%.1f %.1f L%.1f %.1f L%.1f %.1f L%.1f %.1f Z" fill="%s" stroke="white"/>`+"\n", x95-6, lineY, x95, lineY-6, x95+6, lineY, x95, lineY+6, color)
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="6.5" fill="%s" stroke="white" stroke-width="1.5"/>`+"\n", axis.x(r.p99), lineY, color)
+		fmt.Fprintf(b, `<circle cx="%.1f" cy="%.1f" r="4.5" fill="white" stroke="%s" stroke-width="2"/>`+"\n", axis.x(r.p50), lineY, color)
+	}
+	fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#555"/>`+"\n", axis.x0, p.top, axis.x1-axis.x0, p.height)
+}
+
+// verticalGrid draws a gridline at every tick of the time axis and the
+// labels of the labelled ones below the panel.
+func (p panel) verticalGrid(b *bytes.Buffer, axis logAxis) {
+	bottom := p.top + p.height
+	// Vertical gridlines at every tick; labels only where axis says.
+	for _, t := range axis.ticks {
+		x := axis.x(t.ms)
+		stroke := "#e4e4e4"
+		if t.label != "" {
+			stroke = "#cfcfcf"
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"/>`+"\n", x, p.top, x, bottom, stroke)
+		if t.label != "" {
+			fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", x, bottom+18, esc(t.label))
+		}
+	}
 }
 
 // markQuantile draws a labelled horizontal dashed line at quantile q.
@@ -206,10 +321,18 @@ func stepPath(values []float64, axis logAxis, p panel) string {
 	return sb.String()
 }
 
-// drawDelay marks the hedge delay across both panels.
-func drawDelay(b *bytes.Buffer, axis logAxis, ms, top, bottom float64, label string) {
+// drawDelay marks the hedge delay in every panel, inside each frame only,
+// so that the line never cuts the tick labels between the panels.
+func drawDelay(b *bytes.Buffer, axis logAxis, ms float64, panels []panel, label string) {
 	x := axis.x(ms)
-	fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222" stroke-width="1.6" stroke-dasharray="7 5"/>`+"\n", x, top-6, x, bottom)
+	for i, p := range panels {
+		top := p.top
+		if i == 0 {
+			top -= 6 // up to the label
+		}
+		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#222" stroke-width="1.6" stroke-dasharray="7 5"/>`+"\n", x, top, x, p.top+p.height)
+	}
+	top := panels[0].top
 	anchor, dx := "start", 6.0
 	if x+float64(len(label))*chartCharWidth > axis.x1 {
 		anchor, dx = "end", -6
@@ -231,6 +354,9 @@ func drawLegend(b *bytes.Buffer, series []Series, sorted [][]float64, axis logAx
 		if len(sorted[i]) > 0 {
 			ok := Successful(s.Values)
 			stats[i] = fmt.Sprintf("p50 %s · p99 %s", formatMillis(millis(llmsim.Quantile(ok, 0.5))), formatMillis(millis(llmsim.Quantile(ok, 0.99))))
+		}
+		if s.Note != "" {
+			stats[i] += " · " + s.Note
 		}
 		if n := len([]rune(s.Name)); n > nameWidth {
 			nameWidth = n
