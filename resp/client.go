@@ -119,6 +119,10 @@ func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisVal
 // run takes a connection, exchanges cmds on it and gives it back (closed
 // when anything but a Redis error reply went wrong).
 func run(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]core.RedisValue, error) {
+	if err := context.Cause(ctx); err != nil {
+		// Taken connection or not, the command could not be sent.
+		return nil, fmt.Errorf("resp: %s at %s: %w", cmds[0][0], c.ep.addr, err)
+	}
 	p := c.general
 	if blocking {
 		p = c.blocking

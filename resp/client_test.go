@@ -619,3 +619,19 @@ func TestIdleConnectionsCloseAfterIdleTimeout(t *testing.T) {
 		t.Fatalf("Dials = %d, want 2 (the idle connection closed, a new one dialed)", d)
 	}
 }
+
+func TestEndedContextSendsNothing(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL()})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Do(ctx, "SET", "k", "v"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do with a cancelled context: err = %v, want context.Canceled", err)
+	}
+	if d := c.Stats().Dials; d != 0 {
+		t.Fatalf("Dials = %d, want 0", d)
+	}
+	if v := do(t, c, "EXISTS", "k"); v.Int != 0 {
+		t.Fatalf("EXISTS k = %d, want 0 (the SET was never sent)", v.Int)
+	}
+}
