@@ -131,12 +131,11 @@ func run(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]core
 	if err != nil {
 		return nil, err
 	}
-	values, replyErr, ioErr := exchange(c, ctx, cn, cmds, blocking)
+	values, replyErr, ioErr, reusable := exchange(c, ctx, cn, cmds, blocking)
+	releaseConn(p, cn, !reusable)
 	if ioErr != nil {
-		releaseConn(p, cn, true)
 		return nil, opError(c, ctx, cmds[0][0], ioErr)
 	}
-	releaseConn(p, cn, false)
 	if replyErr != nil {
 		return values, replyErr
 	}
@@ -231,7 +230,10 @@ func dial(c *Client, ctx context.Context) (*conn, error) {
 	if len(setup) == 0 {
 		return cn, nil
 	}
-	_, replyErr, ioErr := exchange(c, dialCtx, cn, setup, false)
+	_, replyErr, ioErr, reusable := exchange(c, dialCtx, cn, setup, false)
+	if ioErr == nil && !reusable {
+		ioErr = errors.New("interrupted")
+	}
 	if ioErr != nil {
 		_ = nc.Close()
 		return nil, opError(c, dialCtx, setup[0][0], ioErr)
@@ -247,29 +249,23 @@ func dial(c *Client, ctx context.Context) (*conn, error) {
 
 // exchange writes cmds in one write, then reads one reply per command. It
 // returns the first Redis error reply and, separately, a network or
-// protocol error (after which cn must be closed).
-func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, error, error) {
+// protocol error (after which cn must be closed), and whether cn may be
+// reused.
+func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, error, error, bool) {
 	// A cancelled (not only expired) context interrupts blocked I/O by
 	// moving the deadline into the past.
-	interrupted := false
 	var stop func() bool
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(time.Unix(1, 0)) })
 	}
 	values, replyErr, ioErr := writeAndRead(c, ctx, cn, cmds, blocking)
+	reusable := ioErr == nil
 	if stop != nil && !stop() {
-		interrupted = true
+		// The interruption ran (or runs): whether or not the replies had
+		// all arrived, the connection's deadline may have been moved.
+		reusable = false
 	}
-	if interrupted && ioErr == nil {
-		// The reply arrived, but the connection's deadline may have been
-		// moved: do not reuse it.
-		ioErr = context.Cause(ctx)
-		if ioErr == nil {
-			ioErr = errors.New("interrupted")
-		}
-		return values, replyErr, ioErr
-	}
-	return values, replyErr, ioErr
+	return values, replyErr, ioErr, reusable
 }
 
 func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, error, error) {
