@@ -7,18 +7,35 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3/option"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+	"github.com/llmhedge/llmhedge/resp"
 )
 
-// fleetRequest is one raw streaming request through a replica, so that
+// Fleet mode through real Traefik processes (the plugin interpreted by
+// Yaegi in each) sharing one real redis-server. The short forms run in CI;
+// LLMHEDGE_FLEET=full runs the acceptance counts.
+
+// fleetCount is n in CI and full under LLMHEDGE_FLEET=full.
+func fleetCount(n, full int) int {
+	if os.Getenv("LLMHEDGE_FLEET") == "full" {
+		return full
+	}
+	return n
+}
+
+// fleetAnswer is one raw streaming answer through a replica, so that
 // answers can be compared byte for byte.
 type fleetAnswer struct {
 	status   int
@@ -55,16 +72,155 @@ func (a fleetAnswer) complete(id string, tokens int) bool {
 	return a.err == nil && a.status == http.StatusOK && bytes.Equal(llmsim.StripPings(a.body), want)
 }
 
+// fleetDynamic is a route /fleet/ through the plugin to upstream A alone
+// (no hedge), its keyed requests shared through srv, with extra fleet
+// option lines.
+func fleetDynamic(srv *redisproc.Server, upstreamURL string, fleetOptions ...string) *dynamic {
+	lines := []string{"delay: 30s", "log: stderr", "fleet:", "  url: " + srv.URL(), "  timeout: 500ms"}
+	for _, o := range fleetOptions {
+		lines = append(lines, "  "+o)
+	}
+	return newDynamic("fleet").
+		hedge("hedge-fleet", pluginConfig([][2]string{{"A", upstreamURL}}, lines...)).
+		route("fleet", "noop@internal", "hedge-fleet")
+}
+
 // twoFleetReplicas starts two Traefik processes whose plugin shares srv.
 func twoFleetReplicas(t *testing.T, srv *redisproc.Server, upstreamURL string) (*traefik, *traefik) {
-	d := newDynamic("fleet").
-		hedge("hedge-fleet", pluginConfig([][2]string{{"A", upstreamURL}},
-			"delay: 30s", "log: stderr",
-			"fleet:", "  url: "+srv.URL(), "  timeout: 500ms")).
-		route("fleet", "noop@internal", "hedge-fleet")
+	d := fleetDynamic(srv, upstreamURL)
 	one := startTraefik(t, "INFO", d)
 	two := startTraefik(t, "INFO", d)
 	return one, two
+}
+
+// kill9 kills a Traefik process with SIGKILL and waits for its end.
+func kill9(tr *traefik) {
+	tr.cmd.Process.Signal(syscall.SIGKILL)
+	<-tr.exited
+}
+
+// fleetSDKStream is one streaming chat completion through the OpenAI SDK
+// at replica url with an idempotency key; onFirst, when set, is called on
+// the first chunk with content.
+func fleetSDKStream(ctx context.Context, url, key, id string, onFirst func()) streamed {
+	first := onFirst
+	return streamChat(ctx, sdk(url+"/v1/"), id, "", func(int) {
+		if first != nil {
+			first()
+			first = nil
+		}
+	}, option.WithHeader("Idempotency-Key", key))
+}
+
+// waitFollowing polls Redis (an external process: no event to wait on)
+// until n clients wait in a blocking read, i.e. n followers follow.
+func waitFollowing(t *testing.T, srv *redisproc.Server, n int) {
+	t.Helper()
+	c, err := resp.New(resp.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := "blocked_clients:" + strconv.Itoa(n) + "\r\n"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		v, err := c.Do(ctx, "INFO", "clients")
+		cancel()
+		if err == nil && strings.Contains(v.Str, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis never had %d blocked followers (err %v): %q", n, err, v.Str)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// kill -9 of the leader's Traefik before commit: the follower on the other
+// replica takes over once the lease expires and its client gets a complete
+// answer; at most two generations.
+func TestFleetTraefikLeaderKilledBeforeCommit(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	a := llmsim.Start("A", w)
+	defer a.Close()
+	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
+	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
+	ctx := context.Background()
+	n := fleetCount(3, 50)
+	for i := 0; i < n; i++ {
+		id := "kill-before-" + strconv.Itoa(i)
+		leader := make(chan streamed, 1)
+		go func() { leader <- fleetSDKStream(ctx, replicas[0].URL+"/fleet", "k-"+id, id, nil) }()
+		within(t, a, "the leader's upstream request", func() bool { return a.Attempts(id) == 1 })
+		follower := make(chan streamed, 1)
+		go func() { follower <- fleetSDKStream(ctx, replicas[1].URL+"/fleet", "k-"+id, id, nil) }()
+		waitFollowing(t, srv, 1)
+		kill9(replicas[0])
+		<-leader
+		got := <-follower
+		if up, ok := got.whole(id, 5); !ok || up != "A" {
+			t.Fatalf("%s: the follower's client after the leader's kill -9: %s", id, got.notWhole(id, 5))
+		}
+		if gens := a.Attempts(id); gens > 2 {
+			t.Fatalf("%s: %d upstream generations, want at most 2", id, gens)
+		}
+		replicas[0] = startTraefik(t, "INFO", d)
+	}
+	t.Logf("%d leaders killed before commit: every follower's client got the complete answer", n)
+}
+
+// kill -9 of the leader's Traefik after commit: the follower's answer ends
+// broken, a strict prefix of the one generation (never spliced), and a
+// retry with the same key gets a fresh complete answer.
+func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	const tokens = 40
+	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: tokens, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+	a := llmsim.Start("A", w)
+	defer a.Close()
+	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
+	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
+	ctx := context.Background()
+	n := fleetCount(2, 10)
+	for i := 0; i < n; i++ {
+		id := "kill-after-" + strconv.Itoa(i)
+		leaderFirst := make(chan struct{})
+		leader := make(chan streamed, 1)
+		go func() {
+			leader <- fleetSDKStream(ctx, replicas[0].URL+"/fleet", "k-"+id, id, func() { close(leaderFirst) })
+		}()
+		<-leaderFirst
+		followerFirst := make(chan struct{})
+		follower := make(chan streamed, 1)
+		go func() {
+			follower <- fleetSDKStream(ctx, replicas[1].URL+"/fleet", "k-"+id, id, func() { close(followerFirst) })
+		}()
+		<-followerFirst
+		kill9(replicas[0])
+		<-leader
+		got := <-follower
+		want := llmsim.ExpectedChatText(id, tokens)
+		if got.err == nil {
+			t.Fatalf("%s: the follower's answer ended cleanly after the leader's kill -9 (%d of %d bytes), want broken", id, len(got.content), len(want))
+		}
+		if !strings.HasPrefix(want, got.content) || got.content == want {
+			t.Fatalf("%s: the follower got %q, want a strict prefix of the one generation %q", id, got.content, want)
+		}
+		if gens := a.Attempts(id); gens != 1 {
+			t.Fatalf("%s: %d generations before the retry, want 1", id, gens)
+		}
+		retry := fleetSDKStream(ctx, replicas[1].URL+"/fleet", "k-"+id, id, nil)
+		if _, ok := retry.whole(id, tokens); !ok {
+			t.Fatalf("%s: the retry: %s", id, retry.notWhole(id, tokens))
+		}
+		if gens := a.Attempts(id); gens != 2 {
+			t.Fatalf("%s: %d generations after the retry, want 2 (a fresh race)", id, gens)
+		}
+		replicas[0] = startTraefik(t, "INFO", d)
+	}
+	t.Logf("%d leaders killed after commit: every follower's answer broken, a prefix of one generation; every retry a fresh complete answer", n)
 }
 
 // The fleet across two real Traefik replicas (the plugin interpreted by
@@ -79,10 +235,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 	replicas := []string{one.URL + "/fleet", two.URL + "/fleet"}
 	ctx := context.Background()
 
-	pairs := 20
-	if os.Getenv("LLMHEDGE_STRESS") == "full" {
-		pairs = 200
-	}
+	pairs := fleetCount(20, 200)
 	t.Run("same key at both replicas at once: one generation, identical bytes", func(t *testing.T) {
 		for i := 0; i < pairs; i++ {
 			id := fmt.Sprintf("pair-%d", i)
@@ -132,10 +285,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 
 	t.Run("Redis killed and restarted under load: no failed request", func(t *testing.T) {
 		const streams = 20
-		loadFor := 6 * time.Second
-		if os.Getenv("LLMHEDGE_STRESS") == "full" {
-			loadFor = 30 * time.Second
-		}
+		loadFor := time.Duration(fleetCount(6, 30)) * time.Second
 		var sent, failed atomic.Int64
 		var firstFailure atomic.Value
 		stop := make(chan struct{})
