@@ -7,6 +7,7 @@ package fleetredis
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"strconv"
@@ -26,8 +27,13 @@ type Client struct {
 }
 
 // New returns a client for cfg's URL (and password_env). It does not dial:
-// the first command does.
-func New(cfg core.FleetConfig) (*Client, error) {
+// the first command does. A rediss:// URL verifies the server against the
+// system's roots.
+func New(cfg core.FleetConfig) (*Client, error) { return NewWithRoots(cfg, nil) }
+
+// NewWithRoots is New with the CAs a rediss:// server is verified against
+// (nil: the system's).
+func NewWithRoots(cfg core.FleetConfig, roots *x509.CertPool) (*Client, error) {
 	addr, err := core.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
 	if err != nil {
 		return nil, err
@@ -56,7 +62,7 @@ func New(cfg core.FleetConfig) (*Client, error) {
 		if h, _, ok := cutPort(host); ok {
 			host = h
 		}
-		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, RootCAs: roots}
 	}
 	return &Client{rdb: redis.NewClient(opts), name: addr.Name()}, nil
 }

@@ -171,6 +171,12 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 			t.Fatalf("%s: %d upstream generations after the third replica's request, want 1 (a replay)", key, gens)
 		}
 	}
+	joined, replayed := 0.0, 0.0
+	for _, c := range r.replicas {
+		joined += fleetMetric(t, c, "llm_hedge_idempotent_requests_total", map[string]string{"result": "joined"})
+		replayed += fleetMetric(t, c, "llm_hedge_idempotent_requests_total", map[string]string{"result": "replayed"})
+	}
+	t.Logf("%d keys sent to two replicas at once: one generation each, identical answers; %v requests joined a flight, %v were replayed (a third replica's request that comes before the leader's end is in Redis follows the finished stream)", n, joined, replayed)
 	// The replay says so (a header the SDK shows through the response).
 	var resp *http.Response
 	client := fleetClient(r.replicas[2], "sk-alice")
@@ -200,6 +206,7 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
 	n := fleetCount(4, 50)
+	twoGens := 0
 	for i := 0; i < n; i++ {
 		key := "kill-before-" + strconv.Itoa(i)
 		leader := make(chan streamed, 1)
@@ -220,8 +227,10 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 		if gens := r.sim.Attempts(key); gens > 2 {
 			t.Fatalf("%s: %d generations, want at most 2", key, gens)
 		}
+		twoGens += r.sim.Attempts(key) - 1
 		r.restart(0)
 	}
+	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations, %d with one", n, twoGens, n-twoGens)
 }
 
 // kill -9 of the leader's Caddy after commit: the follower's answer ends

@@ -245,8 +245,14 @@ type fleetRig struct {
 }
 
 func newFleetRig(t *testing.T, n int, tune func(*core.Config)) *fleetRig {
+	return newFleetRigClocks(t, make([]core.Clock, n), tune)
+}
+
+// newFleetRigClocks is newFleetRig with replica i on clocks[i] (nil: the
+// system clock).
+func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*core.Config)) *fleetRig {
 	rig := &fleetRig{redis: redisproc.Start(t, redisproc.Options{}), upstream: newGatedUpstream(t)}
-	for i := 0; i < n; i++ {
+	for i := range clocks {
 		cfg := core.Config{
 			Route:       "fleet",
 			Upstreams:   []core.UpstreamConfig{{Name: "up", URL: rig.upstream.srv.URL}},
@@ -262,7 +268,7 @@ func newFleetRig(t *testing.T, n int, tune func(*core.Config)) *fleetRig {
 		}
 		t.Cleanup(func() { client.Close() })
 		rep := &replica{client: &killableClient{inner: client}, sink: newFleetSink()}
-		rep.fleet = core.NewFleet(rep.client, cfg.Fleet, core.FleetOptions{Metrics: rep.sink, Log: func(fields []core.LogField) {
+		rep.fleet = core.NewFleet(rep.client, cfg.Fleet, core.FleetOptions{Clock: clocks[i], Metrics: rep.sink, Log: func(fields []core.LogField) {
 			var b strings.Builder
 			for _, f := range fields {
 				b.WriteString(f.Key + "=" + f.Str + " ")
@@ -271,7 +277,7 @@ func newFleetRig(t *testing.T, n int, tune func(*core.Config)) *fleetRig {
 			rep.logs = append(rep.logs, b.String())
 			rep.mu.Unlock()
 		}})
-		h, err := core.New(cfg, core.Options{Fleet: rep.fleet})
+		h, err := core.New(cfg, core.Options{Fleet: rep.fleet, Clock: clocks[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -846,4 +852,51 @@ func TestFleetBenchMemory(t *testing.T) {
 		inFlight/n, perKey[":lease"]/n, perKey[":s:<holder>"]/n)
 	t.Logf("stored (answer %d B): used_memory_dataset %d B per answer; done %d B, its stream while it lingers (60s) %d B",
 		size, stored/n, doneMem/n, streamMem/n)
+}
+
+// skewedClock is the system clock moved by skew: a replica whose wall
+// clock is wrong. Its timers are real.
+type skewedClock struct{ skew time.Duration }
+
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.skew) }
+
+func (c skewedClock) AfterFunc(d time.Duration, f func()) core.Timer {
+	var t core.Timer = time.AfterFunc(d, f)
+	return t
+}
+
+// Clock skew between replicas changes nothing: leases and stored answers
+// expire on Redis' clock (PX), never on a replica's. One replica an hour
+// ahead, one an hour behind: joins, replays and a takeover work.
+func TestFleetClockSkewBetweenReplicas(t *testing.T) {
+	rig := newFleetRigClocks(t, []core.Clock{skewedClock{time.Hour}, skewedClock{-time.Hour}}, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("skew", true)
+	first := a.sendAsync(t, "skew", "alice", chatBody)
+	rig.upstream.waitStarted(t, "skew")
+	second := b.sendAsync(t, "skew", "alice", chatBody)
+	b.sink.waitClaim(t)
+	release()
+	ra, rb := recvAnswer(t, first), recvAnswer(t, second)
+	if !rb.complete || rb.body != ra.body || rig.upstream.generations("skew") != 1 {
+		t.Errorf("join with skewed clocks: complete %v, same body %v, %d generations; want the leader's one", rb.complete, rb.body == ra.body, rig.upstream.generations("skew"))
+	}
+	if r := b.send(t, "skew", "alice", chatBody); r.header.Get("Idempotent-Replayed") != "true" {
+		t.Error("replay with skewed clocks: not replayed")
+	}
+	hold := rig.upstream.hold("skew2", false)
+	defer hold()
+	lead := b.sendAsync(t, "skew2", "alice", chatBody)
+	rig.upstream.waitStarted(t, "skew2")
+	follow := a.sendAsync(t, "skew2", "alice", chatBody)
+	a.sink.waitClaim(t)
+	b.client.dead.Store(true)
+	if got := rig.upstream.waitStarted(t, "skew2"); got != "skew2#2" {
+		t.Errorf("takeover with skewed clocks started %s, want skew2#2", got)
+	}
+	hold()
+	if r := recvAnswer(t, follow); !r.complete {
+		t.Error("takeover with skewed clocks: incomplete answer")
+	}
+	recvAnswer(t, lead)
 }

@@ -207,6 +207,7 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 			t.Fatalf("%s: after completion %q, %v with %d generations; want the replay", key, again.text, again.err, f.sim.Attempts(key))
 		}
 	}
+	t.Logf("%d keys sent to both servers at once: one generation each, identical answers, then replayed", n)
 	if other := fleetAnswer(ctx, f.replicas[1], "sk-alice", "join-0", "another prompt", nil); statusOf(other.err) != http.StatusUnprocessableEntity {
 		t.Errorf("same caller and key, other body: %v, want 422", other.err)
 	}
@@ -223,6 +224,7 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
+	twoGens := 0
 	for i := 0; i < fleetCount(3, 50); i++ {
 		key := "kill-before-" + strconv.Itoa(i)
 		leader := make(chan answer, 1)
@@ -243,8 +245,10 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 		if gens := f.sim.Attempts(key); gens > 2 {
 			t.Fatalf("%s: %d generations, want at most 2", key, gens)
 		}
+		twoGens += f.sim.Attempts(key) - 1
 		f.replicas[0] = f.startReplica()
 	}
+	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", fleetCount(3, 50), twoGens)
 	for i := 0; i < fleetCount(2, 10); i++ {
 		key := "kill-after-" + strconv.Itoa(i)
 		leaderFirst := make(chan struct{})
