@@ -53,7 +53,7 @@ unit: redis-server
 # yaegi resolves imports GOPATH-style: link the checkout into a temporary
 # GOPATH and test the packages Traefik would interpret (resp: the plugin's
 # Redis client for fleet mode).
-yaegi: $(YAEGI)
+yaegi: $(YAEGI) redis-server
 	@set -e; gopath=$$(mktemp -d); trap 'rm -rf "$$gopath"' EXIT; \
 	mkdir -p $$gopath/src/github.com/llmhedge; \
 	ln -s "$(CURDIR)" $$gopath/src/github.com/llmhedge/llmhedge; \
