@@ -58,7 +58,7 @@ yaegi: $(YAEGI) redis-server
 	mkdir -p $$gopath/src/github.com/llmhedge; \
 	ln -s "$(CURDIR)" $$gopath/src/github.com/llmhedge/llmhedge; \
 	cd $$gopath/src/github.com/llmhedge/llmhedge; \
-	for pkg in core traefikplugin resp; do \
+	for pkg in core resp traefikplugin; do \
 		if ls $$pkg/*.go >/dev/null 2>&1; then \
 			echo "yaegi test ./$$pkg"; \
 			GOPATH=$$gopath GOFLAGS= timeout 900 $(YAEGI) test github.com/llmhedge/llmhedge/$$pkg; \
