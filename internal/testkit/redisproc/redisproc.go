@@ -80,7 +80,7 @@ type Server struct {
 // It returns once the server answers PING.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin := findBinary()
+	bin := firstExecutable(binaryCandidates())
 	if bin == "" {
 		if os.Getenv("LLMHEDGE_REDIS") == "skip" {
 			t.Skip("redis-server not found (LLMHEDGE_REDIS=skip); install it with: " + InstallHint)
@@ -365,9 +365,13 @@ func (s *Server) logTail() string {
 	return text
 }
 
-// findBinary returns $LLMHEDGE_REDIS_SERVER, /usr/bin/redis-server, or
-// redis-server from PATH; "" when there is none.
-func findBinary() string {
+// binaryCandidates lists where Start looks for redis-server, in order (a
+// variable: the missing-binary policy has a test).
+var binaryCandidates = defaultCandidates
+
+// defaultCandidates are $LLMHEDGE_REDIS_SERVER, /usr/bin/redis-server and
+// redis-server in each PATH folder.
+func defaultCandidates() []string {
 	candidates := []string{}
 	if env := os.Getenv("LLMHEDGE_REDIS_SERVER"); env != "" {
 		candidates = append(candidates, env)
@@ -378,6 +382,12 @@ func findBinary() string {
 			candidates = append(candidates, filepath.Join(dir, "redis-server"))
 		}
 	}
+	return candidates
+}
+
+// firstExecutable is the first of candidates that is an executable file,
+// "" when none is.
+func firstExecutable(candidates []string) string {
 	for _, c := range candidates {
 		if info, err := os.Stat(c); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
 			return c
