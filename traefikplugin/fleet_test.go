@@ -192,9 +192,9 @@ func TestFleetPasswordFromAnUnsetVariableFailsNew(t *testing.T) {
 }
 
 // Redis away: keyed requests are answered from this replica's own state,
-// and the fleet logs going down once.
+// and the fleet logs going down once, without the URL's password.
 func TestFleetDownRequestsStillSucceed(t *testing.T) {
-	srv := redisproc.Start(t, redisproc.Options{})
+	srv := redisproc.Start(t, redisproc.Options{Password: "hunter2-fleet"})
 	a := startUpstream(t, "A", func(_ *http.Request) script { return script{nonStream: true} })
 	route := "fleet-down-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	cfg := fleetConfig(a.srv.URL, srv.URL(), route)
@@ -226,5 +226,10 @@ func TestFleetDownRequestsStillSucceed(t *testing.T) {
 	}
 	if down != 1 {
 		t.Fatalf("fleet down lines = %d, want 1; lines: %q", down, logs.all())
+	}
+	for _, l := range logs.all() {
+		if strings.Contains(l, "hunter2") {
+			t.Fatalf("a log line contains the Redis password: %s", l)
+		}
 	}
 }
