@@ -245,12 +245,19 @@ func newFleetScript(src string) *fleetScript {
 	return &fleetScript{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
-// fleetEval runs s with keys and args.
-func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (RedisValue, error) {
+// fleetScriptCmd is the command that runs a script: verb EVALSHA with its
+// SHA-1, or EVAL with its source.
+func fleetScriptCmd(verb, script string, keys, args []string) []string {
 	cmd := make([]string, 0, 3+len(keys)+len(args))
-	cmd = append(cmd, "EVALSHA", s.sha, strconv.Itoa(len(keys)))
+	cmd = append(cmd, verb, script, strconv.Itoa(len(keys)))
 	cmd = append(cmd, keys...)
 	cmd = append(cmd, args...)
+	return cmd
+}
+
+// fleetEval runs s with keys and args.
+func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (RedisValue, error) {
+	cmd := fleetScriptCmd("EVALSHA", s.sha, keys, args)
 	v, err := fleetDo(f, ctx, op, 0, cmd...)
 	if err == nil || !isNoScript(err) {
 		return v, err

@@ -508,13 +508,30 @@ func fleetAppend(l *fleetLeader) {
 			// Multi-value results into fresh locals, one target per
 			// assignment (Yaegi).
 			var err error
-			if len(cmds) > 0 {
+			finishKeys := []string{l.keys.lease, l.stream, l.keys.done}
+			var finishArgs []string
+			if ended {
+				// endKind and done were set before ended, under the lock
+				// this goroutine took since.
+				finishArgs = []string{l.leaseValue, l.endKind, l.done, millisString(l.ttl), fleetStreamMillis(f, l.ttl)}
+			}
+			finished := false
+			if ended && len(cmds) > 0 {
+				// The last bytes and the end in one round trip.
+				cmds = append(cmds, fleetScriptCmd("EVALSHA", finishScript.sha, finishKeys, finishArgs))
+				_, perr := fleetPipeline(f, ctx, fleetOpFinish, cmds)
+				err = perr
+				finished = perr == nil
+				if perr != nil && isNoScript(perr) {
+					// The appends went through; the script is unknown.
+					err = nil
+				}
+			} else if len(cmds) > 0 {
 				_, perr := fleetPipeline(f, ctx, fleetOpAppend, cmds)
 				err = perr
 			}
-			if err == nil && ended {
-				_, ferr := fleetEval(f, ctx, fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
-					l.leaseValue, l.endKind, l.done, millisString(l.ttl), fleetStreamMillis(f, l.ttl))
+			if err == nil && ended && !finished {
+				_, ferr := fleetEval(f, ctx, fleetOpFinish, finishScript, finishKeys, finishArgs...)
 				err = ferr
 			}
 			if err != nil {

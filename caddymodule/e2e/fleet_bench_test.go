@@ -188,7 +188,8 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 // keys, a fast upstream, one Caddy.
 func TestFleetBenchThroughput(t *testing.T) {
 	fleetBenchOnly(t)
-	w := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 0, PingEvery: time.Second}
+	// TokenGap 0 would be the workload default (20ms): a microsecond.
+	w := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: time.Microsecond, PingEvery: time.Second}
 	sim := llmsim.Start("A", w)
 	defer sim.Close()
 	redis := redisproc.Start(t, redisproc.Options{})

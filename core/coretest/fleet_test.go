@@ -36,14 +36,19 @@ type gatedUpstream struct {
 	started chan string              // a generation started (its key and number)
 	before  map[string]chan struct{} // hold a key's answers before the first event
 	after   map[string]chan struct{} // hold them after the first event
-	waiters []genWaiter              // startedOf
-	events  int                      // events per answer
-	size    int                      // padding per event, for large answers
+	tail    map[string]chan struct{} // hold their EOF after [DONE]
+	// cancelled gets the key of an answer held at its tail whose request
+	// was cancelled.
+	cancelled chan string
+	waiters   []genWaiter // startedOf
+	events    int         // events per answer
+	size      int         // padding per event, for large answers
 }
 
 func newGatedUpstream(t *testing.T) *gatedUpstream {
 	u := &gatedUpstream{gens: map[string]int{}, started: make(chan string, 1000),
-		before: map[string]chan struct{}{}, after: map[string]chan struct{}{}, events: 5}
+		before: map[string]chan struct{}{}, after: map[string]chan struct{}{}, tail: map[string]chan struct{}{},
+		cancelled: make(chan string, 100), events: 5}
 	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
 	t.Cleanup(u.srv.Close)
 	return u
@@ -93,6 +98,18 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	io.WriteString(w, "data: [DONE]\n\n")
+	u.mu.Lock()
+	tail := u.tail[key]
+	u.mu.Unlock()
+	if tail != nil {
+		// The answer is whole, but its EOF waits.
+		flusher.Flush()
+		select {
+		case <-tail:
+		case <-r.Context().Done():
+			u.cancelled <- key
+		}
+	}
 }
 
 func (u *gatedUpstream) generations(key string) int {
@@ -899,4 +916,43 @@ func TestFleetClockSkewBetweenReplicas(t *testing.T) {
 		t.Error("takeover with skewed clocks: incomplete answer")
 	}
 	recvAnswer(t, lead)
+}
+
+// The leader's client (like the OpenAI SDK) closes at [DONE] while the
+// upstream's EOF waits: the race ends at the end marker, so the answer is
+// stored and a twin on another replica gets it instead of a second
+// generation.
+func TestFleetAnswerWholeAtDoneIsStored(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	tail := make(chan struct{})
+	defer close(tail)
+	rig.upstream.mu.Lock()
+	rig.upstream.tail["atdone"] = tail
+	rig.upstream.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", a.srv.URL+"/v1/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "atdone")
+	req.Header.Set("Authorization", "Bearer alice")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readUntil(t, resp.Body, "[DONE]")
+	cancel() // the client has the whole answer and goes
+	resp.Body.Close()
+	select {
+	case <-rig.upstream.cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the leader's race was not cancelled")
+	}
+	rb := b.send(t, "atdone", "alice", chatBody)
+	if !rb.complete || rb.body != got {
+		t.Errorf("twin after the leader's client left at [DONE]: complete %v, same body %v; want the whole answer", rb.complete, rb.body == got)
+	}
+	if n := rig.upstream.generations("atdone"); n != 1 {
+		t.Errorf("generations = %d, want 1", n)
+	}
 }
