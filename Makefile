@@ -77,13 +77,14 @@ unit: redis-server prometheus
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # yaegi resolves imports GOPATH-style: link the checkout into a temporary
-# GOPATH and test the packages Traefik would interpret.
-yaegi: $(YAEGI)
+# GOPATH and test the packages Traefik would interpret (resp: the plugin's
+# Redis client for fleet mode).
+yaegi: $(YAEGI) redis-server
 	@set -e; gopath=$$(mktemp -d); trap 'rm -rf "$$gopath"' EXIT; \
 	mkdir -p $$gopath/src/github.com/llmhedge; \
 	ln -s "$(CURDIR)" $$gopath/src/github.com/llmhedge/llmhedge; \
 	cd $$gopath/src/github.com/llmhedge/llmhedge; \
-	for pkg in core traefikplugin; do \
+	for pkg in core resp traefikplugin; do \
 		if ls $$pkg/*.go >/dev/null 2>&1; then \
 			echo "yaegi test ./$$pkg"; \
 			GOPATH=$$gopath GOFLAGS= timeout 900 $(YAEGI) test github.com/llmhedge/llmhedge/$$pkg; \

@@ -81,11 +81,27 @@ func (h *Handler) parseUpstream(p args) error {
 			u.Model, err = p.one()
 		case "header_up":
 			err = parseHeaderUp(u, p)
+		case "prefer_margin":
+			err = parsePreferMargin(u, p)
 		default:
-			err = d.Errf("unrecognized upstream option %q (want name, header_up or model)", option)
+			err = d.Errf("unrecognized upstream option %q (want name, header_up, model or prefer_margin)", option)
 		}
 		return err
 	})
+}
+
+// parsePreferMargin reads `prefer_margin <fraction>`: 0.25 or 25%.
+func parsePreferMargin(u *core.UpstreamConfig, p args) error {
+	value, err := p.one()
+	if err != nil {
+		return err
+	}
+	f, err := core.ParseFraction(value)
+	if err != nil {
+		return p.d.Errf("prefer_margin %q: want a fraction such as 0.25 or a percentage such as 25%%", value)
+	}
+	u.PreferMargin = f
+	return nil
 }
 
 // parseHeaderUp reads `header_up <field> <value>` or `header_up -<field>`.

@@ -22,6 +22,9 @@ type attempt struct {
 	cancel   context.CancelFunc
 	started  time.Time
 	probe    uint64 // the breaker's probe ticket (see admit), 0: an ordinary attempt
+	// routeSample is the number of this attempt's sample in its
+	// upstream's routing estimate, 0 when it has none yet (see routeWaiting).
+	routeSample uint64
 
 	// Set by the goroutine before it posts.
 	resp      *http.Response

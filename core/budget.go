@@ -139,13 +139,13 @@ func admit(u *upstreamHealth, now time.Time) (uint64, bool) {
 	return probe, true
 }
 
-// claimUpstream is pickUpstream, admitting the attempt to the upstream it
+// claimUpstream is pickUpstreamIn, admitting the attempt to the upstream it
 // picks (probe as from admit). When another request took that upstream's
 // probe between the pick and the admission, the upstream is no longer
 // healthy and it picks again.
-func claimUpstream(h *Hedger, used []int, now time.Time) (int, bool, uint64) {
+func claimUpstream(h *Hedger, order []int, used []int, now time.Time) (int, bool, uint64) {
 	for i := 0; i <= len(h.state.health); i++ {
-		up, available := pickUpstream(h, used, now)
+		up, available := pickUpstreamIn(h, order, used, now)
 		if !available {
 			return up, false, 0
 		}
@@ -154,7 +154,7 @@ func claimUpstream(h *Hedger, used []int, now time.Time) (int, bool, uint64) {
 			return up, true, probe
 		}
 	}
-	up, _ := pickUpstream(h, used, now)
+	up, _ := pickUpstreamIn(h, order, used, now)
 	return up, false, 0
 }
 

@@ -20,9 +20,15 @@ import (
 type Config struct {
 	// Route names the route in metrics and logs. Default "default".
 	Route string `json:"route,omitempty"`
-	// Upstreams are tried in order: attempt 0 goes to the first healthy one,
-	// each hedge to the next. At least one is required.
+	// Upstreams are tried in order: attempt 0 goes to the first healthy one
+	// (with Primary fastest, the first in the ranking), each hedge to the
+	// next. At least one is required.
 	Upstreams []UpstreamConfig `json:"upstreams,omitempty"`
+	// Primary chooses attempt 0's upstream: ordered (default), the first
+	// healthy one as configured; fastest, the healthy one whose recent TTFT
+	// is lowest (see README, "Latency-aware routing"). Hedges go to the
+	// next upstream in the same ranking.
+	Primary string `json:"primary,omitempty"`
 	// Delay decides when a hedge starts if no output event has arrived.
 	// Default: fixed 1s.
 	Delay DelayConfig `json:"delay,omitzero"`
@@ -94,6 +100,11 @@ type UpstreamConfig struct {
 	DeleteHeaders []string `json:"delete_headers,omitempty"`
 	// Model, when set, replaces the top-level JSON "model" field of the body.
 	Model string `json:"model,omitempty"`
+	// PreferMargin (Primary fastest only) keeps this upstream the primary
+	// unless its recent TTFT is slower than another's by more than this
+	// fraction: 0.25 (JSON also "25%") prefers it unless it is 25 % slower.
+	// Give it to the cheaper upstream. Default 0.
+	PreferMargin Fraction `json:"prefer_margin,omitempty"`
 }
 
 // Delay modes.
@@ -260,6 +271,9 @@ func (c Config) WithDefaults() Config {
 		}
 	}
 	c.Upstreams = ups
+	if c.Primary == "" {
+		c.Primary = PrimaryOrdered
+	}
 	if c.Delay.Mode == "" {
 		c.Delay.Mode = DelayFixed
 	}
@@ -395,6 +409,7 @@ func (c Config) Validate() error {
 			}
 		}
 	}
+	validateRouting(bad, &c)
 	d := c.Delay
 	if d.Mode != DelayFixed && d.Mode != DelayAdaptive {
 		bad("delay mode %q: want fixed or adaptive", d.Mode)

@@ -96,6 +96,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	if opts.Store != nil {
 		opts.State.idem.store = opts.Store
 	}
+	setPreferences(opts.State.router, &cfg) // a reload may change them
 	bases := make([]*url.URL, len(cfg.Upstreams))
 	for i, u := range cfg.Upstreams {
 		base, err := url.Parse(u.URL)

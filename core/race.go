@@ -58,8 +58,15 @@ type race struct {
 	delay       time.Duration
 	deadline    time.Time
 
-	attempts   []*attempt
-	used       []int
+	attempts []*attempt
+	used     []int
+	// order ranks the upstreams for this race on a fastest route (nil:
+	// the configured order); exploring: attempt 0 probes order[0], the
+	// runner-up, and delayFrom is the upstream whose delay the race uses.
+	order      []int
+	exploring  bool
+	delayFrom  int
+	exploreCap time.Duration // an exploring race's delay at most (see planRoute)
 	inFlight   int
 	timer      Timer
 	timerSeq   int
@@ -100,18 +107,22 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	// Attempt 0 goes out even when every upstream is unavailable.
 	var first int
 	var probe uint64
+	planRoute(rc)
 	if rc.passthrough {
 		// Pass-through is never a breaker's probe: its answer says
 		// nothing to the breaker (commit records nothing for it), and a
 		// long stream would hold the probe slot, keeping every hedged
 		// request off the upstream for as long as it runs.
-		first, _ = pickUpstream(h, nil, rc.start)
+		first, _ = pickUpstreamIn(h, rc.order, nil, rc.start)
 	} else {
-		first, _, probe = claimUpstream(h, nil, rc.start)
+		first, _, probe = claimUpstream(h, rc.order, nil, rc.start)
 	}
 	rc.delay = time.Duration(h.cfg.Delay.Fixed)
 	if h.cfg.Delay.Mode == DelayAdaptive {
 		rc.delay = hedgeDelay(h.state, h.cfg, first)
+	}
+	if rc.exploring {
+		rc.delay = exploreDelay(rc, first)
 	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
@@ -199,6 +210,9 @@ func raceLoop(rc *race) {
 		switch ev.kind {
 		case evHedgeTimer:
 			if ev.seq == rc.timerSeq && rc.heldFatal == nil {
+				if rc.order != nil {
+					routeWaiting(rc)
+				}
 				tryLaunch(rc, RoleHedge)
 			}
 		case evReady:
@@ -300,7 +314,7 @@ func tryLaunch(rc *race, role string) bool {
 	if extra && !takeHedgeSlot(st, h.cfg.Budget.MaxConcurrentHedges) {
 		return deny(DenyConcurrency)
 	}
-	up, available, probe := claimUpstream(h, rc.used, now)
+	up, available, probe := claimUpstream(h, rc.order, rc.used, now)
 	if !available {
 		if extra {
 			releaseHedgeSlot(st)
@@ -471,6 +485,9 @@ func awaitAttempts(rc *race) {
 func finishReport(rc *race) {
 	if rc.winner != nil {
 		learnFromWinner(rc)
+	}
+	if rc.order != nil && !rc.passthrough {
+		learnRoute(rc)
 	}
 	if rc.h.opts.Observer != nil {
 		reportAttempts(rc)
@@ -699,8 +716,9 @@ func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 // setReportHeader adds the optional header that reports the race.
 func setReportHeader(rc *race, a *attempt, hdr http.Header) {
 	h := rc.h
-	hdr.Set(h.cfg.ReportHeader, fmt.Sprintf("llmhedge;dur=%d;desc=\"attempts=%d winner=%d upstream=%s delay_ms=%d\"",
-		a.firstAt.Sub(rc.start).Milliseconds(), len(rc.attempts), a.index, h.cfg.Upstreams[a.upstream].Name, rc.delay.Milliseconds()))
+	hdr.Set(h.cfg.ReportHeader, fmt.Sprintf("llmhedge;dur=%d;desc=\"attempts=%d winner=%d upstream=%s delay_ms=%d%s\"",
+		a.firstAt.Sub(rc.start).Milliseconds(), len(rc.attempts), a.index, h.cfg.Upstreams[a.upstream].Name, rc.delay.Milliseconds(),
+		routeReport(rc)))
 }
 
 // errClientWrite marks a failed write to the client in copyRest's result.

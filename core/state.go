@@ -19,6 +19,8 @@ type State struct {
 	overload   *overloadWindow
 	tenants    *tenantBudget
 	idem       *idempotencyTable
+	// router ranks the upstreams of a fastest route (see routing.go).
+	router *router
 	// hedgesInFlight counts hedge attempts running now (atomic).
 	hedgesInFlight int64
 }
@@ -37,6 +39,8 @@ func NewState(cfg Config, clock Clock) *State {
 		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
 		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
 	}
+	s.router = newRouter(len(cfg.Upstreams))
+	setPreferences(s.router, &cfg)
 	for i := 0; i < len(cfg.Upstreams); i++ {
 		s.estimators = append(s.estimators, newTTFTEstimator(cfg.Delay.Window, cfg.Delay.Quantile))
 		s.health = append(s.health, &upstreamHealth{})
@@ -89,20 +93,28 @@ func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
-	up, _ := pickUpstream(h, nil, clockNow(h))
+	up, _ := pickUpstreamIn(h, currentOrder(h), nil, clockNow(h))
 	return hedgeDelay(h.state, h.cfg, up)
 }
 
 // HedgesInFlight returns the number of hedge attempts running now.
 func (h *Hedger) HedgesInFlight() int64 { return atomic.LoadInt64(&h.state.hedgesInFlight) }
 
-// pickUpstream returns the upstream for the next attempt and whether it is
-// available (see healthy: not cooling down, circuit closed or free to
-// probe). It only reads: claimUpstream also takes the probe slot. used[i]
-// counts attempts already sent to upstream i (nil: none). In order of
-// preference: the first available upstream among the least used, then the
-// first available one, then (none available) the first of the least used.
+// pickUpstream is pickUpstreamIn in the configured order.
 func pickUpstream(h *Hedger, used []int, now time.Time) (int, bool) {
+	up, ok := pickUpstreamIn(h, nil, used, now)
+	return up, ok
+}
+
+// pickUpstreamIn returns the upstream for the next attempt and whether it
+// is available (see healthy: not cooling down, circuit closed or free to
+// probe). It only reads: claimUpstream also takes the probe slot. order
+// ranks the upstreams (nil: the configured order); used[i] counts attempts
+// already sent to upstream i (nil: none). In order of preference: the
+// first available upstream among the least used, then the first available
+// one, then (none available) the first of the least used, "first" in
+// order's ranking.
+func pickUpstreamIn(h *Hedger, order []int, used []int, now time.Time) (int, bool) {
 	n := len(h.cfg.Upstreams)
 	least := 0
 	if used != nil {
@@ -113,8 +125,13 @@ func pickUpstream(h *Hedger, used []int, now time.Time) (int, bool) {
 			}
 		}
 	}
-	firstLeast, firstAvailable := -1, -1
-	for i := 0; i < n; i++ {
+	firstLeast := -1
+	firstAvailable := -1
+	for k := 0; k < n; k++ {
+		i := k
+		if order != nil {
+			i = order[k]
+		}
 		isLeast := used == nil || used[i] == least
 		if isLeast && firstLeast < 0 {
 			firstLeast = i

@@ -143,3 +143,41 @@ func ParseByteSize(s string) (ByteSize, error) {
 	}
 	return ByteSize(v), nil
 }
+
+// Fraction is a share such as a margin: a number (0.25) or, as a string, a
+// percentage ("25%") or a number ("0.25"). It encodes as its number.
+type Fraction float64
+
+// UnmarshalJSON accepts the forms Fraction documents.
+func (f *Fraction) UnmarshalJSON(b []byte) error {
+	var n float64
+	if err := json.Unmarshal(b, &n); err == nil {
+		*f = Fraction(n)
+		return nil
+	}
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("fraction %s: want a number such as 0.25 or a string such as \"25%%\"", b)
+	}
+	v, err := ParseFraction(s)
+	if err != nil {
+		return err
+	}
+	*f = v
+	return nil
+}
+
+// ParseFraction reads "25%" (0.25) or a plain number ("0.25").
+func ParseFraction(s string) (Fraction, error) {
+	s = strings.TrimSpace(s)
+	scale := 1.0
+	if num, ok := strings.CutSuffix(s, "%"); ok {
+		s = strings.TrimSpace(num)
+		scale = 100
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, fmt.Errorf("fraction %q: want a number such as 0.25 or a percentage such as 25%%", s)
+	}
+	return Fraction(v / scale), nil
+}

@@ -25,6 +25,7 @@ type Config struct {
 	// Route defaults to the Traefik middleware's name (e.g. "hedge@file").
 	Route            string        `json:"route,omitempty" yaml:"route,omitempty" core:"Route"`
 	Upstreams        []Upstream    `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+	Primary          string        `json:"primary,omitempty" yaml:"primary,omitempty" core:"Primary"`
 	Delay            string        `json:"delay,omitempty" yaml:"delay,omitempty" core:"Delay.Fixed"`
 	DelayMode        string        `json:"delayMode,omitempty" yaml:"delayMode,omitempty" core:"Delay.Mode"`
 	DelayQuantile    float64       `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty" core:"Delay.Quantile"`
@@ -90,6 +91,9 @@ type Upstream struct {
 	SetHeaders    map[string]string `json:"setHeaders,omitempty" yaml:"setHeaders,omitempty" core:"Upstreams.SetHeaders"`
 	DeleteHeaders []string          `json:"deleteHeaders,omitempty" yaml:"deleteHeaders,omitempty" core:"Upstreams.DeleteHeaders"`
 	Model         string            `json:"model,omitempty" yaml:"model,omitempty" core:"Upstreams.Model"`
+	// PreferMargin is a fraction (0.25 prefers the upstream unless it is
+	// 25 % slower).
+	PreferMargin float64 `json:"preferMargin,omitempty" yaml:"preferMargin,omitempty" core:"Upstreams.PreferMargin"`
 }
 
 // Idempotency is core.IdempotencyConfig. TTL "off" disables joins and

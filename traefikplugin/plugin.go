@@ -57,6 +57,9 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 	if p := config.MetricsPath; p != "" && !strings.HasPrefix(p, "/") {
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: metricsPath %q must start with /", name, p)
 	}
+	if err := checkFleet(cfg.Fleet); err != nil {
+		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: fleet: %w", name, err)
+	}
 	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough, metricsPath: config.MetricsPath}
 	h.stateKey = core.StateKey(h.cfg)
 	// A New is a use of the route's state: Traefik calls New for every

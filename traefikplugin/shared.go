@@ -187,6 +187,13 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 		State:     e.state,
 		Store:     store,
 	}
+	if h.cfg.Fleet.Enabled() {
+		fleet, err := fleetFor(fleets, h.cfg.Fleet, h.logOut)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.Fleet = fleet
+	}
 	var log *logObserver
 	if h.logOut != nil {
 		log = &logObserver{middleware: h.name, out: h.logOut}

@@ -11,6 +11,12 @@
 // and llm_hedge with the adaptive delay. It drives the same streaming
 // requests through each and prints a side-by-side table against the ideal
 // hedge computed from the same draws, and writes a TTFT CDF chart.
+//
+// With -scenario regime it shows latency-aware routing instead: upstream A
+// degrades 8x for 30 s of every 80 s (real time), and the same requests go
+// through llm_hedge with `primary ordered` and `primary fastest`; it
+// prints both regimes side by side and charts the TTFT p95 over time (see
+// regime.go).
 package main
 
 import (
@@ -39,10 +45,32 @@ func main() {
 	flag.DurationVar(&opts.delay, "delay", 0, "fixed hedge delay of the llm_hedge site, in scaled time (default: the workload's true p95)")
 	flag.BoolVar(&opts.simOnly, "sim-only", false, "only serve the two simulated upstreams (to point llmhedge-tune or a proxy at them) until Ctrl-C")
 	flag.StringVar(&opts.simPorts, "sim-ports", "9001,9002", "with -sim-only, the loopback ports of A and B (the Traefik and Envoy examples use 9001,9002; 0,0 lets the system choose)")
+	scenario := flag.String("scenario", "reference", "reference (the tail cut) or regime (upstream A degrades for 30s of every 80s: primary ordered against primary fastest)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	if err := run(ctx, opts, os.Stdout, os.Stderr); err != nil {
+	do := run
+	switch *scenario {
+	case "reference":
+	case "regime":
+		// Long enough for three degraded windows at the default scale.
+		set := map[string]bool{}
+		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["n"] {
+			opts.n = 4000
+		}
+		if !set["concurrency"] {
+			opts.concurrency = 20
+		}
+		if !set["chart"] {
+			opts.chart = "llmhedge-demo-regime.svg"
+		}
+		do = runRegime
+	default:
+		fmt.Fprintf(os.Stderr, "demo: -scenario %q: want reference or regime\n", *scenario)
+		os.Exit(2)
+	}
+	if err := do(ctx, opts, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}

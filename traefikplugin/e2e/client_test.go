@@ -57,11 +57,12 @@ type streamed struct {
 }
 
 // streamChat runs one streaming chat completion through the SDK. onContent,
-// when set, is called after every chunk that carries content.
-func streamChat(ctx context.Context, c openai.Client, id, behavior string, onContent func(i int)) streamed {
+// when set, is called after every chunk that carries content; extra are
+// further request options (an Idempotency-Key header).
+func streamChat(ctx context.Context, c openai.Client, id, behavior string, onContent func(i int), extra ...option.RequestOption) streamed {
 	var resp *http.Response
 	start := time.Now()
-	s := c.Chat.Completions.NewStreaming(ctx, chatParams(), requestOptions(id, behavior, option.WithResponseInto(&resp))...)
+	s := c.Chat.Completions.NewStreaming(ctx, chatParams(), requestOptions(id, behavior, append(extra, option.WithResponseInto(&resp))...)...)
 	defer s.Close()
 	out := streamed{ids: map[string]bool{}}
 	n := 0

@@ -64,7 +64,7 @@ func traefikBinary(t testing.TB) string {
 
 // layoutPlugin copies what Traefik needs of this repository into
 // dir/plugins-local/src/<module>: the manifest, go.mod and the non-test Go
-// files of core/ and traefikplugin/ (the plugin's whole import graph).
+// files of core/, traefikplugin/ and resp/ (the plugin's whole import graph).
 func layoutPlugin(t testing.TB, dir string) {
 	root := repoRoot(t)
 	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(moduleName))
@@ -77,7 +77,7 @@ func layoutPlugin(t testing.TB, dir string) {
 	}
 	copyFile(filepath.Join(root, ".traefik.yml"), filepath.Join(dst, ".traefik.yml"))
 	copyFile(filepath.Join(root, "go.mod"), filepath.Join(dst, "go.mod"))
-	for _, pkg := range []string{"core", "traefikplugin"} {
+	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
 		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("no Go files in %s: %v", pkg, err)

@@ -56,6 +56,7 @@ type Server struct {
 
 	counters
 	nextID atomic.Int64
+	regime regimeSlot // see SetRegime
 }
 
 // Running is a Server listening on a loopback port.
@@ -166,7 +167,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sc := Call{Format: format, Stream: stream, Upstream: s.Name, Model: fields.Model, RequestID: id, Tokens: wl.Tokens}.script()
-	ttft := wl.TTFT(s.Name, id)
+	ttft := s.regime.p.Load().apply(wl.TTFT(s.Name, id), start, wl.Scale)
 	if b.TTFT > 0 {
 		ttft = b.TTFT
 	}

@@ -3,7 +3,7 @@
 // directory and no persistence, stopped by t.Cleanup. A test can kill it
 // (SIGKILL), restart it on the same port, pause and resume it
 // (SIGSTOP/SIGCONT), and ask for a password (requirepass), an ACL user and
-// TLS (a test CA and server certificate generated into the temp dir).
+// TLS (a self-signed certificate written into the temp dir).
 //
 // A missing redis-server fails the test, with the command that installs it
 // (`make test` installs it itself). LLMHEDGE_REDIS=skip turns that failure
@@ -16,15 +16,9 @@ package redisproc
 
 import (
 	"bufio"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -33,6 +27,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
 // InstallHint is the command that installs redis-server on Debian and
@@ -52,9 +48,9 @@ type Options struct {
 	// AUTH <user> <password>.
 	User         string
 	UserPassword string
-	// TLS adds a TLS port (tls-port) next to the plain one, with a server
-	// certificate for 127.0.0.1 and "localhost" signed by a test CA.
-	// Clients need no certificate of their own.
+	// TLS adds a TLS port (tls-port) next to the plain one, with a
+	// self-signed server certificate for 127.0.0.1. Clients need no
+	// certificate of their own.
 	TLS bool
 	// Args are further redis-server arguments, e.g. "--maxclients", "100".
 	Args []string
@@ -69,9 +65,12 @@ type Server struct {
 	port    int
 	tlsPort int
 
-	// CAFile is the PEM file of the test CA (TLS only); CAPool holds it.
+	// CAFile is the PEM file of the certificate clients trust (TLS only;
+	// the server's own, self-signed); CAPool holds it.
 	CAFile string
 	CAPool *x509.CertPool
+
+	certFile, keyFile string
 
 	mu   sync.Mutex
 	proc *process // nil when killed
@@ -81,7 +80,7 @@ type Server struct {
 // It returns once the server answers PING.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin := findBinary()
+	bin := firstExecutable(binaryCandidates())
 	if bin == "" {
 		if os.Getenv("LLMHEDGE_REDIS") == "skip" {
 			t.Skip("redis-server not found (LLMHEDGE_REDIS=skip); install it with: " + InstallHint)
@@ -90,9 +89,7 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	s := &Server{t: t, bin: bin, dir: t.TempDir(), opts: opts}
 	if opts.TLS {
-		if err := s.writeCertificates(); err != nil {
-			t.Fatal("redisproc: test certificates: " + err.Error())
-		}
+		s.writeCertificates()
 	}
 	t.Cleanup(s.Stop)
 	// A free port found by listening on :0 can be taken by another process
@@ -232,8 +229,8 @@ func (s *Server) start() error {
 	if s.opts.TLS {
 		args = append(args,
 			"--tls-port", strconv.Itoa(s.tlsPort),
-			"--tls-cert-file", filepath.Join(s.dir, "server.pem"),
-			"--tls-key-file", filepath.Join(s.dir, "server.key"),
+			"--tls-cert-file", s.certFile,
+			"--tls-key-file", s.keyFile,
 			"--tls-ca-cert-file", s.CAFile,
 			"--tls-auth-clients", "no")
 	}
@@ -368,9 +365,13 @@ func (s *Server) logTail() string {
 	return text
 }
 
-// findBinary returns $LLMHEDGE_REDIS_SERVER, /usr/bin/redis-server, or
-// redis-server from PATH; "" when there is none.
-func findBinary() string {
+// binaryCandidates lists where Start looks for redis-server, in order (a
+// variable: the missing-binary policy has a test).
+var binaryCandidates = defaultCandidates
+
+// defaultCandidates are $LLMHEDGE_REDIS_SERVER, /usr/bin/redis-server and
+// redis-server in each PATH folder.
+func defaultCandidates() []string {
 	candidates := []string{}
 	if env := os.Getenv("LLMHEDGE_REDIS_SERVER"); env != "" {
 		candidates = append(candidates, env)
@@ -381,6 +382,12 @@ func findBinary() string {
 			candidates = append(candidates, filepath.Join(dir, "redis-server"))
 		}
 	}
+	return candidates
+}
+
+// firstExecutable is the first of candidates that is an executable file,
+// "" when none is.
+func firstExecutable(candidates []string) string {
 	for _, c := range candidates {
 		if info, err := os.Stat(c); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
 			return c
@@ -399,74 +406,19 @@ func freePort() (int, error) {
 	return port, nil
 }
 
-// writeCertificates writes ca.pem, server.pem and server.key into the temp
-// dir: a self-signed test CA and a server certificate for 127.0.0.1 and
-// localhost, valid for a day.
-func (s *Server) writeCertificates() error {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	caTemplate := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "llmhedge test CA"},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	caCert, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		return err
-	}
-	serverKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	serverTemplate := &x509.Certificate{
-		SerialNumber: big.NewInt(2),
-		Subject:      pkix.Name{CommonName: "localhost"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(24 * time.Hour),
-		DNSNames:     []string{"localhost"},
-		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	serverDER, err := x509.CreateCertificate(rand.Reader, serverTemplate, caCert, &serverKey.PublicKey, caKey)
-	if err != nil {
-		return err
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(serverKey)
-	if err != nil {
-		return err
-	}
-	s.CAFile = filepath.Join(s.dir, "ca.pem")
-	if err := writePEM(s.CAFile, "CERTIFICATE", caDER); err != nil {
-		return err
-	}
-	if err := writePEM(filepath.Join(s.dir, "server.pem"), "CERTIFICATE", serverDER); err != nil {
-		return err
-	}
-	if err := writePEM(filepath.Join(s.dir, "server.key"), "PRIVATE KEY", keyDER); err != nil {
-		return err
-	}
-	s.CAPool = x509.NewCertPool()
-	s.CAPool.AddCert(caCert)
-	return nil
+// writeCertificates writes a self-signed server certificate for 127.0.0.1
+// (internal/testkit/testcert) into the temp dir; it is its own CA.
+func (s *Server) writeCertificates() {
+	cert := testcert.Server(s.t)
+	certFile, keyFile := cert.WriteFiles(s.t, s.dir)
+	s.certFile = certFile
+	s.keyFile = keyFile
+	s.CAFile = certFile
+	s.CAPool = cert.Pool(s.t)
 }
 
-// TLSConfig is a client configuration that trusts the test CA.
+// TLSConfig is a client configuration that trusts the test certificate
+// (its name is 127.0.0.1, which a client takes from the address).
 func (s *Server) TLSConfig() *tls.Config {
-	return &tls.Config{RootCAs: s.CAPool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
-}
-
-func writePEM(path, blockType string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: blockType, Bytes: der}), 0o600)
+	return &tls.Config{RootCAs: s.CAPool, MinVersion: tls.VersionTLS12}
 }

@@ -3,7 +3,9 @@ package redisproc
 import (
 	"bufio"
 	"crypto/tls"
+	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -113,8 +115,62 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("TLSURL = %q, want rediss://127.0.0.1:<port>/0", s.TLSURL())
 	}
 	// A client that does not trust the test CA is refused.
-	_, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.TLSAddr(), &tls.Config{ServerName: "localhost"})
+	_, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", s.TLSAddr(), &tls.Config{})
 	if err == nil {
 		t.Fatalf("TLS dial without the test CA succeeded, want a certificate error")
+	}
+}
+
+// stopped ends a fakeTB's test, as Fatal and Skip end a real one.
+type stopped struct{}
+
+// fakeTB records what Start reports instead of ending the test.
+type fakeTB struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (f *fakeTB) Helper() {}
+func (f *fakeTB) Fatal(args ...any) {
+	f.fatal = fmt.Sprint(args...)
+	panic(stopped{})
+}
+func (f *fakeTB) Skip(args ...any) {
+	f.skip = fmt.Sprint(args...)
+	panic(stopped{})
+}
+
+func startWithout(t *testing.T) *fakeTB {
+	saved := binaryCandidates
+	binaryCandidates = func() []string { return []string{"/nonexistent/redis-server"} }
+	defer func() { binaryCandidates = saved }()
+	f := &fakeTB{TB: t}
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				if _, ok := r.(stopped); !ok {
+					panic(r)
+				}
+			}
+		}()
+		Start(f, Options{})
+	}()
+	return f
+}
+
+// A missing redis-server fails the test with the command that installs
+// it; LLMHEDGE_REDIS=skip makes it a skip.
+func TestMissingRedisServerFailsWithTheInstallCommand(t *testing.T) {
+	f := startWithout(t)
+	if f.skip != "" || !strings.Contains(f.fatal, "apt-get install -y redis-server") {
+		t.Fatalf("without redis-server: Fatal %q, Skip %q; want a Fatal naming apt-get install -y redis-server", f.fatal, f.skip)
+	}
+	if err := os.Setenv("LLMHEDGE_REDIS", "skip"); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Unsetenv("LLMHEDGE_REDIS")
+	f = startWithout(t)
+	if f.fatal != "" || !strings.Contains(f.skip, "apt-get install -y redis-server") {
+		t.Fatalf("without redis-server, LLMHEDGE_REDIS=skip: Fatal %q, Skip %q; want a Skip naming the install command", f.fatal, f.skip)
 	}
 }

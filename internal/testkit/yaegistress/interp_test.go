@@ -21,7 +21,9 @@ const modulePath = "github.com/llmhedge/llmhedge"
 var interpretedPackages = []string{
 	"core",
 	"traefikplugin",
+	"resp",
 	"internal/testkit/yaegistress/probe",
+	"internal/testkit/yaegistress/respcheck",
 	"internal/testkit/yaegistress/corehandler",
 	"internal/testkit/yaegistress/selecthedger",
 }

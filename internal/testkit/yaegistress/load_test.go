@@ -66,6 +66,10 @@ type loadRun struct {
 	goroutinesBefore, peak int
 	goroutinesAfter        int
 	wall                   time.Duration
+	// slowKeyedWarmUp, set by a builder, adds a keyed warm-up request whose
+	// first token takes this long (fleet mode: longer than a lease renewal
+	// interval, so that the renewal path is warmed up too).
+	slowKeyedWarmUp time.Duration
 
 	mu       sync.Mutex
 	examples []string       // the first few failures
@@ -209,7 +213,7 @@ func runLoad(t testing.TB, mode string, build builder, n, clients int) *loadRun 
 
 	prefix := strings.ReplaceAll(mode, " ", "-")
 	if raceEnabled && os.Getenv("LLMHEDGE_STRESS_COLD") == "" {
-		warmUp(client, front.URL, prefix, wl.WithDefaults().Tokens, delay, run)
+		warmUp(client, front.URL, prefix, wl.WithDefaults().Tokens, delay, run, run.slowKeyedWarmUp)
 		// Core observes a request before its response ends, so every
 		// warm-up report is in; the load's are counted from zero.
 		run.mu.Lock()
@@ -272,7 +276,7 @@ func runLoad(t testing.TB, mode string, build builder, n, clients int) *loadRun 
 // it; after the warm-up the load itself must be free of data races. Its
 // requests are checked like the load's but not counted in it.
 // LLMHEDGE_STRESS_COLD=1 skips it, to see that race.
-func warmUp(client *http.Client, url, prefix string, tokens int, delay time.Duration, run *loadRun) {
+func warmUp(client *http.Client, url, prefix string, tokens int, delay time.Duration, run *loadRun, slowKeyed time.Duration) {
 	slow := (4 * delay).String()
 	slower := (8 * delay).String()
 	items := []loadItem{
@@ -281,6 +285,9 @@ func warmUp(client *http.Client, url, prefix string, tokens int, delay time.Dura
 		{id: prefix + "-warm-primary-wins", behavior: "A=ttft:" + slow + ";B=ttft:" + slower},
 		{id: prefix + "-warm-keyed", keyed: true},
 		{id: prefix + "-warm-keyed", keyed: true}, // replayed
+	}
+	if slowKeyed > 0 {
+		items = append(items, loadItem{id: prefix + "-warm-keyed-slow", keyed: true, behavior: "*=ttft:" + slowKeyed.String()})
 	}
 	warm := &loadRun{mode: "warm-up"}
 	for _, it := range items {

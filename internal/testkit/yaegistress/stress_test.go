@@ -8,13 +8,17 @@ import (
 	"net/http"
 	"os"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/internal/testkit/yaegistress/corehandler"
 	"github.com/llmhedge/llmhedge/internal/testkit/yaegistress/selecthedger"
+	"github.com/llmhedge/llmhedge/resp"
 	"github.com/llmhedge/llmhedge/traefikplugin"
 )
 
@@ -31,8 +35,10 @@ const (
 	ciCoreRequests    = 2000
 	ciPluginRequests  = 3000
 	ciControlRequests = 1000
-	fullRequests      = 20000
-	fullRepeats       = 3
+	// ciFleetRequests: the plugin with fleet mode on (a real redis-server).
+	ciFleetRequests = 1000
+	fullRequests    = 20000
+	fullRepeats     = 3
 	// selectHedgerRequests is the load on the naive select hedger.
 	selectHedgerRequests = 40000
 )
@@ -99,6 +105,88 @@ func TestStressPluginInterpreted(t *testing.T) {
 		}
 	}
 }
+
+// TestStressPluginFleetInterpreted runs the plugin load with fleet mode on:
+// keyed requests, their twins and their replays go through a real
+// redis-server and the resp client, interpreted as in Traefik. The
+// compiled and the interpreted plugin are two separate replicas of one
+// fleet (each package instance has its own registries); their request ids,
+// hence keys, differ per run.
+func TestStressPluginFleetInterpreted(t *testing.T) {
+	interpretedN, compiledN, repeats := stressSize(ciFleetRequests)
+	interpreted := interpretedPluginBuilder(t)
+	compiled := pluginBuilder(reflect.ValueOf(traefikplugin.CreateConfig), reflect.ValueOf(traefikplugin.New))
+	for r := 1; r <= repeats; r++ {
+		for _, m := range []struct {
+			mode     string
+			build    builder
+			requests int
+		}{
+			{"plugin fleet compiled", withFleet(compiled), compiledN},
+			{"plugin fleet interpreted", withFleet(interpreted), interpretedN},
+		} {
+			runLoad(t, fmt.Sprintf("%s run %d", m.mode, r), m.build, m.requests, loadClients).check(t)
+		}
+	}
+}
+
+// withFleet is build with the plugin's fleet option set to a redis-server
+// of the run's own (and a 1s operation timeout: two shared cores under
+// -race are not production). The run's release kills the server, which
+// ends the client's connections and their idle watchers, so that the
+// run's goroutine count comes back.
+func withFleet(build builder) builder {
+	return func(t testing.TB, run *loadRun, a, b string, delay time.Duration) (http.Handler, func()) {
+		srv := redisproc.Start(t, redisproc.Options{})
+		fleetConfig = func(c reflect.Value) {
+			f := c.FieldByName("Fleet")
+			f.FieldByName("URL").SetString(srv.URL())
+			f.FieldByName("Timeout").SetString("1s")
+		}
+		defer func() { fleetConfig = nil }()
+		// The default lease is 2s, renewed every 667ms.
+		run.slowKeyedWarmUp = 800 * time.Millisecond
+		h, release := build(t, run, a, b, delay)
+		return h, func() {
+			if release != nil {
+				release()
+			}
+			// The keyed requests went through Redis.
+			if n := redisCommands(t, srv); n < int64(run.keyed) {
+				t.Errorf("%s: Redis processed %d commands for %d keyed requests: the fleet was not used", run.mode, n, run.keyed)
+			} else {
+				t.Logf("%s: Redis processed %d commands (%d keyed requests, %d twins)", run.mode, n, run.keyed, run.twins)
+			}
+			srv.Kill()
+		}
+	}
+}
+
+// redisCommands is srv's total_commands_processed (INFO stats).
+func redisCommands(t testing.TB, srv *redisproc.Server) int64 {
+	c, err := resp.New(resp.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.Do(ctx, "INFO", "stats")
+	if err != nil {
+		t.Fatalf("INFO stats: %v", err)
+	}
+	for _, line := range strings.Split(v.Str, "\r\n") {
+		if n, ok := strings.CutPrefix(line, "total_commands_processed:"); ok {
+			count, _ := strconv.ParseInt(n, 10, 64)
+			return count
+		}
+	}
+	return 0
+}
+
+// fleetConfig, when set, edits the plugin's configuration before New
+// (withFleet sets it around one build).
+var fleetConfig func(c reflect.Value)
 
 // coreBuilder builds corehandler.New (compiled or interpreted) with a
 // transport that checks every attempt carries its client's exact body.
@@ -178,6 +266,9 @@ func pluginBuilder(createConfig, newPlugin reflect.Value) builder {
 			list.Index(k).FieldByName("URL").SetString(u[1])
 		}
 		ups.Set(list)
+		if fleetConfig != nil {
+			fleetConfig(c)
+		}
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			run.note(&run.errs, "the plugin called Traefik's next handler for %s", r.Header.Get(llmsim.HeaderRequest))
 			http.Error(w, "next handler called", http.StatusTeapot)

@@ -13,7 +13,7 @@ import (
 )
 
 // guardedPackages are the packages Traefik interprets.
-var guardedPackages = []string{"core", "traefikplugin"}
+var guardedPackages = []string{"core", "traefikplugin", "resp"}
 
 // TestCoreAndPluginStayInTheSafeSubset checks the source of core and the
 // plugin (non-test files) for the constructs that Yaegi v0.16.1 runs wrongly,

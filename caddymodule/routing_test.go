@@ -1,0 +1,44 @@
+package caddymodule
+
+import (
+	"strings"
+	"testing"
+)
+
+// `primary fastest` and an upstream's `prefer_margin` (a fraction or a
+// percentage) reach the engine's configuration.
+func TestCaddyfilePrimaryAndPreferMargin(t *testing.T) {
+	h, err := parse(t, `llm_hedge {
+		primary fastest
+		upstream http://127.0.0.1:9001 {
+			name cheap
+			prefer_margin 25%
+		}
+		upstream http://127.0.0.1:9002 {
+			prefer_margin 0.1
+		}
+	}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.Primary != "fastest" {
+		t.Fatalf("h.Primary = %q, want \"fastest\"", h.Primary)
+	}
+	if got := float64(h.Upstreams[0].PreferMargin); got != 0.25 {
+		t.Fatalf("h.Upstreams[0].PreferMargin = %v, want 0.25", got)
+	}
+	if got := float64(h.Upstreams[1].PreferMargin); got != 0.1 {
+		t.Fatalf("h.Upstreams[1].PreferMargin = %v, want 0.1", got)
+	}
+	if err := h.Config.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = parse(t, `llm_hedge {
+		upstream http://127.0.0.1:9001 {
+			prefer_margin lots
+		}
+	}`)
+	if err == nil || !strings.Contains(err.Error(), `prefer_margin "lots"`) {
+		t.Fatalf("prefer_margin lots: error %v, want one naming the value", err)
+	}
+}

@@ -1,0 +1,564 @@
+package core
+
+import (
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Primary-selection policies (Config.Primary).
+const (
+	// PrimaryOrdered sends attempt 0 to the first healthy upstream in the
+	// configured order, each hedge to the next.
+	PrimaryOrdered = "ordered"
+	// PrimaryFastest sends attempt 0 to the healthy upstream whose recent
+	// TTFT is lowest (scaled by its prefer_margin), each hedge to the next
+	// in the same ranking.
+	PrimaryFastest = "fastest"
+)
+
+// Routing constants of primary fastest, chosen for the regime the policy
+// is for (an upstream that degrades for minutes, not one slow answer).
+// Each upstream keeps its last 32 TTFT samples. Their median ranks the
+// upstreams: deaf to the 1–2 % stalls of a calm upstream, and, with the
+// hysteresis, steady enough that two upstreams of equal speed do not trade
+// places on noise. The last 8 finished attempts decide quickly: when 7 of
+// them lost to their hedges (a calm upstream does that about once in a
+// million requests), the primary is left a few requests after a
+// degradation began; when 6 of them are within its margin again, a
+// preferred upstream takes the primary back.
+const (
+	// routeWindow is how many recent TTFT samples each upstream keeps.
+	routeWindow int = 32
+	// routeRecent is how many finished attempts the quick rules read.
+	routeRecent int = 8
+	// routeMinSamples before an upstream's median counts: a primary with
+	// fewer keeps its place, a candidate with fewer is explored, not chosen.
+	routeMinSamples int = 16
+	// routeHysteresis: the primary gives way to an upstream of no higher
+	// preference when its median is this factor above the other's...
+	routeHysteresis float64 = 1.5
+	// routeFastHysteresis: ...or 7 of its last 8 attempts took this factor
+	// times the other's median.
+	routeFastHysteresis float64 = 1.6
+	// routeExploreEvery: one request in this many sends its attempt 0 to
+	// the second-ranked upstream (its hedge to the first), so that an
+	// upstream that recovered is noticed: about 3 % of requests.
+	routeExploreEvery uint64 = 32
+)
+
+// routeEstimate is one upstream's recent TTFT, durations in float64
+// nanoseconds: the last routeWindow samples in a ring and their median,
+// and the last routeRecent finished attempts (their times, and whether a
+// hedge beat them) with two ranks of those times. Recomputed on every
+// sample: copies and sort.Float64s, compiled code under Yaegi.
+type routeEstimate struct {
+	ring   []float64
+	sorted []float64
+	next   int
+	count  int
+	// written counts the samples ever written: sample number k (from 1)
+	// sits in ring[(k-1) % routeWindow] until written reaches k+routeWindow.
+	written uint64
+	median  float64 // of the ring (compared once count >= routeMinSamples)
+	// score is median / preferFactor, what the upstream is ranked by, and
+	// known says it has routeMinSamples behind it (kept up to date so that
+	// a request reads fields, not calls: see the Yaegi notes).
+	score float64
+	known bool
+
+	// The last routeRecent finished attempts, in the order they finished
+	// (a sample taken when the hedge delay passed is in ring at once, and
+	// here only when its race is over).
+	recent       []float64
+	recentBeaten []bool
+	recentNext   int
+	recentCount  int
+	slow         float64 // the 2nd fastest of them: 7 took at least this
+	fast         float64 // the 6th fastest: 6 took at most this
+	beatenRecent int     // how many of them another attempt beat
+
+	// preferFactor is 1 + the upstream's prefer_margin: its times are
+	// divided by it before comparison.
+	preferFactor float64
+}
+
+// router keeps the estimates of one route's upstreams, the primary in
+// force and the exploration counter, under one mutex. It lives in State,
+// so it survives reloads.
+type router struct {
+	mu       sync.Mutex
+	est      []*routeEstimate
+	primary  int
+	requests uint64
+	changes  int64
+	// hedging: the route can hedge (max_attempts > 1); without hedges no
+	// attempt is ever beaten, and the median rule decides alone.
+	hedging bool
+}
+
+func newRouter(n int) *router {
+	r := &router{hedging: true}
+	for i := 0; i < n; i++ {
+		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow),
+			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1}
+		r.est = append(r.est, e)
+	}
+	return r
+}
+
+// setPreferences copies each upstream's prefer_margin, and whether the
+// route hedges, into the router (a reload may change them without
+// changing the State's shape).
+func setPreferences(r *router, cfg *Config) {
+	r.mu.Lock()
+	for i := 0; i < len(r.est) && i < len(cfg.Upstreams); i++ {
+		r.est[i].preferFactor = 1 + float64(cfg.Upstreams[i].PreferMargin)
+		r.est[i].score = r.est[i].median / r.est[i].preferFactor
+	}
+	r.hedging = cfg.MaxAttempts != 1
+	r.mu.Unlock()
+}
+
+// routeSample records a TTFT sample of upstream up in its ring and returns
+// its number (for routeFinish; 0 when it was not recorded). A censored
+// sample (the attempt was still without output after d: its TTFT is at
+// least d) counts only when it is at or above the median of the samples
+// so far: below it (or with no sample yet) it says nothing about which
+// side of the median the TTFT falls on. Recorded at its lower bound, it
+// still moves the median the right way.
+func routeSample(r *router, up int, d time.Duration, censored bool) uint64 {
+	r.mu.Lock()
+	k := recordSample(r.est[up], d, censored)
+	r.mu.Unlock()
+	return k
+}
+
+// recordSample is routeSample; r.mu is held.
+func recordSample(e *routeEstimate, d time.Duration, censored bool) uint64 {
+	v := float64(d)
+	if censored && (e.count == 0 || v < e.median) {
+		return 0
+	}
+	e.ring[e.next] = v
+	e.next = (e.next + 1) % len(e.ring)
+	if e.count < len(e.ring) {
+		e.count++
+	}
+	e.written++
+	k := e.written
+	refreshMedian(e)
+	return k
+}
+
+// routeFinish records a finished attempt of upstream up that waited d
+// (censored: it did not answer, another attempt won; beaten says so):
+// among its recent finished attempts, and in its ring, where it raises
+// sample k (from routeSample, when the hedge delay passed) to d if that
+// is still in the ring, or else is a sample of its own.
+func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten bool) {
+	r.mu.Lock()
+	e := r.est[up]
+	v := float64(d)
+	switch {
+	case k == 0 && (!censored || e.count > 0 && v >= e.median):
+		// recordSample's work, inline: this is every request's path.
+		e.ring[e.next] = v
+		e.next = (e.next + 1) % len(e.ring)
+		if e.count < len(e.ring) {
+			e.count++
+		}
+		e.written++
+	case k != 0 && e.written-k < uint64(len(e.ring)):
+		slot := int((k - 1) % uint64(len(e.ring)))
+		if v > e.ring[slot] {
+			e.ring[slot] = v
+		}
+	}
+	if e.recentCount == len(e.recent) && e.recentBeaten[e.recentNext] {
+		e.beatenRecent--
+	}
+	if beaten {
+		e.beatenRecent++
+	}
+	e.recent[e.recentNext] = float64(d)
+	e.recentBeaten[e.recentNext] = beaten
+	e.recentNext = (e.recentNext + 1) % len(e.recent)
+	if e.recentCount < len(e.recent) {
+		e.recentCount++
+	}
+	refreshRanks(e)
+	r.mu.Unlock()
+}
+
+// refreshMedian recomputes e's median and score; r.mu is held.
+func refreshMedian(e *routeEstimate) {
+	e.sorted = append(e.sorted[:0], e.ring[:e.count]...)
+	sort.Float64s(e.sorted)
+	e.median = e.sorted[e.count/2]
+	e.score = e.median / e.preferFactor
+	e.known = e.count >= routeMinSamples
+}
+
+// refreshRanks recomputes e's median and score (there may be no sample:
+// a censored attempt below the median) and sets e.slow and e.fast from
+// e's recent finished attempts; r.mu is held. With fewer than routeRecent
+// of those, they are the fastest and the slowest: no quick decision yet.
+func refreshRanks(e *routeEstimate) {
+	if e.count > 0 {
+		e.sorted = append(e.sorted[:0], e.ring[:e.count]...)
+		sort.Float64s(e.sorted)
+		e.median = e.sorted[e.count/2]
+		e.score = e.median / e.preferFactor
+		e.known = e.count >= routeMinSamples
+	}
+	k := e.recentCount
+	e.sorted = append(e.sorted[:0], e.recent[:k]...)
+	sort.Float64s(e.sorted)
+	if k < routeRecent {
+		e.slow = e.sorted[0]
+		e.fast = e.sorted[k-1]
+		return
+	}
+	e.slow = e.sorted[1]
+	e.fast = e.sorted[routeRecent-3]
+}
+
+// takesOver reports whether upstream c should replace the primary p; r.mu
+// is held. An upstream preferred over p (a larger prefer margin) takes
+// over as soon as it is within its margin again: 6 of its last 8 finished
+// attempts, scaled, at most p's median, scaled (its recent attempts, not
+// its median: just after it was left for being slow its median still
+// holds the calm samples from before). The margin is the band that keeps
+// the two from flapping. Otherwise c takes over when p is clearly slower
+// and its attempts lose to their hedges (see the rules below).
+func takesOver(r *router, p, c int) bool {
+	ep := r.est[p]
+	ec := r.est[c]
+	if !ep.known || !ec.known {
+		return false
+	}
+	cs := ec.score
+	ps := ep.score
+	if ec.preferFactor > ep.preferFactor {
+		return ec.recentCount == routeRecent && ec.fast/ec.preferFactor <= ps
+	}
+	if ep.recentCount < routeRecent {
+		return false
+	}
+	// 7 of p's last 8 attempts were beaten by their hedges, each after
+	// waiting its hedge delay (p's p95): one in a million for a calm
+	// upstream. Whoever beat them is faster than those waits, so c takes
+	// over when it is faster than them (scaled), whatever p's prefer
+	// margin.
+	if ep.beatenRecent >= routeRecent-1 && ep.slow/ep.preferFactor > cs {
+		return true
+	}
+	// The other rules need at least half of p's last 8 attempts beaten
+	// too: a stall of the gateway itself (a GC pause, a busy CPU) makes
+	// every attempt in flight slow, the hedges too, and then the
+	// primaries, which started first, still answer first; a degraded
+	// primary loses to the hedges on the upstream that is not degraded.
+	if r.hedging && ep.beatenRecent < routeRecent/2 {
+		return false
+	}
+	// 7 of p's last 8 attempts took 1.6x c's median...
+	if ep.slow/ep.preferFactor > cs*routeFastHysteresis {
+		return true
+	}
+	// ...or p's median and 6 of its last 8 attempts are 1.5x c's median:
+	// a primary that took over on its recent attempts still has the slow
+	// median of the time before, which alone does not count.
+	return ps > cs*routeHysteresis && ep.fast/ep.preferFactor > cs*routeHysteresis
+}
+
+// routePlan ranks the upstreams for one request: order[0] is the primary in
+// force (first replaced by the fastest upstream that takes over, see
+// takesOver), the others follow by score, those without an estimate last
+// in configured order. It reports whether this request explores (its
+// attempt 0 then goes to order[1], and hedges to order[0]) and whether the
+// primary changed.
+func routePlan(r *router) ([]int, bool, bool) {
+	p := routePlanOf(r)
+	return p.order, p.explore, p.changed
+}
+
+// routeChoice is what routePlanOf decides for one request.
+type routeChoice struct {
+	order   []int
+	explore bool
+	changed bool
+	// exploreCap: an exploring request hedges after this at the latest,
+	// routeHysteresis times the primary's median (0: no median yet).
+	exploreCap time.Duration
+}
+
+// routePlanOf is routePlan, with the exploring request's delay cap read
+// under the same lock (one lock and one call per request).
+func routePlanOf(r *router) routeChoice {
+	var c routeChoice
+	n := len(r.est)
+	order := make([]int, 0, n)
+	r.mu.Lock()
+	r.requests++
+	next := -1
+	nextScore := 0.0
+	ep := r.est[r.primary]
+	for i := 0; i < n; i++ {
+		// The calm case without a call: a candidate of no higher
+		// preference needs half of the primary's recent attempts beaten
+		// (see takesOver).
+		if i == r.primary || r.hedging && ep.beatenRecent < routeRecent/2 && r.est[i].preferFactor <= ep.preferFactor {
+			continue
+		}
+		if !takesOver(r, r.primary, i) {
+			continue
+		}
+		if s := r.est[i].score; next < 0 || s < nextScore {
+			next = i
+			nextScore = s
+		}
+	}
+	changed := next >= 0
+	if changed {
+		r.primary = next
+		r.changes++
+	}
+	order = append(order, r.primary)
+	if n == 2 {
+		order = append(order, 1-r.primary) // without a call, the usual route
+	} else {
+		order = appendRanked(r, order)
+	}
+	c.explore = n > 1 && r.requests%routeExploreEvery == 0
+	if c.explore && r.est[r.primary].known {
+		c.exploreCap = time.Duration(r.est[r.primary].median * routeHysteresis)
+	}
+	r.mu.Unlock()
+	c.order = order
+	c.changed = changed
+	return c
+}
+
+// appendRanked appends every upstream but order[0] to order: those with an
+// estimate by ascending score, then the rest in configured order (a
+// selection sort: routes have a handful of upstreams); r.mu is held.
+func appendRanked(r *router, order []int) []int {
+	n := len(r.est)
+	first := order[0]
+	if n == 2 {
+		order = append(order, 1-first)
+		return order
+	}
+	known := len(order)
+	for i := 0; i < n; i++ {
+		if r.est[i].known && i != first {
+			order = append(order, i)
+		}
+	}
+	for i := known; i < len(order); i++ {
+		lowest := i
+		lowestScore := r.est[order[i]].score
+		for j := i + 1; j < len(order); j++ {
+			if s := r.est[order[j]].score; s < lowestScore {
+				lowest = j
+				lowestScore = s
+			}
+		}
+		swap := order[i]
+		order[i] = order[lowest]
+		order[lowest] = swap
+	}
+	for i := 0; i < n; i++ {
+		if !r.est[i].known && i != first {
+			order = append(order, i)
+		}
+	}
+	return order
+}
+
+// planRoute ranks the upstreams for a race on a fastest route (rc.order;
+// nil on an ordered route, which keeps the configured order) and marks an
+// exploring race. An exploring race sends attempt 0 to the second-ranked
+// upstream and hedges to the first, at the first's delay or, sooner, once
+// the probe is clearly slower than the primary (routeHysteresis times the
+// primary's median, see exploreDelay): exploring a degraded upstream costs
+// the client little more than the primary's median, and the probe's
+// censored sample is still at or above its median when it is as fast.
+func planRoute(rc *race) {
+	if rc.h.cfg.Primary != PrimaryFastest || len(rc.h.cfg.Upstreams) < 2 {
+		return
+	}
+	plan := routePlanOf(rc.h.state.router)
+	order := plan.order
+	if plan.changed {
+		// The new primary's delay estimate holds what it saw while it was
+		// not the primary (a degradation, hedges it won): it starts over,
+		// at the fixed delay until it has min_samples of its own again.
+		resetEstimator(rc.h.state.estimators[order[0]])
+	}
+	rc.delayFrom = order[0]
+	if plan.explore && !rc.passthrough {
+		rc.exploreCap = plan.exploreCap
+		swap := order[0]
+		order[0] = order[1]
+		order[1] = swap
+		rc.exploring = true
+	}
+	rc.order = order
+}
+
+// routeWaiting notes, when the hedge delay passes, that the primary has had
+// no output for that long: a censored sample taken at once, so that a
+// degradation shows in the estimate after one delay, not after the answers.
+func routeWaiting(rc *race) {
+	if rc.order == nil || len(rc.attempts) == 0 {
+		return
+	}
+	// Only the race loop's own fields of attempt 0 are read: its goroutine
+	// may still be writing the rest. A primary that failed already has its
+	// result; one whose first event is queued behind this timer is noted
+	// at a wait a little longer than its TTFT, which learnRoute keeps.
+	p := rc.attempts[0]
+	if p.routeSample != 0 || p.result != "" {
+		return
+	}
+	p.routeSample = routeSample(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true)
+}
+
+// learnRoute feeds the race's attempt 0 (the primary, or an exploring
+// request's probe) into the routing estimates once the race is over: its
+// TTFT, or when another attempt won first, its wait until that commit as a
+// censored sample (it took at least that long). Attempt 0 waits at least
+// the hedge delay before anything censors it, so with a delay at or above
+// its median (the adaptive p95 is) every censored sample is classified
+// rightly, above the median, and the samples stay a fair draw. Hedges are
+// not counted: a hedge is cut short by whatever is left of the primary's
+// wait, often a few milliseconds, so its wins favour its fast answers and
+// its cancelled attempts say "at least 5 ms" of an upstream that takes
+// 30; kept or dropped, either side biases its upstream's median (dropping
+// the short ones ratchets it up). Failed attempts are health's business. An
+// attempt noted by routeWaiting is not counted twice: its sample is raised
+// to what it waited in the end.
+func learnRoute(rc *race) {
+	a := rc.attempts[0]
+	var d time.Duration
+	censored := false
+	switch {
+	case a.result != ResultWon && a.result != ResultLost:
+		return
+	case !a.firstAt.IsZero():
+		d = a.firstAt.Sub(a.started)
+	case a.result == ResultLost && !rc.commitAt.IsZero():
+		d = rc.commitAt.Sub(a.started)
+		censored = true
+	default:
+		return
+	}
+	routeFinish(rc.h.state.router, a.upstream, a.routeSample, d, censored, a.result == ResultLost)
+}
+
+// RouteStatus is a snapshot of a fastest route's routing state.
+type RouteStatus struct {
+	// Primary is the index of the upstream in force as primary.
+	Primary int
+	// Changes counts how often the primary changed since the State was made.
+	Changes int64
+	// Medians are each upstream's recent median TTFT (0 without enough samples).
+	Medians []time.Duration
+}
+
+// RouteStatus returns the route's routing state (primary fastest; on an
+// ordered route the primary is always the first healthy upstream and
+// Changes stays 0).
+func (h *Hedger) RouteStatus() RouteStatus {
+	r := h.state.router
+	r.mu.Lock()
+	st := RouteStatus{Primary: r.primary, Changes: r.changes}
+	for i := 0; i < len(r.est); i++ {
+		var m time.Duration
+		if r.est[i].count >= routeMinSamples {
+			m = time.Duration(r.est[i].median)
+		}
+		st.Medians = append(st.Medians, m)
+	}
+	r.mu.Unlock()
+	return st
+}
+
+// exploreDelay is the hedge delay of an exploring race whose attempt 0
+// went to first: the route's primary's delay (rc.delayFrom's; first's
+// when the runner-up was unavailable and attempt 0 went to the primary),
+// capped at rc.exploreCap (see planRoute).
+func exploreDelay(rc *race, first int) time.Duration {
+	d := time.Duration(rc.h.cfg.Delay.Fixed)
+	if rc.h.cfg.Delay.Mode == DelayAdaptive {
+		d = hedgeDelay(rc.h.state, rc.h.cfg, rc.delayFrom)
+	}
+	if rc.exploreCap > 0 && rc.exploreCap < d && first != rc.delayFrom {
+		d = rc.exploreCap
+	}
+	return d
+}
+
+// currentOrder is the ranking a request starting now would get (nil on an
+// ordered route); it neither counts the request nor explores.
+func currentOrder(h *Hedger) []int {
+	if h.cfg.Primary != PrimaryFastest || len(h.cfg.Upstreams) < 2 {
+		return nil
+	}
+	r := h.state.router
+	r.mu.Lock()
+	order := make([]int, 0, len(r.est))
+	order = append(order, r.primary)
+	order = appendRanked(r, order)
+	r.mu.Unlock()
+	return order
+}
+
+// routeReport is what the report header adds on a fastest route: the
+// primary in force, how often it changed, and whether this request
+// explored.
+func routeReport(rc *race) string {
+	if rc.order == nil {
+		return ""
+	}
+	r := rc.h.state.router
+	r.mu.Lock()
+	primary := r.primary
+	changes := r.changes
+	r.mu.Unlock()
+	s := " primary=" + rc.h.cfg.Upstreams[primary].Name + " primary_changes=" + strconv.FormatInt(changes, 10)
+	if rc.exploring {
+		s += " explore=1"
+	}
+	return s
+}
+
+// validateRouting checks the primary policy and the upstreams' prefer
+// margins of c (defaults applied).
+func validateRouting(bad func(string, ...interface{}), c *Config) {
+	if c.Primary != PrimaryOrdered && c.Primary != PrimaryFastest {
+		bad("primary %q: want ordered or fastest", c.Primary)
+	}
+	for i, u := range c.Upstreams {
+		if u.PreferMargin < 0 || u.PreferMargin > 10 {
+			bad("upstream %d: prefer_margin %v: want 0..10 (0.25 or 25%% prefers it unless it is 25 %% slower)", i, float64(u.PreferMargin))
+		}
+		if u.PreferMargin != 0 && c.Primary != PrimaryFastest {
+			bad("upstream %d: prefer_margin needs primary fastest (an ordered route always prefers the first upstream)", i)
+		}
+	}
+}
+
+// resetEstimator forgets e's samples.
+func resetEstimator(e *ttftEstimator) {
+	e.mu.Lock()
+	e.next = 0
+	e.count = 0
+	e.stale = 0
+	e.sorted = e.sorted[:0]
+	e.cached = 0
+	e.mu.Unlock()
+}

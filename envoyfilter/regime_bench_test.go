@@ -1,0 +1,68 @@
+package envoyfilter_test
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/llmhedge/llmhedge/envoyfilter"
+	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
+)
+
+// TestBenchRegimeShift runs the regime-shift benchmark (upstream A 8x
+// slower for 30s of every 80s, scaled; see internal/testkit/regimeload)
+// through the Envoy-side driver and the ext_proc server, primary ordered
+// against primary fastest, each route under /<route>/v1/. CI runs a few
+// hundred requests per route and only logs; LLMHEDGE_BENCH=1 runs 4,000
+// per route and checks the bounds:
+//
+//	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./envoyfilter
+func TestBenchRegimeShift(t *testing.T) {
+	opts := regimeload.Options{N: 200, P99Bound: 1.25}
+	if os.Getenv("LLMHEDGE_BENCH") == "1" {
+		opts = regimeload.Options{P99Bound: 1.25, Check: true}
+	}
+	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, opts)
+}
+
+// startRegimeRoutes serves the benchmark's routes from one ext_proc server
+// behind the driver.
+func startRegimeRoutes(t *testing.T, routes []regimeload.Route) map[string]string {
+	var yaml strings.Builder
+	yaml.WriteString("metrics: {listen: \"off\"}\nlog: {requests: false}\nroutes:\n")
+	for _, r := range routes {
+		prefer := ""
+		if r.PreferA != 0 {
+			prefer = fmt.Sprintf(", prefer_margin: %g", r.PreferA)
+		}
+		fmt.Fprintf(&yaml, `  - name: %s
+    match: {path_prefixes: [/%s/]}
+    primary: %s
+    upstreams: [{name: A, url: %q%s}, {name: B, url: %q}]
+    delay: {mode: adaptive, fixed: %s}
+    budget: {burst: %g}
+    report_header: %s
+`, r.Name, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader)
+	}
+	cfg, err := envoyfilter.ParseConfig([]byte(yaml.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := envoyfilter.NewServer(cfg, envoyfilter.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs, conn := serveGRPC(t, srv)
+	t.Cleanup(gs.Stop)
+	t.Cleanup(func() { conn.Close() })
+	front := httptest.NewServer(envoydriver.New(conn, envoydriver.Config{}))
+	t.Cleanup(front.Close)
+	bases := map[string]string{}
+	for _, r := range routes {
+		bases[r.Name] = front.URL + "/" + r.Name + "/v1/"
+	}
+	return bases
+}

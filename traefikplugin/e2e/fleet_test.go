@@ -1,0 +1,363 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+	"github.com/llmhedge/llmhedge/resp"
+)
+
+// Fleet mode through real Traefik processes (the plugin interpreted by
+// Yaegi in each) sharing one real redis-server. The short forms run in CI;
+// LLMHEDGE_FLEET=full runs the acceptance counts.
+
+// fleetCount is n in CI and full under LLMHEDGE_FLEET=full.
+func fleetCount(n, full int) int {
+	if os.Getenv("LLMHEDGE_FLEET") == "full" {
+		return full
+	}
+	return n
+}
+
+// fleetAnswer is one raw streaming answer through a replica, so that
+// answers can be compared byte for byte.
+type fleetAnswer struct {
+	status   int
+	replayed bool
+	body     []byte
+	err      error
+}
+
+func fleetPost(ctx context.Context, url, key, id, content, behavior string) fleetAnswer {
+	body := `{"model":"` + llmsim.DefaultModel + `","stream":true,"messages":[{"role":"user","content":"` + content + `"}]}`
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	if err != nil {
+		return fleetAnswer{err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-client")
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set(llmsim.HeaderRequest, id)
+	if behavior != "" {
+		req.Header.Set(llmsim.HeaderBehavior, behavior)
+	}
+	resp, err := (&http.Client{Transport: clientTransport}).Do(req)
+	if err != nil {
+		return fleetAnswer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return fleetAnswer{status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed") == "true", body: b, err: err}
+}
+
+// complete reports whether a is the whole answer of upstream A to id.
+func (a fleetAnswer) complete(id string, tokens int) bool {
+	want := llmsim.ExpectedStream("A", llmsim.DefaultModel, id, tokens)
+	return a.err == nil && a.status == http.StatusOK && bytes.Equal(llmsim.StripPings(a.body), want)
+}
+
+// fleetDynamic is a route /fleet/ through the plugin to upstream A alone
+// (no hedge), its keyed requests shared through srv, with extra fleet
+// option lines.
+func fleetDynamic(srv *redisproc.Server, upstreamURL string, fleetOptions ...string) *dynamic {
+	lines := []string{"delay: 30s", "log: stderr", "fleet:", "  url: " + srv.URL(), "  timeout: 500ms"}
+	for _, o := range fleetOptions {
+		lines = append(lines, "  "+o)
+	}
+	return newDynamic("fleet").
+		hedge("hedge-fleet", pluginConfig([][2]string{{"A", upstreamURL}}, lines...)).
+		route("fleet", "noop@internal", "hedge-fleet")
+}
+
+// twoFleetReplicas starts two Traefik processes whose plugin shares srv.
+func twoFleetReplicas(t *testing.T, srv *redisproc.Server, upstreamURL string) (*traefik, *traefik) {
+	d := fleetDynamic(srv, upstreamURL)
+	one := startTraefik(t, "INFO", d)
+	two := startTraefik(t, "INFO", d)
+	return one, two
+}
+
+// kill9 kills a Traefik process with SIGKILL and waits for its end.
+func kill9(tr *traefik) {
+	tr.cmd.Process.Signal(syscall.SIGKILL)
+	<-tr.exited
+}
+
+// fleetSDKStream is one streaming chat completion through the OpenAI SDK
+// at replica url with an idempotency key; onFirst, when set, is called on
+// the first chunk with content.
+func fleetSDKStream(ctx context.Context, url, key, id string, onFirst func()) streamed {
+	first := onFirst
+	return streamChat(ctx, sdk(url+"/v1/"), id, "", func(int) {
+		if first != nil {
+			first()
+			first = nil
+		}
+	}, option.WithHeader("Idempotency-Key", key))
+}
+
+// waitFollowing polls Redis (an external process: no event to wait on)
+// until n clients wait in a blocking read, i.e. n followers follow.
+func waitFollowing(t *testing.T, srv *redisproc.Server, n int) {
+	t.Helper()
+	c, err := resp.New(resp.Options{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	want := "blocked_clients:" + strconv.Itoa(n) + "\r\n"
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		v, err := c.Do(ctx, "INFO", "clients")
+		cancel()
+		if err == nil && strings.Contains(v.Str, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis never had %d blocked followers (err %v): %q", n, err, v.Str)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// kill -9 of the leader's Traefik before commit: the follower on the other
+// replica takes over once the lease expires and its client gets a complete
+// answer; at most two generations.
+func TestFleetTraefikLeaderKilledBeforeCommit(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	a := llmsim.Start("A", w)
+	defer a.Close()
+	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
+	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
+	ctx := context.Background()
+	n := fleetCount(3, 50)
+	twoGenerations := 0
+	for i := 0; i < n; i++ {
+		id := "kill-before-" + strconv.Itoa(i)
+		leader := make(chan streamed, 1)
+		go func() { leader <- fleetSDKStream(ctx, replicas[0].URL+"/fleet", "k-"+id, id, nil) }()
+		within(t, a, "the leader's upstream request", func() bool { return a.Attempts(id) == 1 })
+		follower := make(chan streamed, 1)
+		go func() { follower <- fleetSDKStream(ctx, replicas[1].URL+"/fleet", "k-"+id, id, nil) }()
+		waitFollowing(t, srv, 1)
+		kill9(replicas[0])
+		<-leader
+		got := <-follower
+		if up, ok := got.whole(id, 5); !ok || up != "A" {
+			t.Fatalf("%s: the follower's client after the leader's kill -9: %s", id, got.notWhole(id, 5))
+		}
+		gens := a.Attempts(id)
+		if gens > 2 {
+			t.Fatalf("%s: %d upstream generations, want at most 2", id, gens)
+		}
+		if gens == 2 {
+			twoGenerations++
+		}
+		replicas[0] = startTraefik(t, "INFO", d)
+	}
+	t.Logf("%d leaders killed before commit: every follower's client got the complete answer (%d takeovers with a second generation)", n, twoGenerations)
+}
+
+// kill -9 of the leader's Traefik after commit: the follower's answer ends
+// broken, a strict prefix of the one generation (never spliced), and a
+// retry with the same key gets a fresh complete answer.
+func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	const tokens = 40
+	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: tokens, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+	a := llmsim.Start("A", w)
+	defer a.Close()
+	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
+	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
+	ctx := context.Background()
+	n := fleetCount(2, 10)
+	for i := 0; i < n; i++ {
+		id := "kill-after-" + strconv.Itoa(i)
+		leaderFirst := make(chan struct{})
+		leader := make(chan streamed, 1)
+		go func() {
+			leader <- fleetSDKStream(ctx, replicas[0].URL+"/fleet", "k-"+id, id, func() { close(leaderFirst) })
+		}()
+		<-leaderFirst
+		followerFirst := make(chan struct{})
+		follower := make(chan streamed, 1)
+		go func() {
+			follower <- fleetSDKStream(ctx, replicas[1].URL+"/fleet", "k-"+id, id, func() { close(followerFirst) })
+		}()
+		<-followerFirst
+		kill9(replicas[0])
+		<-leader
+		got := <-follower
+		want := llmsim.ExpectedChatText(id, tokens)
+		if got.err == nil {
+			t.Fatalf("%s: the follower's answer ended cleanly after the leader's kill -9 (%d of %d bytes), want broken", id, len(got.content), len(want))
+		}
+		if !strings.HasPrefix(want, got.content) || got.content == want {
+			t.Fatalf("%s: the follower got %q, want a strict prefix of the one generation %q", id, got.content, want)
+		}
+		if gens := a.Attempts(id); gens != 1 {
+			t.Fatalf("%s: %d generations before the retry, want 1", id, gens)
+		}
+		retry := fleetSDKStream(ctx, replicas[1].URL+"/fleet", "k-"+id, id, nil)
+		if _, ok := retry.whole(id, tokens); !ok {
+			t.Fatalf("%s: the retry: %s", id, retry.notWhole(id, tokens))
+		}
+		if gens := a.Attempts(id); gens != 2 {
+			t.Fatalf("%s: %d generations after the retry, want 2 (a fresh race)", id, gens)
+		}
+		replicas[0] = startTraefik(t, "INFO", d)
+	}
+	t.Logf("%d leaders killed after commit: every follower's answer broken, a prefix of one generation; every retry a fresh complete answer", n)
+}
+
+// The fleet across two real Traefik replicas (the plugin interpreted by
+// Yaegi in each) sharing one redis-server.
+func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	wl := functionalWorkload()
+	tokens := wl.WithDefaults().Tokens
+	a := llmsim.Start("A", wl)
+	defer a.Close()
+	one, two := twoFleetReplicas(t, srv, a.URL)
+	replicas := []string{one.URL + "/fleet", two.URL + "/fleet"}
+	ctx := context.Background()
+
+	pairs := fleetCount(20, 200)
+	t.Run("same key at both replicas at once: one generation, identical bytes", func(t *testing.T) {
+		for i := 0; i < pairs; i++ {
+			id := fmt.Sprintf("pair-%d", i)
+			var wg sync.WaitGroup
+			answers := make([]fleetAnswer, 2)
+			for r := range replicas {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					answers[r] = fleetPost(ctx, replicas[r], "k-"+id, id, "hi", "A=ttft:200ms")
+				}()
+			}
+			wg.Wait()
+			for r, ans := range answers {
+				if !ans.complete(id, tokens) {
+					t.Fatalf("%s at replica %d: status %d, err %v, body %q", id, r+1, ans.status, ans.err, ans.body)
+				}
+			}
+			if !bytes.Equal(answers[0].body, answers[1].body) {
+				t.Fatalf("%s: the replicas' answers differ:\n%q\n%q", id, answers[0].body, answers[1].body)
+			}
+			if n := a.Attempts(id); n != 1 {
+				t.Fatalf("%s: %d upstream generations, want 1", id, n)
+			}
+			// Replayed on the other replica than the first answer's.
+			rep := fleetPost(ctx, replicas[(i+1)%2], "k-"+id, id, "hi", "")
+			if !rep.replayed || !bytes.Equal(rep.body, answers[0].body) {
+				t.Fatalf("%s: replay on the other replica: replayed %v, same bytes %v", id, rep.replayed, bytes.Equal(rep.body, answers[0].body))
+			}
+			if n := a.Attempts(id); n != 1 {
+				t.Fatalf("%s after the replay: %d upstream generations, want 1", id, n)
+			}
+		}
+		t.Logf("%d keys sent to both replicas at once: one generation each, byte-identical answers, replayed on the other replica", pairs)
+	})
+
+	t.Run("same key, another body, on the other replica: 422", func(t *testing.T) {
+		first := fleetPost(ctx, replicas[0], "k-conflict", "conflict", "hi", "")
+		if !first.complete("conflict", tokens) {
+			t.Fatalf("first request: status %d, err %v", first.status, first.err)
+		}
+		other := fleetPost(ctx, replicas[1], "k-conflict", "conflict", "something else", "")
+		if other.status != http.StatusUnprocessableEntity {
+			t.Fatalf("another body under the key at the other replica: status %d, want 422", other.status)
+		}
+	})
+
+	t.Run("Redis killed and restarted under load: no failed request", func(t *testing.T) {
+		const streams = 20
+		loadFor := time.Duration(fleetCount(6, 30)) * time.Second
+		var sent, failed atomic.Int64
+		var firstFailure atomic.Value
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for s := 0; s < streams; s++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					id := fmt.Sprintf("load-%d-%d", s, n)
+					ans := fleetPost(ctx, replicas[(s+n)%2], "k-"+id, id, "hi", "")
+					sent.Add(1)
+					if !ans.complete(id, tokens) {
+						failed.Add(1)
+						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
+					}
+				}
+			}()
+		}
+		time.Sleep(loadFor / 3) // load before the kill (wall-clock phases of a load test)
+		srv.Kill()
+		time.Sleep(loadFor / 3) // Redis away
+		srv.Restart()
+		back := time.Now()
+		// Joins work again within 2 s of Redis' return.
+		joinedAfter := time.Duration(-1)
+		for i := 0; time.Since(back) < 5*time.Second; i++ {
+			id := fmt.Sprintf("rejoin-%d", i)
+			var wg2 sync.WaitGroup
+			answers := make([]fleetAnswer, 2)
+			for r := range replicas {
+				wg2.Add(1)
+				go func() {
+					defer wg2.Done()
+					answers[r] = fleetPost(ctx, replicas[r], "k-"+id, id, "hi", "A=ttft:200ms")
+				}()
+			}
+			wg2.Wait()
+			if answers[0].complete(id, tokens) && answers[1].complete(id, tokens) && a.Attempts(id) == 1 {
+				joinedAfter = time.Since(back)
+				break
+			}
+		}
+		time.Sleep(loadFor / 3) // load after the return
+		close(stop)
+		wg.Wait()
+		t.Logf("%d streams for %v, Redis killed for %v: %d requests, %d failed; joins again %v after Redis' return",
+			streams, loadFor, loadFor/3, sent.Load(), failed.Load(), joinedAfter.Round(time.Millisecond))
+		if failed.Load() != 0 {
+			t.Fatalf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), sent.Load(), firstFailure.Load())
+		}
+		if joinedAfter < 0 || joinedAfter > 2*time.Second+500*time.Millisecond {
+			t.Fatalf("joins worked again %v after Redis' return, want within 2s (plus one 200ms flight)", joinedAfter)
+		}
+		for _, tr := range []*traefik{one, two} {
+			logs := tr.logs.String()
+			if strings.Contains(logs, "panic") {
+				t.Fatalf("Traefik logged a panic:\n%s", proc.Tail(logs, 3000))
+			}
+			if !strings.Contains(logs, "llmhedge fleet down") || !strings.Contains(logs, "llmhedge fleet up") {
+				t.Fatalf("a replica did not log the fleet going down and up:\n%s", proc.Tail(logs, 3000))
+			}
+		}
+	})
+}
