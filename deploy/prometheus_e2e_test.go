@@ -328,8 +328,8 @@ global:
 }
 
 // layoutTraefikPlugin copies what Traefik interprets of this checkout into
-// dst: the manifest, go.mod and the non-test Go files of core/ and
-// traefikplugin/.
+// dst: the manifest, go.mod and the non-test Go files of core/,
+// traefikplugin/ and resp/ (the plugin's whole import graph).
 func layoutTraefikPlugin(t *testing.T, root, dst string) {
 	copyFile := func(from, to string) {
 		b, err := os.ReadFile(from)
@@ -345,7 +345,7 @@ func layoutTraefikPlugin(t *testing.T, root, dst string) {
 	}
 	copyFile(filepath.Join(root, ".traefik.yml"), filepath.Join(dst, ".traefik.yml"))
 	copyFile(filepath.Join(root, "go.mod"), filepath.Join(dst, "go.mod"))
-	for _, pkg := range []string{"core", "traefikplugin"} {
+	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
 		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
 		if err != nil || len(files) == 0 {
 			t.Fatalf("no Go files in %s: %v", pkg, err)
