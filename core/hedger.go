@@ -61,6 +61,8 @@ type Hedger struct {
 	publicNames []string
 	// scopeHeaders is cfg.Idempotency.ScopeHeaders in canonical form.
 	scopeHeaders []string
+	// validation is the route's validity checks, parsed (validate.go).
+	validation *validation
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -120,7 +122,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders}, nil
+		scopeHeaders: scopeHeaders, validation: newValidation(&cfg)}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its

@@ -187,7 +187,7 @@ func raceLoop(rc *race) {
 		ev := <-rc.events
 		switch ev.kind {
 		case evHedgeTimer:
-			if ev.seq == rc.timerSeq && rc.heldFatal == nil {
+			if ev.seq == rc.timerSeq && rc.heldFatal == nil && !holdingOutput(rc) {
 				tryLaunch(rc, RoleHedge)
 			}
 		case evReady:
@@ -353,7 +353,7 @@ func countExtra(rc *race) {
 
 // noteFailure feeds a failed attempt into upstream health and overload.
 func noteFailure(rc *race, a *attempt) {
-	a.result = ResultFailed
+	a.result = failedResult(a)
 	h, st := rc.h, rc.h.state
 	now := clockNow(h)
 	if a.status != 0 {
@@ -363,10 +363,11 @@ func noteFailure(rc *race, a *attempt) {
 		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
-	if a.answered {
+	if a.answered || a.invalid != "" {
 		// A complete but empty answer: as likely a broken upstream as a
 		// working one, so it counts neither way; as a probe it lets the
-		// next attempt probe.
+		// next attempt probe. An invalid answer came from a working
+		// upstream: it does not open the breaker either.
 		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
@@ -456,6 +457,7 @@ func awaitAttempts(rc *race) {
 func finishReport(rc *race) {
 	if rc.winner != nil {
 		learnFromWinner(rc)
+		noteValidation(rc)
 	}
 	if rc.h.opts.Observer != nil {
 		reportAttempts(rc)
@@ -494,8 +496,9 @@ func reportAttempts(rc *race) {
 	for _, a := range rc.attempts {
 		ar := AttemptReport{Index: a.index, Upstream: h.cfg.Upstreams[a.upstream].Name, Role: a.role,
 			Result: a.result, Status: a.status, Started: a.started.Sub(rc.start), CancelLatency: a.cancelLatency}
-		if a.result == ResultFailed {
+		if a.result == ResultFailed || a.result == ResultInvalid {
 			ar.Error = a.reason
+			ar.Invalid = a.invalid
 		}
 		if !a.firstAt.IsZero() && a == rc.winner {
 			ar.TTFT = a.firstAt.Sub(a.started)
@@ -516,9 +519,13 @@ func promptTokens(p *preparedRequest) int64 { return int64(len(p.body)) / 4 }
 func failAll(rc *race, w http.ResponseWriter) {
 	best := rc.heldFatal
 	for _, a := range rc.attempts {
-		if a.result == ResultFailed && (best == nil || errorRank(a) > errorRank(best)) {
+		if (a.result == ResultFailed || a.result == ResultInvalid) && (best == nil || errorRank(a) > errorRank(best) || moreComplete(a, best)) {
 			best = a
 		}
+	}
+	if best != nil && best.invalid != "" {
+		answerInvalid(rc, w, best)
+		return
 	}
 	rep := rc.rep
 	rep.Outcome = OutcomeUpstreamError
@@ -555,6 +562,8 @@ func failAll(rc *race, w http.ResponseWriter) {
 // errorRank orders failures by how useful they are to the client.
 func errorRank(a *attempt) int {
 	switch {
+	case a.invalid != "":
+		return 7 // a complete answer that failed validation
 	case a.answered:
 		return 6 // a complete 2xx answer beats any error status
 	case a.fatal:

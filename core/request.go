@@ -37,6 +37,10 @@ type preparedRequest struct {
 	tenant    string // read only when tenants are capped
 	// bodies[i] is the body for upstream i (the model rewritten), nil: body.
 	bodies [][]byte
+	// checks are the validity check bits of this request (validate.go),
+	// schema the one json_schema checks against.
+	checks int
+	schema interface{}
 }
 
 // badRequest is a client error found while preparing the request.
@@ -66,6 +70,11 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	}
 	if h.tenantCaps {
 		p.tenant = r.Header.Get(h.cfg.Budget.TenantHeader)
+	}
+	if p.hedgeable && (h.validation.checks != 0 || len(r.Header[canonicalValidate]) > 0) {
+		if err := prepareValidation(h, p); err != nil {
+			return nil, err
+		}
 	}
 	if p.rest != nil {
 		if h.rewritesModel {
@@ -686,6 +695,7 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	req.Header = hdr
 	removeHopHeaders(hdr)
 	delete(hdr, canonicalHedge)
+	delete(hdr, canonicalValidate)
 	delete(hdr, "Content-Length")
 	// The engine must read first events as plain text; the transport asks
 	// for gzip itself and undoes it.
