@@ -46,8 +46,8 @@ type attempt struct {
 	sse      bool // the answer is text/event-stream
 	// Validity checks (validate.go): invalid names the check the answer
 	// failed; unchecked, it outgrew max_prefix before it could be checked;
-	// holding (atomic, read by the race loop) is 1 while a streamed answer
-	// with output is held until complete.
+	// holding (atomic, read by the race loop) is 1 once a streamed answer
+	// with output is being held until complete.
 	invalid   string
 	unchecked bool
 	holding   int32

@@ -230,10 +230,10 @@ func validateAttempt(h *Hedger, a *attempt, p *preparedRequest) eventKind {
 			a.unchecked = true // a non-streaming answer over max_prefix
 			return evReady
 		}
+		// Set for good: the race loop asks only about attempts it has not
+		// settled yet.
 		atomic.StoreInt32(&a.holding, 1)
-		ok := holdStream(h, a, p)
-		atomic.StoreInt32(&a.holding, 0)
-		if !ok {
+		if !holdStream(h, a, p) {
 			return heldStreamFailed(a)
 		}
 		if !a.complete {
@@ -317,7 +317,7 @@ func releaseHeld(a *attempt) eventKind {
 // then over, and an invalid answer starts the next attempt at once.
 func holdingOutput(rc *race) bool {
 	for _, a := range rc.attempts {
-		if atomic.LoadInt32(&a.holding) == 1 {
+		if a.result == "" && atomic.LoadInt32(&a.holding) == 1 {
 			return true
 		}
 	}
