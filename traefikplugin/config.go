@@ -45,6 +45,9 @@ type Config struct {
 	Budget           Budget        `json:"budget,omitempty" yaml:"budget,omitempty"`
 	ReportHeader     string        `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
 	StreamErrorEvent bool          `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
+	Validate         []string      `json:"validate,omitempty" yaml:"validate,omitempty" core:"ValidateChecks"`
+	ValidateSchema   string        `json:"validateSchema,omitempty" yaml:"validateSchema,omitempty" core:"ValidateSchema"`
+	ValidateFailure  string        `json:"validateFailure,omitempty" yaml:"validateFailure,omitempty" core:"ValidateFailure"`
 
 	// The plugin's own options (core:"-"), README.md documents them.
 	// PassThrough sends requests not eligible for hedging to the router's
