@@ -18,8 +18,8 @@ import (
 // TestValidate: through the ext_proc server behind the Envoy-side driver,
 // with `validate: [json_schema]` the client never receives the fast
 // upstream's schema-invalid answer; without it the invalid fast answer
-// wins (today's behaviour). A route to the valid upstream alone gives the
-// cost of the check. 50 requests a route, 2,000 with LLMHEDGE_BENCH=1.
+// wins (today's behaviour). Routes to the valid upstream alone, with and
+// without validate, give the cost of the check. 50 requests a route, 2,000 with LLMHEDGE_BENCH=1.
 func TestValidate(t *testing.T) {
 	n := 50
 	if os.Getenv("LLMHEDGE_BENCH") == "1" {
@@ -40,15 +40,21 @@ func TestValidate(t *testing.T) {
 	validatedURL := validityFront(t, route("    validate: [json_schema]\n", as.URL, bs.URL))
 	plainURL := validityFront(t, route("", as.URL, bs.URL))
 	directURL := validityFront(t, route("", bs.URL))
+	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bs.URL))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	client := &http.Client{}
 	validated := llmsim.StructuredLoad(ctx, client, validatedURL, n, 10)
 	plain := llmsim.StructuredLoad(ctx, client, plainURL, n, 10)
 	direct := llmsim.StructuredLoad(ctx, client, directURL, n, 10)
-	t.Logf("validate [json_schema]: %s", validated.Summary())
-	t.Logf("no validate:            %s", plain.Summary())
-	t.Logf("B alone:                %s", direct.Summary())
+	directValidated := llmsim.StructuredLoad(ctx, client, directValidatedURL, n, 10)
+	t.Logf("A+B, validate [json_schema]: %s", validated.Summary())
+	t.Logf("A+B, no validate:            %s", plain.Summary())
+	t.Logf("B alone, no validate:        %s", direct.Summary())
+	t.Logf("B alone, validate:           %s", directValidated.Summary())
+	if directValidated.Valid != n {
+		t.Errorf("B alone with validate: %d of %d answers valid (%d failed: %v), want all", directValidated.Valid, n, directValidated.Failed, directValidated.Errors)
+	}
 	if validated.Invalid != 0 {
 		t.Errorf("with validate: %d of %d answers invalid, want 0", validated.Invalid, n)
 	} else if validated.Valid != n {

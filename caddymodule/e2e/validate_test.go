@@ -33,8 +33,9 @@ func validitySims(t *testing.T) (a, b *llmsim.Structured, aURL, bURL string) {
 // TestValidate: through real Caddy, with `validate json_schema` the client
 // never receives the fast upstream's invalid answer (every answer is B's
 // valid one); without it, today's behaviour: the invalid fast answer wins.
-// A route to B alone gives the cost of the check: the TTFT and total time
-// with validation against those of going to the valid upstream directly.
+// Routes to B alone, with and without validate, give the cost of the
+// check: holding a stream until it is complete, and the invalid first
+// answer before the retry.
 func TestValidate(t *testing.T) {
 	_, _, aURL, bURL := validitySims(t)
 	site := func(extra string, urls ...string) string {
@@ -47,21 +48,26 @@ func TestValidate(t *testing.T) {
 	c := startCaddy(t, "",
 		site("\t\tvalidate json_schema\n", aURL, bURL),
 		site("", aURL, bURL),
-		site("", bURL))
+		site("", bURL),
+		site("\t\tvalidate json_schema\n", bURL))
 	ctx := testContext(t)
 	n := validityCount()
 	client := &http.Client{}
 	validated := llmsim.StructuredLoad(ctx, client, c.url(0), n, 10)
 	plain := llmsim.StructuredLoad(ctx, client, c.url(1), n, 10)
 	direct := llmsim.StructuredLoad(ctx, client, c.url(2), n, 10)
-	t.Logf("validate json_schema: %s", validated.Summary())
-	t.Logf("no validate:          %s", plain.Summary())
-	t.Logf("B alone:              %s", direct.Summary())
+	directValidated := llmsim.StructuredLoad(ctx, client, c.url(3), n, 10)
+	t.Logf("A+B, validate json_schema: %s", validated.Summary())
+	t.Logf("A+B, no validate:          %s", plain.Summary())
+	t.Logf("B alone, no validate:      %s", direct.Summary())
+	t.Logf("B alone, validate:         %s", directValidated.Summary())
 	checkValidity(t, validated, plain, n)
+	if directValidated.Valid != n {
+		t.Errorf("B alone with validate: %d of %d answers valid (%d failed: %v), want all", directValidated.Valid, n, directValidated.Failed, directValidated.Errors)
+	}
 }
 
-// checkValidity checks the acceptance's numbers (shared by the proxies'
-// tests through the same shape of result).
+// checkValidity checks the acceptance's numbers.
 func checkValidity(t *testing.T, validated, plain *llmsim.StructuredResult, n int) {
 	t.Helper()
 	if validated.Invalid != 0 {
