@@ -418,3 +418,70 @@ func TestValidateOptions(t *testing.T) {
 		t.Fatalf("Validate = %v, want a validate_schema error", err)
 	}
 }
+
+// Held and released in every streamed format: A's stream fails a check and
+// is never sent, B's valid stream is released whole.
+func TestHeldStreamsEveryFormat(t *testing.T) {
+	for _, f := range []struct{ name, path, invalid, valid string }{
+		{"responses", "/v1/responses",
+			"data: {\"type\":\"response.output_text.delta\",\"delta\":\"{\"}\n\n" +
+				"data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\"}}\n\n",
+			"data: {\"type\":\"response.output_text.delta\",\"delta\":\"{}\"}\n\n" +
+				"data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":\"{}\"}]}]}}\n\n"},
+		{"anthropic", "/v1/messages",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"{\"}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n",
+			"event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"type\":\"text_delta\",\"text\":\"{}\"}}\n\n" +
+				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
+	} {
+		t.Run(f.name, func(t *testing.T) {
+			hs := newHarness(t, validatedConfig(ValidateFinish, ValidateJSON))
+			r := httptest.NewRequest("POST", f.path, strings.NewReader(`{"model":"m","stream":true,"store":false}`))
+			r.Header.Set("Content-Type", "application/json")
+			w, done := serveHeld(hs, r)
+			a := hs.tr.next(t)
+			a.respond(200, "text/event-stream")
+			a.write(f.invalid)
+			if w.anythingSent() {
+				t.Fatal("the client got bytes of a held answer")
+			}
+			a.end()
+			b := hs.tr.next(t) // at once
+			b.respond(200, "text/event-stream")
+			b.write(f.valid)
+			b.end()
+			if err := <-done; err != nil {
+				t.Fatalf("Handle = %v, want nil", err)
+			}
+			if got := w.rec.Body.String(); got != f.valid {
+				t.Fatalf("body\n got %q\nwant B's %q", got, f.valid)
+			}
+			if rep := <-hs.reports; rep.Attempts[0].Invalid != ValidateFinish {
+				t.Fatalf("attempt 0 invalid = %q (%s), want %q", rep.Attempts[0].Invalid, rep.Attempts[0].Error, ValidateFinish)
+			}
+		})
+	}
+}
+
+// A held stream that the upstream breaks off fails like any stream
+// before commit: retried, never delivered.
+func TestHeldStreamBrokenIsRetried(t *testing.T) {
+	hs := newHarness(t, validatedConfig(ValidateJSON))
+	w, done := serveHeld(hs, chatRequest(""))
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(tokenChunk("{"))
+	a.reset()
+	b := hs.tr.next(t)
+	b.respond(200, "text/event-stream")
+	valid := tokenChunk("{}") + finishChunk + "data: [DONE]\n\n"
+	b.write(valid)
+	b.end()
+	<-done
+	if got := w.rec.Body.String(); got != valid {
+		t.Fatalf("body\n got %q\nwant B's %q", got, valid)
+	}
+	if rep := <-hs.reports; rep.Attempts[0].Result != ResultFailed {
+		t.Fatalf("attempt 0 result = %q, want %q", rep.Attempts[0].Result, ResultFailed)
+	}
+}
