@@ -68,12 +68,12 @@ func documentAnswer(obj map[string]interface{}) *answer {
 	if choices, ok := obj["choices"].([]interface{}); ok {
 		return chatDocument(choices)
 	}
-	if obj["object"] == "response" {
+	if stringOf(obj, "object") == "response" {
 		ans := &answer{family: RuleOpenAIResponses}
 		responsesDocument(ans, obj)
 		return ans
 	}
-	if obj["type"] == "message" {
+	if stringOf(obj, "type") == "message" {
 		if content, ok := obj["content"].([]interface{}); ok {
 			return anthropicDocument(obj, content)
 		}
@@ -147,12 +147,12 @@ func responsesDocument(ans *answer, resp map[string]interface{}) {
 	var text strings.Builder
 	for _, item := range output {
 		im, _ := item.(map[string]interface{})
-		switch im["type"] {
+		switch stringOf(im, "type") {
 		case "message":
 			content, _ := im["content"].([]interface{})
 			for _, part := range content {
 				pm, _ := part.(map[string]interface{})
-				switch pm["type"] {
+				switch stringOf(pm, "type") {
 				case "output_text":
 					s, _ := pm["text"].(string)
 					text.WriteString(s)
@@ -175,7 +175,7 @@ func anthropicDocument(obj map[string]interface{}, content []interface{}) *answe
 	var text strings.Builder
 	for _, block := range content {
 		bm, _ := block.(map[string]interface{})
-		switch bm["type"] {
+		switch stringOf(bm, "type") {
 		case "text":
 			s, _ := bm["text"].(string)
 			text.WriteString(s)
@@ -356,7 +356,7 @@ func responsesEvent(ans *answer, kind string, obj map[string]interface{}) {
 		}
 	case "response.output_item.added", "response.output_item.done":
 		item, _ := obj["item"].(map[string]interface{})
-		if t := item["type"]; t == "function_call" || t == "custom_tool_call" {
+		if t := stringOf(item, "type"); t == "function_call" || t == "custom_tool_call" {
 			ch.tool = true
 		}
 	}
@@ -368,7 +368,7 @@ func anthropicEvent(ans *answer, kind string, obj map[string]interface{}) {
 	switch kind {
 	case "content_block_start":
 		block, _ := obj["content_block"].(map[string]interface{})
-		if t := block["type"]; t == "tool_use" || t == "server_tool_use" {
+		if t := stringOf(block, "type"); t == "tool_use" || t == "server_tool_use" {
 			ch.tool = true
 		}
 		if s, ok := block["text"].(string); ok {
@@ -376,7 +376,7 @@ func anthropicEvent(ans *answer, kind string, obj map[string]interface{}) {
 		}
 	case "content_block_delta":
 		delta, _ := obj["delta"].(map[string]interface{})
-		if delta["type"] == "text_delta" {
+		if stringOf(delta, "type") == "text_delta" {
 			s, _ := delta["text"].(string)
 			ch.text += s
 		}
@@ -433,4 +433,11 @@ func choiceFails(ch *answerChoice, checks int, schema interface{}, which string)
 		}
 	}
 	return "", ""
+}
+
+// stringOf is obj[key] when it is a string, else "". (Yaegi v0.16.1 panics
+// comparing or switching an interface{} value against string constants.)
+func stringOf(obj map[string]interface{}, key string) string {
+	s, _ := obj[key].(string)
+	return s
 }

@@ -388,19 +388,30 @@ func TestConfiguredSchema(t *testing.T) {
 	}
 }
 
-// The options decode in every host's spelling and are checked.
+// The options decode from their JSON forms (by the methods directly: under
+// Yaegi encoding/json does not see an interpreted type's UnmarshalJSON) and
+// are checked, naming the wrong value.
 func TestValidateOptions(t *testing.T) {
-	var c Config
-	err := json.Unmarshal([]byte(`{"upstreams":[{"url":"http://a"}],"validate":["json_schema","finish"],
-		"validate_failure":502,"validate_schema":{"type":"object"}}`), &c)
-	if err != nil {
-		t.Fatal(err)
+	var mode FailureMode
+	if err := mode.UnmarshalJSON([]byte(`502`)); err != nil {
+		t.Fatalf("validate_failure 502: %v", err)
+	} else if mode != ValidateFailure502 {
+		t.Fatalf("validate_failure = %q, want \"502\"", mode)
 	}
-	if c.ValidateFailure != ValidateFailure502 {
-		t.Fatalf("validate_failure = %q, want \"502\"", c.ValidateFailure)
-	} else if c.ValidateSchema != `{"type":"object"}` {
-		t.Fatalf("validate_schema = %q, want the schema's text", c.ValidateSchema)
-	} else if err := c.Validate(); err != nil {
+	var schema SchemaText
+	if err := schema.UnmarshalJSON([]byte(` {"type":"object"}`)); err != nil {
+		t.Fatalf("validate_schema object: %v", err)
+	} else if schema != `{"type":"object"}` {
+		t.Fatalf("validate_schema = %q, want the schema's text", schema)
+	}
+	if err := schema.UnmarshalJSON([]byte(`"{\"type\":\"array\"}"`)); err != nil {
+		t.Fatalf("validate_schema string: %v", err)
+	} else if schema != `{"type":"array"}` {
+		t.Fatalf("validate_schema = %q, want the string's text", schema)
+	}
+	c := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}, ValidateChecks: []string{"json_schema", "finish"},
+		ValidateFailure: mode, ValidateSchema: schema}
+	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate = %v, want nil", err)
 	}
 	c.ValidateChecks = []string{"json,schema"}

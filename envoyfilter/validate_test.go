@@ -93,3 +93,27 @@ func validityFront(t *testing.T, routes string) string {
 	})
 	return front.URL
 }
+
+// The Envoy server's YAML spells the options as the README says: a list of
+// checks, an unquoted 502, the schema as a mapping.
+func TestValidateYAML(t *testing.T) {
+	cfg, err := envoyfilter.ParseConfig([]byte(`metrics: {listen: "off"}
+routes:
+  - name: chat
+    upstreams: [{url: "http://127.0.0.1:1"}]
+    validate: [json_schema, finish]
+    validate_failure: 502
+    validate_schema: {type: object, required: [city]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := cfg.Routes[0]
+	if got := strings.Join(r.ValidateChecks, ","); got != "json_schema,finish" {
+		t.Fatalf("validate = %q, want json_schema,finish", got)
+	} else if r.ValidateFailure != "502" {
+		t.Fatalf("validate_failure = %q, want \"502\"", r.ValidateFailure)
+	} else if r.ValidateSchema != `{"required":["city"],"type":"object"}` {
+		t.Fatalf("validate_schema = %q, want the mapping as JSON text", r.ValidateSchema)
+	}
+}
