@@ -345,11 +345,15 @@ func responsesEvent(ans *answer, kind string, obj map[string]interface{}) {
 		s, _ := obj["delta"].(string)
 		ch.refusal += s
 	case "response.completed", "response.incomplete", "response.failed":
-		// The final event carries the whole response: it is the answer.
+		// The final event carries the whole response: it is the answer,
+		// unless it left out what the deltas brought.
 		if resp, ok := obj["response"].(map[string]interface{}); ok {
 			responsesDocument(ans, resp)
 		}
 		final := ans.choices[0]
+		if final != ch {
+			keepStreamed(final, ch)
+		}
 		if final.finish == "" {
 			final.finish = strings.TrimPrefix(kind, "response.")
 			final.finishOK = kind == "response.completed"
@@ -359,6 +363,20 @@ func responsesEvent(ans *answer, kind string, obj map[string]interface{}) {
 		if t := stringOf(item, "type"); t == "function_call" || t == "custom_tool_call" {
 			ch.tool = true
 		}
+	}
+}
+
+// keepStreamed fills in what a final response object left out from what
+// its stream's deltas brought.
+func keepStreamed(final, streamed *answerChoice) {
+	if final.text == "" {
+		final.text = streamed.text
+	}
+	if final.refusal == "" {
+		final.refusal = streamed.refusal
+	}
+	if streamed.tool {
+		final.tool = true
 	}
 }
 

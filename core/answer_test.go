@@ -51,6 +51,8 @@ func TestValidityChecksEveryFormat(t *testing.T) {
 		{"responses stream valid", "event: response.output_text.delta\ndata: {\"type\":\"response.output_text.delta\",\"delta\":\"{\\\"city\\\":\\\"Bern\\\"}\"}\n\n" +
 			"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\",\"output\":[{\"type\":\"message\",\"content\":[{\"type\":\"output_text\",\"text\":\"{\\\"city\\\":\\\"Bern\\\"}\"}]}]}}\n\n",
 			true, true, all, "", ""},
+		{"responses stream final without output", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"{\\\"city\\\":\\\"Bern\\\"}\"}\n\n" +
+			"data: {\"type\":\"response.completed\",\"response\":{\"status\":\"completed\"}}\n\n", true, true, all, "", ""},
 		{"responses stream incomplete", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"{\"}\n\n" +
 			"data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\"}}\n\n", true, true, checkFinish, ValidateFinish, `"incomplete"`},
 		{"responses stream no final event", "data: {\"type\":\"response.output_text.delta\",\"delta\":\"{}\"}\n\n", true, true, checkFinish, ValidateFinish, `no finish reason`},
