@@ -302,7 +302,7 @@ func streamEvent(ans *answer, data string) {
 // oneChoice returns the answer's only choice, adding it when missing.
 func oneChoice(ans *answer) *answerChoice {
 	if len(ans.choices) == 0 {
-		ans.choices = []*answerChoice{&answerChoice{}}
+		ans.choices = append(ans.choices, new(answerChoice))
 	}
 	return ans.choices[0]
 }
