@@ -1,6 +1,6 @@
 # The whole test suite: `make test` (what CI runs, through .ci/run).
 # It installs what the tests need (yaegi v0.16.1 and golangci-lint into the
-# cache folder) and
+# cache folder, Debian's redis-server through apt-get when it is missing) and
 # builds the real Caddy and Traefik binaries on first use (cached outside the
 # checkout in $(LLMHEDGE_CACHE), keyed by version and source hash).
 
@@ -13,11 +13,22 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(LLMHEDGE_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 FUZZTIME      ?= 15s
 
-.PHONY: test vet lint unit yaegi fuzz demo tools
+.PHONY: test vet lint unit yaegi fuzz demo tools redis-server
 
 test: vet lint unit yaegi fuzz
 
 tools: $(YAEGI) $(GOLANGCI_LINT)
+
+# The fleet tests start their own redis-server (internal/testkit/redisproc);
+# install Debian's package when there is none (sudo when not root).
+redis-server:
+	@if ! command -v redis-server >/dev/null 2>&1 && [ ! -x /usr/bin/redis-server ]; then \
+		if [ "$$(id -u)" = 0 ]; then sudo=; \
+		elif command -v sudo >/dev/null 2>&1; then sudo=sudo; \
+		else echo "redis-server is missing and this user cannot install it: run apt-get install -y redis-server as root" >&2; exit 1; fi; \
+		echo "installing redis-server"; \
+		$$sudo apt-get update -q && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -q redis-server; \
+	fi
 
 $(YAEGI):
 	mkdir -p $(LLMHEDGE_CACHE)/bin
@@ -36,7 +47,7 @@ vet:
 lint: $(GOLANGCI_LINT)
 	$(GOLANGCI_LINT) run ./...
 
-unit:
+unit: redis-server
 	$(GO) test -race -count=1 -timeout 30m ./...
 
 # yaegi resolves imports GOPATH-style: link the checkout into a temporary

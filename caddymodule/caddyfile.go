@@ -35,6 +35,8 @@ func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 			h.PathPrefixes, err = p.atLeastOne()
 		case "report_header":
 			err = h.parseReportHeader(p)
+		case "fleet":
+			err = h.parseFleet(p)
 		default:
 			err = p.jsonOption(reflect.ValueOf(h).Elem(), "llm_hedge")
 		}

@@ -10,5 +10,6 @@ import (
 // by repl. Zero values stay zero: core fills in the defaults.
 func coreConfig(cfg core.Config, repl *caddy.Replacer) core.Config {
 	out, _ := cfg.ExpandUpstreams(func(v string) (string, error) { return repl.ReplaceKnown(v, ""), nil })
+	out.Fleet.URL = repl.ReplaceKnown(out.Fleet.URL, "")
 	return out
 }

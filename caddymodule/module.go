@@ -58,6 +58,7 @@ type Handler struct {
 	httpTrans    *http.Transport
 	stateKey     string
 	transportKey string
+	fleetKey     string
 	metrics      *hedgeMetrics
 	logger       *zap.Logger
 }
@@ -98,7 +99,14 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		return err
 	}
 	h.metrics = processMetrics()
-	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe)})
+	var fleet *core.Fleet
+	if h.cfg.Fleet.Enabled() {
+		h.fleetKey, fleet, err = acquireFleet(h.cfg.Fleet, h.metrics.Set)
+		if err != nil {
+			return err
+		}
+	}
+	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet})
 	if err != nil {
 		return err
 	}
@@ -138,7 +146,7 @@ func (h *Handler) Cleanup() error {
 		h.metrics.live.remove(h.hedger)
 	}
 	var errs []error
-	for _, key := range []string{h.stateKey, h.transportKey} {
+	for _, key := range []string{h.stateKey, h.transportKey, h.fleetKey} {
 		if key == "" {
 			continue
 		}
@@ -146,7 +154,7 @@ func (h *Handler) Cleanup() error {
 			errs = append(errs, err)
 		}
 	}
-	h.stateKey, h.transportKey = "", ""
+	h.stateKey, h.transportKey, h.fleetKey = "", "", ""
 	return errors.Join(errs...)
 }
 

@@ -62,6 +62,9 @@ type Config struct {
 	// StreamErrorEvent: a failure after commit ends an SSE answer with a
 	// final `event: error` instead of a cut stream. Default false.
 	StreamErrorEvent bool `json:"stream_error_event,omitempty"`
+	// Fleet shares joins, replays and conflicts of keyed requests across
+	// replicas through Redis. Default off.
+	Fleet FleetConfig `json:"fleet,omitzero"`
 	// ValidateChecks (`validate`) are the checks an answer must pass before
 	// it may win, any of json, json_schema, finish and no_refusal (items
 	// may be comma-separated lists). A streamed answer is then held until
@@ -366,6 +369,9 @@ func (c Config) WithDefaults() Config {
 	} else {
 		c.Idempotency.ScopeHeaders = append([]string(nil), c.Idempotency.ScopeHeaders...)
 	}
+	if c.Fleet.Enabled() {
+		c.Fleet = c.Fleet.WithDefaults()
+	}
 	b := &c.Budget
 	if b.Ratio == 0 {
 		b.Ratio = 0.1
@@ -512,6 +518,7 @@ func (c Config) Validate() error {
 		bad("report header %q is not a valid token", c.ReportHeader)
 	}
 	validateConfig(&c, bad)
+	validateFleet(bad, c.Fleet)
 	return errors.Join(errs...)
 }
 

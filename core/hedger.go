@@ -27,6 +27,9 @@ type Options struct {
 	State *State
 	// Store replaces the in-memory store of completed idempotent responses.
 	Store Store
+	// Fleet shares keyed requests with the other replicas (see NewFleet);
+	// nil: this replica alone. Adapters pass one when Config.Fleet is set.
+	Fleet *Fleet
 }
 
 // Hedger runs hedged requests for one route. It is safe for concurrent use.
@@ -63,6 +66,8 @@ type Hedger struct {
 	scopeHeaders []string
 	// validation is the route's validity checks, parsed (validate.go).
 	validation *validation
+	// fleet is opts.Fleet (nil: no fleet).
+	fleet *Fleet
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -122,7 +127,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, validation: newValidation(&cfg)}, nil
+		scopeHeaders: scopeHeaders, fleet: opts.Fleet, validation: newValidation(&cfg)}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its
@@ -250,11 +255,30 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	fw := &flightWriter{w: w, f: lead, hdr: make(http.Header), reportHeader: h.cfg.ReportHeader}
 	complete := false
 	store := false
+	var remote *fleetLeader
 	// Deferred, so that followers are released even if the race panics.
 	defer func() {
 		stopLeaderHook()
+		if remote != nil {
+			fleetLeaderEnd(remote, lead, complete, store)
+		}
 		h.state.idem.finish(identity, lead, complete, store, h.idempotencyTTL)
 	}()
+	if h.fleet != nil {
+		// Another replica may lead, or have stored the answer.
+		joined := fleetJoin(h, fw, p, rep, identity, readers)
+		if joined.answered {
+			complete = joined.complete
+			return joined.err
+		}
+		remote = joined.leader
+		fw.remote = remote
+		if remote != nil {
+			lead.mu.Lock()
+			lead.remote = remote
+			lead.mu.Unlock()
+		}
+	}
 	rc := newRace(h, p, rep, start)
 	rc.clientCtx = readers
 	rc.ctx = readers

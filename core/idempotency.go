@@ -183,6 +183,9 @@ type flight struct {
 	followers   int
 	leaderGone  bool               // the leader's client left
 	stopReaders context.CancelFunc // cancels the race once nobody reads
+	// remote is set when the flight also leads the fleet's: followers on
+	// other replicas read it too.
+	remote *fleetLeader
 }
 
 func newFlight(fingerprint string, maxBytes int) *flight {
@@ -249,20 +252,29 @@ func (f *flight) leave() {
 	f.followers--
 	stop := f.followers == 0 && f.leaderGone
 	cancel := f.stopReaders
+	remote := f.remote
 	f.mu.Unlock()
+	if stop && remote != nil && fleetHasReaders(remote) {
+		stop = false
+	}
 	if stop && cancel != nil {
 		cancel()
 	}
 }
 
 // leaderLeft records that the leader's client is gone and reports whether
-// followers still read; when none does, the race is cancelled.
+// followers (here, or on other replicas) still read; when none does, the
+// race is cancelled.
 func (f *flight) leaderLeft() bool {
 	f.mu.Lock()
 	f.leaderGone = true
 	reading := f.followers > 0
 	cancel := f.stopReaders
+	remote := f.remote
 	f.mu.Unlock()
+	if !reading && remote != nil && fleetHasReaders(remote) {
+		reading = true
+	}
 	if !reading && cancel != nil {
 		cancel()
 	}
@@ -377,6 +389,9 @@ type flightWriter struct {
 	// clientGone: a write to the leader's client failed while followers
 	// read; the answer goes on into the flight only.
 	clientGone bool
+	// remote, when this request leads a fleet flight, gets the answer too
+	// for the followers on other replicas.
+	remote *fleetLeader
 }
 
 // Header is the answer's own header map until the status is written;
@@ -394,7 +409,11 @@ func (fw *flightWriter) WriteHeader(status int) {
 		return
 	}
 	fw.status = status
-	fw.f.start(status, recordedHeader(fw.hdr, fw.reportHeader))
+	rec := recordedHeader(fw.hdr, fw.reportHeader)
+	fw.f.start(status, rec)
+	if fw.remote != nil {
+		fleetLeaderHead(fw.remote, status, rec)
+	}
 	dst := fw.w.Header()
 	copyHeader(dst, fw.hdr)
 	if _, ok := fw.hdr["Content-Length"]; !ok {
@@ -408,6 +427,9 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		fw.WriteHeader(http.StatusOK)
 	}
 	fw.f.write(p)
+	if fw.remote != nil {
+		fleetLeaderData(fw.remote, p)
+	}
 	if fw.clientGone {
 		return len(p), nil
 	}

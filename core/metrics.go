@@ -27,7 +27,10 @@ const (
 	MetricWastedTokens    int = 10
 	MetricCurrentDelay    int = 11
 	MetricHedgesInFlight  int = 12
-	MetricInvalid         int = 13
+	MetricFleetUp         int = 13
+	MetricFleetErrors     int = 14
+	MetricFleetDuration   int = 15
+	MetricInvalid         int = 16
 )
 
 // MetricDef describes one metric.
@@ -48,6 +51,10 @@ var durationBuckets = []float64{0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 
 
 // cancelBuckets cover the time from a winner's commit to a loser's
 // connection being closed (seconds).
+// fleetBuckets cover one Redis operation, from a loopback round trip to
+// the operation timeout and a blocking read (seconds).
+var fleetBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}
+
 var cancelBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}
 
 // Every label set is bounded by the configuration: routes and upstreams are
@@ -92,6 +99,15 @@ var metricDefs = []MetricDef{
 	{Name: "llm_hedge_hedges_in_flight", Type: MetricGauge,
 		Help:   "Hedge attempts running now, by route.",
 		Labels: []string{"route"}},
+	{Name: "llm_hedge_fleet_up", Type: MetricGauge,
+		Help:   "1 while the fleet's Redis is in use, 0 while it is away and requests use local state, by fleet (host:port/db).",
+		Labels: []string{"fleet"}},
+	{Name: "llm_hedge_fleet_operation_errors_total", Type: MetricCounter,
+		Help:   "Fleet operations on Redis that failed or timed out, by fleet and operation (claim, append, finish, renew, read, lease).",
+		Labels: []string{"fleet", "op"}},
+	{Name: "llm_hedge_fleet_operation_duration_seconds", Type: MetricHistogram,
+		Help:   "Time of one fleet operation on Redis (a read includes its blocking wait), by fleet and operation.",
+		Labels: []string{"fleet", "op"}, Buckets: fleetBuckets},
 	{Name: "llm_hedge_invalid_answers_total", Type: MetricCounter,
 		Help:   "Attempts whose answer failed a validity check, by route, upstream and check (json, json_schema, finish, no_refusal).",
 		Labels: []string{"route", "upstream", "check"}},
@@ -106,9 +122,10 @@ func MetricDefs() []MetricDef {
 	return defs
 }
 
-// MetricSink receives the samples of a Report. Record adds v to a counter
-// or observes v in a histogram; labels are in the order of the metric's
-// MetricDef.Labels.
+// MetricSink receives the samples of a Report (and of a Fleet). Record
+// adds v to a counter, observes v in a histogram, or sets a gauge that is
+// not read from a Hedger (MetricFleetUp); labels are in the order of the
+// metric's MetricDef.Labels.
 type MetricSink interface {
 	Record(metric int, labels []string, v float64)
 }

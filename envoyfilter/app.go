@@ -319,6 +319,7 @@ func (a *App) Shutdown(timeout time.Duration) {
 		cancel()
 	}
 	a.serving.Wait()
+	a.Server.closeFleets()
 	a.log.Info("stopped")
 }
 

@@ -36,6 +36,9 @@ type FileConfig struct {
 	// Routes are tried in order; the first that matches a request hedges
 	// it. A request no route matches continues through Envoy untouched.
 	Routes []RouteConfig `json:"routes"`
+	// Fleet shares keyed requests with the other replicas through Redis,
+	// for every route without a fleet of its own. Default off.
+	Fleet core.FleetConfig `json:"fleet"`
 }
 
 // GRPCConfig configures the gRPC listener.
@@ -249,6 +252,11 @@ func (c *FileConfig) applyDefaults() {
 	}
 	fillZero(reflect.ValueOf(c).Elem(), reflect.ValueOf(serverDefaults()))
 	c.Transport.TransportConfig = c.Transport.TransportConfig.WithDefaults()
+	for i := range c.Routes {
+		if !c.Routes[i].Fleet.Enabled() {
+			c.Routes[i].Fleet = c.Fleet // the server-wide fleet
+		}
+	}
 }
 
 // serverDefaults holds the default of every server-level setting.
@@ -399,5 +407,10 @@ func expandEnv(value string) (string, error) {
 func (r RouteConfig) CoreConfig() (core.Config, error) {
 	cfg := r.Config
 	cfg.Route = r.Name
+	fleetURL, err := expandEnv(cfg.Fleet.URL)
+	if err != nil {
+		return cfg, fmt.Errorf("fleet: url: %v", err)
+	}
+	cfg.Fleet.URL = fleetURL
 	return cfg.ExpandUpstreams(expandEnv)
 }

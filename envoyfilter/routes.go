@@ -75,7 +75,7 @@ func (t *routeTable) match(head *requestHead) *route {
 // budgets, breakers, idempotency table), so a reload neither forgets the
 // learned delay nor refills the hedge budget.
 func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripper, clock core.Clock,
-	observer core.Observer) (*routeTable, error) {
+	observer core.Observer, fleetFor func(core.FleetConfig) (*core.Fleet, error)) (*routeTable, error) {
 	t := &routeTable{states: make(map[string]*core.State)}
 	for _, rc := range cfgs {
 		cc, err := rc.CoreConfig()
@@ -87,7 +87,11 @@ func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripp
 		if prev != nil {
 			state = prev.states[key]
 		}
-		h, err := core.New(cc, core.Options{Transport: transport, Clock: clock, Observer: observer, State: state})
+		fleet, err := fleetFor(cc.Fleet)
+		if err != nil {
+			return nil, fmt.Errorf("route %s: fleet: %w", rc.Name, err)
+		}
+		h, err := core.New(cc, core.Options{Transport: transport, Clock: clock, Observer: observer, State: state, Fleet: fleet})
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", rc.Name, err)
 		}

@@ -28,7 +28,8 @@ type Server struct {
 	// one for the new routes; an injected one (Options.Transport) is kept.
 	transport    http.RoundTripper
 	ownTransport bool
-	transportKey string // core.TransportKey of the built transport
+	transportKey string                  // core.TransportKey of the built transport
+	fleets       map[string]*serverFleet // by fleetKey, the fleets in use
 	current      atomic.Pointer[settings]
 	inFlight     atomic.Int64
 }
@@ -130,13 +131,16 @@ func (s *Server) apply(cfg *FileConfig) error {
 			retired, _ = s.transport.(*http.Transport)
 		}
 	}
-	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, core.ObserverFunc(s.observe))
+	fleets := &fleetPicker{s: s, used: map[string]*serverFleet{}}
+	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, core.ObserverFunc(s.observe), fleets.fleet)
 	if err != nil {
+		fleets.abort()
 		if fresh != nil {
 			fresh.CloseIdleConnections()
 		}
 		return err
 	}
+	fleets.commit()
 	s.transport = transport
 	s.transportKey = transportKey
 	if retired != nil {

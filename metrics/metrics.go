@@ -19,6 +19,7 @@ type Set struct {
 	defs       []core.MetricDef
 	counters   []*prometheus.CounterVec   // by metric index, nil for others
 	histograms []*prometheus.HistogramVec // by metric index, nil for others
+	gauges     []*prometheus.GaugeVec     // set through Record (the fleet's), nil for others
 	collectors []prometheus.Collector
 }
 
@@ -29,6 +30,7 @@ func New() *Set {
 		defs:       defs,
 		counters:   make([]*prometheus.CounterVec, len(defs)),
 		histograms: make([]*prometheus.HistogramVec, len(defs)),
+		gauges:     make([]*prometheus.GaugeVec, len(defs)),
 	}
 	for i, d := range defs {
 		switch d.Type {
@@ -38,6 +40,12 @@ func New() *Set {
 		case core.MetricHistogram:
 			s.histograms[i] = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: d.Buckets}, d.Labels)
 			s.collectors = append(s.collectors, s.histograms[i])
+		case core.MetricGauge:
+			if i == core.MetricCurrentDelay || i == core.MetricHedgesInFlight {
+				continue // read from the hedgers at scrape time (Gauges)
+			}
+			s.gauges[i] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: d.Name, Help: d.Help}, d.Labels)
+			s.collectors = append(s.collectors, s.gauges[i])
 		}
 	}
 	return s
@@ -53,6 +61,8 @@ func (s *Set) Record(metric int, labels []string, v float64) {
 		c.WithLabelValues(labels...).Add(v)
 	} else if h := s.histograms[metric]; h != nil {
 		h.WithLabelValues(labels...).Observe(v)
+	} else if g := s.gauges[metric]; g != nil {
+		g.WithLabelValues(labels...).Set(v)
 	}
 }
 

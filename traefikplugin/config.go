@@ -60,6 +60,26 @@ type Config struct {
 	// MetricsPath, when set, is a path answered with the llm_hedge_*
 	// metrics in the Prometheus text format (metrics.go).
 	MetricsPath string `json:"metricsPath,omitempty" yaml:"metricsPath,omitempty" core:"-"`
+	// Fleet shares joins, replays and conflicts of keyed requests across
+	// replicas through Redis. Default off.
+	Fleet Fleet `json:"fleet,omitempty" yaml:"fleet,omitempty"`
+}
+
+// Fleet is core.FleetConfig in Traefik's spelling.
+type Fleet struct {
+	// URL of the Redis server: redis://[user:password@]host:port/db or
+	// rediss://.
+	URL string `json:"url,omitempty" yaml:"url,omitempty" core:"Fleet.URL"`
+	// PasswordEnv names an environment variable holding the password.
+	PasswordEnv string `json:"passwordEnv,omitempty" yaml:"passwordEnv,omitempty" core:"Fleet.PasswordEnv"`
+	// Timeout bounds every fleet operation. Default "50ms".
+	Timeout string `json:"timeout,omitempty" yaml:"timeout,omitempty" core:"Fleet.Timeout"`
+	// Prefix of every key. Default "llmhedge:".
+	Prefix string `json:"prefix,omitempty" yaml:"prefix,omitempty" core:"Fleet.Prefix"`
+	// Lease of a leader's claim, renewed every lease/3. Default "2s".
+	Lease string `json:"lease,omitempty" yaml:"lease,omitempty" core:"Fleet.Lease"`
+	// RetryInterval between tries of a Redis that failed. Default "500ms".
+	RetryInterval string `json:"retryInterval,omitempty" yaml:"retryInterval,omitempty" core:"Fleet.RetryInterval"`
 }
 
 // Upstream is core.UpstreamConfig. SetHeaders values are never logged.

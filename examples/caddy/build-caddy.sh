@@ -3,8 +3,8 @@
 # and caches it outside the checkout. Prints the binary's path.
 #
 # The cache key is the same as internal/testkit/caddybin's (used by the e2e tests):
-# the Go version, go.mod, go.sum and every non-test .go file under core/ and
-# caddymodule/, so the tests, the demo and CI's fresh clone share one build.
+# the Go version, go.mod, go.sum and every non-test .go file under core/,
+# caddymodule/, fleetredis/ and metrics/, so the tests, the demo and CI's fresh clone share one build.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${LLMHEDGE_CACHE:-$HOME/.cache/llmhedge}"
@@ -12,7 +12,7 @@ cd "$root"
 hash="$(
   {
     go env GOVERSION
-    for f in go.mod go.sum $(find core caddymodule -name '*.go' ! -name '*_test.go' ! -path '*/testdata/*' | LC_ALL=C sort); do
+    for f in go.mod go.sum $(find core caddymodule fleetredis metrics -name '*.go' ! -name '*_test.go' ! -path '*/testdata/*' | LC_ALL=C sort); do
       printf '%s\n' "$f"
       cat "$f"
     done

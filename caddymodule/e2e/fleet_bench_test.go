@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+)
+
+// Fleet benchmarks through real Caddy processes and a real Redis on
+// loopback. They run with LLMHEDGE_FLEET_BENCH=1 only:
+//
+//	LLMHEDGE_FLEET_BENCH=1 go test -run 'TestFleetBench' -v ./caddymodule/e2e
+
+func fleetBenchOnly(t *testing.T) {
+	if os.Getenv("LLMHEDGE_FLEET_BENCH") != "1" {
+		t.Skip("fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
+	}
+}
+
+// eventTimes streams one raw chat request and returns when each data line
+// arrived.
+func eventTimes(ctx context.Context, client *http.Client, url, key string, sent chan<- struct{}) ([]time.Time, error) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer sk-bench")
+	req.Header.Set("Idempotency-Key", key)
+	if sent != nil {
+		close(sent)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	var times []time.Time
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "data: ") && strings.Contains(sc.Text(), `"content"`) {
+			times = append(times, time.Now())
+		}
+	}
+	return times, sc.Err()
+}
+
+func quantile(xs []time.Duration, q float64) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), xs...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(q * float64(len(s)-1))
+	return s[i]
+}
+
+// A follower on another replica against the leader's own client: the
+// added time to first byte (first content event) and the lag of every
+// event.
+func TestFleetBenchFollowerLag(t *testing.T) {
+	fleetBenchOnly(t)
+	w := llmsim.Workload{MedianTTFT: 50 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 10 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	r := startFleet(t, 2, w)
+	ctx := testContext(t)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 8}}
+	var ttfb, lag []time.Duration
+	trials := 100
+	for i := 0; i < trials; i++ {
+		key := "lag-" + strconv.Itoa(i)
+		var leader, follower []time.Time
+		var lerr, ferr error
+		done := make(chan struct{})
+		go func() {
+			leader, lerr = eventTimes(ctx, client, r.replicas[0].url(0), key, nil)
+			close(done)
+		}()
+		if err := r.sim.WaitFor(ctx, func() bool { return r.sim.Attempts(key) == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		follower, ferr = eventTimes(ctx, client, r.replicas[1].url(0), key, nil)
+		<-done
+		if lerr != nil || ferr != nil || len(leader) < 20 || len(follower) != len(leader) {
+			t.Fatalf("%s: leader %d events (%v), follower %d (%v)", key, len(leader), lerr, len(follower), ferr)
+		}
+		if r.sim.Attempts(key) != 1 {
+			t.Fatalf("%s: %d generations", key, r.sim.Attempts(key))
+		}
+		ttfb = append(ttfb, follower[0].Sub(leader[0]))
+		for j := range leader {
+			lag = append(lag, follower[j].Sub(leader[j]))
+		}
+	}
+	t.Logf("follower on another replica, %d trials: added TTFB p50 %v p99 %v; per-event lag (%d events) p50 %v p99 %v",
+		trials, quantile(ttfb, 0.5), quantile(ttfb, 0.99), len(lag), quantile(lag, 0.5), quantile(lag, 0.99))
+	if quantile(lag, 0.5) > 2*time.Millisecond || quantile(lag, 0.99) > 10*time.Millisecond {
+		t.Errorf("per-event lag p50 %v p99 %v, goal p50 <= 2ms and p99 <= 10ms", quantile(lag, 0.5), quantile(lag, 0.99))
+	}
+}
+
+// commandStats returns the calls of every command in INFO commandstats.
+func commandStats(t *testing.T, c core.RedisClient) map[string]int {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	v, err := c.Do(ctx, "INFO", "commandstats")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, line := range strings.Split(v.Str, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
+		out[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return out
+}
+
+func statsDelta(before, after map[string]int) (int, string) {
+	total := 0
+	var parts []string
+	for name, n := range after {
+		if d := n - before[name]; d > 0 && name != "info" {
+			total += d
+			parts = append(parts, fmt.Sprintf("%s=%d", name, d))
+		}
+	}
+	sort.Strings(parts)
+	return total, strings.Join(parts, " ")
+}
+
+// Redis commands per keyed request: a lone leader, a leader and a
+// follower, a replay.
+func TestFleetBenchRedisCommands(t *testing.T) {
+	fleetBenchOnly(t)
+	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 2 * time.Millisecond, PingEvery: 10 * time.Millisecond}
+	r := startFleet(t, 2, w)
+	ctx := testContext(t)
+	rc, err := fleetredis.New(core.FleetConfig{URL: r.redis.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	const n = 50
+	before := commandStats(t, rc)
+	for i := 0; i < n; i++ {
+		if got := fleetStream(ctx, r.replicas[0], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil); got.err != nil {
+			t.Fatal(got.err)
+		}
+	}
+	lone, loneParts := statsDelta(before, commandStats(t, rc))
+	before = commandStats(t, rc)
+	for i := 0; i < n; i++ {
+		key := "pair-" + strconv.Itoa(i)
+		leader := make(chan streamed, 1)
+		go func() { leader <- fleetStream(ctx, r.replicas[0], "sk-alice", key, "hello", nil) }()
+		if err := r.sim.WaitFor(ctx, func() bool { return r.sim.Attempts(key) == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", nil)
+		<-leader
+	}
+	pair, pairParts := statsDelta(before, commandStats(t, rc))
+	before = commandStats(t, rc)
+	for i := 0; i < n; i++ {
+		fleetStream(ctx, r.replicas[1], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil)
+	}
+	replay, replayParts := statsDelta(before, commandStats(t, rc))
+	t.Logf("Redis commands: lone leader %.1f per request (%s); leader+follower %.1f per pair (%s); replay %.1f (%s)",
+		float64(lone)/n, loneParts, float64(pair)/n, pairParts, float64(replay)/n, replayParts)
+}
+
+// Keyed requests per second with the fleet on and off: 20 clients, unique
+// keys, a fast upstream, one Caddy.
+func TestFleetBenchThroughput(t *testing.T) {
+	fleetBenchOnly(t)
+	// TokenGap 0 would be the workload default (20ms): a microsecond.
+	w := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: time.Microsecond, PingEvery: time.Second}
+	sim := llmsim.Start("A", w)
+	defer sim.Close()
+	redis := redisproc.Start(t, redisproc.Options{})
+	off := startCaddy(t, "", fmt.Sprintf("\tllm_hedge {\n\t\troute fleet\n\t\tupstream %s {\n\t\t\tname A\n\t\t}\n\t\tmax_attempts 1\n\t}", sim.URL))
+	on := startCaddy(t, "", fleetSite(sim, redis.URL()))
+	run := func(c *caddyProc, prefix string) float64 {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var count atomic.Int64
+		var wg sync.WaitGroup
+		start := time.Now()
+		for g := 0; g < 20; g++ {
+			g := g
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ctx.Err() == nil; i++ {
+					if _, err := eventTimes(ctx, client, c.url(0), fmt.Sprintf("%s-%d-%d", prefix, g, i), nil); err == nil {
+						count.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		return float64(count.Load()) / time.Since(start).Seconds()
+	}
+	run(off, "warm-off")
+	run(on, "warm-on")
+	offRate := run(off, "off")
+	onRate := run(on, "on")
+	t.Logf("keyed requests/s, 20 clients, one Caddy: fleet off %.0f, fleet on %.0f (%.0f%%)", offRate, onRate, 100*onRate/offRate)
+}

@@ -1,0 +1,85 @@
+package caddymodule
+
+import (
+	"reflect"
+
+	"github.com/caddyserver/caddy/v2"
+	"go.uber.org/zap"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/fleetredis"
+)
+
+// pooledFleet is one Redis client and the core.Fleet on it, shared by every
+// route (and every loaded config) with the same fleet settings, so that a
+// reload keeps the connections and the breaker's state.
+type pooledFleet struct {
+	client *fleetredis.Client
+	fleet  *core.Fleet
+}
+
+// Destruct closes the client when the last config using it is unloaded.
+func (p *pooledFleet) Destruct() error { return p.client.Close() }
+
+// fleetKey keys a fleet in the usage pool: its settings, defaults applied.
+// It holds the URL (maybe with a password) but is never logged.
+func fleetKey(cfg core.FleetConfig) string {
+	cfg = cfg.WithDefaults()
+	return "fleet\x00" + cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + cfg.Prefix + "\x00" +
+		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String()
+}
+
+// acquireFleet returns the pooled fleet for cfg, creating it on first use.
+// The caller must release key with shared.Delete.
+func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f *core.Fleet, err error) {
+	key = fleetKey(cfg)
+	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
+		client, err := fleetredis.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		logger := caddy.Log().Named("http.handlers.llm_hedge.fleet")
+		fl := core.NewFleet(client, cfg, core.FleetOptions{Metrics: metrics, Log: func(fields []core.LogField) {
+			logFleetState(logger, fields)
+		}})
+		return &pooledFleet{client: client, fleet: fl}, nil
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	return key, v.(*pooledFleet).fleet, nil
+}
+
+// logFleetState writes the line of a fleet's change of state: a warning
+// when it goes down (requests then use local state), info when it is back.
+func logFleetState(logger *zap.Logger, fields []core.LogField) {
+	zf := make([]zap.Field, 0, len(fields))
+	up := false
+	for _, f := range fields {
+		zf = append(zf, zap.String(f.Key, f.Str))
+		if f.Key == "state" && f.Str == "up" {
+			up = true
+		}
+	}
+	if up {
+		logger.Info("fleet up: joins and replays are shared again", zf...)
+		return
+	}
+	logger.Warn("fleet down: requests use this replica's own state", zf...)
+}
+
+// parseFleet reads `fleet <url> [{ ... }]` or `fleet { url <url> ... }`:
+// the block's options are core.FleetConfig's JSON names.
+func (h *Handler) parseFleet(p args) error {
+	d := p.d
+	values := d.RemainingArgs()
+	switch len(values) {
+	case 0:
+	case 1:
+		h.Fleet.URL = values[0]
+	default:
+		return d.Errf("fleet takes one URL (redis://host:port/db), got %d arguments", len(values))
+	}
+	v := reflect.ValueOf(&h.Fleet).Elem()
+	return p.each(func(string) error { return p.jsonOption(v, "fleet") })
+}

@@ -1,0 +1,371 @@
+package core
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"encoding/hex"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// A Fleet is one replica's connection to the shared Redis of a fleet of
+// gateways: the protocol of fleetflight.go runs through it. It guards the
+// connection with a breaker: after fleetFailuresToOpen failures in a row
+// it is down, fleet operations fail at once and requests use this
+// replica's own state; one operation per RetryInterval probes Redis and the
+// first success brings the fleet up again. Routes that use the same Redis
+// share one Fleet. It is safe for concurrent use.
+type Fleet struct {
+	client  RedisClient
+	cfg     FleetConfig
+	name    string // host:port/db, for metrics and logs
+	clock   Clock
+	metrics MetricSink
+	log     func(fields []LogField)
+	// replica names this process in lease holders (random per Fleet).
+	replica string
+	// holders counts the flights this replica led, for unique holder ids.
+	holders int64
+
+	mu        sync.Mutex
+	up        bool
+	failures  int
+	nextProbe time.Time
+	probing   bool
+}
+
+// FleetOptions are what an adapter supplies to a Fleet besides its client.
+type FleetOptions struct {
+	// Clock drives the breaker's retry interval and the lease renewals.
+	// Default SystemClock. Lease expiry itself is Redis' (PX), never a
+	// clock shared between hosts.
+	Clock Clock
+	// Metrics receives the fleet's samples (MetricFleetUp,
+	// MetricFleetErrors, MetricFleetDuration). Optional.
+	Metrics MetricSink
+	// Log receives one line's fields each time the fleet goes down or comes
+	// back up (fleet, state, and on down the redacted error). Optional.
+	Log func(fields []LogField)
+}
+
+// fleetFailuresToOpen failed operations in a row take the fleet down.
+const fleetFailuresToOpen int = 3
+
+// Fleet operation names: the op label of the fleet metrics.
+const (
+	fleetOpClaim  = "claim"
+	fleetOpAppend = "append"
+	fleetOpFinish = "finish"
+	fleetOpRenew  = "renew"
+	fleetOpRead   = "read"
+	fleetOpLease  = "lease"
+)
+
+// errFleetDown is the error of an operation the breaker did not let through.
+var errFleetDown = errors.New("llmhedge: fleet down")
+
+// NewFleet returns a Fleet over client for cfg (defaults applied). It does
+// not touch Redis: the first keyed request does. It starts up.
+func NewFleet(client RedisClient, cfg FleetConfig, opts FleetOptions) *Fleet {
+	cfg = cfg.WithDefaults()
+	if opts.Clock == nil {
+		var c Clock = SystemClock{}
+		opts.Clock = c
+	}
+	name := ""
+	if a, err := ParseRedisURL(cfg.URL, ""); err == nil {
+		name = a.Name()
+	}
+	var id [6]byte
+	rand.Read(id[:])
+	f := &Fleet{client: client, cfg: cfg, name: name, clock: opts.Clock, metrics: opts.Metrics,
+		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true}
+	if f.metrics != nil {
+		f.metrics.Record(MetricFleetUp, []string{name}, 1)
+	}
+	return f
+}
+
+// Up reports whether the fleet is in use (the breaker is closed).
+func (f *Fleet) Up() bool {
+	f.mu.Lock()
+	up := f.up
+	f.mu.Unlock()
+	return up
+}
+
+// Name is the Redis server as metrics and logs name it (host:port/db).
+func (f *Fleet) Name() string { return f.name }
+
+// Config returns the fleet's configuration, defaults applied.
+func (f *Fleet) Config() FleetConfig { return f.cfg }
+
+// fleetAllow reports whether an operation may go to Redis: always while
+// the fleet is up; while it is down, one probe per retry interval. probe
+// is true for that one.
+func fleetAllow(f *Fleet) (allowed bool, probe bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.up {
+		return true, false
+	}
+	if f.probing || f.clock.Now().Before(f.nextProbe) {
+		return false, false
+	}
+	f.probing = true
+	return true, true
+}
+
+// fleetResult feeds an operation's outcome to the breaker. Failures of a
+// caller that gave up (its context ended) say nothing about Redis.
+func fleetResult(f *Fleet, err error, probe bool) {
+	f.mu.Lock()
+	if probe {
+		f.probing = false
+	}
+	changed := false
+	if err == nil {
+		f.failures = 0
+		if !f.up {
+			f.up = true
+			changed = true
+		}
+	} else {
+		f.failures++
+		if f.up && f.failures >= fleetFailuresToOpen {
+			f.up = false
+			changed = true
+		}
+		if !f.up {
+			f.nextProbe = f.clock.Now().Add(time.Duration(f.cfg.RetryInterval))
+		}
+	}
+	up := f.up
+	f.mu.Unlock()
+	if changed {
+		fleetStateChanged(f, up, err)
+	}
+}
+
+// fleetStateChanged records and logs a change of the fleet's state.
+func fleetStateChanged(f *Fleet, up bool, err error) {
+	v := 0.0
+	state := "down"
+	if up {
+		v = 1
+		state = "up"
+	}
+	if f.metrics != nil {
+		f.metrics.Record(MetricFleetUp, []string{f.name}, v)
+	}
+	if f.log == nil {
+		return
+	}
+	fields := []LogField{stringField("fleet", f.name), stringField("state", state)}
+	if err != nil {
+		// Client errors name the address at most; redactURLsIn removes a
+		// URL's userinfo should one quote it.
+		fields = append(fields, stringField("error", redactURLsIn(err.Error())))
+	}
+	f.log(fields)
+}
+
+// fleetDo sends one command within the operation timeout and feeds the
+// breaker. A blocking read (block > 0) gets twice its block time on top:
+// Redis times blocked clients out on its own clock tick (hz), up to about
+// 100ms late at the default hz.
+func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, args ...string) (RedisValue, error) {
+	allowed, probe := fleetAllow(f)
+	if !allowed {
+		return RedisValue{}, errFleetDown
+	}
+	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout)+2*block)
+	start := time.Now()
+	v, err := f.client.Do(ctx, args...)
+	cancel()
+	fleetObserve(f, parent, op, start, err, probe)
+	return v, err
+}
+
+// fleetPipeline sends cmds in one round trip within the operation timeout.
+func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string) ([]RedisValue, error) {
+	allowed, probe := fleetAllow(f)
+	if !allowed {
+		return nil, errFleetDown
+	}
+	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout))
+	start := time.Now()
+	v, err := f.client.Pipeline(ctx, cmds)
+	cancel()
+	fleetObserve(f, parent, op, start, err, probe)
+	return v, err
+}
+
+// fleetObserve records an operation's latency and error, and tells the
+// breaker. An error reply such as NOSCRIPT proves the connection works.
+func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, err error, probe bool) {
+	if f.metrics != nil {
+		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
+		if err != nil {
+			f.metrics.Record(MetricFleetErrors, []string{f.name, op}, 1)
+		}
+	}
+	if err != nil && parent.Err() != nil {
+		// The request left: nothing learnt about Redis.
+		if probe {
+			f.mu.Lock()
+			f.probing = false
+			f.mu.Unlock()
+		}
+		return
+	}
+	if err != nil && isNoScript(err) {
+		err = nil
+	}
+	fleetResult(f, err, probe)
+}
+
+func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// fleetScript is a Lua script sent by its SHA-1 (EVALSHA), and in full
+// (EVAL, which also caches it) when Redis does not know it yet, e.g. after
+// a restart.
+type fleetScript struct {
+	src string
+	sha string
+}
+
+func newFleetScript(src string) *fleetScript {
+	sum := sha1.Sum([]byte(src))
+	return &fleetScript{src: src, sha: hex.EncodeToString(sum[:])}
+}
+
+// fleetScriptCmd is the command that runs a script: verb EVALSHA with its
+// SHA-1, or EVAL with its source.
+func fleetScriptCmd(verb, script string, keys, args []string) []string {
+	cmd := make([]string, 0, 3+len(keys)+len(args))
+	cmd = append(cmd, verb, script, strconv.Itoa(len(keys)))
+	cmd = append(cmd, keys...)
+	cmd = append(cmd, args...)
+	return cmd
+}
+
+// fleetEval runs s with keys and args.
+func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (RedisValue, error) {
+	cmd := fleetScriptCmd("EVALSHA", s.sha, keys, args)
+	v, err := fleetDo(f, ctx, op, 0, cmd...)
+	if err == nil || !isNoScript(err) {
+		return v, err
+	}
+	cmd[0] = "EVAL"
+	cmd[1] = s.src
+	v2, err2 := fleetDo(f, ctx, op, 0, cmd...)
+	return v2, err2
+}
+
+// The keys of one identity share the hash tag {<identity>} so that a Redis
+// Cluster keeps them on one slot:
+//
+//	<prefix>{<id>}:lease       the leader's claim: "<holder> <fingerprint>", PX lease
+//	<prefix>{<id>}:done        the stored complete answer, PX ttl
+//	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
+//	<prefix>{<id>}:readers     followers that joined, PX stream linger
+//
+// A stream per generation means a follower can only ever read one
+// generation's bytes: a new leader after a takeover or a cut writes a
+// stream of its own.
+type fleetKeys struct {
+	tag     string
+	lease   string
+	done    string
+	readers string // followers that joined the current generation
+}
+
+func newFleetKeys(f *Fleet, identity string) fleetKeys {
+	id := identity
+	if len(id) > 32 {
+		id = id[:32] // 128 bits of the SHA-256: plenty, and shorter keys
+	}
+	tag := f.cfg.Prefix + "{" + id + "}"
+	return fleetKeys{tag: tag, lease: tag + ":lease", done: tag + ":done", readers: tag + ":readers"}
+}
+
+func (k fleetKeys) stream(holder string) string { return k.tag + ":s:" + holder }
+
+// fleetNewHolder returns a holder id unique to this flight.
+func fleetNewHolder(f *Fleet) string {
+	n := atomic.AddInt64(&f.holders, 1)
+	return f.replica + "." + strconv.FormatInt(n, 36)
+}
+
+// streamLinger is how long a generation's stream outlives its last
+// renewal or its end, for followers still reading it; capped by the TTL.
+const streamLinger = 60 * time.Second
+
+func fleetStreamMillis(f *Fleet, ttl time.Duration) string {
+	d := streamLinger
+	if ttl > 0 && ttl < d {
+		d = ttl
+	}
+	return strconv.FormatInt(int64(d/time.Millisecond), 10)
+}
+
+func millisString(d time.Duration) string {
+	ms := int64(d / time.Millisecond)
+	if ms < 1 {
+		ms = 1
+	}
+	return strconv.FormatInt(ms, 10)
+}
+
+// claimScript: KEYS lease, done, readers; ARGV holder, fingerprint, lease
+// ms, readers ms. Returns {"replay", doneValue, pttl}, {"conflict"},
+// {"lead", holder} or {"follow", holder}. A follower counts itself in
+// readers, which tells a leader whose own client left that others still
+// read its answer.
+var claimScript = newFleetScript(`
+local d = redis.call('GET', KEYS[2])
+if d then
+  if string.sub(d, 1, #ARGV[2] + 1) ~= ARGV[2] .. '\n' then return {'conflict'} end
+  return {'replay', d, redis.call('PTTL', KEYS[2])}
+end
+if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
+  redis.call('DEL', KEYS[3])
+  return {'lead', ARGV[1]}
+end
+local l = redis.call('GET', KEYS[1])
+local sp = string.find(l, ' ', 1, true)
+if string.sub(l, sp + 1) ~= ARGV[2] then return {'conflict'} end
+redis.call('INCR', KEYS[3])
+redis.call('PEXPIRE', KEYS[3], ARGV[4])
+return {'follow', string.sub(l, 1, sp - 1)}
+`)
+
+// renewScript: KEYS lease, stream; ARGV lease value, lease ms, stream ms.
+// Extends the lease (and the stream) only while this leader holds it.
+var renewScript = newFleetScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return 1
+end
+return 0
+`)
+
+// finishScript: KEYS lease, stream, done; ARGV lease value, end kind, done
+// value ("" for none), ttl ms, stream ms. Appends the end, stores the
+// answer, and releases the lease if this leader still holds it: the store
+// comes first, so a claim finds the lease or the answer, never neither
+// while a complete answer exists.
+var finishScript = newFleetScript(`
+redis.call('XADD', KEYS[2], '*', 't', 'e', 'v', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+`)

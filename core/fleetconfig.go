@@ -1,0 +1,141 @@
+package core
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// FleetConfig shares idempotency across gateway replicas through one Redis
+// (or Valkey): a request with a client's key joins a flight led by another
+// replica, replays its stored answer, or gets its 422. Without a URL there
+// is no fleet and every replica keeps its own table, as before.
+type FleetConfig struct {
+	// URL of the Redis server: redis://[user:password@]host:port/db, or
+	// rediss:// for TLS. Required to turn the fleet on.
+	URL string `json:"url,omitempty"`
+	// PasswordEnv names an environment variable holding the password, so
+	// that it stays out of the configuration. It replaces a password in URL.
+	PasswordEnv string `json:"password_env,omitempty"`
+	// Timeout bounds every fleet operation; on a timeout the request goes on
+	// with this replica's own state. Default 50ms.
+	Timeout Duration `json:"timeout,omitempty"`
+	// Prefix of every key, so that several gateways can share one Redis.
+	// Default "llmhedge:".
+	Prefix string `json:"prefix,omitempty"`
+	// Lease is how long a leader's claim lives without renewal (it renews
+	// every lease/3): after a leader's replica dies, a follower takes over
+	// within about this long. Default 2s.
+	Lease Duration `json:"lease,omitempty"`
+	// RetryInterval: after Redis failed, one request per interval tries it
+	// again while the others use local state. Default 500ms.
+	RetryInterval Duration `json:"retry_interval,omitempty"`
+}
+
+// Enabled reports whether the fleet is configured.
+func (c FleetConfig) Enabled() bool { return c.URL != "" }
+
+// WithDefaults returns c with its zero fields set to their defaults.
+func (c FleetConfig) WithDefaults() FleetConfig {
+	if c.Timeout == 0 {
+		c.Timeout = Duration(50 * time.Millisecond)
+	}
+	if c.Prefix == "" {
+		c.Prefix = "llmhedge:"
+	}
+	if c.Lease == 0 {
+		c.Lease = Duration(2 * time.Second)
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = Duration(500 * time.Millisecond)
+	}
+	return c
+}
+
+// validateFleet reports the problems of c (defaults applied) through bad.
+// Messages quote the URL redacted: it may hold the password.
+func validateFleet(bad func(string, ...interface{}), c FleetConfig) {
+	if !c.Enabled() {
+		return
+	}
+	if _, err := ParseRedisURL(c.URL, ""); err != nil {
+		bad("fleet: %v", err)
+	}
+	if c.Timeout <= 0 {
+		bad("fleet timeout %v must be positive", c.Timeout)
+	}
+	if c.Lease < Duration(100*time.Millisecond) {
+		bad("fleet lease %v must be at least 100ms", c.Lease)
+	}
+	if c.RetryInterval <= 0 {
+		bad("fleet retry_interval %v must be positive", c.RetryInterval)
+	}
+	if strings.ContainsAny(c.Prefix, "{}") {
+		bad("fleet prefix %q must not contain { or } (they mark the hash tag)", c.Prefix)
+	}
+	if c.PasswordEnv != "" && !validHeaderName(c.PasswordEnv) {
+		bad("fleet password_env %q is not a valid variable name", c.PasswordEnv)
+	}
+}
+
+// RedisAddress is a parsed fleet URL: what a Redis client dials.
+type RedisAddress struct {
+	TLS      bool   // rediss://
+	Host     string // host:port (port 6379 when absent)
+	Username string // for AUTH username password (Redis 6 ACLs)
+	Password string
+	DB       int
+}
+
+// Name is how metrics and logs name the server: host:port/db, never the
+// user name or the password.
+func (a RedisAddress) Name() string { return a.Host + "/" + strconv.Itoa(a.DB) }
+
+// ParseRedisURL parses redis://[user:password@]host:port/db or rediss://.
+// A non-empty passwordEnv names the environment variable the password is
+// read from (it replaces one in the URL). Errors quote the URL redacted.
+func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
+	var a RedisAddress
+	shown := redactURL(raw)
+	u, err := url.Parse(raw)
+	if err != nil {
+		return a, fmt.Errorf("url %q is not a valid URL: %s", shown, urlParseProblem(err, raw))
+	}
+	switch u.Scheme {
+	case "redis":
+	case "rediss":
+		a.TLS = true
+	default:
+		return a, fmt.Errorf("url %q: scheme must be redis or rediss", shown)
+	}
+	if u.Hostname() == "" {
+		return a, fmt.Errorf("url %q has no host", shown)
+	}
+	host := u.Host
+	if u.Port() == "" {
+		host = u.Host + ":6379"
+	}
+	a.Host = host
+	if u.User != nil {
+		a.Username = u.User.Username()
+		password, _ := u.User.Password()
+		a.Password = password
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return a, fmt.Errorf("url %q: no query or fragment is understood", shown)
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" {
+		n, err := strconv.Atoi(db)
+		if err != nil || n < 0 {
+			return a, fmt.Errorf("url %q: the path must be a database number", shown)
+		}
+		a.DB = n
+	}
+	if passwordEnv != "" {
+		a.Password = os.Getenv(passwordEnv)
+	}
+	return a, nil
+}

@@ -1,0 +1,71 @@
+package core
+
+import (
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestParseRedisURL(t *testing.T) {
+	a, err := ParseRedisURL("rediss://gw:s3cret-pw@redis.internal:6380/3", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.TLS || a.Host != "redis.internal:6380" || a.Username != "gw" || a.Password != "s3cret-pw" || a.DB != 3 {
+		t.Errorf("parsed %+v", a)
+	}
+	if a.Name() != "redis.internal:6380/3" {
+		t.Errorf("Name() = %q, want redis.internal:6380/3", a.Name())
+	}
+	b, err := ParseRedisURL("redis://127.0.0.1", "")
+	if err != nil || b.Host != "127.0.0.1:6379" || b.DB != 0 || b.TLS {
+		t.Errorf("redis://127.0.0.1: %+v, %v; want port 6379, db 0", b, err)
+	}
+	os.Setenv("LLMHEDGE_TEST_REDIS_PW", "from-env")
+	defer os.Unsetenv("LLMHEDGE_TEST_REDIS_PW")
+	c, err := ParseRedisURL("redis://:in-url@h:1/0", "LLMHEDGE_TEST_REDIS_PW")
+	if err != nil || c.Password != "from-env" {
+		t.Errorf("password_env: password %q, %v; want from-env", c.Password, err)
+	}
+}
+
+// A bad fleet URL is reported without its password.
+func TestFleetConfigErrorsHideThePassword(t *testing.T) {
+	for _, raw := range []string{"http://u:s3cret-pw@h:1/0", "redis://u:s3cret-pw@h:1/x", "redis://u:s3cret-pw@:1/0", "redis://u:s3cret-pw@h:1/0?x=1"} {
+		cfg := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}, Fleet: FleetConfig{URL: raw}}
+		err := cfg.Validate()
+		if err == nil {
+			t.Errorf("%s: no error", redactURL(raw))
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("error %q shows the password", err)
+		}
+		if !strings.Contains(err.Error(), "fleet") {
+			t.Errorf("error %q does not name the fleet", err)
+		}
+	}
+	ok := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}, Fleet: FleetConfig{URL: "redis://h:1/0"}}
+	if err := ok.Validate(); err != nil {
+		t.Errorf("valid fleet: %v", err)
+	}
+	if d := ok.WithDefaults().Fleet; d.Prefix != "llmhedge:" || d.Timeout.D().Milliseconds() != 50 {
+		t.Errorf("fleet defaults = %+v, want prefix llmhedge: and timeout 50ms", d)
+	}
+	if off := (Config{}).WithDefaults().Fleet; off != (FleetConfig{}) {
+		t.Errorf("no fleet: defaults filled in %+v, want none", off)
+	}
+}
+
+func TestFleetHeadRoundTrip(t *testing.T) {
+	hdr := http.Header{"Content-Type": {"text/event-stream"}, "X-Multi": {"a", "b"}}
+	enc := encodeFleetHead(201, hdr) + "body\nbytes"
+	status, got, rest, ok := decodeFleetHead(enc)
+	if !ok || status != 201 || rest != "body\nbytes" || got.Get("Content-Type") != "text/event-stream" || len(got["X-Multi"]) != 2 {
+		t.Errorf("decoded %d %v %q %v", status, got, rest, ok)
+	}
+	if _, _, _, ok := decodeFleetHead("20x\n\n"); ok {
+		t.Error("a bad status decoded")
+	}
+}

@@ -1,0 +1,551 @@
+package core
+
+import (
+	"context"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The fleet protocol of a keyed request, after this replica's own table
+// made it the local leader (so each replica sends one claim per identity
+// at a time; its local twins follow it in process):
+//
+//   - claim (claimScript): a stored answer is replayed (or 422 on another
+//     fingerprint); else SET lease NX PX makes this request the leader;
+//     else it follows the holder of the lease (or 422).
+//   - the leader runs the race and appends to its generation's stream:
+//     head (status and headers) at commit, data as it is written (batched:
+//     whatever accumulates while an append is on the wire goes in the next
+//     entry), end ok|cut|none; at a complete 2xx end within
+//     max_response_bytes it stores the answer (done) for the TTL. It
+//     renews the lease every lease/3.
+//   - a follower reads the stream from 0-0 with XREAD BLOCK and writes each
+//     entry as it comes. When a read times out it checks the lease: gone
+//     before head means the leader died before commit (or ended without an
+//     answer): it claims again, and one follower takes over; gone after
+//     head without end means the generation is cut, and so is the
+//     follower's answer. It never continues with another generation's
+//     bytes.
+//
+// Every operation is bounded (Fleet.cfg.Timeout, XREAD by its block time on
+// top); when one fails before this request has written anything, the
+// request goes on with local state, exactly as without a fleet.
+
+// fleetJoined is what the fleet did with a keyed request.
+type fleetJoined struct {
+	// answered: the request was answered from the fleet (replayed, joined
+	// or refused); err is handle's result and complete whether the whole
+	// answer was written.
+	answered bool
+	complete bool
+	err      error
+	// leader: this request leads the fleet's flight; its answer goes to
+	// the stream through flightWriter.remote.
+	leader *fleetLeader
+	// Neither: the fleet is away; the request runs on local state.
+}
+
+// fleetRounds bounds the claims of one request (a takeover claims again;
+// a lost race for the takeover follows the winner).
+const fleetRounds int = 4
+
+// fleetJoin runs the claim and, when another replica leads, follows it.
+// fw is the local leader's writer: what a follower writes goes to the
+// client and to this replica's local twins.
+func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, identity string, readers context.Context) fleetJoined {
+	f := h.fleet
+	fp := p.fingerprint()
+	keys := newFleetKeys(f, identity)
+	lease := millisString(time.Duration(f.cfg.Lease))
+	for round := 0; round < fleetRounds; round++ {
+		holder := fleetNewHolder(f)
+		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+			holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL))
+		if err != nil || v.Kind != RedisArray || len(v.Array) == 0 {
+			return fleetJoined{}
+		}
+		switch v.Array[0].Str {
+		case "conflict":
+			rep.Outcome = OutcomeRejected
+			rep.Status = http.StatusUnprocessableEntity
+			writeJSONError(fw, http.StatusUnprocessableEntity, errTypeInvalidRequest, "idempotency_key_reused",
+				"this idempotency key was already used with a different request")
+			return fleetJoined{answered: true, complete: true}
+		case "replay":
+			if len(v.Array) < 2 {
+				return fleetJoined{}
+			}
+			if fleetReplay(fw, rep, fp, v.Array[1].Str) {
+				return fleetJoined{answered: true, complete: true}
+			}
+			return fleetJoined{}
+		case "lead":
+			l := startFleetLeader(h, keys, holder, fp)
+			return fleetJoined{leader: l}
+		case "follow":
+			if len(v.Array) < 2 {
+				return fleetJoined{}
+			}
+			other := v.Array[1].Str
+			res := fleetFollow(f, fw, keys, other, other+" "+fp, readers)
+			switch res {
+			case followReclaim:
+				continue
+			case followLocal:
+				return fleetJoined{}
+			}
+			rep.Outcome = OutcomeJoined
+			rep.Status = fw.status
+			j := fleetJoined{answered: true, complete: res == followComplete}
+			if res == followCut && readers.Err() == nil {
+				j.err = ErrStreamAborted
+			}
+			return j
+		}
+		return fleetJoined{}
+	}
+	return fleetJoined{}
+}
+
+// fleetReplay writes a stored answer (done value) and reports whether it
+// could be decoded.
+func fleetReplay(fw *flightWriter, rep *Report, fp, done string) bool {
+	rest, ok := strings.CutPrefix(done, fp+"\n")
+	if !ok {
+		return false
+	}
+	status, hdr, body, ok := decodeFleetHead(rest)
+	if !ok {
+		return false
+	}
+	rep.Outcome = OutcomeReplayed
+	rep.Status = status
+	copyHeader(fw.Header(), hdr)
+	fw.Header().Set("Idempotent-Replayed", "true")
+	fw.WriteHeader(status)
+	if _, err := fw.Write([]byte(body)); err != nil {
+		return true // the client left; the answer was the replay all the same
+	}
+	return true
+}
+
+// What a follower's reading ended with.
+const (
+	followComplete int = 0 // end ok: the whole answer was written
+	followCut      int = 1 // the generation ended broken, or Redis failed after head
+	followReclaim  int = 2 // no answer yet and no leader: claim again
+	followLocal    int = 3 // Redis failed before anything was written
+	followGone     int = 4 // the reader's client left
+)
+
+// fleetBlock is the XREAD BLOCK time: short enough to notice a dead leader
+// soon after its lease expired.
+func fleetBlock(f *Fleet) time.Duration {
+	b := time.Duration(f.cfg.Lease) / 2
+	if b > time.Second {
+		b = time.Second
+	}
+	if b < 10*time.Millisecond {
+		b = 10 * time.Millisecond
+	}
+	return b
+}
+
+// fleetFollow reads the stream of holder's generation from its start and
+// writes it to fw.
+func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
+	stream := keys.stream(holder)
+	block := fleetBlock(f)
+	blockMs := millisString(block)
+	last := "0-0"
+	headSeen := false
+	for {
+		if ctx.Err() != nil {
+			return followGone
+		}
+		v, err := fleetDo(f, ctx, fleetOpRead, block, "XREAD", "COUNT", "512", "BLOCK", blockMs, "STREAMS", stream, last)
+		if err != nil && f.Up() && ctx.Err() == nil {
+			// One failed read is not the end: read again while the
+			// breaker holds (it opens after a few failures in a row).
+			continue
+		}
+		if err != nil {
+			return followFailed(ctx, headSeen)
+		}
+		if v.Kind == RedisNil {
+			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.lease)
+			if err != nil {
+				return followFailed(ctx, headSeen)
+			}
+			if lv.Kind == RedisString && lv.Str == leaseValue {
+				continue
+			}
+			// The leader is gone: take what it wrote before it went.
+			rest, err := fleetDo(f, ctx, fleetOpRead, 0, "XREAD", "COUNT", "512", "STREAMS", stream, last)
+			if err != nil {
+				return followFailed(ctx, headSeen)
+			}
+			if rest.Kind == RedisNil {
+				if headSeen {
+					return followCut
+				}
+				return followReclaim
+			}
+			v = rest
+		}
+		entries := streamEntries(v)
+		for i := range entries {
+			e := &entries[i]
+			last = e.id
+			switch e.kind {
+			case "h":
+				status, hdr, _, ok := decodeFleetHead(e.value)
+				if !ok || headSeen {
+					return followCut
+				}
+				copyHeader(fw.Header(), hdr)
+				fw.WriteHeader(status)
+				headSeen = true
+			case "d":
+				if !headSeen {
+					return followCut
+				}
+				if _, err := fw.Write([]byte(e.value)); err != nil {
+					return followGone
+				}
+			case "e":
+				if !headSeen {
+					return followReclaim // ended without an answer: lead anew
+				}
+				if e.value == "ok" {
+					return followComplete
+				}
+				return followCut
+			}
+		}
+		fw.Flush()
+	}
+}
+
+// followFailed is a follower's result when Redis failed.
+func followFailed(ctx context.Context, headSeen bool) int {
+	if ctx.Err() != nil {
+		return followGone
+	}
+	if headSeen {
+		return followCut
+	}
+	return followLocal
+}
+
+// streamEntry is one entry of an XREAD reply: its id and its t/v fields.
+type streamEntry struct {
+	id    string
+	kind  string
+	value string
+}
+
+// streamEntries flattens an XREAD reply of one stream:
+// [[name, [[id, [field, value, ...]], ...]]].
+func streamEntries(v RedisValue) []streamEntry {
+	var out []streamEntry
+	if v.Kind != RedisArray || len(v.Array) == 0 {
+		return out
+	}
+	s := v.Array[0]
+	if s.Kind != RedisArray || len(s.Array) < 2 {
+		return out
+	}
+	for _, ev := range s.Array[1].Array {
+		if len(ev.Array) < 2 {
+			continue
+		}
+		e := streamEntry{id: ev.Array[0].Str}
+		fields := ev.Array[1].Array
+		for j := 0; j+1 < len(fields); j += 2 {
+			switch fields[j].Str {
+			case "t":
+				e.kind = fields[j+1].Str
+			case "v":
+				e.value = fields[j+1].Str
+			}
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// encodeFleetHead is an answer's status and headers as stored in a head
+// entry and in front of a stored body: "<status>\n", one "Name: value\n"
+// per value (sorted by name), "\n". Header values hold no newline.
+func encodeFleetHead(status int, hdr http.Header) string {
+	names := make([]string, 0, len(hdr))
+	for k := range hdr {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString(strconv.Itoa(status))
+	b.WriteByte('\n')
+	for _, k := range names {
+		for _, v := range hdr[k] {
+			b.WriteString(k)
+			b.WriteString(": ")
+			b.WriteString(v)
+			b.WriteByte('\n')
+		}
+	}
+	b.WriteByte('\n')
+	return b.String()
+}
+
+// decodeFleetHead reverses encodeFleetHead; rest is what follows the head.
+func decodeFleetHead(text string) (status int, hdr http.Header, rest string, ok bool) {
+	// Multi-value results into fresh locals only (Yaegi).
+	line, s, found := strings.Cut(text, "\n")
+	if !found {
+		return 0, nil, "", false
+	}
+	n, err := strconv.Atoi(line)
+	if err != nil || n < 100 || n > 999 {
+		return 0, nil, "", false
+	}
+	hdr = make(http.Header)
+	for {
+		line, after, found := strings.Cut(s, "\n")
+		if !found {
+			return 0, nil, "", false
+		}
+		s = after
+		if line == "" {
+			break
+		}
+		name, value, ok := strings.Cut(line, ": ")
+		if !ok {
+			return 0, nil, "", false
+		}
+		hdr[name] = append(hdr[name], value)
+	}
+	return n, hdr, s, true
+}
+
+// fleetLeader feeds one generation's stream from the leader's writer. The
+// writer never waits for Redis: it queues, and one goroutine (fleetAppend)
+// sends whatever is queued in one pipelined round trip, then the next.
+type fleetLeader struct {
+	f          *Fleet
+	keys       fleetKeys
+	stream     string
+	leaseValue string
+	fp         string
+	maxBytes   int
+	ttl        time.Duration
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	head     string // queued, not yet sent
+	data     []byte // queued, not yet sent
+	headSent bool   // a head was queued (so the end is ok or cut)
+	size     int
+	overflow bool // the answer outgrew maxBytes: the stream ends cut
+	ended    bool
+	endKind  string
+	done     string // the answer to store, "" for none
+	failed   bool   // an append failed: nothing more goes to Redis
+	stopped  bool   // no more renewals
+	lost     bool   // a renewal found the lease held by another
+
+	renewTimer Timer
+	renewTick  func()
+	finished   chan struct{}
+}
+
+func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string) *fleetLeader {
+	f := h.fleet
+	l := &fleetLeader{f: f, keys: keys, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
+		maxBytes: int(h.cfg.Idempotency.MaxResponseBytes), ttl: h.idempotencyTTL, finished: make(chan struct{})}
+	l.cond = sync.NewCond(&l.mu)
+	// Created once: the timer re-arms with this same func (Yaegi).
+	l.renewTick = func() { fleetRenew(l) }
+	t := f.clock.AfterFunc(time.Duration(f.cfg.Lease)/3, l.renewTick)
+	l.mu.Lock()
+	l.renewTimer = t
+	l.mu.Unlock()
+	go fleetAppend(l)
+	return l
+}
+
+// fleetHasReaders reports whether a follower on another replica joined
+// this generation (an error counts as none: the race then stops as it
+// would without a fleet).
+func fleetHasReaders(l *fleetLeader) bool {
+	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "GET", l.keys.readers)
+	if err != nil || v.Kind != RedisString {
+		return false
+	}
+	n, cerr := strconv.Atoi(v.Str)
+	reading := cerr == nil && n > 0
+	return reading
+}
+
+// fleetRenew extends the lease and re-arms itself until the flight ends.
+func fleetRenew(l *fleetLeader) {
+	f := l.f
+	l.mu.Lock()
+	stop := l.stopped || l.failed
+	l.mu.Unlock()
+	if stop {
+		return
+	}
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl))
+	l.mu.Lock()
+	if err == nil && v.Kind == RedisInt && v.Int == 0 {
+		l.lost = true
+	}
+	if !l.stopped && !l.failed && !l.lost {
+		// A typed local first (Yaegi: see SystemClock.AfterFunc).
+		t := f.clock.AfterFunc(time.Duration(f.cfg.Lease)/3, l.renewTick)
+		l.renewTimer = t
+	}
+	l.mu.Unlock()
+}
+
+// fleetLeaderHead queues the answer's head (at commit).
+func fleetLeaderHead(l *fleetLeader, status int, hdr http.Header) {
+	head := encodeFleetHead(status, hdr)
+	l.mu.Lock()
+	if !l.headSent {
+		l.headSent = true
+		l.head = head
+		l.cond.Signal()
+	}
+	l.mu.Unlock()
+}
+
+// fleetLeaderData queues bytes of the answer; past maxBytes the stream
+// takes no more (it will end cut).
+func fleetLeaderData(l *fleetLeader, p []byte) {
+	l.mu.Lock()
+	if !l.overflow && !l.failed {
+		l.size += len(p)
+		if l.size > l.maxBytes {
+			l.overflow = true
+			l.data = nil
+		} else {
+			l.data = append(l.data, p...)
+			l.cond.Signal()
+		}
+	}
+	l.mu.Unlock()
+}
+
+// fleetLeaderEnd ends the stream after the race: ok when the whole answer
+// was written (stored when it is a 2xx the caller may store and it fitted),
+// cut when an answer started but did not end, none when none started. It
+// returns once the end is in Redis or Redis failed (each operation is
+// bounded).
+func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
+	l.mu.Lock()
+	kind := "none"
+	if l.headSent {
+		kind = "cut"
+		if complete && !l.overflow {
+			kind = "ok"
+		}
+	}
+	done := ""
+	if kind == "ok" && store {
+		lead.mu.Lock()
+		if !lead.overflow && lead.status >= 200 && lead.status < 300 {
+			done = l.fp + "\n" + encodeFleetHead(lead.status, lead.header) + string(lead.body)
+		}
+		lead.mu.Unlock()
+	}
+	l.ended = true
+	l.endKind = kind
+	l.done = done
+	l.stopped = true
+	timer := l.renewTimer
+	l.cond.Signal()
+	l.mu.Unlock()
+	if timer != nil {
+		timer.Stop()
+	}
+	<-l.finished
+}
+
+// fleetAppend is the leader's one sender: it sends the queued head and
+// data, then the end, each batch in one round trip.
+func fleetAppend(l *fleetLeader) {
+	f := l.f
+	ctx := context.Background()
+	for {
+		l.mu.Lock()
+		for l.head == "" && len(l.data) == 0 && !l.ended {
+			l.cond.Wait()
+		}
+		head := l.head
+		data := l.data
+		ended := l.ended
+		failed := l.failed
+		l.head = ""
+		l.data = nil
+		l.mu.Unlock()
+		if !failed {
+			var cmds [][]string
+			if head != "" {
+				cmds = append(cmds, []string{"XADD", l.stream, "*", "t", "h", "v", head})
+				cmds = append(cmds, []string{"PEXPIRE", l.stream, fleetStreamMillis(f, l.ttl)})
+			}
+			if len(data) > 0 {
+				cmds = append(cmds, []string{"XADD", l.stream, "*", "t", "d", "v", string(data)})
+			}
+			// Multi-value results into fresh locals, one target per
+			// assignment (Yaegi).
+			var err error
+			finishKeys := []string{l.keys.lease, l.stream, l.keys.done}
+			var finishArgs []string
+			if ended {
+				// endKind and done were set before ended, under the lock
+				// this goroutine took since.
+				finishArgs = []string{l.leaseValue, l.endKind, l.done, millisString(l.ttl), fleetStreamMillis(f, l.ttl)}
+			}
+			finished := false
+			if ended && len(cmds) > 0 {
+				// The last bytes and the end in one round trip.
+				cmds = append(cmds, fleetScriptCmd("EVALSHA", finishScript.sha, finishKeys, finishArgs))
+				_, perr := fleetPipeline(f, ctx, fleetOpFinish, cmds)
+				err = perr
+				finished = perr == nil
+				if perr != nil && isNoScript(perr) {
+					// The appends went through; the script is unknown.
+					err = nil
+				}
+			} else if len(cmds) > 0 {
+				_, perr := fleetPipeline(f, ctx, fleetOpAppend, cmds)
+				err = perr
+			}
+			if err == nil && ended && !finished {
+				_, ferr := fleetEval(f, ctx, fleetOpFinish, finishScript, finishKeys, finishArgs...)
+				err = ferr
+			}
+			if err != nil {
+				// Followers see the lease expire (no more renewals) and
+				// end their answers; this replica's client is unaffected.
+				l.mu.Lock()
+				l.failed = true
+				l.data = nil
+				l.mu.Unlock()
+			}
+		}
+		if ended {
+			close(l.finished)
+			return
+		}
+	}
+}

@@ -1,0 +1,102 @@
+package envoyfilter
+
+import (
+	"go.uber.org/zap"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/fleetredis"
+)
+
+// serverFleet is one Redis client and the core.Fleet on it, shared by the
+// routes with the same fleet settings and kept across reloads (its
+// connections and its breaker's state with it).
+type serverFleet struct {
+	client *fleetredis.Client
+	fleet  *core.Fleet
+}
+
+// fleetKey identifies a fleet's settings (defaults applied). It holds the
+// URL, maybe with a password: it is never logged.
+func fleetKey(cfg core.FleetConfig) string {
+	cfg = cfg.WithDefaults()
+	return cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + cfg.Prefix + "\x00" +
+		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String()
+}
+
+// fleetPicker hands out the fleets of one configuration being built:
+// those of the running configuration where the settings are unchanged,
+// new ones otherwise. Call with reloadMu held.
+type fleetPicker struct {
+	s    *Server
+	used map[string]*serverFleet
+	made []*serverFleet
+}
+
+func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
+	if !cfg.Enabled() {
+		return nil, nil
+	}
+	key := fleetKey(cfg)
+	if f, ok := p.used[key]; ok {
+		return f.fleet, nil
+	}
+	f, ok := p.s.fleets[key]
+	if !ok {
+		client, err := fleetredis.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		log := p.s.log.Named("fleet")
+		f = &serverFleet{client: client, fleet: core.NewFleet(client, cfg, core.FleetOptions{
+			Clock: p.s.clock, Metrics: p.s.metrics.Set, Log: func(fields []core.LogField) { logFleetState(log, fields) }})}
+		p.made = append(p.made, f)
+	}
+	p.used[key] = f
+	return f.fleet, nil
+}
+
+// commit makes the picked fleets the server's and closes the clients of
+// the fleets no route uses any more.
+func (p *fleetPicker) commit() {
+	for key, f := range p.s.fleets {
+		if _, ok := p.used[key]; !ok {
+			_ = f.client.Close()
+		}
+	}
+	p.s.fleets = p.used
+}
+
+// abort closes the clients made for a configuration that failed to build.
+func (p *fleetPicker) abort() {
+	for _, f := range p.made {
+		_ = f.client.Close()
+	}
+}
+
+// closeFleets closes every fleet client (at shutdown).
+func (s *Server) closeFleets() {
+	s.reloadMu.Lock()
+	defer s.reloadMu.Unlock()
+	for _, f := range s.fleets {
+		_ = f.client.Close()
+	}
+	s.fleets = nil
+}
+
+// logFleetState writes the line of a fleet's change of state: a warning
+// when it goes down (requests then use local state), info when it is back.
+func logFleetState(log *zap.Logger, fields []core.LogField) {
+	zf := make([]zap.Field, 0, len(fields))
+	up := false
+	for _, f := range fields {
+		zf = append(zf, zap.String(f.Key, f.Str))
+		if f.Key == "state" && f.Str == "up" {
+			up = true
+		}
+	}
+	if up {
+		log.Info("fleet up: joins and replays are shared again", zf...)
+		return
+	}
+	log.Warn("fleet down: requests use this replica's own state", zf...)
+}

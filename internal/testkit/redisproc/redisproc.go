@@ -1,0 +1,472 @@
+// Package redisproc starts a real redis-server for a test: Debian's
+// redis-server (7.0) on a free loopback port, with its own temporary
+// directory and no persistence, stopped by t.Cleanup. A test can kill it
+// (SIGKILL), restart it on the same port, pause and resume it
+// (SIGSTOP/SIGCONT), and ask for a password (requirepass), an ACL user and
+// TLS (a test CA and server certificate generated into the temp dir).
+//
+// A missing redis-server fails the test, with the command that installs it
+// (`make test` installs it itself). LLMHEDGE_REDIS=skip turns that failure
+// into a skip, for a machine where Redis cannot be installed.
+//
+// The package is written in the Go subset Yaegi runs (no select, no os/exec:
+// `yaegi test ./resp` interprets it without -unrestricted), so the resp
+// client's tests run against the same server compiled and interpreted.
+package redisproc
+
+import (
+	"bufio"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// InstallHint is the command that installs redis-server on Debian and
+// Ubuntu; the failure message for a missing binary gives it.
+const InstallHint = "apt-get install -y redis-server (as root, or with sudo; `make test` runs it when redis-server is missing)"
+
+// startTimeout bounds how long Start and Restart wait for the server to
+// answer PING.
+const startTimeout = 15 * time.Second
+
+// Options configure the server. The zero value is a plain server without
+// authentication on one loopback port.
+type Options struct {
+	// Password sets requirepass: the default user needs AUTH <password>.
+	Password string
+	// User and UserPassword add an ACL user with every permission, for
+	// AUTH <user> <password>.
+	User         string
+	UserPassword string
+	// TLS adds a TLS port (tls-port) next to the plain one, with a server
+	// certificate for 127.0.0.1 and "localhost" signed by a test CA.
+	// Clients need no certificate of their own.
+	TLS bool
+	// Args are further redis-server arguments, e.g. "--maxclients", "100".
+	Args []string
+}
+
+// Server is one running (or killed, or paused) redis-server.
+type Server struct {
+	t       testing.TB
+	bin     string
+	dir     string
+	opts    Options
+	port    int
+	tlsPort int
+
+	// CAFile is the PEM file of the test CA (TLS only); CAPool holds it.
+	CAFile string
+	CAPool *x509.CertPool
+
+	mu   sync.Mutex
+	proc *process // nil when killed
+}
+
+// Start starts a redis-server for t and registers its stop in t.Cleanup.
+// It returns once the server answers PING.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	bin := findBinary()
+	if bin == "" {
+		if os.Getenv("LLMHEDGE_REDIS") == "skip" {
+			t.Skip("redis-server not found (LLMHEDGE_REDIS=skip); install it with: " + InstallHint)
+		}
+		t.Fatal("redis-server not found in /usr/bin or PATH: the fleet tests need a real Redis; install it with: " + InstallHint)
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir(), opts: opts}
+	if opts.TLS {
+		if err := s.writeCertificates(); err != nil {
+			t.Fatal("redisproc: test certificates: " + err.Error())
+		}
+	}
+	t.Cleanup(s.Stop)
+	// A free port found by listening on :0 can be taken by another process
+	// before redis-server binds it: try a few ports.
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		port, err := freePort()
+		if err != nil {
+			t.Fatal("redisproc: no free port: " + err.Error())
+		}
+		s.port = port
+		if opts.TLS {
+			tlsPort, err := freePort()
+			if err != nil {
+				t.Fatal("redisproc: no free port: " + err.Error())
+			}
+			s.tlsPort = tlsPort
+		}
+		lastErr = s.start()
+		if lastErr == nil {
+			return s
+		}
+		if !strings.Contains(lastErr.Error(), "in use") {
+			break
+		}
+	}
+	t.Fatal("redisproc: " + lastErr.Error())
+	return nil
+}
+
+// Addr is the plain TCP address, "127.0.0.1:<port>".
+func (s *Server) Addr() string { return "127.0.0.1:" + strconv.Itoa(s.port) }
+
+// TLSAddr is the TLS address ("" without Options.TLS).
+func (s *Server) TLSAddr() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return "127.0.0.1:" + strconv.Itoa(s.tlsPort)
+}
+
+// URL is redis://[:password@]127.0.0.1:<port>/0 (the requirepass password,
+// if any).
+func (s *Server) URL() string { return "redis://" + s.userinfo() + s.Addr() + "/0" }
+
+// TLSURL is the rediss:// form of URL ("" without Options.TLS).
+func (s *Server) TLSURL() string {
+	if s.tlsPort == 0 {
+		return ""
+	}
+	return "rediss://" + s.userinfo() + s.TLSAddr() + "/0"
+}
+
+func (s *Server) userinfo() string {
+	if s.opts.Password == "" {
+		return ""
+	}
+	return ":" + s.opts.Password + "@"
+}
+
+// Dir is the server's working directory (its log is redis.log there).
+func (s *Server) Dir() string { return s.dir }
+
+// Pid is the process id of the running server (0 when killed).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.os.Pid
+}
+
+// Kill sends SIGKILL and waits for the process to end. Open connections see
+// a reset; the port refuses connections until Restart.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	run := s.proc
+	s.proc = nil
+	s.mu.Unlock()
+	if run == nil {
+		return
+	}
+	_ = run.os.Kill()
+	<-run.exited
+}
+
+// Restart starts the server again on the same port(s), killing it first if
+// it still runs, and waits until it answers PING. The data is gone (no
+// persistence), as after a crash of a cache-only Redis.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.Kill()
+	if err := s.start(); err != nil {
+		s.t.Fatal("redisproc: restart: " + err.Error())
+	}
+}
+
+// Pause stops the process (SIGSTOP): connections stay open and commands
+// wait unanswered, as with a Redis stuck in a slow command or a GC'd VM.
+func (s *Server) Pause() {
+	s.t.Helper()
+	if err := s.signal("-STOP"); err != nil {
+		s.t.Fatal("redisproc: pause: " + err.Error())
+	}
+}
+
+// Resume continues a paused process (SIGCONT).
+func (s *Server) Resume() {
+	s.t.Helper()
+	if err := s.signal("-CONT"); err != nil {
+		s.t.Fatal("redisproc: resume: " + err.Error())
+	}
+}
+
+// Stop kills the server (nothing to persist, so no graceful shutdown is
+// needed). Start registers it in t.Cleanup; calling it twice is harmless.
+func (s *Server) Stop() { s.Kill() }
+
+func (s *Server) start() error {
+	args := []string{s.bin,
+		"--port", strconv.Itoa(s.port),
+		"--bind", "127.0.0.1",
+		"--dir", s.dir,
+		"--logfile", filepath.Join(s.dir, "redis.log"),
+		"--save", "",
+		"--appendonly", "no",
+		"--daemonize", "no",
+		"--databases", "16",
+	}
+	if s.opts.Password != "" {
+		args = append(args, "--requirepass", s.opts.Password)
+	}
+	if s.opts.User != "" {
+		args = append(args, "--user", s.opts.User, "on", ">"+s.opts.UserPassword, "~*", "&*", "+@all")
+	}
+	if s.opts.TLS {
+		args = append(args,
+			"--tls-port", strconv.Itoa(s.tlsPort),
+			"--tls-cert-file", filepath.Join(s.dir, "server.pem"),
+			"--tls-key-file", filepath.Join(s.dir, "server.key"),
+			"--tls-ca-cert-file", s.CAFile,
+			"--tls-auth-clients", "no")
+	}
+	args = append(args, s.opts.Args...)
+
+	devNull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer devNull.Close()
+	proc, err := os.StartProcess(s.bin, args, &os.ProcAttr{
+		Dir:   s.dir,
+		Files: []*os.File{devNull, devNull, devNull},
+	})
+	if err != nil {
+		return errors.New("starting " + s.bin + ": " + err.Error())
+	}
+	run := &process{os: proc, exited: make(chan struct{})}
+	go run.wait()
+	s.mu.Lock()
+	s.proc = run
+	s.mu.Unlock()
+
+	if err := s.waitReady(run); err != nil {
+		s.Kill()
+		return errors.New(err.Error() + "; redis.log: " + s.logTail())
+	}
+	return nil
+}
+
+// process is one run of redis-server; Restart makes a new one.
+type process struct {
+	os     *os.Process
+	exited chan struct{} // closed once the process has been waited for
+
+	mu   sync.Mutex
+	done bool // set just before exited is closed, for polling without select
+}
+
+func (p *process) wait() {
+	_, _ = p.os.Wait()
+	p.mu.Lock()
+	p.done = true
+	p.mu.Unlock()
+	close(p.exited)
+}
+
+func (p *process) hasExited() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.done
+}
+
+// waitReady polls the plain port with PING until a reply arrives, the
+// process exits, or startTimeout passes.
+func (s *Server) waitReady(run *process) error {
+	deadline := time.Now().Add(startTimeout)
+	for {
+		if run.hasExited() {
+			return errors.New("redis-server exited during start-up")
+		}
+		if pingOnce(s.Addr()) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("redis-server did not answer PING within " + startTimeout.String())
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, bounded by deadline
+	}
+}
+
+// pingOnce reports whether addr answers a PING with any reply (+PONG, or
+// -NOAUTH when a password is required).
+func pingOnce(addr string) bool {
+	conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(500 * time.Millisecond))
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return false
+	}
+	return strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH")
+}
+
+// signal sends a signal through kill(1): os.Process.Signal needs a
+// syscall.Signal for SIGSTOP, and Yaegi offers package syscall only with
+// -syscall.
+func (s *Server) signal(sig string) error {
+	pid := s.Pid()
+	if pid == 0 {
+		return errors.New("server not running")
+	}
+	killBin := ""
+	for _, candidate := range []string{"/usr/bin/kill", "/bin/kill"} {
+		if info, err := os.Stat(candidate); err == nil && !info.IsDir() {
+			killBin = candidate
+			break
+		}
+	}
+	if killBin == "" {
+		return errors.New("kill(1) not found in /usr/bin or /bin")
+	}
+	proc, err := os.StartProcess(killBin, []string{"kill", sig, strconv.Itoa(pid)}, &os.ProcAttr{})
+	if err != nil {
+		return err
+	}
+	state, err := proc.Wait()
+	if err != nil {
+		return err
+	}
+	if !state.Success() {
+		return errors.New("kill " + sig + " " + strconv.Itoa(pid) + ": " + state.String())
+	}
+	return nil
+}
+
+func (s *Server) logTail() string {
+	data, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	text := string(data)
+	if len(text) > 2000 {
+		text = text[len(text)-2000:]
+	}
+	return text
+}
+
+// findBinary returns $LLMHEDGE_REDIS_SERVER, /usr/bin/redis-server, or
+// redis-server from PATH; "" when there is none.
+func findBinary() string {
+	candidates := []string{}
+	if env := os.Getenv("LLMHEDGE_REDIS_SERVER"); env != "" {
+		candidates = append(candidates, env)
+	}
+	candidates = append(candidates, "/usr/bin/redis-server")
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if dir != "" {
+			candidates = append(candidates, filepath.Join(dir, "redis-server"))
+		}
+	}
+	for _, c := range candidates {
+		if info, err := os.Stat(c); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return c
+		}
+	}
+	return ""
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port, nil
+}
+
+// writeCertificates writes ca.pem, server.pem and server.key into the temp
+// dir: a self-signed test CA and a server certificate for 127.0.0.1 and
+// localhost, valid for a day.
+func (s *Server) writeCertificates() error {
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	caTemplate := &x509.Certificate{
+		SerialNumber:          big.NewInt(1),
+		Subject:               pkix.Name{CommonName: "llmhedge test CA"},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(24 * time.Hour),
+		IsCA:                  true,
+		BasicConstraintsValid: true,
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTemplate, caTemplate, &caKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	caCert, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		return err
+	}
+	serverKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	serverTemplate := &x509.Certificate{
+		SerialNumber: big.NewInt(2),
+		Subject:      pkix.Name{CommonName: "localhost"},
+		NotBefore:    now.Add(-time.Hour),
+		NotAfter:     now.Add(24 * time.Hour),
+		DNSNames:     []string{"localhost"},
+		IPAddresses:  []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	serverDER, err := x509.CreateCertificate(rand.Reader, serverTemplate, caCert, &serverKey.PublicKey, caKey)
+	if err != nil {
+		return err
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(serverKey)
+	if err != nil {
+		return err
+	}
+	s.CAFile = filepath.Join(s.dir, "ca.pem")
+	if err := writePEM(s.CAFile, "CERTIFICATE", caDER); err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(s.dir, "server.pem"), "CERTIFICATE", serverDER); err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(s.dir, "server.key"), "PRIVATE KEY", keyDER); err != nil {
+		return err
+	}
+	s.CAPool = x509.NewCertPool()
+	s.CAPool.AddCert(caCert)
+	return nil
+}
+
+// TLSConfig is a client configuration that trusts the test CA.
+func (s *Server) TLSConfig() *tls.Config {
+	return &tls.Config{RootCAs: s.CAPool, ServerName: "localhost", MinVersion: tls.VersionTLS12}
+}
+
+func writePEM(path, blockType string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: blockType, Bytes: der}), 0o600)
+}
