@@ -192,7 +192,7 @@ func (p args) jsonOption(v reflect.Value, block string) error {
 }
 
 // offOptions may be "off" in a Caddyfile, which means -1.
-var offOptions = map[string]bool{"ttl": true, "ratio": true, "max_concurrent_hedges": true}
+var offOptions = map[string]bool{"ttl": true, "ratio": true, "max_concurrent_hedges": true, "early_headers": true}
 
 // intSizeOptions are sizes that must fit an int32 (buffers of one request).
 var intSizeOptions = map[string]bool{"max_prefix": true, "max_line": true, "max_response_bytes": true}

@@ -62,6 +62,18 @@ type Config struct {
 	// StreamErrorEvent: a failure after commit ends an SSE answer with a
 	// final `event: error` instead of a cut stream. Default false.
 	StreamErrorEvent bool `json:"stream_error_event,omitempty"`
+	// EarlyHeaders is the grace time after which a streaming request whose
+	// race is still undecided gets its response headers (200,
+	// text/event-stream) and SSE keep-alive comments until the winner's
+	// events follow (see earlyheaders.go). Default 1s; "off" (negative)
+	// holds the headers until the winner commits.
+	EarlyHeaders Duration `json:"early_headers,omitempty"`
+	// HedgeStoredResponses asserts that a duplicated stored response is
+	// acceptable on this route: requests that only store their answer
+	// (the Responses API's default, "store": true) are hedged without an
+	// idempotency key. Background jobs, conversations and tools that act
+	// are still sent once. Default false.
+	HedgeStoredResponses bool `json:"hedge_stored_responses,omitempty"`
 	// Fleet shares joins, replays and conflicts of keyed requests across
 	// replicas through Redis. Default off.
 	Fleet FleetConfig `json:"fleet,omitzero"`
@@ -344,6 +356,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ValidateFailure == "" {
 		c.ValidateFailure = ValidateFailureAnswer
+	}
+	if c.EarlyHeaders == 0 {
+		c.EarlyHeaders = Duration(DefaultEarlyHeaders)
 	}
 	if c.Idempotency.Header == "" {
 		c.Idempotency.Header = "Idempotency-Key"

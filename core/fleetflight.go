@@ -72,6 +72,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 		case "conflict":
 			rep.Outcome = OutcomeRejected
 			rep.Status = http.StatusUnprocessableEntity
+			setNoRaceReport(h, fw.Header(), OutcomeRejected)
 			writeJSONError(fw, http.StatusUnprocessableEntity, errTypeInvalidRequest, "idempotency_key_reused",
 				"this idempotency key was already used with a different request")
 			return fleetJoined{answered: true, complete: true}
@@ -79,7 +80,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			if len(v.Array) < 2 {
 				return fleetJoined{}
 			}
-			if fleetReplay(fw, rep, fp, v.Array[1].Str) {
+			if fleetReplay(h, fw, rep, fp, v.Array[1].Str) {
 				return fleetJoined{answered: true, complete: true}
 			}
 			return fleetJoined{}
@@ -91,11 +92,14 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 				return fleetJoined{}
 			}
 			other := v.Array[1].Str
+			setNoRaceReport(h, fw.Header(), OutcomeJoined)
 			res := fleetFollow(f, fw, keys, other, other+" "+fp, readers)
 			switch res {
 			case followReclaim:
+				clearNoRaceReport(h, fw.Header())
 				continue
 			case followLocal:
+				clearNoRaceReport(h, fw.Header())
 				return fleetJoined{}
 			}
 			rep.Outcome = OutcomeJoined
@@ -113,7 +117,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 
 // fleetReplay writes a stored answer (done value) and reports whether it
 // could be decoded.
-func fleetReplay(fw *flightWriter, rep *Report, fp, done string) bool {
+func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool {
 	rest, ok := strings.CutPrefix(done, fp+"\n")
 	if !ok {
 		return false
@@ -126,6 +130,7 @@ func fleetReplay(fw *flightWriter, rep *Report, fp, done string) bool {
 	rep.Status = status
 	copyHeader(fw.Header(), hdr)
 	fw.Header().Set("Idempotent-Replayed", "true")
+	setNoRaceReport(h, fw.Header(), OutcomeReplayed)
 	fw.WriteHeader(status)
 	if _, err := fw.Write([]byte(body)); err != nil {
 		return true // the client left; the answer was the replay all the same

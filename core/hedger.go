@@ -66,6 +66,8 @@ type Hedger struct {
 	scopeHeaders []string
 	// validation is the route's validity checks, parsed (validate.go).
 	validation *validation
+	// earlyHeaders: cfg.EarlyHeaders is on (earlyheaders.go).
+	earlyHeaders bool
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet *Fleet
 }
@@ -127,7 +129,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, fleet: opts.Fleet, validation: newValidation(&cfg)}, nil
+		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg)}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its
@@ -177,6 +179,7 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	p, perr := prepare(h, r)
 	switch {
 	case perr != nil:
+		setNoRaceReport(h, w.Header(), OutcomeRejected)
 		rejectRequest(w, rep, perr)
 	case !p.hedgeable || !p.clientKey || h.idempotencyTTL < 0:
 		err = runRace(newRace(h, p, rep, start), w)
@@ -221,6 +224,7 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 	case conflict:
 		rep.Outcome = OutcomeRejected
 		rep.Status = http.StatusUnprocessableEntity
+		setNoRaceReport(h, w.Header(), OutcomeRejected)
 		writeJSONError(w, http.StatusUnprocessableEntity, errTypeInvalidRequest, "idempotency_key_reused",
 			"this idempotency key was already used with a different request")
 		return nil
@@ -229,10 +233,12 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 		rep.Status = replay.Status
 		copyHeader(w.Header(), replay.Header)
 		w.Header().Set("Idempotent-Replayed", "true")
+		setNoRaceReport(h, w.Header(), OutcomeReplayed)
 		w.WriteHeader(replay.Status)
 		w.Write(replay.Body)
 		return nil
 	case follow != nil:
+		setNoRaceReport(h, w.Header(), OutcomeJoined)
 		status, complete := follow.follow(r.Context(), w)
 		rep.Outcome = OutcomeJoined
 		rep.Status = status

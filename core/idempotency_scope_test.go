@@ -209,7 +209,8 @@ func TestIdempotencyIdentityIsUnambiguous(t *testing.T) {
 // A replay, and a follower in flight, carry the upstream answer's headers
 // only: not a Set-Cookie (the upstream's or one a wrapping handler set on
 // the first request's writer), not the headers the host added around the
-// handler, not the first request's report header.
+// handler, not the first request's report header: their own report
+// header says they made no attempts.
 func TestIdempotentReplayCarriesUpstreamHeadersOnly(t *testing.T) {
 	cfg := testConfig()
 	cfg.ReportHeader = "Server-Timing"
@@ -239,7 +240,11 @@ func TestIdempotentReplayCarriesUpstreamHeadersOnly(t *testing.T) {
 		if h.Get("X-Upstream") != "A" {
 			t.Errorf("%s: X-Upstream = %q, want A", who, h.Get("X-Upstream"))
 		}
-		for _, name := range []string{"Set-Cookie", "X-Host-Added", "Server-Timing"} {
+		want := `llmhedge;desc="` + map[string]string{"follower": "joined", "replay": "replayed"}[who] + ` attempts=0"`
+		if got := h.Values("Server-Timing"); len(got) != 1 || got[0] != want {
+			t.Errorf("%s: Server-Timing = %q, want [%s]", who, got, want)
+		}
+		for _, name := range []string{"Set-Cookie", "X-Host-Added"} {
 			if v := h.Values(name); len(v) > 0 {
 				t.Errorf("%s: %s = %q, want none", who, name, v)
 			}

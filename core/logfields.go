@@ -49,6 +49,9 @@ func ReportLogFields(r *Report) []LogField {
 		fields = append(fields, stringField("winner_role", w.Role))
 		fields = append(fields, millisField("ttft_ms", r.TTFT))
 	}
+	if r.EarlyHeaders {
+		fields = append(fields, LogField{Key: "early_headers", Kind: LogBool, Bool: true})
+	}
 	if len(r.Denials) > 0 {
 		fields = append(fields, LogField{Key: "denials", Kind: LogStrings, Strs: r.Denials})
 	}

@@ -122,6 +122,14 @@ func TestReportLogFields(t *testing.T) {
 	if got := strings.Join(keys, " "); got != want {
 		t.Errorf("keys %s\nwant %s", got, want)
 	}
+	if _, ok := byKey["early_headers"]; ok {
+		t.Errorf("early_headers logged for a race that held its headers")
+	}
+	early := hedgeWonReport()
+	early.EarlyHeaders = true
+	if f := ReportLogFields(early); len(f) < 13 || f[12].Key != "early_headers" || !f[12].Bool {
+		t.Errorf("early_headers is not logged after ttft_ms when the headers went out early")
+	}
 	if f := byKey["winner_attempt"]; f.Kind != LogInt {
 		t.Errorf("f.Kind = %v, want %v", f.Kind, LogInt)
 	} else if f.Int != 1 {

@@ -87,6 +87,9 @@ type Report struct {
 	// HedgesStarted counts attempts started beyond the first.
 	HedgesStarted int
 	Denials       []string
+	// EarlyHeaders: the status and headers went out before a winner (a
+	// streaming race still undecided after Config.EarlyHeaders).
+	EarlyHeaders bool
 	// WastedPromptTokens estimates the prompt tokens spent on attempts that
 	// did not win (body bytes / 4 each).
 	WastedPromptTokens int64

@@ -66,14 +66,15 @@ type race struct {
 	heldFatal  *attempt
 	winner     *attempt
 	commitAt   time.Time
-	stopReason string // OutcomeClientGone or OutcomeTimeout
+	stopReason string        // OutcomeClientGone or OutcomeTimeout
+	early      *earlyHeaders // nil: this race holds its headers until commit
 }
 
 func newRace(h *Hedger, p *preparedRequest, rep *Report, start time.Time) *race {
 	clientCtx := p.orig.Context()
 	rc := &race{h: h, p: p, rep: rep, start: start, clientCtx: clientCtx, ctx: clientCtx, limit: h.cfg.MaxAttempts,
 		used: make([]int, len(h.cfg.Upstreams))}
-	rc.events = make(chan event, 2*h.cfg.MaxAttempts+4)
+	rc.events = make(chan event, 2*h.cfg.MaxAttempts+6) // +2: the keep-alive timer (earlyheaders.go)
 	if !p.hedgeable {
 		rc.limit = 1
 		rc.passthrough = true
@@ -118,10 +119,14 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		role = RoleSingle
 	}
 	launch(rc, role, first, probe)
+	if earlyHeadersFor(rc) {
+		startEarlyHeaders(rc, w)
+	}
 	raceLoop(rc)
 	if rc.timer != nil {
 		rc.timer.Stop()
 	}
+	stopEarlyHeaders(rc)
 	var err error
 	if rc.winner != nil {
 		err = deliver(rc, w)
@@ -168,6 +173,10 @@ func deadlineTimer(rc *race) Timer {
 
 // answerNoWinner answers the client when the race ended without a winner.
 func answerNoWinner(rc *race, w http.ResponseWriter) {
+	if earlySent(rc) && rc.stopReason != OutcomeClientGone {
+		earlyFailure(rc, w)
+		return
+	}
 	switch rc.stopReason {
 	case OutcomeClientGone:
 		rc.rep.Outcome = OutcomeClientGone
@@ -175,6 +184,8 @@ func answerNoWinner(rc *race, w http.ResponseWriter) {
 	case OutcomeTimeout:
 		rc.rep.Outcome = OutcomeTimeout
 		rc.rep.Status = http.StatusGatewayTimeout
+		setErrorReport(rc, w.Header())
+		setNoRetryHeaders(rc, w.Header())
 		writeJSONError(w, http.StatusGatewayTimeout, errTypeUpstream, codeUpstreamTimeout, "no upstream answered before the deadline")
 	default:
 		failAll(rc, w)
@@ -201,6 +212,10 @@ func raceLoop(rc *race) {
 		case evDeadline:
 			if stopped(rc) {
 				return
+			}
+		case evKeepAlive:
+			if rc.early != nil {
+				keepAlive(rc)
 			}
 		}
 	}
@@ -517,12 +532,7 @@ func promptTokens(p *preparedRequest) int64 { return int64(len(p.body)) / 4 }
 // without output, else a held fatal error, else the most useful upstream
 // error, else 502.
 func failAll(rc *race, w http.ResponseWriter) {
-	best := rc.heldFatal
-	for _, a := range rc.attempts {
-		if (a.result == ResultFailed || a.result == ResultInvalid) && (best == nil || errorRank(a) > errorRank(best) || moreComplete(a, best)) {
-			best = a
-		}
-	}
+	best := bestFailure(rc)
 	if best != nil && best.invalid != "" {
 		answerInvalid(rc, w, best)
 		return
@@ -539,6 +549,7 @@ func failAll(rc *race, w http.ResponseWriter) {
 		copyHeader(hdr, best.resp.Header)
 		removeHopHeaders(hdr)
 		hdr.Del("Content-Length")
+		errorAnswerHeaders(rc, hdr, best)
 		if len(best.errBody) == 0 && !best.answered {
 			writeJSONError(w, best.status, errTypeUpstream, codeUpstreamError, upstreamMessage(rc.h, best))
 			return
@@ -555,6 +566,7 @@ func failAll(rc *race, w http.ResponseWriter) {
 			msg = upstreamMessage(rc.h, best)
 		}
 		rep.Status = http.StatusBadGateway
+		errorAnswerHeaders(rc, w.Header(), best)
 		writeJSONError(w, http.StatusBadGateway, errTypeUpstream, code, msg)
 	}
 }
@@ -583,7 +595,15 @@ func errorRank(a *attempt) int {
 func deliver(rc *race, w http.ResponseWriter) error {
 	a := rc.winner
 	commit(rc, a)
-	writeWinnerHeader(rc, a, w)
+	if earlySent(rc) {
+		if !lateWinner(rc, a, w) {
+			putBuffer(a.prefix)
+			a.prefix = nil
+			return nil
+		}
+	} else {
+		writeWinnerHeader(rc, a, w)
+	}
 	err := deliverBody(rc, a, w)
 	// The prefix has been written, and copied into the tail: its pooled
 	// buffer can go.

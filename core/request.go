@@ -35,6 +35,7 @@ type preparedRequest struct {
 	clientKey bool      // the idempotency key came from the client
 	key       string
 	tenant    string // read only when tenants are capped
+	streams   bool   // the body asks for a stream ("stream": true); on the fast path only looked for when early headers are on
 	// bodies[i] is the body for upstream i (the model rewritten), nil: body.
 	bodies [][]byte
 	// checks are the validity check bits of this request (validate.go),
@@ -91,7 +92,10 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 		if !json.Valid(p.body) {
 			return nil, errInvalidJSON
 		}
-		p.stateful = responsesPath(r.URL.Path) // no "store": that API stores
+		p.stateful = responsesPath(r.URL.Path) && !h.cfg.HedgeStoredResponses // no "store": that API stores
+		if h.earlyHeaders {
+			p.streams = plainStreamRequested(p.body)
+		}
 		return p, nil
 	}
 	if err := checkJSON(h, p, r.URL.Path); err != nil {
@@ -108,6 +112,10 @@ func checkJSON(h *Hedger, p *preparedRequest, path string) error {
 		return err
 	}
 	p.stateful = keysChangeState(keys, path)
+	if p.stateful && h.cfg.HedgeStoredResponses {
+		p.stateful = changesMoreThanStore(keys)
+	}
+	p.streams = string(keys.stream) == "true"
 	if h.rewritesModel {
 		return rewriteModels(h, p, keys)
 	}
@@ -323,24 +331,27 @@ func jsonMediaType(contentType string) bool {
 // (Ollama's among them) match keys ignoring case: so each guarded key may
 // appear at most once, spelled in lowercase once unescaped ("mod\u0065l"
 // is "model"), or the request is rejected before any upstream sees it.
-var guardedKeys = []string{"model", "stream", "store", "background", "tools"}
+var guardedKeys = []string{"model", "stream", "store", "background", "tools", "conversation"}
 
 // Indexes into guardedKeys.
 const (
-	guardModel      = 0
-	guardStore      = 2
-	guardBackground = 3
-	guardTools      = 4
+	guardModel        = 0
+	guardStream       = 1
+	guardStore        = 2
+	guardBackground   = 3
+	guardTools        = 4
+	guardConversation = 5
 )
 
 // The spellings plainJSON looks for, converted once.
 var (
-	keyModel      = []byte(`"model"`)
-	keyStream     = []byte(`"stream"`)
-	keyStore      = []byte(`"store"`)
-	keyBackground = []byte(`"background"`)
-	keyTools      = []byte(`"tools"`)
-	longS         = []byte("\u017f") // "ſ" folds to "s"; bytes.ToLower keeps it
+	keyModel        = []byte(`"model"`)
+	keyStream       = []byte(`"stream"`)
+	keyStore        = []byte(`"store"`)
+	keyBackground   = []byte(`"background"`)
+	keyTools        = []byte(`"tools"`)
+	keyConversation = []byte(`"conversation"`)
+	longS           = []byte("\u017f") // "ſ" folds to "s"; bytes.ToLower keeps it
 )
 
 // plainJSON reports, with a few compiled scans and no decoding, that a
@@ -354,7 +365,8 @@ func plainJSON(body []byte) bool {
 		return false
 	}
 	lower := bytes.ToLower(body)
-	if bytes.Contains(lower, keyStore) || bytes.Contains(lower, keyBackground) || bytes.Contains(lower, keyTools) {
+	if bytes.Contains(lower, keyStore) || bytes.Contains(lower, keyBackground) || bytes.Contains(lower, keyTools) ||
+		bytes.Contains(lower, keyConversation) {
 		return false
 	}
 	models := bytes.Count(body, keyModel)
@@ -373,14 +385,16 @@ func responsesPath(path string) bool {
 // bodyKeys is what the engine reads of a JSON body: where the top-level
 // "model" value is, and the raw values of the keys that may change state.
 type bodyKeys struct {
-	object     bool // the body is a JSON object
-	open       int  // offset just past the object's opening brace
-	hasModel   bool
-	modelStart int // body[modelStart:modelEnd] is the model's value
-	modelEnd   int
-	store      []byte // raw values, nil when absent
-	background []byte
-	tools      []byte
+	object       bool // the body is a JSON object
+	open         int  // offset just past the object's opening brace
+	hasModel     bool
+	modelStart   int // body[modelStart:modelEnd] is the model's value
+	modelEnd     int
+	store        []byte // raw values, nil when absent
+	background   []byte
+	tools        []byte
+	stream       []byte
+	conversation []byte
 }
 
 var errInvalidJSON = &badRequest{http.StatusBadRequest, "invalid_json", "the request body is not valid JSON"}
@@ -404,7 +418,7 @@ func scanBody(body []byte) (*bodyKeys, error) {
 		return nil, errInvalidJSON
 	}
 	k.open = int(dec.InputOffset())
-	var seen [5]bool
+	var seen [6]bool
 	var raw json.RawMessage // reused: values are located by offset, not copied
 	var problem error       // the first ambiguous key; invalid JSON says more
 	for dec.More() {
@@ -497,6 +511,10 @@ func keepGuarded(k *bodyKeys, g int, body []byte, start, end int) {
 		k.background = body[start:end]
 	case guardTools:
 		k.tools = body[start:end]
+	case guardStream:
+		k.stream = body[start:end]
+	case guardConversation:
+		k.conversation = body[start:end]
 	}
 }
 
@@ -519,7 +537,7 @@ func keysChangeState(k *bodyKeys, path string) bool {
 	if !k.object {
 		return false
 	}
-	if string(k.store) == "true" || string(k.background) == "true" {
+	if string(k.store) == "true" || string(k.background) == "true" || k.conversation != nil && string(k.conversation) != "null" {
 		return true
 	}
 	if string(k.store) != "false" && responsesPath(path) {

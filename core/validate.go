@@ -68,7 +68,10 @@ const (
 // codeUpstreamInvalid is the error code of validate_failure 502.
 const codeUpstreamInvalid = "upstream_invalid_answer"
 
-var canonicalValidate = http.CanonicalHeaderKey(HeaderValidate)
+var (
+	canonicalValidate   = http.CanonicalHeaderKey(HeaderValidate)
+	canonicalValidation = http.CanonicalHeaderKey(HeaderValidation)
+)
 
 // validation is a route's validity configuration, parsed once at New.
 type validation struct {
@@ -364,8 +367,28 @@ func answerInvalid(rc *race, w http.ResponseWriter, best *attempt) {
 	removeHopHeaders(hdr)
 	hdr.Del("Content-Length")
 	hdr.Set(HeaderValidation, mark)
+	setErrorReport(rc, hdr)
 	w.WriteHeader(best.status)
 	w.Write(best.errBody)
+}
+
+// earlyInvalid is answerInvalid for a race whose headers went out early
+// (a held answer takes long): the mark can no longer be a header. A client
+// that accepts trailers (TE: trailers) gets the most complete invalid
+// stream with the mark as a trailer; any other, and validate_failure 502,
+// an error event (code upstream_invalid_answer) in the API's format, so
+// that no client takes an unmarked invalid answer for a good one.
+func earlyInvalid(rc *race, w http.ResponseWriter, best *attempt) {
+	rep := rc.rep
+	rep.Outcome = OutcomeInvalid
+	rep.Validation = ValidationFailed
+	if !rc.h.validation.fail502 && rc.early.trailers && best.sse {
+		w.Header()[http.TrailerPrefix+canonicalValidation] = []string{"failed; check=" + best.invalid}
+		w.Write(best.errBody)
+		flush(w)
+		return
+	}
+	writeEarlyError(rc, w, nil, codeUpstreamInvalid, "no upstream's answer passed validation ("+best.invalid+")")
 }
 
 // noteValidation completes the report of a validated winner: whether its

@@ -496,3 +496,59 @@ func TestHeldStreamBrokenIsRetried(t *testing.T) {
 		t.Fatalf("attempt 0 result = %q, want %q", rep.Attempts[0].Result, ResultFailed)
 	}
 }
+
+// Held answers behind early headers: the status and keep-alives go out
+// while the answers are held (none of their bytes), and when every answer
+// is invalid the client gets an error event, or, when it accepts trailers,
+// the most complete invalid stream with the mark as a trailer.
+func TestEarlyHeadersWithHeldInvalidAnswers(t *testing.T) {
+	cut := "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n"
+	for _, trailers := range []bool{false, true} {
+		t.Run(map[bool]string{false: "error event", true: "trailer"}[trailers], func(t *testing.T) {
+			cfg := validatedConfig(ValidateFinish)
+			cfg.EarlyHeaders = Duration(time.Second)
+			hs := newHarness(t, cfg)
+			pw := newPipeWriter()
+			r := chatRequest("")
+			if trailers {
+				r.Header.Set("TE", "trailers")
+			}
+			done := hs.serveVia(pw, r)
+			a := hs.tr.next(t)
+			hs.clock.waitArmed(t, 2) // the hedge timer and the grace timer
+			a.respond(200, "text/event-stream")
+			a.write(tokenChunk("x"))
+			a.write(tokenChunk("y")) // read while held
+			hs.clock.Advance(time.Second)
+			if got := <-pw.writes; got != ": keep-alive\n\n" {
+				t.Fatalf("first write = %q, want a keep-alive comment (no held bytes)", got)
+			}
+			a.write(cut)
+			a.end()
+			b := hs.tr.next(t) // at once: A was invalid
+			b.respond(200, "text/event-stream")
+			longer := tokenChunk(strings.Repeat("a longer answer ", 8)) + cut
+			b.write(longer)
+			b.end()
+			got := <-pw.writes
+			if err := <-done; err != nil {
+				t.Fatalf("Handle = %v, want nil", err)
+			}
+			rep := <-hs.reports
+			if rep.Outcome != OutcomeInvalid {
+				t.Fatalf("rep.Outcome = %q, want %q", rep.Outcome, OutcomeInvalid)
+			}
+			if !trailers {
+				if !strings.Contains(got, codeUpstreamInvalid) || !strings.HasPrefix(got, "data: ") {
+					t.Fatalf("last write = %q, want an error event with %s", got, codeUpstreamInvalid)
+				}
+				return
+			}
+			if got != longer {
+				t.Fatalf("last write = %q, want B's more complete answer %q", got, longer)
+			} else if mark := strings.Join(pw.h[http.TrailerPrefix+http.CanonicalHeaderKey(HeaderValidation)], ","); mark != "failed; check=finish" {
+				t.Fatalf("trailer %s = %q, want \"failed; check=finish\"", HeaderValidation, mark)
+			}
+		})
+	}
+}

@@ -422,3 +422,27 @@ func TestBrokenNonStreamingAnswerIsNeverComplete(t *testing.T) {
 		}
 	}
 }
+
+// In buffered mode the answer goes out as one ImmediateResponse when it is
+// complete, so early headers would only hide a failure's status: a
+// streaming race that fails after the grace time still answers the
+// upstreams' 500, with x-should-retry: false.
+func TestBufferedModeNoEarlyHeaders(t *testing.T) {
+	h := newHarness(t, harnessOptions{
+		driver: envoydriver.Config{Mode: envoydriver.Buffered, MaxMessageTimeout: time.Minute},
+		routes: defaultRoutes + "    early_headers: 200ms\n    max_attempts: 1\n",
+	})
+	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	req, _ := http.NewRequest("POST", h.front.URL+"/v1/chat/completions", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(llmsim.HeaderRequest, "buf-early")
+	req.Header.Set(llmsim.HeaderBehavior, "A=slow_headers:500ms,status:500")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 500 || resp.Header.Get("X-Should-Retry") != "false" {
+		t.Fatalf("status %d, X-Should-Retry %q; want the upstream's 500 and false", resp.StatusCode, resp.Header.Get("X-Should-Retry"))
+	}
+}

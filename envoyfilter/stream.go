@@ -419,6 +419,11 @@ func (p *processStream) startHandler(r *route, head *requestHead, body io.ReadCl
 	canStream := *env.StreamedImmediateResponse && (p.requestMode == filterv3.ProcessingMode_FULL_DUPLEX_STREAMED ||
 		p.requestMode == filterv3.ProcessingMode_NONE)
 	w := newReplyWriter(ctx, p.out, canStream, int(env.MaxImmediateResponse), int(env.BodyChunk))
+	if !canStream {
+		// A buffered answer goes out whole, when the handler returns: early
+		// headers would only turn a failure's status into a 200.
+		req = core.WithoutEarlyHeaders(req)
+	}
 	done := make(chan error, 1)
 	p.state, p.kind, p.cancel, p.handlerDone = hedging, kindHedged, cancel, done
 	log := p.s.log

@@ -45,9 +45,13 @@ type Config struct {
 	Budget           Budget        `json:"budget,omitempty" yaml:"budget,omitempty"`
 	ReportHeader     string        `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
 	StreamErrorEvent bool          `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
-	Validate         []string      `json:"validate,omitempty" yaml:"validate,omitempty" core:"ValidateChecks"`
-	ValidateSchema   string        `json:"validateSchema,omitempty" yaml:"validateSchema,omitempty" core:"ValidateSchema"`
-	ValidateFailure  string        `json:"validateFailure,omitempty" yaml:"validateFailure,omitempty" core:"ValidateFailure"`
+	// EarlyHeaders: "off" (also "false", "0", "0s") holds a streaming
+	// race's headers until its winner; converted by earlyHeaders.
+	EarlyHeaders         string   `json:"earlyHeaders,omitempty" yaml:"earlyHeaders,omitempty" core:"EarlyHeaders"`
+	HedgeStoredResponses bool     `json:"hedgeStoredResponses,omitempty" yaml:"hedgeStoredResponses,omitempty" core:"HedgeStoredResponses"`
+	Validate             []string `json:"validate,omitempty" yaml:"validate,omitempty" core:"ValidateChecks"`
+	ValidateSchema       string   `json:"validateSchema,omitempty" yaml:"validateSchema,omitempty" core:"ValidateSchema"`
+	ValidateFailure      string   `json:"validateFailure,omitempty" yaml:"validateFailure,omitempty" core:"ValidateFailure"`
 
 	// The plugin's own options (core:"-"), README.md documents them.
 	// PassThrough sends requests not eligible for hedging to the router's
@@ -234,6 +238,7 @@ func (c *Config) toCore(route string) (core.Config, []error) {
 		out.Route = c.Route
 	}
 	out.Idempotency.TTL = idempotencyTTL(c.Idempotency.TTL, &errs)
+	out.EarlyHeaders = earlyHeaders(c.EarlyHeaders, &errs)
 	if _, ok := logDestination(c.Log); !ok {
 		if isOn(c.Log) {
 			errs = append(errs, fmt.Errorf("log %q: want stdout, stderr or off (%s: write one of the three)", c.Log, yamlTrueHint))
@@ -256,7 +261,7 @@ func copyOptions(dst, m reflect.Value, prefix, trim string, errs *[]error) {
 		switch {
 		case target == "" && field.Type.Kind() == reflect.Struct:
 			copyOptions(dst, m.Field(i), option+".", trim, errs)
-		case target == "" || target == "-" || target == "Route" || target == "Idempotency.TTL":
+		case target == "" || target == "-" || target == "Route" || target == "Idempotency.TTL" || target == "EarlyHeaders":
 		case field.Type.Kind() == reflect.String && fieldAt(dst, strings.TrimPrefix(target, trim)).Kind() == reflect.Int64:
 			fieldAt(dst, strings.TrimPrefix(target, trim)).SetInt(int64(optionDuration(option, m.Field(i).String(), errs)))
 		default:
@@ -283,6 +288,24 @@ func optionDuration(option, value string, errs *[]error) core.Duration {
 		return 0
 	}
 	return core.Duration(d)
+}
+
+// earlyHeaders converts the earlyHeaders option: "" is the default, off
+// (in every form isOff accepts) and "0s" turn early headers off (-1 for
+// the engine), anything else must be a positive duration.
+func earlyHeaders(v string, errs *[]error) core.Duration {
+	switch {
+	case strings.TrimSpace(v) == "":
+		return 0
+	case isOff(v):
+		return -1
+	}
+	before := len(*errs)
+	d := optionDuration("earlyHeaders", v, errs)
+	if d == 0 && len(*errs) == before {
+		return -1
+	}
+	return d
 }
 
 // idempotencyTTL converts the idempotency.ttl option: "" is the default,

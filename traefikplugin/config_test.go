@@ -232,8 +232,13 @@ func differ(got, want reflect.Value, path string) (string, any, any, bool) {
 		}
 		return "", nil, nil, false
 	}
-	if !reflect.DeepEqual(got.Interface(), want.Interface()) {
-		return path, got.Interface(), want.Interface(), true
+	if got.Kind() == reflect.Pointer && !got.IsNil() && !want.IsNil() {
+		return differ(got.Elem(), want.Elem(), path)
+	}
+	// Compared as printed: reflect's Interface panics on unexported fields,
+	// and under Yaegi on some exported ones of interpreted types too.
+	if g, w := fmt.Sprint(got), fmt.Sprint(want); g != w {
+		return path, g, w, true
 	}
 	return "", nil, nil, false
 }

@@ -125,6 +125,7 @@ routes:
     match: {path_prefixes: [/v1/]}
     upstreams: [{name: ` + upstreamName + `, url: "` + upstreamURL + `"}]
     delay: 10s
+    early_headers: "off" # a held stream must still be unanswered at the drain deadline
 `
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)

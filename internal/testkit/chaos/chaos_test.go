@@ -114,6 +114,15 @@ func TestCheckerClassifies(t *testing.T) {
 		{"OpenAI-shaped error", healthy, 0, answer{1, "", 502, func(*Generation, *Generation) []byte {
 			return []byte(`{"error":{"message":"no upstream answered"}}`)
 		}, nil}, OutCleanError},
+		{"early headers, then the winner", healthy, 0, answer{1, "", 200, func(g, _ *Generation) []byte {
+			return append([]byte(": keep-alive\n\n: keep-alive\n\n"), g.Expected()...)
+		}, nil}, OutComplete},
+		{"early headers, then an error event", healthy, 0, answer{1, "", 200, func(*Generation, *Generation) []byte {
+			return []byte(": keep-alive\n\n" + `data: {"error":{"message":"no upstream answered before the deadline"}}` + "\n\n")
+		}, nil}, OutCleanError},
+		{"early headers, then a clean end", healthy, 0, answer{1, "", 200, func(*Generation, *Generation) []byte {
+			return []byte(": keep-alive\n\n")
+		}, nil}, VBrokenAsComplete},
 	}
 	for _, tc := range cases {
 		reg := newRegistry()

@@ -135,7 +135,7 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 		}
 	}
 	if r.Cancelled {
-		if g != nil && r.Status/100 == 2 && !bytes.HasPrefix(g.Expected(), r.Got) {
+		if g != nil && r.Status/100 == 2 && !bytes.HasPrefix(g.Expected(), withoutKeepAlives(r.Got)) {
 			return c.fail(VCorrupt, r, s, "the cancelled answer is not a prefix of %s", g.ID), g
 		}
 		return OutCancelled, g
@@ -157,7 +157,13 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 		}
 		return OutCleanError, g
 	}
+	got := withoutKeepAlives(r.Got)
 	if g == nil {
+		if r.ReadErr == nil && earlyErrorEvent(got) {
+			// The race's headers went out before a winner (early headers),
+			// and every attempt failed: an error event, which SDKs raise.
+			return OutCleanError, nil
+		}
 		if r.ReadErr == nil {
 			return c.fail(VBrokenAsComplete, r, s, "a 2xx answer without any generation ended cleanly: %q", clip(r.Got)), nil
 		}
@@ -165,20 +171,50 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 	}
 	want := g.Expected()
 	switch {
-	case bytes.Equal(r.Got, want):
+	case bytes.Equal(got, want):
 		return OutComplete, g
-	case !bytes.HasPrefix(want, r.Got):
-		at := commonPrefix(want, r.Got)
-		return c.fail(VCorrupt, r, s, "differs from %s at byte %d: got %q, want %q", g.ID, at, clip(r.Got[at:]), clip(want[at:])), g
+	case !bytes.HasPrefix(want, got):
+		at := commonPrefix(want, got)
+		return c.fail(VCorrupt, r, s, "differs from %s at byte %d: got %q, want %q", g.ID, at, clip(got[at:]), clip(want[at:])), g
 	case r.ReadErr == nil:
 		return c.fail(VBrokenAsComplete, r, s, "%s (%s) ended cleanly after %d of %d bytes, last %q",
-			g.ID, g.Action, len(r.Got), len(want), tailOf(r.Got)), g
+			g.ID, g.Action, len(got), len(want), tailOf(got)), g
 	case g.postCommitFault() || sinceFlightStart(s, r) >= c.deadline-c.deadline/10:
 		return OutBroken, g
 	default:
 		return c.fail(VUnexpectedBreak, r, s, "%s (%s, healthy) broke after %d of %d bytes at %v: %v",
 			g.ID, g.Action, len(r.Got), len(want), r.Elapsed.Round(time.Millisecond), r.ReadErr), g
 	}
+}
+
+// keepAlive is the comment a gateway sends while a streaming race whose
+// headers went out early (early_headers) is still undecided.
+var keepAlive = []byte(": keep-alive\n\n")
+
+// withoutKeepAlives returns b without the keep-alive comments before the
+// winner's bytes.
+func withoutKeepAlives(b []byte) []byte {
+	for bytes.HasPrefix(b, keepAlive) {
+		b = b[len(keepAlive):]
+	}
+	return b
+}
+
+// earlyErrorEvent reports whether b (keep-alives removed) is one error
+// event, as the gateway ends a stream whose headers went out before every
+// attempt failed: `data: {"error":{"message":...}}` (OpenAI) or that
+// after `event: error` (Anthropic).
+func earlyErrorEvent(b []byte) bool {
+	b = bytes.TrimPrefix(b, []byte("event: error\n"))
+	if !bytes.HasPrefix(b, []byte("data: ")) || !bytes.HasSuffix(b, []byte("\n\n")) {
+		return false
+	}
+	var e struct {
+		Error *struct {
+			Message *string `json:"message"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(bytes.TrimSpace(b[len("data: "):]), &e) == nil && e.Error != nil && e.Error.Message != nil
 }
 
 // owner checks that generation g may go to r: produced for r, or for the

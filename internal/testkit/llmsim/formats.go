@@ -110,6 +110,15 @@ func StripPings(body []byte) []byte {
 	return bytes.ReplaceAll(body, []byte(Ping), nil)
 }
 
+// KeepAlive is the comment a gateway sends while a streaming race whose
+// headers went out early (llmhedge's early_headers) is still undecided.
+const KeepAlive = ": keep-alive\n\n"
+
+// StripKeepAlives returns body without the gateway's keep-alive comments.
+func StripKeepAlives(body []byte) []byte {
+	return bytes.ReplaceAll(body, []byte(KeepAlive), nil)
+}
+
 // Call describes one successful request to one upstream: enough to compute
 // the exact bytes of its answer.
 type Call struct {

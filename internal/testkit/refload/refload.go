@@ -112,7 +112,7 @@ func Run(ctx context.Context, opts Options) *Result {
 					}
 				default:
 					winner := ""
-					clean := llmsim.StripPings(body)
+					clean := llmsim.StripPings(llmsim.StripKeepAlives(body))
 					for _, up := range opts.Upstreams {
 						if bytes.Equal(clean, llmsim.ExpectedStream(up, opts.Model, id, opts.Tokens)) {
 							winner = up

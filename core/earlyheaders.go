@@ -1,0 +1,287 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultEarlyHeaders is the grace time of Config.EarlyHeaders: long
+// enough that fast failures (a 400 or 401 arrives in milliseconds) keep
+// their real status, short enough that a client's time-to-headers timeout
+// (the OpenAI SDKs' `timeout`, Node's headersTimeout) does not become a
+// time-to-first-token timeout.
+const DefaultEarlyHeaders = time.Second
+
+// evKeepAlive: the grace time (then each keep-alive interval) passed with
+// the streaming race still undecided.
+const evKeepAlive eventKind = 6
+
+// keepAliveComment is the SSE comment sent while the race runs: every SSE
+// parser skips it (a line starting with ':'), the blank line ends it.
+var keepAliveComment = []byte(": keep-alive\n\n")
+
+// earlyHeaders is the state of a streaming race that may answer its
+// headers before it has a winner. Only the race's goroutine uses it.
+type earlyHeaders struct {
+	w         http.ResponseWriter
+	every     time.Duration
+	fire      func() // posts evKeepAlive; created once per race (Yaegi: no literal per re-arm)
+	timer     Timer
+	sent      bool // the status and headers are out
+	anthropic bool // errors go out as Anthropic's `event: error`
+	trailers  bool // the client accepts trailers (TE: trailers)
+}
+
+// earlyHeadersFor reports whether rc may send early headers: the route
+// has them on, the client asked for a stream ("stream": true) of an API
+// whose streams are SSE (OpenAI Chat, Completions and Responses,
+// Anthropic Messages), and the request is raced (pass-through answers go
+// out as they come anyway).
+func earlyHeadersFor(rc *race) bool {
+	if !rc.h.earlyHeaders || !rc.p.streams || rc.passthrough {
+		return false
+	}
+	return sseAPIPath(rc.p.orig.URL.Path) && rc.p.orig.Context().Value(noEarlyHeadersKey{}) == nil
+}
+
+// noEarlyHeadersKey marks a request context in which early headers are off.
+type noEarlyHeadersKey struct{}
+
+// WithoutEarlyHeaders returns r marked so that its race sends no early
+// headers: for hosts that cannot send a response's headers before the
+// whole answer (Envoy's ext_proc in a buffered body mode sends one
+// ImmediateResponse), where early headers would only turn a failure's
+// status into a 200.
+func WithoutEarlyHeaders(r *http.Request) *http.Request {
+	return r.WithContext(context.WithValue(r.Context(), noEarlyHeadersKey{}, true))
+}
+
+// sseAPIPath reports whether path is an API whose streams are SSE.
+func sseAPIPath(path string) bool {
+	path = strings.TrimRight(path, "/")
+	return strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/completions") ||
+		strings.HasSuffix(path, "/responses") || strings.HasSuffix(path, "/messages")
+}
+
+// startEarlyHeaders arms the grace timer of a race that may send early headers.
+func startEarlyHeaders(rc *race, w http.ResponseWriter) {
+	e := &earlyHeaders{w: w, every: time.Duration(rc.h.cfg.EarlyHeaders)}
+	e.anthropic = strings.HasSuffix(strings.TrimRight(rc.p.orig.URL.Path, "/"), "/messages")
+	e.trailers = acceptsTrailers(rc.p.orig)
+	events := rc.events
+	e.fire = func() { events <- event{kind: evKeepAlive} }
+	rc.early = e
+	e.timer = clockAfterFunc(rc.h, e.every, e.fire)
+}
+
+// stopEarlyHeaders stops the keep-alive timer; an event it posts late is
+// dropped by whoever reads the race's channel next (it names no attempt).
+func stopEarlyHeaders(rc *race) {
+	if rc.early != nil && rc.early.timer != nil {
+		rc.early.timer.Stop()
+	}
+}
+
+// earlySent reports whether rc's headers went out before its winner.
+func earlySent(rc *race) bool { return rc.early != nil && rc.early.sent }
+
+// keepAlive sends the early headers the first time, then a keep-alive
+// comment, and re-arms the timer. A failed write is not acted on here: a
+// client that left cancels every attempt, whose events end the race.
+func keepAlive(rc *race) {
+	e := rc.early
+	if !e.sent {
+		sendEarlyHeaders(rc, e)
+	}
+	e.w.Write(keepAliveComment)
+	flush(e.w)
+	e.timer = clockAfterFunc(rc.h, e.every, e.fire)
+}
+
+// sendEarlyHeaders writes the status and the headers every attempt's
+// answer would agree on: 200, an SSE content type, no caching. What only
+// the winner knows (its other headers, the race report) can follow as
+// trailers when the client accepts them.
+func sendEarlyHeaders(rc *race, e *earlyHeaders) {
+	e.sent = true
+	rc.rep.EarlyHeaders = true
+	hdr := e.w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no") // a buffering proxy in front must pass the keep-alives on
+	hdr.Del("Content-Length")
+	if rc.h.cfg.ReportHeader != "" {
+		hdr.Set(rc.h.cfg.ReportHeader, "llmhedge;desc=\"early_headers attempts="+strconv.Itoa(len(rc.attempts))+
+			" delay_ms="+strconv.FormatInt(rc.delay.Milliseconds(), 10)+"\"")
+	}
+	e.w.WriteHeader(http.StatusOK)
+}
+
+// acceptsTrailers reports whether the client sent TE: trailers.
+func acceptsTrailers(r *http.Request) bool {
+	for _, v := range r.Header.Values("Te") {
+		for _, part := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(strings.SplitN(part, ";", 2)[0]), "trailers") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// lateWinner starts the winner's delivery after early headers: its status
+// and headers cannot be sent any more. It reports whether the winner's
+// body may follow: an SSE answer; anything else (an upstream that
+// answered JSON to a stream request) cannot follow an SSE preamble, and
+// the client gets an error event instead.
+func lateWinner(rc *race, a *attempt, w http.ResponseWriter) bool {
+	if !a.sse {
+		rc.rep.Outcome = OutcomeUpstreamError
+		writeEarlyError(rc, w, nil, codeUpstreamBadResponse, rc.h.publicNames[a.upstream]+" answered a stream request without a stream")
+		return false
+	}
+	if rc.early.trailers {
+		offerWinnerTrailers(rc, a, w.Header())
+	}
+	return true
+}
+
+// notTrailers are the winner's headers that make no sense as trailers:
+// framing, content, caching, cookies and the hop-by-hop ones.
+var notTrailers = map[string]bool{"Content-Type": true, "Content-Length": true, "Content-Encoding": true,
+	"Cache-Control": true, "Set-Cookie": true, "Date": true, "Trailer": true, "Transfer-Encoding": true,
+	"Connection": true, "Keep-Alive": true, "Vary": true}
+
+// offerWinnerTrailers sets the winner's remaining headers and the race
+// report as trailers (under http.TrailerPrefix: sent after the body).
+func offerWinnerTrailers(rc *race, a *attempt, hdr http.Header) {
+	for name, values := range a.resp.Header {
+		if notTrailers[name] {
+			continue
+		}
+		hdr[http.TrailerPrefix+name] = append([]string(nil), values...)
+	}
+	if rc.h.cfg.ReportHeader != "" {
+		tmp := make(http.Header)
+		setReportHeader(rc, a, tmp)
+		hdr[http.TrailerPrefix+http.CanonicalHeaderKey(rc.h.cfg.ReportHeader)] = tmp[http.CanonicalHeaderKey(rc.h.cfg.ReportHeader)]
+	}
+}
+
+// earlyFailure answers a race that ended without a winner after its
+// headers went out: the status is gone, so the failure is an error event
+// in the API's own format, which the SDKs raise as an error (never a
+// clean end the client would take for an empty answer).
+func earlyFailure(rc *race, w http.ResponseWriter) {
+	rep := rc.rep
+	rep.Status = http.StatusOK
+	if rc.stopReason == OutcomeTimeout {
+		rep.Outcome = OutcomeTimeout
+		writeEarlyError(rc, w, nil, codeUpstreamTimeout, "no upstream answered before the deadline")
+		return
+	}
+	best := bestFailure(rc)
+	if best != nil && best.invalid != "" {
+		earlyInvalid(rc, w, best)
+		return
+	}
+	rep.Outcome = OutcomeUpstreamError
+	if best != nil && best.fatal {
+		rep.Outcome = OutcomeFatal
+	}
+	if best != nil && best.answered && best.sse {
+		// A complete stream without output: what the client would have
+		// got without early headers, and it ends as that stream ends.
+		w.Write(best.errBody)
+		flush(w)
+		return
+	}
+	code := codeUpstreamUnreachable
+	msg := "no upstream could be reached"
+	var upstreamBody []byte
+	if best != nil {
+		code = best.code
+		msg = upstreamMessage(rc.h, best)
+		upstreamBody = best.errBody
+	}
+	writeEarlyError(rc, w, upstreamBody, code, msg)
+}
+
+// writeEarlyError writes an error event: the upstream's own JSON error
+// (redacted already) when it has an "error" object, else ours. OpenAI's
+// SDKs raise a `data:` line whose JSON has an "error" member; Anthropic's
+// raise `event: error`.
+func writeEarlyError(rc *race, w http.ResponseWriter, upstreamBody []byte, code, msg string) {
+	payload := errorEventPayload(upstreamBody)
+	if payload == nil && rc.early.anthropic {
+		payload, _ = json.Marshal(anthropicError{Type: "error", Error: anthropicErrorDetail{Type: "api_error", Message: msg}})
+	} else if payload == nil {
+		payload, _ = json.Marshal(errorBody{Error: errorDetail{Message: msg, Type: errTypeUpstream, Code: code}})
+	}
+	var out []byte
+	if rc.early.anthropic {
+		out = append(out, "event: error\n"...)
+	}
+	out = append(out, "data: "...)
+	out = append(out, payload...)
+	out = append(out, "\n\n"...)
+	w.Write(out)
+	flush(w)
+}
+
+// anthropicError is the shape of Anthropic's error event.
+type anthropicError struct {
+	Type  string               `json:"type"`
+	Error anthropicErrorDetail `json:"error"`
+}
+
+type anthropicErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// errorEventPayload returns body on one line when it is a JSON object
+// with an "error" member, else nil.
+func errorEventPayload(body []byte) []byte {
+	if len(body) == 0 || !json.Valid(body) {
+		return nil
+	}
+	var probe errorProbe
+	if json.Unmarshal(body, &probe) != nil || len(probe.Error) == 0 || string(probe.Error) == "null" {
+		return nil
+	}
+	var line bytes.Buffer
+	if json.Compact(&line, body) != nil {
+		return nil
+	}
+	return line.Bytes()
+}
+
+// errorProbe and streamProbe read one member of a JSON object (named
+// types: plain to Yaegi, which interprets the core).
+type errorProbe struct {
+	Error json.RawMessage `json:"error"`
+}
+
+type streamProbe struct {
+	Stream json.RawMessage `json:"stream"`
+}
+
+// plainStreamRequested reports whether a body that plainJSON passed (at
+// most one "stream" key, in lowercase, unescaped) asks for a stream at its
+// top level. Decoded by the standard library, compiled under Yaegi too.
+func plainStreamRequested(body []byte) bool {
+	if !bytes.Contains(body, keyStream) {
+		return false
+	}
+	var probe streamProbe
+	if json.Unmarshal(body, &probe) != nil {
+		return false
+	}
+	return string(probe.Stream) == "true"
+}
