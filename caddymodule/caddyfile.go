@@ -195,6 +195,10 @@ func (p args) jsonOption(v reflect.Value, block string) error {
 	case *core.ByteSize:
 		*to, err = p.size(option, value, intSizeOptions[option])
 	default:
+		if field.Kind() == reflect.String {
+			field.SetString(value) // a string type of core's (validate_failure, validate_schema)
+			return nil
+		}
 		if value == "off" && !offOptions[option] {
 			return p.d.Errf("%s cannot be off", option)
 		}

@@ -232,6 +232,8 @@ func optionLine(f reflect.StructField) string {
 	value, ok := values[f.Type.Name()]
 	if f.Type.Kind() == reflect.Slice {
 		value, ok = "A B", true
+	} else if !ok && f.Type.Kind() == reflect.String {
+		value, ok = "X-Value", true // core's string types
 	}
 	if !ok {
 		return jsonName(f) + " <no Caddyfile value for " + f.Type.String() + ">"
@@ -253,5 +255,23 @@ func checkSpelled(t *testing.T, block, option string, path ...[]int) {
 	}
 	if v.IsZero() {
 		t.Errorf("Caddyfile %q left core option %s at zero", block, option)
+	}
+}
+
+// The validity options in the Caddyfile: `validate` takes the checks as
+// arguments, validate_failure and validate_schema one value each.
+func TestCaddyfileValidate(t *testing.T) {
+	h, err := parse(t, "llm_hedge http://a {\n validate json_schema finish\n validate_failure 502\n validate_schema `{\"type\":\"object\"}`\n}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(h.ValidateChecks, " "); got != "json_schema finish" {
+		t.Fatalf("validate = %q, want \"json_schema finish\"", got)
+	} else if h.ValidateFailure != "502" {
+		t.Fatalf("validate_failure = %q, want \"502\"", h.ValidateFailure)
+	} else if h.ValidateSchema != `{"type":"object"}` {
+		t.Fatalf("validate_schema = %q, want {\"type\":\"object\"}", h.ValidateSchema)
+	} else if err := h.Config.Validate(); err != nil {
+		t.Fatalf("Validate = %v, want nil", err)
 	}
 }

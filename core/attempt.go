@@ -47,6 +47,13 @@ type attempt struct {
 	// it is the client's best answer (errBody holds it).
 	answered bool
 	sse      bool // the answer is text/event-stream
+	// Validity checks (validate.go): invalid names the check the answer
+	// failed; unchecked, it outgrew max_prefix before it could be checked;
+	// holding (atomic, read by the race loop) is 1 once a streamed answer
+	// with output is being held until complete.
+	invalid   string
+	unchecked bool
+	holding   int32
 
 	result        string
 	cancelLatency time.Duration
@@ -112,6 +119,9 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	a.sse = format == formatSSE
 	if readUntilDecided(h, a, p, resp, format) {
 		a.resp = resp
+		if p.checks != 0 {
+			return validateAttempt(h, a, p)
+		}
 		return evReady // a.prefix goes back to the pool once delivered
 	}
 	return lostRace(h, a, resp)

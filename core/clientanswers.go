@@ -22,7 +22,7 @@ const HeaderShouldRetry = "X-Should-Retry"
 func bestFailure(rc *race) *attempt {
 	best := rc.heldFatal
 	for _, a := range rc.attempts {
-		if a.result == ResultFailed && (best == nil || errorRank(a) > errorRank(best)) {
+		if (a.result == ResultFailed || a.result == ResultInvalid) && (best == nil || errorRank(a) > errorRank(best) || moreComplete(a, best)) {
 			best = a
 		}
 	}

@@ -83,6 +83,61 @@ type Config struct {
 	// Fleet shares joins, replays and conflicts of keyed requests across
 	// replicas through Redis. Default off.
 	Fleet FleetConfig `json:"fleet,omitzero"`
+	// ValidateChecks (`validate`) are the checks an answer must pass before
+	// it may win, any of json, json_schema, finish and no_refusal (items
+	// may be comma-separated lists). A streamed answer is then held until
+	// it is complete (at most MaxPrefix; beyond it it goes out unchecked).
+	// Clients may add checks with X-LLM-Hedge-Validate. Default none.
+	ValidateChecks []string `json:"validate,omitempty"`
+	// ValidateSchema is the JSON schema json_schema checks the content
+	// against when the request sends none (JSON text, or in JSON and YAML
+	// the schema itself). Default none: then json_schema without a schema
+	// in the request only checks that the content is JSON.
+	ValidateSchema SchemaText `json:"validate_schema,omitempty"`
+	// ValidateFailure is what the client gets when every attempt's answer
+	// is invalid: "answer" (default), the most complete invalid answer
+	// marked with X-LLM-Hedge-Validation, or "502", an error.
+	ValidateFailure FailureMode `json:"validate_failure,omitempty"`
+}
+
+// SchemaText is a JSON schema as JSON text. It decodes from a string
+// holding the text or from the schema itself (an object or a boolean).
+type SchemaText string
+
+// UnmarshalJSON accepts a string (the schema's text) or a schema.
+func (s *SchemaText) UnmarshalJSON(b []byte) error {
+	var text string
+	if json.Unmarshal(b, &text) == nil {
+		*s = SchemaText(text)
+		return nil
+	}
+	if string(b) == "null" {
+		return nil
+	}
+	if !json.Valid(b) {
+		return fmt.Errorf("validate_schema: not JSON")
+	}
+	*s = SchemaText(bytes.TrimSpace(b))
+	return nil
+}
+
+// FailureMode is ValidateFailure: "answer" or "502". It decodes from a
+// string or the number 502 (an unquoted 502 in YAML).
+type FailureMode string
+
+// UnmarshalJSON accepts a string or a number.
+func (m *FailureMode) UnmarshalJSON(b []byte) error {
+	var text string
+	if json.Unmarshal(b, &text) == nil {
+		*m = FailureMode(text)
+		return nil
+	}
+	var n json.Number
+	if err := json.Unmarshal(b, &n); err != nil {
+		return fmt.Errorf("validate_failure: want answer or 502")
+	}
+	*m = FailureMode(n.String())
+	return nil
 }
 
 // UpstreamConfig is one place an attempt can go.
@@ -313,6 +368,9 @@ func (c Config) WithDefaults() Config {
 	if c.FirstEvent == "" {
 		c.FirstEvent = RuleAuto
 	}
+	if c.ValidateFailure == "" {
+		c.ValidateFailure = ValidateFailureAnswer
+	}
 	if c.EarlyHeaders == 0 {
 		c.EarlyHeaders = Duration(DefaultEarlyHeaders)
 	}
@@ -489,6 +547,7 @@ func (c Config) Validate() error {
 	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
 		bad("report header %q is not a valid token", c.ReportHeader)
 	}
+	validateConfig(&c, bad)
 	validateFleet(bad, c.Fleet)
 	return errors.Join(errs...)
 }

@@ -186,6 +186,10 @@ func earlyFailure(rc *race, w http.ResponseWriter) {
 		return
 	}
 	best := bestFailure(rc)
+	if best != nil && best.invalid != "" {
+		earlyInvalid(rc, w, best)
+		return
+	}
 	rep.Outcome = OutcomeUpstreamError
 	if best != nil && best.fatal {
 		rep.Outcome = OutcomeFatal

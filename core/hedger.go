@@ -64,6 +64,8 @@ type Hedger struct {
 	publicNames []string
 	// scopeHeaders is cfg.Idempotency.ScopeHeaders in canonical form.
 	scopeHeaders []string
+	// validation is the route's validity checks, parsed (validate.go).
+	validation *validation
 	// earlyHeaders: cfg.EarlyHeaders is on (earlyheaders.go).
 	earlyHeaders bool
 	// fleet is opts.Fleet (nil: no fleet).
@@ -128,7 +130,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet}, nil
+		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg)}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its

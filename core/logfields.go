@@ -61,6 +61,9 @@ func ReportLogFields(r *Report) []LogField {
 	if r.KeyHash != "" {
 		fields = append(fields, stringField("idempotency_key_hash", r.KeyHash))
 	}
+	if r.Validation != "" {
+		fields = append(fields, stringField("validation", r.Validation))
+	}
 	list := make([][]LogField, 0, len(r.Attempts))
 	for i := range r.Attempts {
 		list = append(list, attemptLogFields(&r.Attempts[i]))
@@ -85,6 +88,9 @@ func attemptLogFields(a *AttemptReport) []LogField {
 	}
 	if a.CancelLatency > 0 {
 		fields = append(fields, millisField("cancel_ms", a.CancelLatency))
+	}
+	if a.Invalid != "" {
+		fields = append(fields, stringField("invalid_check", a.Invalid))
 	}
 	if a.Error != "" {
 		// Redacted by core: no URL query or userinfo, no header value.

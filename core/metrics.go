@@ -30,6 +30,7 @@ const (
 	MetricFleetUp         int = 13
 	MetricFleetErrors     int = 14
 	MetricFleetDuration   int = 15
+	MetricInvalid         int = 16
 )
 
 // MetricDef describes one metric.
@@ -60,10 +61,10 @@ var cancelBuckets = []float64{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.0
 // configured names, the others the constants of observer.go.
 var metricDefs = []MetricDef{
 	{Name: "llm_hedge_requests_total", Type: MetricCounter,
-		Help:   "Requests handled, by route and outcome (ok, upstream_error, fatal, timeout, client_gone, stream_failed, rejected, replayed, joined).",
+		Help:   "Requests handled, by route and outcome (ok, upstream_error, fatal, timeout, client_gone, stream_failed, rejected, replayed, joined, invalid).",
 		Labels: []string{"route", "outcome"}},
 	{Name: "llm_hedge_attempts_total", Type: MetricCounter,
-		Help:   "Upstream attempts, by route, upstream, role (primary, hedge, retry, single) and result (won, lost, failed, cancelled).",
+		Help:   "Upstream attempts, by route, upstream, role (primary, hedge, retry, single) and result (won, lost, failed, invalid, cancelled).",
 		Labels: []string{"route", "upstream", "role", "result"}},
 	{Name: "llm_hedge_hedges_started_total", Type: MetricCounter,
 		Help:   "Attempts started beyond the first (hedges and retries), by route.",
@@ -107,6 +108,9 @@ var metricDefs = []MetricDef{
 	{Name: "llm_hedge_fleet_operation_duration_seconds", Type: MetricHistogram,
 		Help:   "Time of one fleet operation on Redis (a read includes its blocking wait), by fleet and operation.",
 		Labels: []string{"fleet", "op"}, Buckets: fleetBuckets},
+	{Name: "llm_hedge_invalid_answers_total", Type: MetricCounter,
+		Help:   "Attempts whose answer failed a validity check, by route, upstream and check (json, json_schema, finish, no_refusal).",
+		Labels: []string{"route", "upstream", "check"}},
 }
 
 // MetricDefs returns the metrics, indexed by the Metric* constants. The
@@ -141,6 +145,9 @@ func ReportMetrics(r *Report, sink MetricSink) {
 		sink.Record(MetricAttempts, []string{route, a.Upstream, a.Role, a.Result}, 1)
 		if a.TTFT > 0 {
 			sink.Record(MetricUpstreamTTFT, []string{route, a.Upstream}, a.TTFT.Seconds())
+		}
+		if a.Invalid != "" {
+			sink.Record(MetricInvalid, []string{route, a.Upstream, a.Invalid}, 1)
 		}
 		if a.Result == ResultLost && a.CancelLatency > 0 {
 			sink.Record(MetricLoserCancel, []string{route, a.Upstream}, a.CancelLatency.Seconds())

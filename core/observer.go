@@ -27,7 +27,7 @@ const (
 
 	ResultWon       = "won"
 	ResultLost      = "lost"      // cancelled because another attempt won
-	ResultFailed    = "failed"    // failed on its own
+	ResultFailed    = "failed"    // failed on its own (ResultInvalid: its answer failed validation)
 	ResultCancelled = "cancelled" // cancelled by the client, the deadline or a fatal answer
 )
 
@@ -56,6 +56,9 @@ type AttemptReport struct {
 	// CancelLatency is the time from the winner's commit to this loser's
 	// connection being closed, for lost attempts.
 	CancelLatency time.Duration
+	// Invalid names the validity check this attempt's answer failed
+	// (result invalid).
+	Invalid string
 }
 
 // Report is everything the engine knows about one request when it ends.
@@ -90,6 +93,10 @@ type Report struct {
 	// WastedPromptTokens estimates the prompt tokens spent on attempts that
 	// did not win (body bytes / 4 each).
 	WastedPromptTokens int64
+	// Validation says how the validity checks went, when the request had
+	// any: ValidationPassed, ValidationUnchecked (the answer outgrew
+	// max_prefix) or ValidationFailed (every answer was invalid).
+	Validation string
 }
 
 // Observer receives a Report when each request ends. It is called on the

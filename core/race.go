@@ -209,7 +209,7 @@ func raceLoop(rc *race) {
 		ev := <-rc.events
 		switch ev.kind {
 		case evHedgeTimer:
-			if ev.seq == rc.timerSeq && rc.heldFatal == nil {
+			if ev.seq == rc.timerSeq && rc.heldFatal == nil && !holdingOutput(rc) {
 				if rc.order != nil {
 					routeWaiting(rc)
 				}
@@ -382,7 +382,7 @@ func countExtra(rc *race) {
 
 // noteFailure feeds a failed attempt into upstream health and overload.
 func noteFailure(rc *race, a *attempt) {
-	a.result = ResultFailed
+	a.result = failedResult(a)
 	h, st := rc.h, rc.h.state
 	now := clockNow(h)
 	if a.status != 0 {
@@ -392,10 +392,11 @@ func noteFailure(rc *race, a *attempt) {
 		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
-	if a.answered {
+	if a.answered || a.invalid != "" {
 		// A complete but empty answer: as likely a broken upstream as a
 		// working one, so it counts neither way; as a probe it lets the
-		// next attempt probe.
+		// next attempt probe. An invalid answer came from a working
+		// upstream: it does not open the breaker either.
 		releaseProbe(st.health[a.upstream], a.probe)
 		return
 	}
@@ -485,6 +486,7 @@ func awaitAttempts(rc *race) {
 func finishReport(rc *race) {
 	if rc.winner != nil {
 		learnFromWinner(rc)
+		noteValidation(rc)
 	}
 	if rc.order != nil && !rc.passthrough {
 		learnRoute(rc)
@@ -526,8 +528,9 @@ func reportAttempts(rc *race) {
 	for _, a := range rc.attempts {
 		ar := AttemptReport{Index: a.index, Upstream: h.cfg.Upstreams[a.upstream].Name, Role: a.role,
 			Result: a.result, Status: a.status, Started: a.started.Sub(rc.start), CancelLatency: a.cancelLatency}
-		if a.result == ResultFailed {
+		if a.result == ResultFailed || a.result == ResultInvalid {
 			ar.Error = a.reason
+			ar.Invalid = a.invalid
 		}
 		if !a.firstAt.IsZero() && a == rc.winner {
 			ar.TTFT = a.firstAt.Sub(a.started)
@@ -547,6 +550,10 @@ func promptTokens(p *preparedRequest) int64 { return int64(len(p.body)) / 4 }
 // error, else 502.
 func failAll(rc *race, w http.ResponseWriter) {
 	best := bestFailure(rc)
+	if best != nil && best.invalid != "" {
+		answerInvalid(rc, w, best)
+		return
+	}
 	rep := rc.rep
 	rep.Outcome = OutcomeUpstreamError
 	switch {
@@ -584,6 +591,8 @@ func failAll(rc *race, w http.ResponseWriter) {
 // errorRank orders failures by how useful they are to the client.
 func errorRank(a *attempt) int {
 	switch {
+	case a.invalid != "":
+		return 7 // a complete answer that failed validation
 	case a.answered:
 		return 6 // a complete 2xx answer beats any error status
 	case a.fatal:

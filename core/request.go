@@ -38,6 +38,10 @@ type preparedRequest struct {
 	streams   bool   // the body asks for a stream ("stream": true); on the fast path only looked for when early headers are on
 	// bodies[i] is the body for upstream i (the model rewritten), nil: body.
 	bodies [][]byte
+	// checks are the validity check bits of this request (validate.go),
+	// schema the one json_schema checks against.
+	checks int
+	schema interface{}
 }
 
 // badRequest is a client error found while preparing the request.
@@ -67,6 +71,11 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	}
 	if h.tenantCaps {
 		p.tenant = tenantOf(h, r)
+	}
+	if p.hedgeable && (h.validation.checks != 0 || len(r.Header[canonicalValidate]) > 0) {
+		if err := prepareValidation(h, p); err != nil {
+			return nil, err
+		}
 	}
 	if p.rest != nil {
 		return unreadRest(h, p)
@@ -717,6 +726,7 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	req.Header = hdr
 	removeHopHeaders(hdr)
 	delete(hdr, canonicalHedge)
+	delete(hdr, canonicalValidate)
 	delete(hdr, "Content-Length")
 	// The engine must read first events as plain text; the transport asks
 	// for gzip itself and undoes it.

@@ -48,8 +48,11 @@ type Config struct {
 	StreamErrorEvent bool          `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
 	// EarlyHeaders: "off" (also "false", "0", "0s") holds a streaming
 	// race's headers until its winner; converted by earlyHeaders.
-	EarlyHeaders         string `json:"earlyHeaders,omitempty" yaml:"earlyHeaders,omitempty" core:"EarlyHeaders"`
-	HedgeStoredResponses bool   `json:"hedgeStoredResponses,omitempty" yaml:"hedgeStoredResponses,omitempty" core:"HedgeStoredResponses"`
+	EarlyHeaders         string   `json:"earlyHeaders,omitempty" yaml:"earlyHeaders,omitempty" core:"EarlyHeaders"`
+	HedgeStoredResponses bool     `json:"hedgeStoredResponses,omitempty" yaml:"hedgeStoredResponses,omitempty" core:"HedgeStoredResponses"`
+	Validate             []string `json:"validate,omitempty" yaml:"validate,omitempty" core:"ValidateChecks"`
+	ValidateSchema       string   `json:"validateSchema,omitempty" yaml:"validateSchema,omitempty" core:"ValidateSchema"`
+	ValidateFailure      string   `json:"validateFailure,omitempty" yaml:"validateFailure,omitempty" core:"ValidateFailure"`
 
 	// The plugin's own options (core:"-"), README.md documents them.
 	// PassThrough sends requests not eligible for hedging to the router's

@@ -29,14 +29,15 @@ import (
 const Traffic = "request 1: A=stall, B's hedge wins; request 2: A answers"
 
 // optional are the families Traffic does not produce (no request is denied
-// a hedge, none is replayed or joined, no fleet is configured): checked
-// when present.
+// a hedge, none is replayed or joined, no fleet is configured, no answer
+// is invalid): checked when present.
 var optional = map[string]bool{
 	"llm_hedge_hedge_denials_total":              true,
 	"llm_hedge_idempotent_requests_total":        true,
 	"llm_hedge_fleet_up":                         true,
 	"llm_hedge_fleet_operation_errors_total":     true,
 	"llm_hedge_fleet_operation_duration_seconds": true,
+	"llm_hedge_invalid_answers_total":            true,
 }
 
 // Parse parses a Prometheus text exposition.
