@@ -180,6 +180,12 @@ func sendTraffic(t *testing.T, front, route, tag string, n int, keyedOnly bool) 
 				return
 			}
 			req.Header.Set("Content-Type", "application/json")
+			// The client asks for a check no simulated answer passes
+			// (its text is not JSON): every attempt's answer is invalid.
+			invalid := !keyedOnly && i%6 == 3
+			if invalid {
+				req.Header.Set("X-LLM-Hedge-Validate", "json")
+			}
 			if keyedOnly || i%6 == 1 {
 				req.Header.Set("Idempotency-Key", fmt.Sprintf("%s-%s-%d", route, strings.ReplaceAll(tag, " ", "-"), i))
 			}
@@ -193,6 +199,12 @@ func sendTraffic(t *testing.T, front, route, tag string, n int, keyedOnly bool) 
 			}
 			got, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
+			if invalid {
+				if err != nil || resp.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("%s request %d (every answer invalid): status %d, read error %v", route, i, resp.StatusCode, err)
+				}
+				return
+			}
 			if err != nil || resp.StatusCode != http.StatusOK || !bytes.Contains(got, []byte("[DONE]")) {
 				errs <- fmt.Errorf("%s request %d: status %d, %d bytes, read error %v", route, i, resp.StatusCode, len(got), err)
 			}
