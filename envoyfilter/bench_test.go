@@ -55,7 +55,7 @@ func runLoad(t testing.TB, client *http.Client, url, prefix string, n, conc int)
 	return res
 }
 
-// TestReferenceBenchmark runs the SPEC §6 reference workload through the
+// TestReferenceBenchmark runs the reference workload through the
 // Envoy driver and the ext_proc server, and the same workload straight
 // into core, and prints TTFT against the ideal hedge, extra attempts and
 // CPU per request. Gated: LLMHEDGE_BENCH=1 (LLMHEDGE_BENCH_N, _SCALE,

@@ -41,7 +41,7 @@ func TestCreateConfigHoldsTheEngineDefaults(t *testing.T) {
 }
 
 func TestSpecMinimalFormConverts(t *testing.T) {
-	// SPEC §5's Traefik example: two upstreams and a delay of 50ms.
+	// The top README's Traefik example: two upstreams and a delay of 50ms.
 	cfg := CreateConfig()
 	cfg.Upstreams = []Upstream{{URL: "http://127.0.0.1:9001"}, {URL: "http://127.0.0.1:9002"}}
 	cfg.Delay = "50ms"

@@ -132,7 +132,7 @@ func load(t *testing.T, ctx context.Context, client *http.Client, url, prefix st
 	return res
 }
 
-// TestBenchReferenceWorkload runs the SPEC §6 reference workload (time
+// TestBenchReferenceWorkload runs the reference workload (time
 // scaled by 0.1: median TTFT 60ms, stalls 1-2s) through llm_hedge and
 // through Caddy's reverse_proxy on the same two upstreams, and compares with
 // the ideal hedge computed from the same draws. (At scale 0.05 a few ms of

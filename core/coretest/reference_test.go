@@ -14,7 +14,7 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
-// TestReferenceWorkload runs the SPEC §6 reference workload through the core
+// TestReferenceWorkload runs the reference workload through the core
 // (no hedge, fixed delay at the workload's p95, adaptive) and prints the
 // table against the ideal hedge computed from the same draws. Functional
 // checks always apply (no wrong or failed answer); the speed ratios of the

@@ -48,7 +48,7 @@ func summary(name string, ds []time.Duration) string {
 	return fmt.Sprintf("%-26s %v", name, llmsim.Summarize(ds))
 }
 
-// TestBenchReferenceWorkload runs SPEC §6's reference workload (2,000
+// TestBenchReferenceWorkload runs the reference workload (top README, "The reference workload") (2,000
 // requests, 20 at a time) through the plugin and through Traefik's plain
 // load balancer on the same upstreams, and compares both with the ideal
 // hedge computed from the same draws.
@@ -59,7 +59,7 @@ func TestBenchReferenceWorkload(t *testing.T) {
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
 	defer a.Close()
 	defer b.Close()
-	// The hedge delay is the primary's true p95 TTFT, as SPEC §1 suggests.
+	// The hedge delay is the primary's true p95 TTFT, the fixed delay the README recommends.
 	delay := wl.TrueQuantile(0.95)
 	d := newDynamic("bench").
 		loadBalancer("sims", a.URL, b.URL).

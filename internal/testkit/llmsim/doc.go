@@ -3,7 +3,7 @@
 // demo of llmhedge.
 //
 // A Workload draws a time to first token (TTFT) per upstream and request from
-// a seeded distribution (SPEC §6: lognormal around a median, with rare long
+// a seeded distribution (lognormal around a median, with rare long
 // stalls), so every run is reproducible and the ideal hedged result can be
 // computed from the same draws (NoHedge, IdealHedge, Sequential, RaceAll).
 //

@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// Summary is the SPEC §6 report of a set of durations.
+// Summary is the report of a set of durations.
 type Summary struct {
 	N                  int
 	P50, P95, P99, Max time.Duration

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Workload is the seeded latency model of a simulated upstream (SPEC §6).
+// Workload is the seeded latency model of a simulated upstream (top README, "The reference workload").
 //
 // A zero field takes its default (see Reference). A field whose default is
 // not zero is switched off with a negative value: StallProb < 0 means no
@@ -43,7 +43,7 @@ type Workload struct {
 	PingEvery time.Duration
 }
 
-// Reference returns the SPEC §6 workload: TTFT lognormal with median 600ms and
+// Reference returns the reference workload: TTFT lognormal with median 600ms and
 // sigma 0.3, a 2% chance of a 10–20s stall instead, 20 tokens 20ms apart,
 // pings every 250ms, every duration multiplied by scale (<= 0 means 1).
 func Reference(seed int64, scale float64) Workload {

@@ -1,4 +1,4 @@
-// Package refload drives the SPEC §6 reference workload through a proxy and
+// Package refload drives the reference workload through a proxy and
 // measures what a client sees: time to first token, total time, and whether
 // every answer is exactly its own request's answer from one upstream. The
 // core's benchmark, the adapters' benchmarks and the demo share it.
@@ -193,7 +193,7 @@ func one(ctx context.Context, opts *Options, id string) (ttft, total time.Durati
 	return ttft, time.Since(start), body, nil
 }
 
-// Peers are the SPEC §6 comparisons computed from the same draws.
+// Peers are the comparisons computed from the same draws.
 type Peers struct {
 	NoHedge, Ideal, Sequential, RaceAll []time.Duration
 	// IdealExtra is the share of requests the ideal hedge sends twice.
