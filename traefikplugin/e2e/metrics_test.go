@@ -22,7 +22,9 @@ func TestMetricsPathThroughTraefik(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	ab := [][2]string{{"A", a.URL}, {"B", b.URL}}
-	cfg := pluginConfig(ab, "route: names", "delay: 50ms", "log: stderr", "metricsPath: /llmhedge/metrics")
+	// 200ms, not 50ms: request 2 must not hedge, and the interpreted plugin
+	// on a loaded 2-core machine adds tens of ms to A's own ~30-60ms.
+	cfg := pluginConfig(ab, "route: names", "delay: 200ms", "log: stderr", "metricsPath: /llmhedge/metrics")
 	d := newDynamic("m1").
 		hedge("hedge-names1", cfg).route("names1", "noop@internal", "hedge-names1").
 		hedge("hedge-names2", cfg).route("names2", "noop@internal", "hedge-names2")
@@ -51,5 +53,5 @@ func TestMetricsPathThroughTraefik(t *testing.T) {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("metricsPath through Traefik: status %d: %s", resp.StatusCode, body)
 	}
-	metricscheck.Check(t, "real Traefik metricsPath", string(body), "names", 0.05)
+	metricscheck.Check(t, "real Traefik metricsPath", string(body), "names", 0.2)
 }
