@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -23,14 +22,6 @@ import (
 // Fleet mode through real Caddy processes sharing one real redis-server,
 // with the official OpenAI Go SDK as the client. The short forms run in
 // CI; LLMHEDGE_FLEET=full runs the acceptance counts.
-
-// fleetCount is n in CI and full under LLMHEDGE_FLEET=full.
-func fleetCount(n, full int) int {
-	if os.Getenv("LLMHEDGE_FLEET") == "full" {
-		return full
-	}
-	return n
-}
 
 // fleetSite hedges nothing (one attempt to upstream A) and shares keyed
 // requests through the fleet at redisURL with a short lease. The operation
@@ -152,7 +143,7 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	r := startFleet(t, 3, w)
 	ctx := testContext(t)
-	n := fleetCount(20, 200)
+	n := fleetsuite.Count(20, 200)
 	for i := 0; i < n; i++ {
 		key := "join-" + strconv.Itoa(i)
 		var wg sync.WaitGroup
@@ -219,7 +210,7 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	n := fleetCount(4, 50)
+	n := fleetsuite.Count(4, 50)
 	twoGens := 0
 	for i := 0; i < n; i++ {
 		key := "kill-before-" + strconv.Itoa(i)
@@ -254,7 +245,7 @@ func TestFleetCaddyLeaderKilledAfterCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 40, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	n := fleetCount(2, 10)
+	n := fleetsuite.Count(2, 10)
 	for i := 0; i < n; i++ {
 		key := "kill-after-" + strconv.Itoa(i)
 		leaderFirst := make(chan struct{})
@@ -297,68 +288,17 @@ func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	r := startFleet(t, 3, w)
 	ctx := testContext(t)
-	total := time.Duration(fleetCount(3, 30)) * time.Second
-	var done, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 20; g++ {
-		g := g
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("load-%d-%d", g, i)
-				got := fleetStream(ctx, r.replicas[(g+i)%3], "sk-alice", key, "hello", nil)
-				if got.err != nil || got.text != llmsim.ExpectedChatText(key, 10) {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, got.text, got.err))
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	timer := time.NewTimer(total / 3)
-	<-timer.C
-	r.redis.Kill()
-	timer.Reset(total / 3)
-	<-timer.C
-	r.redis.Restart()
-	back := time.Now()
-	joined := time.Duration(-1)
-	for i := 0; time.Since(back) < 10*time.Second; i++ {
-		key := "rejoin-" + strconv.Itoa(i)
-		var pair sync.WaitGroup
-		for j := 0; j < 2; j++ {
-			j := j
-			pair.Add(1)
-			go func() {
-				defer pair.Done()
-				fleetStream(ctx, r.replicas[j], "sk-carol", key, "hello", nil)
-			}()
-		}
-		pair.Wait()
-		if r.sim.Attempts(key) == 1 {
-			joined = time.Since(back)
-			break
-		}
-	}
-	timer.Reset(total / 3)
-	<-timer.C
-	close(stop)
-	wg.Wait()
-	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
-	}
-	if joined < 0 || joined > 2*time.Second {
-		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
-	}
+	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, fleetsuite.Rig{
+		Replicas: 3,
+		Stream: func(ctx context.Context, replica int, apiKey, key string) (string, error) {
+			got := fleetStream(ctx, r.replicas[replica], apiKey, key, "hello", nil)
+			return got.text, got.err
+		},
+		Attempts:     r.sim.Attempts,
+		Expected:     llmsim.ExpectedChatText,
+		KillRedis:    r.redis.Kill,
+		RestartRedis: r.redis.Restart,
+	})
 	if up := fleetMetric(t, r.replicas[0], "llm_hedge_fleet_up", nil); up != 1 {
 		t.Errorf("llm_hedge_fleet_up = %v after Redis' return, want 1", up)
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
@@ -26,14 +26,6 @@ import (
 // Fleet mode through real Traefik processes (the plugin interpreted by
 // Yaegi in each) sharing one real redis-server. The short forms run in CI;
 // LLMHEDGE_FLEET=full runs the acceptance counts.
-
-// fleetCount is n in CI and full under LLMHEDGE_FLEET=full.
-func fleetCount(n, full int) int {
-	if os.Getenv("LLMHEDGE_FLEET") == "full" {
-		return full
-	}
-	return n
-}
 
 // fleetAnswer is one raw streaming answer through a replica, so that
 // answers can be compared byte for byte.
@@ -148,7 +140,7 @@ func TestFleetTraefikLeaderKilledBeforeCommit(t *testing.T) {
 	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
 	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
 	ctx := context.Background()
-	n := fleetCount(3, 50)
+	n := fleetsuite.Count(3, 50)
 	twoGenerations := 0
 	for i := 0; i < n; i++ {
 		id := "kill-before-" + strconv.Itoa(i)
@@ -188,7 +180,7 @@ func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
 	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
 	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
 	ctx := context.Background()
-	n := fleetCount(2, 10)
+	n := fleetsuite.Count(2, 10)
 	for i := 0; i < n; i++ {
 		id := "kill-after-" + strconv.Itoa(i)
 		leaderFirst := make(chan struct{})
@@ -240,7 +232,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 	replicas := []string{one.URL + "/fleet", two.URL + "/fleet"}
 	ctx := context.Background()
 
-	pairs := fleetCount(20, 200)
+	pairs := fleetsuite.Count(20, 200)
 	t.Run("same key at both replicas at once: one generation, identical bytes", func(t *testing.T) {
 		for i := 0; i < pairs; i++ {
 			id := fmt.Sprintf("pair-%d", i)
@@ -290,7 +282,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 
 	t.Run("Redis killed and restarted under load: no failed request", func(t *testing.T) {
 		const streams = 20
-		loadFor := time.Duration(fleetCount(6, 30)) * time.Second
+		loadFor := time.Duration(fleetsuite.Count(6, 30)) * time.Second
 		var sent, failed atomic.Int64
 		var firstFailure atomic.Value
 		stop := make(chan struct{})

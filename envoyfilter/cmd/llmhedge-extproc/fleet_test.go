@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +21,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/metricscheck"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -31,13 +30,6 @@ import (
 // each behind its own envoydriver front, which plays Envoy's filter over
 // real gRPC) sharing one real redis-server, with the OpenAI Go SDK as the
 // client. Short forms in CI; LLMHEDGE_FLEET=full runs the acceptance counts.
-
-func fleetCount(n, full int) int {
-	if os.Getenv("LLMHEDGE_FLEET") == "full" {
-		return full
-	}
-	return n
-}
 
 // extprocReplica is one server process and the front that drives it.
 type extprocReplica struct {
@@ -185,7 +177,7 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
-	n := fleetCount(20, 200)
+	n := fleetsuite.Count(20, 200)
 	for i := 0; i < n; i++ {
 		key := "join-" + strconv.Itoa(i)
 		var wg sync.WaitGroup
@@ -229,7 +221,7 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
 	twoGens := 0
-	for i := 0; i < fleetCount(3, 50); i++ {
+	for i := 0; i < fleetsuite.Count(3, 50); i++ {
 		key := "kill-before-" + strconv.Itoa(i)
 		leader := make(chan answer, 1)
 		go func() { leader <- fleetAnswer(ctx, f.replicas[0], "sk-alice", key, "hello", nil) }()
@@ -252,8 +244,8 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 		twoGens += f.sim.Attempts(key) - 1
 		f.replicas[0] = f.startReplica()
 	}
-	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", fleetCount(3, 50), twoGens)
-	for i := 0; i < fleetCount(2, 10); i++ {
+	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", fleetsuite.Count(3, 50), twoGens)
+	for i := 0; i < fleetsuite.Count(2, 10); i++ {
 		key := "kill-after-" + strconv.Itoa(i)
 		leaderFirst := make(chan struct{})
 		leader := make(chan answer, 1)
@@ -288,66 +280,15 @@ func TestFleetExtprocRedisKilledUnderLoad(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
-	total := time.Duration(fleetCount(3, 30)) * time.Second
-	var done, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 20; g++ {
-		g := g
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("load-%d-%d", g, i)
-				got := fleetAnswer(ctx, f.replicas[(g+i)%2], "sk-alice", key, "hello", nil)
-				if got.err != nil || got.text != llmsim.ExpectedChatText(key, 10) {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, got.text, got.err))
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	timer := time.NewTimer(total / 3)
-	<-timer.C
-	f.redis.Kill()
-	timer.Reset(total / 3)
-	<-timer.C
-	f.redis.Restart()
-	back := time.Now()
-	joined := time.Duration(-1)
-	for i := 0; time.Since(back) < 10*time.Second; i++ {
-		key := "rejoin-" + strconv.Itoa(i)
-		var pair sync.WaitGroup
-		for j := 0; j < 2; j++ {
-			j := j
-			pair.Add(1)
-			go func() {
-				defer pair.Done()
-				fleetAnswer(ctx, f.replicas[j], "sk-carol", key, "hello", nil)
-			}()
-		}
-		pair.Wait()
-		if f.sim.Attempts(key) == 1 {
-			joined = time.Since(back)
-			break
-		}
-	}
-	timer.Reset(total / 3)
-	<-timer.C
-	close(stop)
-	wg.Wait()
-	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
-	}
-	if joined < 0 || joined > 2*time.Second {
-		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
-	}
+	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, fleetsuite.Rig{
+		Replicas: 2,
+		Stream: func(ctx context.Context, replica int, apiKey, key string) (string, error) {
+			got := fleetAnswer(ctx, f.replicas[replica], apiKey, key, "hello", nil)
+			return got.text, got.err
+		},
+		Attempts:     f.sim.Attempts,
+		Expected:     llmsim.ExpectedChatText,
+		KillRedis:    f.redis.Kill,
+		RestartRedis: f.redis.Restart,
+	})
 }
