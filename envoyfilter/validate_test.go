@@ -13,6 +13,7 @@ import (
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
 
 // TestValidate: through the ext_proc server behind the Envoy-side driver,
@@ -25,11 +26,7 @@ func TestValidate(t *testing.T) {
 	if os.Getenv("LLMHEDGE_BENCH") == "1" {
 		n = 2000
 	}
-	a := &llmsim.Structured{Name: "A", Valid: false, Delay: 5 * time.Millisecond, Gap: 2 * time.Millisecond}
-	b := &llmsim.Structured{Name: "B", Valid: true, Delay: 40 * time.Millisecond, Gap: 2 * time.Millisecond}
-	as, bs := llmsim.StartStructured(a), llmsim.StartStructured(b)
-	defer as.Close()
-	defer bs.Close()
+	aURL, bURL := validitysuite.Sims(t)
 	route := func(extra string, urls ...string) string {
 		s := "\n  - name: chat\n    upstreams:\n"
 		for i, u := range urls {
@@ -37,10 +34,10 @@ func TestValidate(t *testing.T) {
 		}
 		return s + "    delay: 500ms\n" + extra
 	}
-	validatedURL := validityFront(t, route("    validate: [json_schema]\n", as.URL, bs.URL))
-	plainURL := validityFront(t, route("", as.URL, bs.URL))
-	directURL := validityFront(t, route("", bs.URL))
-	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bs.URL))
+	validatedURL := validityFront(t, route("    validate: [json_schema]\n", aURL, bURL))
+	plainURL := validityFront(t, route("", aURL, bURL))
+	directURL := validityFront(t, route("", bURL))
+	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bURL))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	client := &http.Client{}
@@ -48,21 +45,7 @@ func TestValidate(t *testing.T) {
 	plain := llmsim.StructuredLoad(ctx, client, plainURL, n, 10)
 	direct := llmsim.StructuredLoad(ctx, client, directURL, n, 10)
 	directValidated := llmsim.StructuredLoad(ctx, client, directValidatedURL, n, 10)
-	t.Logf("A+B, validate [json_schema]: %s", validated.Summary())
-	t.Logf("A+B, no validate:            %s", plain.Summary())
-	t.Logf("B alone, no validate:        %s", direct.Summary())
-	t.Logf("B alone, validate:           %s", directValidated.Summary())
-	if directValidated.Valid != n {
-		t.Errorf("B alone with validate: %d of %d answers valid (%d failed: %v), want all", directValidated.Valid, n, directValidated.Failed, directValidated.Errors)
-	}
-	if validated.Invalid != 0 {
-		t.Errorf("with validate: %d of %d answers invalid, want 0", validated.Invalid, n)
-	} else if validated.Valid != n {
-		t.Errorf("with validate: %d of %d answers valid (%d failed: %v), want all", validated.Valid, n, validated.Failed, validated.Errors)
-	}
-	if plain.Invalid != n {
-		t.Errorf("without validate: %d of %d answers invalid, want all (A's fast answer wins)", plain.Invalid, n)
-	}
+	validitysuite.Check(t, validitysuite.Results{N: n, Validated: validated, Plain: plain, Direct: direct, DirectValidated: directValidated})
 }
 
 // validityFront serves an ext_proc server with these routes behind the

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
 
 // TestValidate: through real Traefik (the plugin interpreted by Yaegi),
@@ -21,13 +22,9 @@ func TestValidate(t *testing.T) {
 	if os.Getenv("LLMHEDGE_BENCH") == "1" {
 		n = 200
 	}
-	a := &llmsim.Structured{Name: "A", Valid: false, Delay: 5 * time.Millisecond, Gap: 2 * time.Millisecond}
-	b := &llmsim.Structured{Name: "B", Valid: true, Delay: 40 * time.Millisecond, Gap: 2 * time.Millisecond}
-	as, bs := llmsim.StartStructured(a), llmsim.StartStructured(b)
-	defer as.Close()
-	defer bs.Close()
-	ab := [][2]string{{"A", as.URL}, {"B", bs.URL}}
-	onlyB := [][2]string{{"B", bs.URL}}
+	aURL, bURL := validitysuite.Sims(t)
+	ab := [][2]string{{"A", aURL}, {"B", bURL}}
+	onlyB := [][2]string{{"B", bURL}}
 	d := newDynamic("g1").
 		hedge("hedge-val", pluginConfig(ab, "delay: 500ms", "validate: [json_schema]", "log: off")).
 		route("val", "noop@internal", "hedge-val").
@@ -45,19 +42,5 @@ func TestValidate(t *testing.T) {
 	plain := llmsim.StructuredLoad(ctx, client, tr.URL+"/plain", n, 5)
 	direct := llmsim.StructuredLoad(ctx, client, tr.URL+"/direct", n, 5)
 	directValidated := llmsim.StructuredLoad(ctx, client, tr.URL+"/directval", n, 5)
-	t.Logf("A+B, validate [json_schema]: %s", validated.Summary())
-	t.Logf("A+B, no validate:            %s", plain.Summary())
-	t.Logf("B alone, no validate:        %s", direct.Summary())
-	t.Logf("B alone, validate:           %s", directValidated.Summary())
-	if validated.Invalid != 0 {
-		t.Errorf("with validate: %d of %d answers invalid, want 0", validated.Invalid, n)
-	} else if validated.Valid != n {
-		t.Errorf("with validate: %d of %d answers valid (%d failed: %v), want all", validated.Valid, n, validated.Failed, validated.Errors)
-	}
-	if plain.Invalid != n {
-		t.Errorf("without validate: %d of %d answers invalid, want all (A's fast answer wins)", plain.Invalid, n)
-	}
-	if directValidated.Valid != n {
-		t.Errorf("B alone with validate: %d of %d answers valid (%d failed: %v), want all", directValidated.Valid, n, directValidated.Failed, directValidated.Errors)
-	}
+	validitysuite.Check(t, validitysuite.Results{N: n, Validated: validated, Plain: plain, Direct: direct, DirectValidated: directValidated})
 }
