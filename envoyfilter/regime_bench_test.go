@@ -3,7 +3,6 @@ package envoyfilter_test
 import (
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
@@ -21,10 +20,7 @@ import (
 //
 //	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./envoyfilter
 func TestBenchRegimeShift(t *testing.T) {
-	opts := regimeload.Options{N: 200, P99Bound: 1.25}
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		opts = regimeload.Options{P99Bound: 1.25, Check: true}
-	}
+	opts := regimeload.EnvOptions(1.25)
 	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, opts)
 }
 

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
@@ -16,10 +15,7 @@ import (
 //
 //	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./caddymodule/e2e
 func TestBenchRegimeShift(t *testing.T) {
-	opts := regimeload.Options{N: 200}
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		opts = regimeload.Options{Check: true}
-	}
+	opts := regimeload.EnvOptions(0)
 	regimeload.Bench(t, "caddy", startRegimeSites, opts)
 }
 

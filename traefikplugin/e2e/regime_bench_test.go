@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
@@ -17,10 +16,7 @@ import (
 //
 //	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./traefikplugin/e2e
 func TestBenchRegimeShift(t *testing.T) {
-	opts := regimeload.Options{N: 200, P99Bound: 1.25}
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		opts = regimeload.Options{P99Bound: 1.25, Check: true}
-	}
+	opts := regimeload.EnvOptions(1.25)
 	regimeload.Bench(t, "traefik", startRegimeMiddlewares, opts)
 }
 
