@@ -18,6 +18,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
@@ -286,27 +287,15 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 		var sent, failed atomic.Int64
 		var firstFailure atomic.Value
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for s := 0; s < streams; s++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					id := fmt.Sprintf("load-%d-%d", s, n)
-					ans := fleetPost(ctx, replicas[(s+n)%2], "k-"+id, id, "hi", "")
-					sent.Add(1)
-					if !ans.complete(id, tokens) {
-						failed.Add(1)
-						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
-					}
-				}
-			}()
-		}
+		wait := loadloop.Workers(streams, stop, func(s, n int) {
+			id := fmt.Sprintf("load-%d-%d", s, n)
+			ans := fleetPost(ctx, replicas[(s+n)%2], "k-"+id, id, "hi", "")
+			sent.Add(1)
+			if !ans.complete(id, tokens) {
+				failed.Add(1)
+				firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
+			}
+		})
 		time.Sleep(loadFor / 3) // load before the kill (wall-clock phases of a load test)
 		srv.Kill()
 		time.Sleep(loadFor / 3) // Redis away
@@ -333,7 +322,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 		}
 		time.Sleep(loadFor / 3) // load after the return
 		close(stop)
-		wg.Wait()
+		wait()
 		t.Logf("%d streams for %v, Redis killed for %v: %d requests, %d failed; joins again %v after Redis' return",
 			streams, loadFor, loadFor/3, sent.Load(), failed.Load(), joinedAfter.Round(time.Millisecond))
 		if failed.Load() != 0 {

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 )
 
 // Count is n in CI and full under LLMHEDGE_FLEET=full (the acceptance counts).
@@ -46,28 +48,15 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	var done, failed atomic.Int64
 	var firstErr atomic.Value
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 20; g++ {
-		g := g
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("load-%d-%d", g, i)
-				text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key)
-				if err != nil || text != rig.Expected(key, 10) {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, text, err))
-				}
-				done.Add(1)
-			}
-		}()
-	}
+	wait := loadloop.Workers(20, stop, func(g, i int) {
+		key := fmt.Sprintf("load-%d-%d", g, i)
+		text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key)
+		if err != nil || text != rig.Expected(key, 10) {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, text, err))
+		}
+		done.Add(1)
+	})
 	timer := time.NewTimer(total / 3)
 	<-timer.C
 	rig.KillRedis()
@@ -96,7 +85,7 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	timer.Reset(total / 3)
 	<-timer.C
 	close(stop)
-	wg.Wait()
+	wait()
 	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
