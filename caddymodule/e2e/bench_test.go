@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
@@ -28,9 +28,7 @@ import (
 // benchOnly skips t unless LLMHEDGE_BENCH=1.
 func benchOnly(t *testing.T) {
 	t.Helper()
-	if os.Getenv("LLMHEDGE_BENCH") != "1" {
-		t.Skip("benchmark: set LLMHEDGE_BENCH=1")
-	}
+	envgate.Require(t, "LLMHEDGE_BENCH", "benchmark: set LLMHEDGE_BENCH=1")
 }
 
 // loadClient is an HTTP/1.1 client with a connection per concurrent

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -26,9 +26,8 @@ import (
 //	LLMHEDGE_FLEET_BENCH=1 go test -run 'TestFleetBench' -v ./caddymodule/e2e
 
 func fleetBenchOnly(t *testing.T) {
-	if os.Getenv("LLMHEDGE_FLEET_BENCH") != "1" {
-		t.Skip("fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
-	}
+	t.Helper()
+	envgate.Require(t, "LLMHEDGE_FLEET_BENCH", "fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
 }
 
 // eventTimes streams one raw chat request and returns when each data line

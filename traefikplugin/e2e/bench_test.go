@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
@@ -27,9 +28,8 @@ import (
 // ratio is against a baseline measured in the same run.
 
 func benchOnly(t *testing.T) {
-	if os.Getenv("LLMHEDGE_BENCH") != "1" {
-		t.Skip("set LLMHEDGE_BENCH=1 to run the benchmarks through real Traefik")
-	}
+	t.Helper()
+	envgate.Require(t, "LLMHEDGE_BENCH", "set LLMHEDGE_BENCH=1 to run the benchmarks through real Traefik")
 }
 
 // benchScale is the time scale of the reference workload: 0.2 runs it 5x
