@@ -118,21 +118,25 @@ func fleetMetric(t *testing.T, c *caddyProc, name string, labels map[string]stri
 	return v
 }
 
-// waitClaims polls replica c's /metrics (an external process: there is no
-// event to wait on) until it has sent more than before claims.
-func waitClaims(t *testing.T, c *caddyProc, before float64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for fleetMetric(t, c, "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"}) <= before {
-		if time.Now().After(deadline) {
-			t.Fatal("no claim on the follower's replica within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
+// suiteRig is what the fleetsuite scenarios drive of this rig.
+func (r *fleetRig) suiteRig() fleetsuite.Rig {
+	return fleetsuite.Rig{
+		Replicas: len(r.replicas),
+		Stream: func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error) {
+			got := fleetStream(ctx, r.replicas[replica], apiKey, key, "hello", firstChunk)
+			return got.text, got.err
+		},
+		Attempts:     r.sim.Attempts,
+		Expected:     llmsim.ExpectedChatText,
+		KillRedis:    r.redis.Kill,
+		RestartRedis: r.redis.Restart,
+		WaitFor:      r.sim.WaitFor,
+		Claims: func(t *testing.T, replica int) float64 {
+			return fleetMetric(t, r.replicas[replica], "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
+		},
+		Kill9:   r.kill9,
+		Restart: r.restart,
 	}
-}
-
-func claimsOf(t *testing.T, c *caddyProc) float64 {
-	return fleetMetric(t, c, "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
 }
 
 // The same key at two replicas at once: one generation, byte-identical
@@ -211,30 +215,7 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
 	n := fleetsuite.Count(4, 50)
-	twoGens := 0
-	for i := 0; i < n; i++ {
-		key := "kill-before-" + strconv.Itoa(i)
-		leader := make(chan streamed, 1)
-		go func() { leader <- fleetStream(ctx, r.replicas[0], "sk-alice", key, "hello", nil) }()
-		if err := r.sim.WaitFor(ctx, func() bool { return r.sim.Attempts(key) == 1 }); err != nil {
-			t.Fatal(err)
-		}
-		before := claimsOf(t, r.replicas[1])
-		follower := make(chan streamed, 1)
-		go func() { follower <- fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", nil) }()
-		waitClaims(t, r.replicas[1], before)
-		r.kill9(0)
-		<-leader
-		got := <-follower
-		if got.err != nil || got.text != llmsim.ExpectedChatText(key, 5) {
-			t.Fatalf("%s: follower after the leader's kill -9: %q, %v; want the complete answer", key, got.text, got.err)
-		}
-		if gens := r.sim.Attempts(key); gens > 2 {
-			t.Fatalf("%s: %d generations, want at most 2", key, gens)
-		}
-		twoGens += r.sim.Attempts(key) - 1
-		r.restart(0)
-	}
+	twoGens := fleetsuite.LeaderKilledBeforeCommit(t, ctx, n, 5, r.suiteRig())
 	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations, %d with one", n, twoGens, n-twoGens)
 }
 
@@ -245,40 +226,7 @@ func TestFleetCaddyLeaderKilledAfterCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 40, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	n := fleetsuite.Count(2, 10)
-	for i := 0; i < n; i++ {
-		key := "kill-after-" + strconv.Itoa(i)
-		leaderFirst := make(chan struct{})
-		leader := make(chan streamed, 1)
-		go func() {
-			leader <- fleetStream(ctx, r.replicas[0], "sk-alice", key, "hello", func() { close(leaderFirst) })
-		}()
-		<-leaderFirst
-		followerFirst := make(chan struct{})
-		follower := make(chan streamed, 1)
-		go func() {
-			follower <- fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", func() { close(followerFirst) })
-		}()
-		<-followerFirst
-		r.kill9(0)
-		<-leader
-		got := <-follower
-		want := llmsim.ExpectedChatText(key, 40)
-		if got.err == nil {
-			t.Fatalf("%s: follower's answer ended cleanly after the leader's kill -9 (%q), want broken", key, got.text)
-		}
-		if !strings.HasPrefix(want, got.text) || got.text == want {
-			t.Fatalf("%s: follower got %q, want a strict prefix of the one generation %q", key, got.text, want)
-		}
-		if gens := r.sim.Attempts(key); gens != 1 {
-			t.Fatalf("%s: %d generations before the retry, want 1", key, gens)
-		}
-		retry := fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", nil)
-		if retry.err != nil || retry.text != want || r.sim.Attempts(key) != 2 {
-			t.Fatalf("%s: retry got %q, %v with %d generations; want a fresh complete answer (2)", key, retry.text, retry.err, r.sim.Attempts(key))
-		}
-		r.restart(0)
-	}
+	fleetsuite.LeaderKilledAfterCommit(t, ctx, fleetsuite.Count(2, 10), 40, r.suiteRig())
 }
 
 // Redis killed and restarted under load: 20 concurrent streams keep
@@ -288,17 +236,7 @@ func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	r := startFleet(t, 3, w)
 	ctx := testContext(t)
-	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, fleetsuite.Rig{
-		Replicas: 3,
-		Stream: func(ctx context.Context, replica int, apiKey, key string) (string, error) {
-			got := fleetStream(ctx, r.replicas[replica], apiKey, key, "hello", nil)
-			return got.text, got.err
-		},
-		Attempts:     r.sim.Attempts,
-		Expected:     llmsim.ExpectedChatText,
-		KillRedis:    r.redis.Kill,
-		RestartRedis: r.redis.Restart,
-	})
+	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, r.suiteRig())
 	if up := fleetMetric(t, r.replicas[0], "llm_hedge_fleet_up", nil); up != 1 {
 		t.Errorf("llm_hedge_fleet_up = %v after Redis' return, want 1", up)
 	}

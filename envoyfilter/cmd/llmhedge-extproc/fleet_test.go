@@ -118,16 +118,22 @@ func (r *extprocReplica) claims(t *testing.T) float64 {
 	return v
 }
 
-// waitClaims polls the replica's /metrics (another process: there is no
-// event to wait on) until it has sent more than before claims.
-func (r *extprocReplica) waitClaims(t *testing.T, before float64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.claims(t) <= before {
-		if time.Now().After(deadline) {
-			t.Fatal("no claim on the follower's replica within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
+// suiteRig is what the fleetsuite scenarios drive of this fleet.
+func (f *extprocFleet) suiteRig() fleetsuite.Rig {
+	return fleetsuite.Rig{
+		Replicas: len(f.replicas),
+		Stream: func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error) {
+			got := fleetAnswer(ctx, f.replicas[replica], apiKey, key, "hello", firstChunk)
+			return got.text, got.err
+		},
+		Attempts:     f.sim.Attempts,
+		Expected:     llmsim.ExpectedChatText,
+		KillRedis:    f.redis.Kill,
+		RestartRedis: f.redis.Restart,
+		WaitFor:      f.sim.WaitFor,
+		Claims:       func(t *testing.T, replica int) float64 { return f.replicas[replica].claims(t) },
+		Kill9:        f.kill9,
+		Restart:      func(replica int) { f.replicas[replica] = f.startReplica() },
 	}
 }
 
@@ -220,58 +226,10 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
-	twoGens := 0
-	for i := 0; i < fleetsuite.Count(3, 50); i++ {
-		key := "kill-before-" + strconv.Itoa(i)
-		leader := make(chan answer, 1)
-		go func() { leader <- fleetAnswer(ctx, f.replicas[0], "sk-alice", key, "hello", nil) }()
-		if err := f.sim.WaitFor(ctx, func() bool { return f.sim.Attempts(key) == 1 }); err != nil {
-			t.Fatal(err)
-		}
-		before := f.replicas[1].claims(t)
-		follower := make(chan answer, 1)
-		go func() { follower <- fleetAnswer(ctx, f.replicas[1], "sk-alice", key, "hello", nil) }()
-		f.replicas[1].waitClaims(t, before)
-		f.kill9(0)
-		<-leader
-		got := <-follower
-		if got.err != nil || got.text != llmsim.ExpectedChatText(key, 20) {
-			t.Fatalf("%s: follower after the leader's kill -9: %q, %v; want the complete answer", key, got.text, got.err)
-		}
-		if gens := f.sim.Attempts(key); gens > 2 {
-			t.Fatalf("%s: %d generations, want at most 2", key, gens)
-		}
-		twoGens += f.sim.Attempts(key) - 1
-		f.replicas[0] = f.startReplica()
-	}
-	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", fleetsuite.Count(3, 50), twoGens)
-	for i := 0; i < fleetsuite.Count(2, 10); i++ {
-		key := "kill-after-" + strconv.Itoa(i)
-		leaderFirst := make(chan struct{})
-		leader := make(chan answer, 1)
-		go func() {
-			leader <- fleetAnswer(ctx, f.replicas[0], "sk-alice", key, "hello", func() { close(leaderFirst) })
-		}()
-		<-leaderFirst
-		followerFirst := make(chan struct{})
-		follower := make(chan answer, 1)
-		go func() {
-			follower <- fleetAnswer(ctx, f.replicas[1], "sk-alice", key, "hello", func() { close(followerFirst) })
-		}()
-		<-followerFirst
-		f.kill9(0)
-		<-leader
-		got := <-follower
-		want := llmsim.ExpectedChatText(key, 20)
-		if got.err == nil || !strings.HasPrefix(want, got.text) || got.text == want {
-			t.Fatalf("%s: follower after the leader's kill -9 post-commit: %q, %v; want a broken strict prefix of %q", key, got.text, got.err, want)
-		}
-		retry := fleetAnswer(ctx, f.replicas[1], "sk-alice", key, "hello", nil)
-		if retry.err != nil || retry.text != want || f.sim.Attempts(key) != 2 {
-			t.Fatalf("%s: retry %q, %v with %d generations; want a fresh complete answer (2)", key, retry.text, retry.err, f.sim.Attempts(key))
-		}
-		f.replicas[0] = f.startReplica()
-	}
+	n := fleetsuite.Count(3, 50)
+	twoGens := fleetsuite.LeaderKilledBeforeCommit(t, ctx, n, 20, f.suiteRig())
+	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", n, twoGens)
+	fleetsuite.LeaderKilledAfterCommit(t, ctx, fleetsuite.Count(2, 10), 20, f.suiteRig())
 }
 
 // Redis killed and restarted under 20 concurrent streams: zero failed
@@ -280,15 +238,5 @@ func TestFleetExtprocRedisKilledUnderLoad(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
-	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, fleetsuite.Rig{
-		Replicas: 2,
-		Stream: func(ctx context.Context, replica int, apiKey, key string) (string, error) {
-			got := fleetAnswer(ctx, f.replicas[replica], apiKey, key, "hello", nil)
-			return got.text, got.err
-		},
-		Attempts:     f.sim.Attempts,
-		Expected:     llmsim.ExpectedChatText,
-		KillRedis:    f.redis.Kill,
-		RestartRedis: f.redis.Restart,
-	})
+	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, f.suiteRig())
 }

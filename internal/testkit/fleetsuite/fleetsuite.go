@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -28,15 +29,123 @@ func Count(n, full int) int {
 type Rig struct {
 	// Replicas is how many replicas Stream can reach (indexes 0..Replicas-1).
 	Replicas int
-	// Stream sends one keyed streaming chat request with apiKey through
-	// replica i and returns the text it got and its error.
-	Stream func(ctx context.Context, replica int, apiKey, key string) (string, error)
+	// Stream sends one keyed streaming chat request ("hello") with apiKey
+	// through replica i and returns the text it got and its error;
+	// firstChunk, when set, runs on the answer's first chunk.
+	Stream func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error)
 	// Attempts is how many generations the simulated upstream ran for key.
 	Attempts func(key string) int
 	// Expected is the one complete answer of key (tokens long).
 	Expected func(key string, tokens int) string
 	// KillRedis and RestartRedis stop and bring back the shared redis-server.
 	KillRedis, RestartRedis func()
+	// WaitFor blocks until cond holds of the simulated upstream (or ctx ends).
+	WaitFor func(ctx context.Context, cond func() bool) error
+	// Claims is how many fleet claims replica i has sent (its metrics).
+	Claims func(t *testing.T, replica int) float64
+	// Kill9 kills replica i with SIGKILL and waits for its exit; Restart
+	// starts it again in the same place.
+	Kill9, Restart func(replica int)
+}
+
+// waitClaims polls replica's metrics (another process: there is no event
+// to wait on) until it has sent more than before claims.
+func waitClaims(t *testing.T, rig Rig, replica int, before float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for rig.Claims(t, replica) <= before {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim on the follower's replica within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type streamResult struct {
+	text string
+	err  error
+}
+
+// LeaderKilledBeforeCommit kills (-9) the leader's replica 0 n times while
+// the upstream is still before its first token and the follower on replica
+// 1 has claimed the key: the follower takes over when the lease expires and
+// its client gets the complete answer (tokens long); at most two
+// generations. It returns how many keys took two.
+func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, rig Rig) (twoGens int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		key := "kill-before-" + strconv.Itoa(i)
+		leader := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 0, "sk-alice", key, nil)
+			leader <- streamResult{text, err}
+		}()
+		if err := rig.WaitFor(ctx, func() bool { return rig.Attempts(key) == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		before := rig.Claims(t, 1)
+		follower := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 1, "sk-alice", key, nil)
+			follower <- streamResult{text, err}
+		}()
+		waitClaims(t, rig, 1, before)
+		rig.Kill9(0)
+		<-leader
+		got := <-follower
+		if got.err != nil || got.text != rig.Expected(key, tokens) {
+			t.Fatalf("%s: follower after the leader's kill -9: %q, %v; want the complete answer", key, got.text, got.err)
+		}
+		if gens := rig.Attempts(key); gens > 2 {
+			t.Fatalf("%s: %d generations, want at most 2", key, gens)
+		}
+		twoGens += rig.Attempts(key) - 1
+		rig.Restart(0)
+	}
+	return twoGens
+}
+
+// LeaderKilledAfterCommit kills (-9) the leader's replica 0 n times once
+// both the leader's and the follower's (replica 1) answers have started:
+// the follower's answer ends broken, a strict prefix of the one generation
+// (tokens long), and a retry with the same key gets a fresh complete answer.
+func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, rig Rig) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		key := "kill-after-" + strconv.Itoa(i)
+		leaderFirst := make(chan struct{})
+		leader := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 0, "sk-alice", key, func() { close(leaderFirst) })
+			leader <- streamResult{text, err}
+		}()
+		<-leaderFirst
+		followerFirst := make(chan struct{})
+		follower := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 1, "sk-alice", key, func() { close(followerFirst) })
+			follower <- streamResult{text, err}
+		}()
+		<-followerFirst
+		rig.Kill9(0)
+		<-leader
+		got := <-follower
+		want := rig.Expected(key, tokens)
+		if got.err == nil {
+			t.Fatalf("%s: follower's answer ended cleanly after the leader's kill -9 (%q), want broken", key, got.text)
+		}
+		if !strings.HasPrefix(want, got.text) || got.text == want {
+			t.Fatalf("%s: follower got %q, want a strict prefix of the one generation %q", key, got.text, want)
+		}
+		if gens := rig.Attempts(key); gens != 1 {
+			t.Fatalf("%s: %d generations before the retry, want 1", key, gens)
+		}
+		text, err := rig.Stream(ctx, 1, "sk-alice", key, nil)
+		if err != nil || text != want || rig.Attempts(key) != 2 {
+			t.Fatalf("%s: retry got %q, %v with %d generations; want a fresh complete answer (2)", key, text, err, rig.Attempts(key))
+		}
+		rig.Restart(0)
+	}
 }
 
 // RedisKilledUnderLoad runs 20 concurrent streams (answers of 10 tokens)
@@ -50,7 +159,7 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	stop := make(chan struct{})
 	wait := loadloop.Workers(20, stop, func(g, i int) {
 		key := fmt.Sprintf("load-%d-%d", g, i)
-		text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key)
+		text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key, nil)
 		if err != nil || text != rig.Expected(key, 10) {
 			failed.Add(1)
 			firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, text, err))
@@ -73,7 +182,7 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 			pair.Add(1)
 			go func() {
 				defer pair.Done()
-				_, _ = rig.Stream(ctx, j, "sk-carol", key)
+				_, _ = rig.Stream(ctx, j, "sk-carol", key, nil)
 			}()
 		}
 		pair.Wait()
