@@ -7,16 +7,11 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
 )
 
-// TestBenchRegimeShift runs the regime-shift benchmark (upstream A 8x
-// slower for 30s of every 80s, scaled; see internal/testkit/regimeload)
-// through the real Caddy: `primary ordered` against `primary fastest`, one
-// site per route. CI runs a few hundred requests per route and only logs;
-// LLMHEDGE_BENCH=1 runs 4,000 per route and checks the bounds:
-//
-//	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./caddymodule/e2e
+// TestBenchRegimeShift is regimeload's regime-shift benchmark through the
+// real Caddy, one site per route; its long form (regimeload.EnvOptions) is
+// LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./caddymodule/e2e.
 func TestBenchRegimeShift(t *testing.T) {
-	opts := regimeload.EnvOptions(0)
-	regimeload.Bench(t, "caddy", startRegimeSites, opts)
+	regimeload.Bench(t, "caddy", startRegimeSites, regimeload.EnvOptions(0))
 }
 
 // startRegimeSites serves each route as a Caddy site of its own.

@@ -7,17 +7,12 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
 )
 
-// TestBenchRegimeShift runs the regime-shift benchmark (upstream A 8x
-// slower for 30s of every 80s, scaled; see internal/testkit/regimeload)
-// through the real Traefik, the plugin interpreted by Yaegi: `primary
-// ordered` against `primary fastest`, one middleware and router per route.
-// CI runs a few hundred requests per route and only logs; LLMHEDGE_BENCH=1
-// runs 4,000 per route and checks the bounds:
-//
-//	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./traefikplugin/e2e
+// TestBenchRegimeShift is regimeload's regime-shift benchmark through the
+// real Traefik (the plugin interpreted by Yaegi), one middleware and router
+// per route; its long form (regimeload.EnvOptions) is LLMHEDGE_BENCH=1 go
+// test -run TestBenchRegimeShift -v ./traefikplugin/e2e.
 func TestBenchRegimeShift(t *testing.T) {
-	opts := regimeload.EnvOptions(1.25)
-	regimeload.Bench(t, "traefik", startRegimeMiddlewares, opts)
+	regimeload.Bench(t, "traefik", startRegimeMiddlewares, regimeload.EnvOptions(1.25))
 }
 
 // startRegimeMiddlewares serves each route under /<route>/ through a
