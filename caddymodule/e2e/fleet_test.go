@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -148,32 +147,23 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 	r := startFleet(t, 3, w)
 	ctx := testContext(t)
 	n := fleetsuite.Count(20, 200)
+	rig := r.suiteRig()
 	for i := 0; i < n; i++ {
 		key := "join-" + strconv.Itoa(i)
-		var wg sync.WaitGroup
-		var got [2]streamed
-		for j := 0; j < 2; j++ {
-			j := j
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[j] = fleetStream(ctx, r.replicas[j], "sk-alice", key, "hello", nil)
-			}()
-		}
-		wg.Wait()
+		got := fleetsuite.AtOnce(ctx, rig, "sk-alice", key)
 		for j := range got {
-			if got[j].err != nil {
-				t.Fatalf("%s: replica %d: %v", key, j, got[j].err)
+			if got[j].Err != nil {
+				t.Fatalf("%s: replica %d: %v", key, j, got[j].Err)
 			}
 		}
-		if got[0].text != got[1].text || got[0].text != llmsim.ExpectedChatText(key, 8) {
-			t.Fatalf("%s: answers %q and %q, want both %q", key, got[0].text, got[1].text, llmsim.ExpectedChatText(key, 8))
+		if got[0].Text != got[1].Text || got[0].Text != llmsim.ExpectedChatText(key, 8) {
+			t.Fatalf("%s: answers %q and %q, want both %q", key, got[0].Text, got[1].Text, llmsim.ExpectedChatText(key, 8))
 		}
 		if gens := r.sim.Attempts(key); gens != 1 {
 			t.Fatalf("%s: %d upstream generations, want 1 (fleet operation errors so far: %v)", key, gens, r.fleetErrors(t))
 		}
 		third := fleetStream(ctx, r.replicas[2], "sk-alice", key, "hello", nil)
-		if third.err != nil || third.text != got[0].text {
+		if third.err != nil || third.text != got[0].Text {
 			t.Fatalf("%s: third replica got %q, %v; want the replay", key, third.text, third.err)
 		}
 		if gens := r.sim.Attempts(key); gens != 1 {

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -184,22 +183,13 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
 	n := fleetsuite.Count(20, 200)
+	rig := f.suiteRig()
 	for i := 0; i < n; i++ {
 		key := "join-" + strconv.Itoa(i)
-		var wg sync.WaitGroup
-		var got [2]answer
-		for j := 0; j < 2; j++ {
-			j := j
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[j] = fleetAnswer(ctx, f.replicas[j], "sk-alice", key, "hello", nil)
-			}()
-		}
-		wg.Wait()
+		got := fleetsuite.AtOnce(ctx, rig, "sk-alice", key)
 		want := llmsim.ExpectedChatText(key, 8)
-		if got[0].err != nil || got[1].err != nil || got[0].text != want || got[1].text != want {
-			t.Fatalf("%s: answers %q (%v) and %q (%v), want both %q", key, got[0].text, got[0].err, got[1].text, got[1].err, want)
+		if got[0].Err != nil || got[1].Err != nil || got[0].Text != want || got[1].Text != want {
+			t.Fatalf("%s: answers %q (%v) and %q (%v), want both %q", key, got[0].Text, got[0].Err, got[1].Text, got[1].Err, want)
 		}
 		if gens := f.sim.Attempts(key); gens != 1 {
 			t.Fatalf("%s: %d upstream generations, want 1", key, gens)

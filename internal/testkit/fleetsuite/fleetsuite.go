@@ -176,16 +176,7 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	joined := time.Duration(-1)
 	for i := 0; time.Since(back) < 10*time.Second; i++ {
 		key := "rejoin-" + strconv.Itoa(i)
-		var pair sync.WaitGroup
-		for j := 0; j < 2; j++ {
-			j := j
-			pair.Add(1)
-			go func() {
-				defer pair.Done()
-				_, _ = rig.Stream(ctx, j, "sk-carol", key, nil)
-			}()
-		}
-		pair.Wait()
+		AtOnce(ctx, rig, "sk-carol", key)
 		if rig.Attempts(key) == 1 {
 			joined = time.Since(back)
 			break
@@ -202,4 +193,27 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	if joined < 0 || joined > 2*time.Second {
 		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
 	}
+}
+
+// Answer is what one streaming request got.
+type Answer struct {
+	Text string
+	Err  error
+}
+
+// AtOnce sends key as apiKey through replicas 0 and 1 at the same time
+// and returns both answers.
+func AtOnce(ctx context.Context, rig Rig, apiKey, key string) [2]Answer {
+	var got [2]Answer
+	var wg sync.WaitGroup
+	for j := 0; j < 2; j++ {
+		j := j
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[j].Text, got[j].Err = rig.Stream(ctx, j, apiKey, key, nil)
+		}()
+	}
+	wg.Wait()
+	return got
 }
