@@ -25,12 +25,6 @@ import (
 //
 //	LLMHEDGE_BENCH=1 go test ./caddymodule/e2e -run Bench -v -timeout 20m
 
-// benchOnly skips t unless LLMHEDGE_BENCH=1.
-func benchOnly(t *testing.T) {
-	t.Helper()
-	envgate.Require(t, "LLMHEDGE_BENCH", "benchmark: set LLMHEDGE_BENCH=1")
-}
-
 // loadClient is an HTTP/1.1 client with a connection per concurrent
 // request kept alive, as a busy application's client would have.
 func loadClient(conns int) *http.Client {
@@ -136,7 +130,7 @@ func load(t *testing.T, ctx context.Context, client *http.Client, url, prefix st
 // the ideal hedge computed from the same draws. (At scale 0.05 a few ms of
 // scheduling delay on a busy 2-core machine are already 10% of the p99.)
 func TestBenchReferenceWorkload(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const (
 		requests = 2000
 		workers  = 16
@@ -204,7 +198,7 @@ func fastWorkload() llmsim.Workload {
 // median of the rounds' ratios, so that bursts of load from other processes
 // on the machine hit both alike or drop out.
 func TestBenchOverhead(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const (
 		rounds     = 8
 		perRound   = 1500
@@ -290,7 +284,7 @@ func idRange(prefix string, n int) []string {
 // memory per open stream, for llm_hedge and for reverse_proxy, each in a
 // fresh Caddy process.
 func TestBenchOpenStreams(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const streams = 1000
 	// First token at once, the second after an hour: the stream stays open
 	// until the client leaves.
@@ -367,7 +361,7 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 //
 //	LLMHEDGE_BENCH=1 go test ./caddymodule/e2e -run TestBenchLightOverhead -v
 func TestBenchLightOverhead(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const (
 		rounds   = 6
 		perRound = 3000

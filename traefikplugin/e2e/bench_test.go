@@ -27,11 +27,6 @@ import (
 // they run only with LLMHEDGE_BENCH=1, and they print their numbers. Every
 // ratio is against a baseline measured in the same run.
 
-func benchOnly(t *testing.T) {
-	t.Helper()
-	envgate.Require(t, "LLMHEDGE_BENCH", "set LLMHEDGE_BENCH=1 to run the benchmarks through real Traefik")
-}
-
 // benchScale is the time scale of the reference workload: 0.2 runs it 5x
 // faster (median TTFT 120ms, stalls 2-4s). At 0.05 (median 30ms) the fixed
 // cost of the interpreter and of a shared 2-core machine (5-20ms at the
@@ -53,7 +48,7 @@ func summary(name string, ds []time.Duration) string {
 // load balancer on the same upstreams, and compares both with the ideal
 // hedge computed from the same draws.
 func TestBenchReferenceWorkload(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const n, concurrency = 2000, 20
 	wl := llmsim.Reference(42, benchScale())
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
@@ -116,7 +111,7 @@ func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 // no hedge ever fires, through the plugin and through Traefik's plain load
 // balancer, to price the interpreter.
 func TestBenchThroughput(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, n, concurrency = 4, 2500, 20
 	fast := llmsim.Fast()
 	f := llmsim.Start("F", fast)
@@ -184,7 +179,7 @@ func TestBenchThroughput(t *testing.T) {
 // plugin with maxBody: 1 (the body streamed to the upstream, unbuffered).
 // Runs are interleaved so that machine noise spreads over all variants.
 func TestBenchTruncationStudy(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, perRound, concurrency = 4, 500, 20
 	wl := llmsim.Reference(3, benchScale())
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
@@ -236,7 +231,7 @@ func TestBenchTruncationStudy(t *testing.T) {
 // as Traefik's capture middleware does, forwarding the body as it streams
 // in or buffered first. Every failed read of the request body is recorded.
 func TestBenchTruncationStdlib(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, perRound, concurrency = 4, 500, 20
 	wl := llmsim.Reference(5, benchScale())
 	up := llmsim.Start("A", wl)
@@ -309,7 +304,7 @@ func firstLines(s string, n int) []string {
 //
 //	LLMHEDGE_BENCH=1 go test ./traefikplugin/e2e -run TestBenchLightOverhead -v
 func TestBenchLightOverhead(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, perRound, conns = 4, 2500, 20
 	f := llmsim.Start("F", llmsim.Fast())
 	defer f.Close()
