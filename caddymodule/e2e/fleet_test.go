@@ -119,23 +119,18 @@ func fleetMetric(t *testing.T, c *caddyProc, name string, labels map[string]stri
 
 // suiteRig is what the fleetsuite scenarios drive of this rig.
 func (r *fleetRig) suiteRig() fleetsuite.Rig {
-	return fleetsuite.Rig{
-		Replicas: len(r.replicas),
-		Stream: func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error) {
-			got := fleetStream(ctx, r.replicas[replica], apiKey, key, "hello", firstChunk)
-			return got.text, got.err
-		},
-		Attempts:     r.sim.Attempts,
-		Expected:     llmsim.ExpectedChatText,
-		KillRedis:    r.redis.Kill,
-		RestartRedis: r.redis.Restart,
-		WaitFor:      r.sim.WaitFor,
-		Claims: func(t *testing.T, replica int) float64 {
-			return fleetMetric(t, r.replicas[replica], "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
-		},
-		Kill9:   r.kill9,
-		Restart: r.restart,
-	}
+	return fleetsuite.NewRig(r.sim, r.redis, len(r.replicas), r.stream, r.claims, r.kill9, r.restart)
+}
+
+// stream is fleetStream of "hello" through replica i.
+func (r *fleetRig) stream(ctx context.Context, i int, apiKey, key string, firstChunk func()) (string, error) {
+	got := fleetStream(ctx, r.replicas[i], apiKey, key, "hello", firstChunk)
+	return got.text, got.err
+}
+
+// claims is how many fleet claims replica i has sent.
+func (r *fleetRig) claims(t *testing.T, i int) float64 {
+	return fleetMetric(t, r.replicas[i], "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
 }
 
 // The same key at two replicas at once: one generation, byte-identical

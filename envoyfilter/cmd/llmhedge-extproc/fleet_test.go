@@ -117,23 +117,16 @@ func (r *extprocReplica) claims(t *testing.T) float64 {
 	return v
 }
 
-// suiteRig is what the fleetsuite scenarios drive of this fleet.
+// suiteRig is what the fleetsuite scenarios drive of this fleet: its
+// replicas are reached as "hello" streams, restarted in place.
 func (f *extprocFleet) suiteRig() fleetsuite.Rig {
-	return fleetsuite.Rig{
-		Replicas: len(f.replicas),
-		Stream: func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error) {
-			got := fleetAnswer(ctx, f.replicas[replica], apiKey, key, "hello", firstChunk)
-			return got.text, got.err
-		},
-		Attempts:     f.sim.Attempts,
-		Expected:     llmsim.ExpectedChatText,
-		KillRedis:    f.redis.Kill,
-		RestartRedis: f.redis.Restart,
-		WaitFor:      f.sim.WaitFor,
-		Claims:       func(t *testing.T, replica int) float64 { return f.replicas[replica].claims(t) },
-		Kill9:        f.kill9,
-		Restart:      func(replica int) { f.replicas[replica] = f.startReplica() },
+	stream := func(ctx context.Context, i int, apiKey, key string, firstChunk func()) (string, error) {
+		a := fleetAnswer(ctx, f.replicas[i], apiKey, key, "hello", firstChunk)
+		return a.text, a.err
 	}
+	claims := func(t *testing.T, i int) float64 { return f.replicas[i].claims(t) }
+	restart := func(i int) { f.replicas[i] = f.startReplica() }
+	return fleetsuite.NewRig(f.sim, f.redis, len(f.replicas), stream, claims, f.kill9, restart)
 }
 
 // fleetAnswer streams one chat completion with an idempotency key through

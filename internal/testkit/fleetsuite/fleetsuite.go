@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 )
 
@@ -46,6 +47,29 @@ type Rig struct {
 	// Kill9 kills replica i with SIGKILL and waits for its exit; Restart
 	// starts it again in the same place.
 	Kill9, Restart func(replica int)
+}
+
+// Upstream is the simulated upstream of a fleet test (an llmsim server).
+type Upstream interface {
+	Attempts(key string) int
+	WaitFor(ctx context.Context, cond func() bool) error
+}
+
+// Redis is the fleet's shared redis-server (a redisproc server).
+type Redis interface {
+	Kill()
+	Restart()
+}
+
+// NewRig is the Rig of an adapter's fleet test: its upstream, its Redis,
+// and the adapter's own ways to reach, watch, kill and restart its
+// replicas; the answers are llmsim's chat answers.
+func NewRig(sim Upstream, redis Redis, replicas int,
+	stream func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error),
+	claims func(t *testing.T, replica int) float64, kill9, restart func(replica int)) Rig {
+	return Rig{Replicas: replicas, Stream: stream, Attempts: sim.Attempts, Expected: llmsim.ExpectedChatText,
+		KillRedis: redis.Kill, RestartRedis: redis.Restart, WaitFor: sim.WaitFor,
+		Claims: claims, Kill9: kill9, Restart: restart}
 }
 
 // waitClaims polls replica's metrics (another process: there is no event
