@@ -5,27 +5,20 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
 
-// TestValidate: through the ext_proc server behind the Envoy-side driver,
-// with `validate: [json_schema]` the client never receives the fast
-// upstream's schema-invalid answer; without it the invalid fast answer
-// wins (today's behaviour). Routes to the valid upstream alone, with and
-// without validate, give the cost of the check. 50 requests a route, 2,000 with LLMHEDGE_BENCH=1.
+// TestValidate is the answer-validation acceptance (validitysuite.Check)
+// through the ext_proc server behind the Envoy-side driver; 50 requests a
+// route, 2,000 with LLMHEDGE_BENCH=1.
 func TestValidate(t *testing.T) {
-	n := 50
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		n = 2000
-	}
+	n := validitysuite.Count(50, 2000)
 	aURL, bURL := validitysuite.Sims(t)
 	route := func(extra string, urls ...string) string {
 		s := "\n  - name: chat\n    upstreams:\n"
@@ -40,12 +33,7 @@ func TestValidate(t *testing.T) {
 	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bURL))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	client := &http.Client{}
-	validated := llmsim.StructuredLoad(ctx, client, validatedURL, n, 10)
-	plain := llmsim.StructuredLoad(ctx, client, plainURL, n, 10)
-	direct := llmsim.StructuredLoad(ctx, client, directURL, n, 10)
-	directValidated := llmsim.StructuredLoad(ctx, client, directValidatedURL, n, 10)
-	validitysuite.Check(t, validitysuite.Results{N: n, Validated: validated, Plain: plain, Direct: direct, DirectValidated: directValidated})
+	validitysuite.Check(t, validitysuite.Load(ctx, n, 10, validatedURL, plainURL, directURL, directValidatedURL))
 }
 
 // validityFront serves an ext_proc server with these routes behind the

@@ -2,22 +2,10 @@ package e2e
 
 import (
 	"fmt"
-	"net/http"
-	"os"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
-
-// validityCount is how many requests each route of TestValidate sends:
-// 2,000 in the full form (LLMHEDGE_BENCH=1), 50 in CI.
-func validityCount() int {
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		return 2000
-	}
-	return 50
-}
 
 // TestValidate: through real Caddy, with `validate json_schema` the client
 // never receives the fast upstream's invalid answer (every answer is B's
@@ -40,11 +28,6 @@ func TestValidate(t *testing.T) {
 		site("", bURL),
 		site("\t\tvalidate json_schema\n", bURL))
 	ctx := testContext(t)
-	n := validityCount()
-	client := &http.Client{}
-	validated := llmsim.StructuredLoad(ctx, client, c.url(0), n, 10)
-	plain := llmsim.StructuredLoad(ctx, client, c.url(1), n, 10)
-	direct := llmsim.StructuredLoad(ctx, client, c.url(2), n, 10)
-	directValidated := llmsim.StructuredLoad(ctx, client, c.url(3), n, 10)
-	validitysuite.Check(t, validitysuite.Results{N: n, Validated: validated, Plain: plain, Direct: direct, DirectValidated: directValidated})
+	n := validitysuite.Count(50, 2000)
+	validitysuite.Check(t, validitysuite.Load(ctx, n, 10, c.url(0), c.url(1), c.url(2), c.url(3)))
 }

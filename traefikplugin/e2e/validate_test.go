@@ -2,26 +2,17 @@ package e2e
 
 import (
 	"context"
-	"net/http"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
 
-// TestValidate: through real Traefik (the plugin interpreted by Yaegi),
-// with `validate: [json_schema]` the client never receives the fast
-// upstream's schema-invalid answer; without it the invalid fast answer wins
-// (today's behaviour). A route to the valid upstream alone, with and
-// without validate, gives the cost of the check. 20 requests a route, 200
-// with LLMHEDGE_BENCH=1.
+// TestValidate is the answer-validation acceptance (validitysuite.Check)
+// through real Traefik, the plugin interpreted by Yaegi; 20 requests a
+// route, 200 with LLMHEDGE_BENCH=1.
 func TestValidate(t *testing.T) {
-	n := 20
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		n = 200
-	}
+	n := validitysuite.Count(20, 200)
 	aURL, bURL := validitysuite.Sims(t)
 	ab := [][2]string{{"A", aURL}, {"B", bURL}}
 	onlyB := [][2]string{{"B", bURL}}
@@ -37,10 +28,5 @@ func TestValidate(t *testing.T) {
 	tr := startTraefik(t, "INFO", d)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	client := &http.Client{}
-	validated := llmsim.StructuredLoad(ctx, client, tr.URL+"/val", n, 5)
-	plain := llmsim.StructuredLoad(ctx, client, tr.URL+"/plain", n, 5)
-	direct := llmsim.StructuredLoad(ctx, client, tr.URL+"/direct", n, 5)
-	directValidated := llmsim.StructuredLoad(ctx, client, tr.URL+"/directval", n, 5)
-	validitysuite.Check(t, validitysuite.Results{N: n, Validated: validated, Plain: plain, Direct: direct, DirectValidated: directValidated})
+	validitysuite.Check(t, validitysuite.Load(ctx, n, 5, tr.URL+"/val", tr.URL+"/plain", tr.URL+"/direct", tr.URL+"/directval"))
 }

@@ -5,6 +5,9 @@
 package validitysuite
 
 import (
+	"context"
+	"net/http"
+	"os"
 	"testing"
 	"time"
 
@@ -24,12 +27,32 @@ func Sims(t *testing.T) (aURL, bURL string) {
 	return as.URL, bs.URL
 }
 
+// Count is how many requests each route of TestValidate sends: ci in CI,
+// bench in the full form (LLMHEDGE_BENCH=1).
+func Count(ci, bench int) int {
+	if os.Getenv("LLMHEDGE_BENCH") == "1" {
+		return bench
+	}
+	return ci
+}
+
 // Results are the four routes' loads of n requests each.
 type Results struct {
 	N int
 	// Validated and Plain went to A+B with and without validate; Direct
 	// and DirectValidated to B alone without and with it.
 	Validated, Plain, Direct, DirectValidated *llmsim.StructuredResult
+}
+
+// Load sends n requests, clients at a time, to each route (its base URL):
+// A+B with and without validate, B alone without and with it.
+func Load(ctx context.Context, n, clients int, validated, plain, direct, directValidated string) Results {
+	client := &http.Client{}
+	return Results{N: n,
+		Validated:       llmsim.StructuredLoad(ctx, client, validated, n, clients),
+		Plain:           llmsim.StructuredLoad(ctx, client, plain, n, clients),
+		Direct:          llmsim.StructuredLoad(ctx, client, direct, n, clients),
+		DirectValidated: llmsim.StructuredLoad(ctx, client, directValidated, n, clients)}
 }
 
 // Check logs the four summaries and checks the acceptance: with validate no
