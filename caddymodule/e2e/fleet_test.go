@@ -122,9 +122,9 @@ func (r *fleetRig) suiteRig() fleetsuite.Rig {
 	return fleetsuite.NewRig(r.sim, r.redis, len(r.replicas), r.stream, r.claims, r.kill9, r.restart)
 }
 
-// stream is fleetStream of "hello" through replica i.
-func (r *fleetRig) stream(ctx context.Context, i int, apiKey, key string, firstChunk func()) (string, error) {
-	got := fleetStream(ctx, r.replicas[i], apiKey, key, "hello", firstChunk)
+// stream is fleetStream through replica i.
+func (r *fleetRig) stream(ctx context.Context, i int, apiKey, key, prompt string, firstChunk func()) (string, error) {
+	got := fleetStream(ctx, r.replicas[i], apiKey, key, prompt, firstChunk)
 	return got.text, got.err
 }
 
@@ -182,14 +182,7 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 	if resp == nil || resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("third replica's answer: Idempotent-Replayed missing")
 	}
-	other := fleetStream(ctx, r.replicas[1], "sk-alice", "join-0", "another prompt", nil)
-	if apiStatus(other.err) != http.StatusUnprocessableEntity {
-		t.Errorf("same caller and key, other body, other replica: %v, want 422", other.err)
-	}
-	bob := fleetStream(ctx, r.replicas[1], "sk-bob", "join-0", "hello", nil)
-	if bob.err != nil || r.sim.Attempts("join-0") != 2 {
-		t.Errorf("another caller, same key: err %v, generations %d; want its own race (2)", bob.err, r.sim.Attempts("join-0"))
-	}
+	fleetsuite.Conflicts(t, ctx, rig, "join-0")
 }
 
 // kill -9 of the leader's Caddy before commit: the follower on another

@@ -118,10 +118,10 @@ func (r *extprocReplica) claims(t *testing.T) float64 {
 }
 
 // suiteRig is what the fleetsuite scenarios drive of this fleet: its
-// replicas are reached as "hello" streams, restarted in place.
+// replicas are reached as streams, restarted in place.
 func (f *extprocFleet) suiteRig() fleetsuite.Rig {
-	stream := func(ctx context.Context, i int, apiKey, key string, firstChunk func()) (string, error) {
-		a := fleetAnswer(ctx, f.replicas[i], apiKey, key, "hello", firstChunk)
+	stream := func(ctx context.Context, i int, apiKey, key, prompt string, firstChunk func()) (string, error) {
+		a := fleetAnswer(ctx, f.replicas[i], apiKey, key, prompt, firstChunk)
 		return a.text, a.err
 	}
 	claims := func(t *testing.T, i int) float64 { return f.replicas[i].claims(t) }
@@ -161,13 +161,6 @@ func fleetContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func statusOf(err error) int {
-	if apiErr, ok := err.(*openai.Error); ok {
-		return apiErr.StatusCode
-	}
-	return 0
-}
-
 // The same key at both servers at once: one generation, identical
 // answers; afterwards a replay from either; another body 422, another
 // caller its own race.
@@ -193,12 +186,7 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 		}
 	}
 	t.Logf("%d keys sent to both servers at once: one generation each, identical answers, then replayed", n)
-	if other := fleetAnswer(ctx, f.replicas[1], "sk-alice", "join-0", "another prompt", nil); statusOf(other.err) != http.StatusUnprocessableEntity {
-		t.Errorf("same caller and key, other body: %v, want 422", other.err)
-	}
-	if bob := fleetAnswer(ctx, f.replicas[1], "sk-bob", "join-0", "hello", nil); bob.err != nil || f.sim.Attempts("join-0") != 2 {
-		t.Errorf("another caller, same key: %v with %d generations, want its own race (2)", bob.err, f.sim.Attempts("join-0"))
-	}
+	fleetsuite.Conflicts(t, ctx, rig, "join-0")
 }
 
 // kill -9 of the leader's server before commit: the follower's server

@@ -5,7 +5,9 @@ package fleetsuite
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -13,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/openai/openai-go/v3"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
@@ -30,10 +34,10 @@ func Count(n, full int) int {
 type Rig struct {
 	// Replicas is how many replicas Stream can reach (indexes 0..Replicas-1).
 	Replicas int
-	// Stream sends one keyed streaming chat request ("hello") with apiKey
+	// Stream sends one keyed streaming chat request of prompt with apiKey
 	// through replica i and returns the text it got and its error;
 	// firstChunk, when set, runs on the answer's first chunk.
-	Stream func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error)
+	Stream func(ctx context.Context, replica int, apiKey, key, prompt string, firstChunk func()) (string, error)
 	// Attempts is how many generations the simulated upstream ran for key.
 	Attempts func(key string) int
 	// Expected is the one complete answer of key (tokens long).
@@ -65,11 +69,33 @@ type Redis interface {
 // and the adapter's own ways to reach, watch, kill and restart its
 // replicas; the answers are llmsim's chat answers.
 func NewRig(sim Upstream, redis Redis, replicas int,
-	stream func(ctx context.Context, replica int, apiKey, key string, firstChunk func()) (string, error),
+	stream func(ctx context.Context, replica int, apiKey, key, prompt string, firstChunk func()) (string, error),
 	claims func(t *testing.T, replica int) float64, kill9, restart func(replica int)) Rig {
 	return Rig{Replicas: replicas, Stream: stream, Attempts: sim.Attempts, Expected: llmsim.ExpectedChatText,
 		KillRedis: redis.Kill, RestartRedis: redis.Restart, WaitFor: sim.WaitFor,
 		Claims: claims, Kill9: kill9, Restart: restart}
+}
+
+// Conflicts checks the keyed requests that must not join key's finished
+// flight: the same caller with another body on replica 1 is a 422, and
+// another caller with the same key has its own race (a second generation).
+func Conflicts(t *testing.T, ctx context.Context, rig Rig, key string) {
+	t.Helper()
+	if _, err := rig.Stream(ctx, 1, "sk-alice", key, "another prompt", nil); statusOf(err) != http.StatusUnprocessableEntity {
+		t.Errorf("same caller and key, other body, other replica: %v, want 422", err)
+	}
+	if _, err := rig.Stream(ctx, 1, "sk-bob", key, "hello", nil); err != nil || rig.Attempts(key) != 2 {
+		t.Errorf("another caller, same key: err %v, generations %d; want its own race (2)", err, rig.Attempts(key))
+	}
+}
+
+// statusOf is the HTTP status of an OpenAI SDK error, 0 for another error.
+func statusOf(err error) int {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.StatusCode
+	}
+	return 0
 }
 
 // waitClaims polls replica's metrics (another process: there is no event
@@ -101,7 +127,7 @@ func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, 
 		key := "kill-before-" + strconv.Itoa(i)
 		leader := make(chan streamResult, 1)
 		go func() {
-			text, err := rig.Stream(ctx, 0, "sk-alice", key, nil)
+			text, err := rig.Stream(ctx, 0, "sk-alice", key, "hello", nil)
 			leader <- streamResult{text, err}
 		}()
 		if err := rig.WaitFor(ctx, func() bool { return rig.Attempts(key) == 1 }); err != nil {
@@ -110,7 +136,7 @@ func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, 
 		before := rig.Claims(t, 1)
 		follower := make(chan streamResult, 1)
 		go func() {
-			text, err := rig.Stream(ctx, 1, "sk-alice", key, nil)
+			text, err := rig.Stream(ctx, 1, "sk-alice", key, "hello", nil)
 			follower <- streamResult{text, err}
 		}()
 		waitClaims(t, rig, 1, before)
@@ -140,14 +166,14 @@ func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, r
 		leaderFirst := make(chan struct{})
 		leader := make(chan streamResult, 1)
 		go func() {
-			text, err := rig.Stream(ctx, 0, "sk-alice", key, func() { close(leaderFirst) })
+			text, err := rig.Stream(ctx, 0, "sk-alice", key, "hello", func() { close(leaderFirst) })
 			leader <- streamResult{text, err}
 		}()
 		<-leaderFirst
 		followerFirst := make(chan struct{})
 		follower := make(chan streamResult, 1)
 		go func() {
-			text, err := rig.Stream(ctx, 1, "sk-alice", key, func() { close(followerFirst) })
+			text, err := rig.Stream(ctx, 1, "sk-alice", key, "hello", func() { close(followerFirst) })
 			follower <- streamResult{text, err}
 		}()
 		<-followerFirst
@@ -164,7 +190,7 @@ func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, r
 		if gens := rig.Attempts(key); gens != 1 {
 			t.Fatalf("%s: %d generations before the retry, want 1", key, gens)
 		}
-		text, err := rig.Stream(ctx, 1, "sk-alice", key, nil)
+		text, err := rig.Stream(ctx, 1, "sk-alice", key, "hello", nil)
 		if err != nil || text != want || rig.Attempts(key) != 2 {
 			t.Fatalf("%s: retry got %q, %v with %d generations; want a fresh complete answer (2)", key, text, err, rig.Attempts(key))
 		}
@@ -183,7 +209,7 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	stop := make(chan struct{})
 	wait := loadloop.Workers(20, stop, func(g, i int) {
 		key := fmt.Sprintf("load-%d-%d", g, i)
-		text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key, nil)
+		text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key, "hello", nil)
 		if err != nil || text != rig.Expected(key, 10) {
 			failed.Add(1)
 			firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, text, err))
@@ -235,7 +261,7 @@ func AtOnce(ctx context.Context, rig Rig, apiKey, key string) [2]Answer {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			got[j].Text, got[j].Err = rig.Stream(ctx, j, apiKey, key, nil)
+			got[j].Text, got[j].Err = rig.Stream(ctx, j, apiKey, key, "hello", nil)
 		}()
 	}
 	wg.Wait()
