@@ -21,6 +21,7 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
+	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
 )
 
 // The benchmarks of the issue, through the real Traefik. They are long, so
@@ -342,4 +343,45 @@ func TestBenchLightOverhead(t *testing.T) {
 	t.Logf("  req/s plugin / plain LB = %.3f (rounds %.2f); Traefik CPU per request plugin / plain LB = %.2f (the interpreter: %v/request)",
 		cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1), float64(cmp.CPUPerRequest(0))/float64(cmp.CPUPerRequest(1)),
 		cmp.CPUPerRequest(0)-cmp.CPUPerRequest(1))
+}
+
+// TestBenchRegimeShift is regimeload's regime-shift benchmark through the
+// real Traefik (the plugin interpreted by Yaegi), one middleware and router
+// per route; its long form (regimeload.EnvOptions) is LLMHEDGE_BENCH=1 go
+// test -run TestBenchRegimeShift -v ./traefikplugin/e2e.
+func TestBenchRegimeShift(t *testing.T) {
+	regimeload.Bench(t, "traefik", startRegimeMiddlewares, regimeload.EnvOptions(1.25))
+}
+
+// startRegimeMiddlewares serves each route under /<route>/ through a
+// plugin middleware of its own.
+func startRegimeMiddlewares(t *testing.T, routes []regimeload.Route) map[string]string {
+	d := newDynamic("regime")
+	for _, r := range routes {
+		prefer := ""
+		if r.PreferA != 0 {
+			prefer = fmt.Sprintf("\n    preferMargin: %g", r.PreferA)
+		}
+		cfg := fmt.Sprintf(`route: %s
+primary: %s
+upstreams:
+  - name: A
+    url: %s%s
+  - name: B
+    url: %s
+delayMode: adaptive
+delay: %v
+budget:
+  burst: %g
+reportHeader: %s
+log: off
+`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader)
+		d.hedge("hedge-"+r.Name, cfg).route(r.Name, "noop@internal", "hedge-"+r.Name)
+	}
+	tr := startTraefik(t, "ERROR", d)
+	bases := map[string]string{}
+	for _, r := range routes {
+		bases[r.Name] = tr.URL + "/" + r.Name + "/v1/"
+	}
+	return bases
 }
