@@ -138,8 +138,7 @@ func (r *fleetRig) claims(t *testing.T, i int) float64 {
 // caller and key with another body on another replica is a 422, and
 // another caller with the same key has its own race.
 func TestFleetCaddyJoinReplayConflict(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	r := startFleet(t, 3, w)
+	r := startFleet(t, 3, fleetsuite.JoinWorkload())
 	ctx := testContext(t)
 	n := fleetsuite.Count(20, 200)
 	rig := r.suiteRig()
@@ -211,8 +210,7 @@ func TestFleetCaddyLeaderKilledAfterCommit(t *testing.T) {
 // going with zero failed requests, and joins across replicas work again
 // within 2s of Redis' return.
 func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	r := startFleet(t, 3, w)
+	r := startFleet(t, 3, fleetsuite.LoadWorkload())
 	ctx := testContext(t)
 	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, r.suiteRig())
 	if up := fleetMetric(t, r.replicas[0], "llm_hedge_fleet_up", nil); up != 1 {

@@ -165,8 +165,7 @@ func fleetContext(t *testing.T) context.Context {
 // answers; afterwards a replay from either; another body 422, another
 // caller its own race.
 func TestFleetExtprocJoinReplayConflict(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	f := startExtprocFleet(t, 2, w)
+	f := startExtprocFleet(t, 2, fleetsuite.JoinWorkload())
 	ctx := fleetContext(t)
 	n := fleetsuite.Count(20, 200)
 	rig := f.suiteRig()
@@ -206,8 +205,7 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 // Redis killed and restarted under 20 concurrent streams: zero failed
 // requests, and joins work again within 2s of Redis' return.
 func TestFleetExtprocRedisKilledUnderLoad(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	f := startExtprocFleet(t, 2, w)
+	f := startExtprocFleet(t, 2, fleetsuite.LoadWorkload())
 	ctx := fleetContext(t)
 	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, f.suiteRig())
 }

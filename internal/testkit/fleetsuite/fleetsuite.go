@@ -30,6 +30,18 @@ func Count(n, full int) int {
 	return n
 }
 
+// JoinWorkload is the upstream of the join and replay tests: 8 tokens
+// after 30ms, 2ms apart.
+func JoinWorkload() llmsim.Workload {
+	return llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+}
+
+// LoadWorkload is the upstream RedisKilledUnderLoad expects: 10 tokens
+// after 20ms, 5ms apart.
+func LoadWorkload() llmsim.Workload {
+	return llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+}
+
 // Rig is what a scenario needs of an adapter's fleet.
 type Rig struct {
 	// Replicas is how many replicas Stream can reach (indexes 0..Replicas-1).
