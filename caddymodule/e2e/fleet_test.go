@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -91,23 +90,9 @@ func fleetClient(c *caddyProc, apiKey string) openai.Client {
 // firstChunk, when set, is called on the first chunk.
 func fleetStream(ctx context.Context, c *caddyProc, apiKey, key, prompt string, firstChunk func()) streamed {
 	out := streamed{ids: map[string]bool{}, models: map[string]bool{}}
-	params := openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
-	client := fleetClient(c, apiKey)
-	stream := client.Chat.Completions.NewStreaming(ctx, params, option.WithHeader("Idempotency-Key", key))
-	defer stream.Close()
-	var text strings.Builder
-	for stream.Next() {
-		if firstChunk != nil {
-			firstChunk()
-			firstChunk = nil
-		}
-		chunk := stream.Current()
+	out.text, out.err = fleetsuite.StreamChat(ctx, fleetClient(c, apiKey), key, prompt, firstChunk, func(chunk openai.ChatCompletionChunk) {
 		out.ids[chunk.ID] = true
-		for _, choice := range chunk.Choices {
-			text.WriteString(choice.Delta.Content)
-		}
-	}
-	out.text, out.err = text.String(), stream.Err()
+	})
 	return out
 }
 

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -133,25 +132,10 @@ func (f *extprocFleet) suiteRig() fleetsuite.Rig {
 // replica r as caller apiKey; firstChunk, when set, runs on the first chunk.
 func fleetAnswer(ctx context.Context, r *extprocReplica, apiKey, key, prompt string, firstChunk func()) answer {
 	c := openai.NewClient(option.WithBaseURL(r.front.URL+"/v1/"), option.WithAPIKey(apiKey), option.WithMaxRetries(0))
-	completions := c.Chat.Completions
-	stream := completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}},
-		option.WithHeader("Idempotency-Key", key))
-	defer stream.Close()
 	a := answer{from: map[string]bool{}}
-	var text strings.Builder
-	for stream.Next() {
-		if firstChunk != nil {
-			firstChunk()
-			firstChunk = nil
-		}
-		ch := stream.Current()
+	a.text, a.err = fleetsuite.StreamChat(ctx, c, key, prompt, firstChunk, func(ch openai.ChatCompletionChunk) {
 		a.from[ch.SystemFingerprint] = true
-		if len(ch.Choices) > 0 {
-			text.WriteString(ch.Choices[0].Delta.Content)
-		}
-	}
-	a.text, a.err = text.String(), stream.Err()
+	})
 	return a
 }
 
