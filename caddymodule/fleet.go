@@ -4,7 +4,6 @@ import (
 	"reflect"
 
 	"github.com/caddyserver/caddy/v2"
-	"go.uber.org/zap"
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
@@ -40,7 +39,7 @@ func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f 
 		}
 		logger := caddy.Log().Named("http.handlers.llm_hedge.fleet")
 		fl := core.NewFleet(client, cfg, core.FleetOptions{Metrics: metrics, Log: func(fields []core.LogField) {
-			logFleetState(logger, fields)
+			fleetredis.LogFleetState(logger, fields)
 		}})
 		return &pooledFleet{client: client, fleet: fl}, nil
 	})
@@ -48,24 +47,6 @@ func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f 
 		return "", nil, err
 	}
 	return key, v.(*pooledFleet).fleet, nil
-}
-
-// logFleetState writes the line of a fleet's change of state: a warning
-// when it goes down (requests then use local state), info when it is back.
-func logFleetState(logger *zap.Logger, fields []core.LogField) {
-	zf := make([]zap.Field, 0, len(fields))
-	up := false
-	for _, f := range fields {
-		zf = append(zf, zap.String(f.Key, f.Str))
-		if f.Key == "state" && f.Str == "up" {
-			up = true
-		}
-	}
-	if up {
-		logger.Info("fleet up: joins and replays are shared again", zf...)
-		return
-	}
-	logger.Warn("fleet down: requests use this replica's own state", zf...)
 }
 
 // parseFleet reads `fleet <url> [{ ... }]` or `fleet { url <url> ... }`:

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"strings"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/configcheck"
 )
 
 // `primary fastest` and an upstream's `prefer_margin` (a fraction or a
@@ -21,15 +23,7 @@ func TestCaddyfilePrimaryAndPreferMargin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if h.Primary != "fastest" {
-		t.Fatalf("h.Primary = %q, want \"fastest\"", h.Primary)
-	}
-	if got := float64(h.Upstreams[0].PreferMargin); got != 0.25 {
-		t.Fatalf("h.Upstreams[0].PreferMargin = %v, want 0.25", got)
-	}
-	if got := float64(h.Upstreams[1].PreferMargin); got != 0.1 {
-		t.Fatalf("h.Upstreams[1].PreferMargin = %v, want 0.1", got)
-	}
+	configcheck.PrimaryFastestMargins(t, h.Config)
 	if err := h.Config.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,7 @@
 package envoyfilter_test
 
 import (
-	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/clientsuite"
@@ -18,17 +18,14 @@ func TestClients(t *testing.T) {
 		urls := map[string]string{}
 		for _, r := range routes {
 			extra := ""
-			if r.Timeout > 0 {
-				extra += fmt.Sprintf("    timeout: %s\n", r.Timeout)
-			}
-			if r.MaxAttempts > 0 {
-				extra += fmt.Sprintf("    max_attempts: %d\n", r.MaxAttempts)
-			}
-			if r.EarlyHeaders != "" {
-				extra += fmt.Sprintf("    early_headers: %q\n", r.EarlyHeaders) // quoted: YAML reads a bare off as false
-			}
-			if r.HedgeStoredResponses {
-				extra += "    hedge_stored_responses: true\n"
+			for _, set := range r.Settings() {
+				switch {
+				case set.Value == "":
+					set.Value = "true" // a flag
+				case set.Name == "early_headers":
+					set.Value = strconv.Quote(set.Value) // quoted: YAML reads a bare off as false
+				}
+				extra += "    " + set.Name + ": " + set.Value + "\n"
 			}
 			h := newHarness(t, harnessOptions{
 				sims: &[2]*llmsim.Running{env.A, env.B},

@@ -1,8 +1,6 @@
 package envoyfilter
 
 import (
-	"go.uber.org/zap"
-
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 )
@@ -48,7 +46,7 @@ func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
 		}
 		log := p.s.log.Named("fleet")
 		f = &serverFleet{client: client, fleet: core.NewFleet(client, cfg, core.FleetOptions{
-			Clock: p.s.clock, Metrics: p.s.metrics.Set, Log: func(fields []core.LogField) { logFleetState(log, fields) }})}
+			Clock: p.s.clock, Metrics: p.s.metrics.Set, Log: func(fields []core.LogField) { fleetredis.LogFleetState(log, fields) }})}
 		p.made = append(p.made, f)
 	}
 	p.used[key] = f
@@ -81,22 +79,4 @@ func (s *Server) closeFleets() {
 		_ = f.client.Close()
 	}
 	s.fleets = nil
-}
-
-// logFleetState writes the line of a fleet's change of state: a warning
-// when it goes down (requests then use local state), info when it is back.
-func logFleetState(log *zap.Logger, fields []core.LogField) {
-	zf := make([]zap.Field, 0, len(fields))
-	up := false
-	for _, f := range fields {
-		zf = append(zf, zap.String(f.Key, f.Str))
-		if f.Key == "state" && f.Str == "up" {
-			up = true
-		}
-	}
-	if up {
-		log.Info("fleet up: joins and replays are shared again", zf...)
-		return
-	}
-	log.Warn("fleet down: requests use this replica's own state", zf...)
 }

@@ -3,7 +3,6 @@ package envoyfilter_test
 import (
 	"fmt"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 
@@ -12,20 +11,12 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
 )
 
-// TestBenchRegimeShift runs the regime-shift benchmark (upstream A 8x
-// slower for 30s of every 80s, scaled; see internal/testkit/regimeload)
-// through the Envoy-side driver and the ext_proc server, primary ordered
-// against primary fastest, each route under /<route>/v1/. CI runs a few
-// hundred requests per route and only logs; LLMHEDGE_BENCH=1 runs 4,000
-// per route and checks the bounds:
-//
-//	LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./envoyfilter
+// TestBenchRegimeShift is regimeload's regime-shift benchmark through the
+// Envoy-side driver and the ext_proc server, each route under /<route>/v1/;
+// its long form (regimeload.EnvOptions) is LLMHEDGE_BENCH=1 go test -run
+// TestBenchRegimeShift -v ./envoyfilter.
 func TestBenchRegimeShift(t *testing.T) {
-	opts := regimeload.Options{N: 200, P99Bound: 1.25}
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		opts = regimeload.Options{P99Bound: 1.25, Check: true}
-	}
-	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, opts)
+	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, regimeload.EnvOptions(1.25))
 }
 
 // startRegimeRoutes serves the benchmark's routes from one ext_proc server

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
+	"github.com/llmhedge/llmhedge/internal/testkit/configcheck"
 )
 
 // primary: fastest and an upstream's prefer_margin (a number or a
@@ -24,15 +25,7 @@ routes:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cc.Primary != "fastest" {
-		t.Fatalf("Primary = %q, want \"fastest\"", cc.Primary)
-	}
-	if got := float64(cc.Upstreams[0].PreferMargin); got != 0.25 {
-		t.Fatalf("Upstreams[0].PreferMargin = %v, want 0.25", got)
-	}
-	if got := float64(cc.Upstreams[1].PreferMargin); got != 0.1 {
-		t.Fatalf("Upstreams[1].PreferMargin = %v, want 0.1", got)
-	}
+	configcheck.PrimaryFastestMargins(t, cc)
 	if _, err := envoyfilter.ParseConfig([]byte("routes:\n  - name: chat\n    primary: quickest\n    upstreams: [{url: \"http://127.0.0.1:9001\"}]\n")); err == nil {
 		t.Fatal("primary: quickest was accepted, want an error")
 	}

@@ -5,31 +5,21 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
 
-// TestValidate: through the ext_proc server behind the Envoy-side driver,
-// with `validate: [json_schema]` the client never receives the fast
-// upstream's schema-invalid answer; without it the invalid fast answer
-// wins (today's behaviour). Routes to the valid upstream alone, with and
-// without validate, give the cost of the check. 50 requests a route, 2,000 with LLMHEDGE_BENCH=1.
+// TestValidate is the answer-validation acceptance (validitysuite.Check)
+// through the ext_proc server behind the Envoy-side driver; 50 requests a
+// route, 2,000 with LLMHEDGE_BENCH=1.
 func TestValidate(t *testing.T) {
-	n := 50
-	if os.Getenv("LLMHEDGE_BENCH") == "1" {
-		n = 2000
-	}
-	a := &llmsim.Structured{Name: "A", Valid: false, Delay: 5 * time.Millisecond, Gap: 2 * time.Millisecond}
-	b := &llmsim.Structured{Name: "B", Valid: true, Delay: 40 * time.Millisecond, Gap: 2 * time.Millisecond}
-	as, bs := llmsim.StartStructured(a), llmsim.StartStructured(b)
-	defer as.Close()
-	defer bs.Close()
+	n := validitysuite.Count(50, 2000)
+	aURL, bURL := validitysuite.Sims(t)
 	route := func(extra string, urls ...string) string {
 		s := "\n  - name: chat\n    upstreams:\n"
 		for i, u := range urls {
@@ -37,32 +27,13 @@ func TestValidate(t *testing.T) {
 		}
 		return s + "    delay: 500ms\n" + extra
 	}
-	validatedURL := validityFront(t, route("    validate: [json_schema]\n", as.URL, bs.URL))
-	plainURL := validityFront(t, route("", as.URL, bs.URL))
-	directURL := validityFront(t, route("", bs.URL))
-	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bs.URL))
+	validatedURL := validityFront(t, route("    validate: [json_schema]\n", aURL, bURL))
+	plainURL := validityFront(t, route("", aURL, bURL))
+	directURL := validityFront(t, route("", bURL))
+	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bURL))
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	client := &http.Client{}
-	validated := llmsim.StructuredLoad(ctx, client, validatedURL, n, 10)
-	plain := llmsim.StructuredLoad(ctx, client, plainURL, n, 10)
-	direct := llmsim.StructuredLoad(ctx, client, directURL, n, 10)
-	directValidated := llmsim.StructuredLoad(ctx, client, directValidatedURL, n, 10)
-	t.Logf("A+B, validate [json_schema]: %s", validated.Summary())
-	t.Logf("A+B, no validate:            %s", plain.Summary())
-	t.Logf("B alone, no validate:        %s", direct.Summary())
-	t.Logf("B alone, validate:           %s", directValidated.Summary())
-	if directValidated.Valid != n {
-		t.Errorf("B alone with validate: %d of %d answers valid (%d failed: %v), want all", directValidated.Valid, n, directValidated.Failed, directValidated.Errors)
-	}
-	if validated.Invalid != 0 {
-		t.Errorf("with validate: %d of %d answers invalid, want 0", validated.Invalid, n)
-	} else if validated.Valid != n {
-		t.Errorf("with validate: %d of %d answers valid (%d failed: %v), want all", validated.Valid, n, validated.Failed, validated.Errors)
-	}
-	if plain.Invalid != n {
-		t.Errorf("without validate: %d of %d answers invalid, want all (A's fast answer wins)", plain.Invalid, n)
-	}
+	validitysuite.Check(t, validitysuite.Load(ctx, n, 10, validatedURL, plainURL, directURL, directValidatedURL))
 }
 
 // validityFront serves an ext_proc server with these routes behind the

@@ -6,16 +6,17 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"sort"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
+	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
 )
 
 // The benchmarks drive the real Caddy binary and print their numbers; the
@@ -24,14 +25,6 @@ import (
 // LLMHEDGE_BENCH=1:
 //
 //	LLMHEDGE_BENCH=1 go test ./caddymodule/e2e -run Bench -v -timeout 20m
-
-// benchOnly skips t unless LLMHEDGE_BENCH=1.
-func benchOnly(t *testing.T) {
-	t.Helper()
-	if os.Getenv("LLMHEDGE_BENCH") != "1" {
-		t.Skip("benchmark: set LLMHEDGE_BENCH=1")
-	}
-}
 
 // loadClient is an HTTP/1.1 client with a connection per concurrent
 // request kept alive, as a busy application's client would have.
@@ -138,7 +131,7 @@ func load(t *testing.T, ctx context.Context, client *http.Client, url, prefix st
 // the ideal hedge computed from the same draws. (At scale 0.05 a few ms of
 // scheduling delay on a busy 2-core machine are already 10% of the p99.)
 func TestBenchReferenceWorkload(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const (
 		requests = 2000
 		workers  = 16
@@ -206,7 +199,7 @@ func fastWorkload() llmsim.Workload {
 // median of the rounds' ratios, so that bursts of load from other processes
 // on the machine hit both alike or drop out.
 func TestBenchOverhead(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const (
 		rounds     = 8
 		perRound   = 1500
@@ -292,7 +285,7 @@ func idRange(prefix string, n int) []string {
 // memory per open stream, for llm_hedge and for reverse_proxy, each in a
 // fresh Caddy process.
 func TestBenchOpenStreams(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const streams = 1000
 	// First token at once, the second after an hour: the stream stays open
 	// until the client leaves.
@@ -369,7 +362,7 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 //
 //	LLMHEDGE_BENCH=1 go test ./caddymodule/e2e -run TestBenchLightOverhead -v
 func TestBenchLightOverhead(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const (
 		rounds   = 6
 		perRound = 3000
@@ -399,4 +392,43 @@ func TestBenchLightOverhead(t *testing.T) {
 	}
 	t.Logf("  req/s llm_hedge / reverse_proxy = %.3f (rounds %.2f); Caddy CPU per request llm_hedge / reverse_proxy = %.2f",
 		cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1), float64(cmp.CPUPerRequest(0))/float64(cmp.CPUPerRequest(1)))
+}
+
+// TestBenchRegimeShift is regimeload's regime-shift benchmark through the
+// real Caddy, one site per route; its long form (regimeload.EnvOptions) is
+// LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./caddymodule/e2e.
+func TestBenchRegimeShift(t *testing.T) {
+	regimeload.Bench(t, "caddy", startRegimeSites, regimeload.EnvOptions(0))
+}
+
+// startRegimeSites serves each route as a Caddy site of its own.
+func startRegimeSites(t *testing.T, routes []regimeload.Route) map[string]string {
+	var sites []string
+	for _, r := range routes {
+		prefer := ""
+		if r.PreferA != 0 {
+			prefer = fmt.Sprintf("\n\t\t\tprefer_margin %g%%", 100*r.PreferA)
+		}
+		sites = append(sites, fmt.Sprintf(`	llm_hedge {
+		route %s
+		primary %s
+		upstream %s {
+			name A%s
+		}
+		upstream %s {
+			name B
+		}
+		delay adaptive %v
+		budget {
+			burst %g
+		}
+		report_header %s
+	}`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader))
+	}
+	c := startCaddy(t, "", sites...)
+	bases := map[string]string{}
+	for i, r := range routes {
+		bases[r.Name] = c.url(i) + "/v1/"
+	}
+	return bases
 }

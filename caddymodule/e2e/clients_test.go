@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/clientsuite"
@@ -14,17 +15,8 @@ func TestClients(t *testing.T) {
 		sites := make([]string, 0, len(routes))
 		for _, r := range routes {
 			extra := ""
-			if r.Timeout > 0 {
-				extra += fmt.Sprintf("\t\ttimeout %s\n", r.Timeout)
-			}
-			if r.MaxAttempts > 0 {
-				extra += fmt.Sprintf("\t\tmax_attempts %d\n", r.MaxAttempts)
-			}
-			if r.EarlyHeaders != "" {
-				extra += fmt.Sprintf("\t\tearly_headers %s\n", r.EarlyHeaders)
-			}
-			if r.HedgeStoredResponses {
-				extra += "\t\thedge_stored_responses\n"
+			for _, set := range r.Settings() {
+				extra += "\t\t" + strings.TrimSpace(set.Name+" "+set.Value) + "\n"
 			}
 			sites = append(sites, fmt.Sprintf(`	llm_hedge {
 		route %s

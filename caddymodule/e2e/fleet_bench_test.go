@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"sort"
 	"strconv"
 	"strings"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -24,12 +24,6 @@ import (
 // loopback. They run with LLMHEDGE_FLEET_BENCH=1 only:
 //
 //	LLMHEDGE_FLEET_BENCH=1 go test -run 'TestFleetBench' -v ./caddymodule/e2e
-
-func fleetBenchOnly(t *testing.T) {
-	if os.Getenv("LLMHEDGE_FLEET_BENCH") != "1" {
-		t.Skip("fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
-	}
-}
 
 // eventTimes streams one raw chat request and returns when each data line
 // arrived.
@@ -71,7 +65,7 @@ func quantile(xs []time.Duration, q float64) time.Duration {
 // added time to first byte (first content event) and the lag of every
 // event.
 func TestFleetBenchFollowerLag(t *testing.T) {
-	fleetBenchOnly(t)
+	envgate.FleetBench(t)
 	w := llmsim.Workload{MedianTTFT: 50 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 10 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
@@ -146,7 +140,7 @@ func statsDelta(before, after map[string]int) (int, string) {
 // Redis commands per keyed request: a lone leader, a leader and a
 // follower, a replay.
 func TestFleetBenchRedisCommands(t *testing.T) {
-	fleetBenchOnly(t)
+	envgate.FleetBench(t)
 	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 2 * time.Millisecond, PingEvery: 10 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
@@ -187,7 +181,7 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 // Keyed requests per second with the fleet on and off: 20 clients, unique
 // keys, a fast upstream, one Caddy.
 func TestFleetBenchThroughput(t *testing.T) {
-	fleetBenchOnly(t)
+	envgate.FleetBench(t)
 	// TokenGap 0 would be the workload default (20ms): a microsecond.
 	w := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: time.Microsecond, PingEvery: time.Second}
 	sim := llmsim.Start("A", w)

@@ -4,11 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -16,6 +12,7 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -23,14 +20,6 @@ import (
 // Fleet mode through real Caddy processes sharing one real redis-server,
 // with the official OpenAI Go SDK as the client. The short forms run in
 // CI; LLMHEDGE_FLEET=full runs the acceptance counts.
-
-// fleetCount is n in CI and full under LLMHEDGE_FLEET=full.
-func fleetCount(n, full int) int {
-	if os.Getenv("LLMHEDGE_FLEET") == "full" {
-		return full
-	}
-	return n
-}
 
 // fleetSite hedges nothing (one attempt to upstream A) and shares keyed
 // requests through the fleet at redisURL with a short lease. The operation
@@ -101,23 +90,9 @@ func fleetClient(c *caddyProc, apiKey string) openai.Client {
 // firstChunk, when set, is called on the first chunk.
 func fleetStream(ctx context.Context, c *caddyProc, apiKey, key, prompt string, firstChunk func()) streamed {
 	out := streamed{ids: map[string]bool{}, models: map[string]bool{}}
-	params := openai.ChatCompletionNewParams{Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}}
-	client := fleetClient(c, apiKey)
-	stream := client.Chat.Completions.NewStreaming(ctx, params, option.WithHeader("Idempotency-Key", key))
-	defer stream.Close()
-	var text strings.Builder
-	for stream.Next() {
-		if firstChunk != nil {
-			firstChunk()
-			firstChunk = nil
-		}
-		chunk := stream.Current()
+	out.text, out.err = fleetsuite.StreamChat(ctx, fleetClient(c, apiKey), key, prompt, firstChunk, func(chunk openai.ChatCompletionChunk) {
 		out.ids[chunk.ID] = true
-		for _, choice := range chunk.Choices {
-			text.WriteString(choice.Delta.Content)
-		}
-	}
-	out.text, out.err = text.String(), stream.Err()
+	})
 	return out
 }
 
@@ -127,21 +102,20 @@ func fleetMetric(t *testing.T, c *caddyProc, name string, labels map[string]stri
 	return v
 }
 
-// waitClaims polls replica c's /metrics (an external process: there is no
-// event to wait on) until it has sent more than before claims.
-func waitClaims(t *testing.T, c *caddyProc, before float64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for fleetMetric(t, c, "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"}) <= before {
-		if time.Now().After(deadline) {
-			t.Fatal("no claim on the follower's replica within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+// suiteRig is what the fleetsuite scenarios drive of this rig.
+func (r *fleetRig) suiteRig() fleetsuite.Rig {
+	return fleetsuite.NewRig(r.sim, r.redis, len(r.replicas), r.stream, r.claims, r.kill9, r.restart)
 }
 
-func claimsOf(t *testing.T, c *caddyProc) float64 {
-	return fleetMetric(t, c, "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
+// stream is fleetStream through replica i.
+func (r *fleetRig) stream(ctx context.Context, i int, apiKey, key, prompt string, firstChunk func()) (string, error) {
+	got := fleetStream(ctx, r.replicas[i], apiKey, key, prompt, firstChunk)
+	return got.text, got.err
+}
+
+// claims is how many fleet claims replica i has sent.
+func (r *fleetRig) claims(t *testing.T, i int) float64 {
+	return fleetMetric(t, r.replicas[i], "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
 }
 
 // The same key at two replicas at once: one generation, byte-identical
@@ -149,36 +123,26 @@ func claimsOf(t *testing.T, c *caddyProc) float64 {
 // caller and key with another body on another replica is a 422, and
 // another caller with the same key has its own race.
 func TestFleetCaddyJoinReplayConflict(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	r := startFleet(t, 3, w)
+	r := startFleet(t, 3, fleetsuite.JoinWorkload())
 	ctx := testContext(t)
-	n := fleetCount(20, 200)
+	n := fleetsuite.Count(20, 200)
+	rig := r.suiteRig()
 	for i := 0; i < n; i++ {
 		key := "join-" + strconv.Itoa(i)
-		var wg sync.WaitGroup
-		var got [2]streamed
-		for j := 0; j < 2; j++ {
-			j := j
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[j] = fleetStream(ctx, r.replicas[j], "sk-alice", key, "hello", nil)
-			}()
-		}
-		wg.Wait()
+		got := fleetsuite.AtOnce(ctx, rig, "sk-alice", key)
 		for j := range got {
-			if got[j].err != nil {
-				t.Fatalf("%s: replica %d: %v", key, j, got[j].err)
+			if got[j].Err != nil {
+				t.Fatalf("%s: replica %d: %v", key, j, got[j].Err)
 			}
 		}
-		if got[0].text != got[1].text || got[0].text != llmsim.ExpectedChatText(key, 8) {
-			t.Fatalf("%s: answers %q and %q, want both %q", key, got[0].text, got[1].text, llmsim.ExpectedChatText(key, 8))
+		if got[0].Text != got[1].Text || got[0].Text != llmsim.ExpectedChatText(key, 8) {
+			t.Fatalf("%s: answers %q and %q, want both %q", key, got[0].Text, got[1].Text, llmsim.ExpectedChatText(key, 8))
 		}
 		if gens := r.sim.Attempts(key); gens != 1 {
 			t.Fatalf("%s: %d upstream generations, want 1 (fleet operation errors so far: %v)", key, gens, r.fleetErrors(t))
 		}
 		third := fleetStream(ctx, r.replicas[2], "sk-alice", key, "hello", nil)
-		if third.err != nil || third.text != got[0].text {
+		if third.err != nil || third.text != got[0].Text {
 			t.Fatalf("%s: third replica got %q, %v; want the replay", key, third.text, third.err)
 		}
 		if gens := r.sim.Attempts(key); gens != 1 {
@@ -202,14 +166,7 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 	if resp == nil || resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("third replica's answer: Idempotent-Replayed missing")
 	}
-	other := fleetStream(ctx, r.replicas[1], "sk-alice", "join-0", "another prompt", nil)
-	if apiStatus(other.err) != http.StatusUnprocessableEntity {
-		t.Errorf("same caller and key, other body, other replica: %v, want 422", other.err)
-	}
-	bob := fleetStream(ctx, r.replicas[1], "sk-bob", "join-0", "hello", nil)
-	if bob.err != nil || r.sim.Attempts("join-0") != 2 {
-		t.Errorf("another caller, same key: err %v, generations %d; want its own race (2)", bob.err, r.sim.Attempts("join-0"))
-	}
+	fleetsuite.Conflicts(t, ctx, rig, "join-0")
 }
 
 // kill -9 of the leader's Caddy before commit: the follower on another
@@ -219,31 +176,8 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	n := fleetCount(4, 50)
-	twoGens := 0
-	for i := 0; i < n; i++ {
-		key := "kill-before-" + strconv.Itoa(i)
-		leader := make(chan streamed, 1)
-		go func() { leader <- fleetStream(ctx, r.replicas[0], "sk-alice", key, "hello", nil) }()
-		if err := r.sim.WaitFor(ctx, func() bool { return r.sim.Attempts(key) == 1 }); err != nil {
-			t.Fatal(err)
-		}
-		before := claimsOf(t, r.replicas[1])
-		follower := make(chan streamed, 1)
-		go func() { follower <- fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", nil) }()
-		waitClaims(t, r.replicas[1], before)
-		r.kill9(0)
-		<-leader
-		got := <-follower
-		if got.err != nil || got.text != llmsim.ExpectedChatText(key, 5) {
-			t.Fatalf("%s: follower after the leader's kill -9: %q, %v; want the complete answer", key, got.text, got.err)
-		}
-		if gens := r.sim.Attempts(key); gens > 2 {
-			t.Fatalf("%s: %d generations, want at most 2", key, gens)
-		}
-		twoGens += r.sim.Attempts(key) - 1
-		r.restart(0)
-	}
+	n := fleetsuite.Count(4, 50)
+	twoGens := fleetsuite.LeaderKilledBeforeCommit(t, ctx, n, 5, r.suiteRig())
 	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations, %d with one", n, twoGens, n-twoGens)
 }
 
@@ -254,111 +188,16 @@ func TestFleetCaddyLeaderKilledAfterCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 40, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	n := fleetCount(2, 10)
-	for i := 0; i < n; i++ {
-		key := "kill-after-" + strconv.Itoa(i)
-		leaderFirst := make(chan struct{})
-		leader := make(chan streamed, 1)
-		go func() {
-			leader <- fleetStream(ctx, r.replicas[0], "sk-alice", key, "hello", func() { close(leaderFirst) })
-		}()
-		<-leaderFirst
-		followerFirst := make(chan struct{})
-		follower := make(chan streamed, 1)
-		go func() {
-			follower <- fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", func() { close(followerFirst) })
-		}()
-		<-followerFirst
-		r.kill9(0)
-		<-leader
-		got := <-follower
-		want := llmsim.ExpectedChatText(key, 40)
-		if got.err == nil {
-			t.Fatalf("%s: follower's answer ended cleanly after the leader's kill -9 (%q), want broken", key, got.text)
-		}
-		if !strings.HasPrefix(want, got.text) || got.text == want {
-			t.Fatalf("%s: follower got %q, want a strict prefix of the one generation %q", key, got.text, want)
-		}
-		if gens := r.sim.Attempts(key); gens != 1 {
-			t.Fatalf("%s: %d generations before the retry, want 1", key, gens)
-		}
-		retry := fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", nil)
-		if retry.err != nil || retry.text != want || r.sim.Attempts(key) != 2 {
-			t.Fatalf("%s: retry got %q, %v with %d generations; want a fresh complete answer (2)", key, retry.text, retry.err, r.sim.Attempts(key))
-		}
-		r.restart(0)
-	}
+	fleetsuite.LeaderKilledAfterCommit(t, ctx, fleetsuite.Count(2, 10), 40, r.suiteRig())
 }
 
 // Redis killed and restarted under load: 20 concurrent streams keep
 // going with zero failed requests, and joins across replicas work again
 // within 2s of Redis' return.
 func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	r := startFleet(t, 3, w)
+	r := startFleet(t, 3, fleetsuite.LoadWorkload())
 	ctx := testContext(t)
-	total := time.Duration(fleetCount(3, 30)) * time.Second
-	var done, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 20; g++ {
-		g := g
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("load-%d-%d", g, i)
-				got := fleetStream(ctx, r.replicas[(g+i)%3], "sk-alice", key, "hello", nil)
-				if got.err != nil || got.text != llmsim.ExpectedChatText(key, 10) {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, got.text, got.err))
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	timer := time.NewTimer(total / 3)
-	<-timer.C
-	r.redis.Kill()
-	timer.Reset(total / 3)
-	<-timer.C
-	r.redis.Restart()
-	back := time.Now()
-	joined := time.Duration(-1)
-	for i := 0; time.Since(back) < 10*time.Second; i++ {
-		key := "rejoin-" + strconv.Itoa(i)
-		var pair sync.WaitGroup
-		for j := 0; j < 2; j++ {
-			j := j
-			pair.Add(1)
-			go func() {
-				defer pair.Done()
-				fleetStream(ctx, r.replicas[j], "sk-carol", key, "hello", nil)
-			}()
-		}
-		pair.Wait()
-		if r.sim.Attempts(key) == 1 {
-			joined = time.Since(back)
-			break
-		}
-	}
-	timer.Reset(total / 3)
-	<-timer.C
-	close(stop)
-	wg.Wait()
-	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
-	}
-	if joined < 0 || joined > 2*time.Second {
-		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
-	}
+	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, r.suiteRig())
 	if up := fleetMetric(t, r.replicas[0], "llm_hedge_fleet_up", nil); up != 1 {
 		t.Errorf("llm_hedge_fleet_up = %v after Redis' return, want 1", up)
 	}

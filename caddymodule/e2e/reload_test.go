@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/openai/openai-go/v3/option"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 )
 
 // TestReloadUnderLoadLosesNoRequest: clients stream without pause while the
@@ -40,40 +42,28 @@ func TestReloadUnderLoadLosesNoRequest(t *testing.T) {
 	)
 	completed := make(chan struct{}, workers)
 	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := 0; w < workers; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				id := fmt.Sprintf("reload-%d-%d", w, i)
-				// Every third request needs the hedge; the others may be
-				// won by either upstream (a loaded machine can make A
-				// slower than the delay), but always by exactly one.
-				behavior, winners := "", []string{"A", "B"}
-				if i%3 == 0 {
-					behavior, winners = "A=stall", []string{"B"}
-				}
-				got := streamChat(ctx, sdkClient(c.url(0), id, behavior),
-					option.WithHeader("Idempotency-Key", id), option.WithMaxRetries(2))
-				mu.Lock()
-				total++
-				if err := got.fromOneOf(winners, id); err != nil {
-					failures = append(failures, fmt.Errorf("%s: %v", id, err))
-				}
-				mu.Unlock()
-				select {
-				case completed <- struct{}{}:
-				default:
-				}
-			}
-		}(w)
-	}
+	wait := loadloop.Workers(workers, stop, func(w, i int) {
+		id := fmt.Sprintf("reload-%d-%d", w, i)
+		// Every third request needs the hedge; the others may be
+		// won by either upstream (a loaded machine can make A
+		// slower than the delay), but always by exactly one.
+		behavior, winners := "", []string{"A", "B"}
+		if i%3 == 0 {
+			behavior, winners = "A=stall", []string{"B"}
+		}
+		got := streamChat(ctx, sdkClient(c.url(0), id, behavior),
+			option.WithHeader("Idempotency-Key", id), option.WithMaxRetries(2))
+		mu.Lock()
+		total++
+		if err := got.fromOneOf(winners, id); err != nil {
+			failures = append(failures, fmt.Errorf("%s: %v", id, err))
+		}
+		mu.Unlock()
+		select {
+		case completed <- struct{}{}:
+		default:
+		}
+	})
 
 	// Reload while requests are in flight: wait for a few completions
 	// between reloads so that every reload overlaps live streams.
@@ -92,7 +82,7 @@ func TestReloadUnderLoadLosesNoRequest(t *testing.T) {
 		}
 	}
 	close(stop)
-	wg.Wait()
+	wait()
 	for _, err := range failures {
 		t.Error(err)
 	}

@@ -16,21 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
+	"github.com/llmhedge/llmhedge/internal/testkit/regimeload"
 )
 
 // The benchmarks of the issue, through the real Traefik. They are long, so
 // they run only with LLMHEDGE_BENCH=1, and they print their numbers. Every
 // ratio is against a baseline measured in the same run.
-
-func benchOnly(t *testing.T) {
-	if os.Getenv("LLMHEDGE_BENCH") != "1" {
-		t.Skip("set LLMHEDGE_BENCH=1 to run the benchmarks through real Traefik")
-	}
-}
 
 // benchScale is the time scale of the reference workload: 0.2 runs it 5x
 // faster (median TTFT 120ms, stalls 2-4s). At 0.05 (median 30ms) the fixed
@@ -53,7 +49,7 @@ func summary(name string, ds []time.Duration) string {
 // load balancer on the same upstreams, and compares both with the ideal
 // hedge computed from the same draws.
 func TestBenchReferenceWorkload(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const n, concurrency = 2000, 20
 	wl := llmsim.Reference(42, benchScale())
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
@@ -116,7 +112,7 @@ func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 // no hedge ever fires, through the plugin and through Traefik's plain load
 // balancer, to price the interpreter.
 func TestBenchThroughput(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, n, concurrency = 4, 2500, 20
 	fast := llmsim.Fast()
 	f := llmsim.Start("F", fast)
@@ -184,7 +180,7 @@ func TestBenchThroughput(t *testing.T) {
 // plugin with maxBody: 1 (the body streamed to the upstream, unbuffered).
 // Runs are interleaved so that machine noise spreads over all variants.
 func TestBenchTruncationStudy(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, perRound, concurrency = 4, 500, 20
 	wl := llmsim.Reference(3, benchScale())
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
@@ -236,7 +232,7 @@ func TestBenchTruncationStudy(t *testing.T) {
 // as Traefik's capture middleware does, forwarding the body as it streams
 // in or buffered first. Every failed read of the request body is recorded.
 func TestBenchTruncationStdlib(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, perRound, concurrency = 4, 500, 20
 	wl := llmsim.Reference(5, benchScale())
 	up := llmsim.Start("A", wl)
@@ -309,7 +305,7 @@ func firstLines(s string, n int) []string {
 //
 //	LLMHEDGE_BENCH=1 go test ./traefikplugin/e2e -run TestBenchLightOverhead -v
 func TestBenchLightOverhead(t *testing.T) {
-	benchOnly(t)
+	envgate.Bench(t)
 	const rounds, perRound, conns = 4, 2500, 20
 	f := llmsim.Start("F", llmsim.Fast())
 	defer f.Close()
@@ -347,4 +343,45 @@ func TestBenchLightOverhead(t *testing.T) {
 	t.Logf("  req/s plugin / plain LB = %.3f (rounds %.2f); Traefik CPU per request plugin / plain LB = %.2f (the interpreter: %v/request)",
 		cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1), float64(cmp.CPUPerRequest(0))/float64(cmp.CPUPerRequest(1)),
 		cmp.CPUPerRequest(0)-cmp.CPUPerRequest(1))
+}
+
+// TestBenchRegimeShift is regimeload's regime-shift benchmark through the
+// real Traefik (the plugin interpreted by Yaegi), one middleware and router
+// per route; its long form (regimeload.EnvOptions) is LLMHEDGE_BENCH=1 go
+// test -run TestBenchRegimeShift -v ./traefikplugin/e2e.
+func TestBenchRegimeShift(t *testing.T) {
+	regimeload.Bench(t, "traefik", startRegimeMiddlewares, regimeload.EnvOptions(1.25))
+}
+
+// startRegimeMiddlewares serves each route under /<route>/ through a
+// plugin middleware of its own.
+func startRegimeMiddlewares(t *testing.T, routes []regimeload.Route) map[string]string {
+	d := newDynamic("regime")
+	for _, r := range routes {
+		prefer := ""
+		if r.PreferA != 0 {
+			prefer = fmt.Sprintf("\n    preferMargin: %g", r.PreferA)
+		}
+		cfg := fmt.Sprintf(`route: %s
+primary: %s
+upstreams:
+  - name: A
+    url: %s%s
+  - name: B
+    url: %s
+delayMode: adaptive
+delay: %v
+budget:
+  burst: %g
+reportHeader: %s
+log: off
+`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader)
+		d.hedge("hedge-"+r.Name, cfg).route(r.Name, "noop@internal", "hedge-"+r.Name)
+	}
+	tr := startTraefik(t, "ERROR", d)
+	bases := map[string]string{}
+	for _, r := range routes {
+		bases[r.Name] = tr.URL + "/" + r.Name + "/v1/"
+	}
+	return bases
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +16,9 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
@@ -26,14 +27,6 @@ import (
 // Fleet mode through real Traefik processes (the plugin interpreted by
 // Yaegi in each) sharing one real redis-server. The short forms run in CI;
 // LLMHEDGE_FLEET=full runs the acceptance counts.
-
-// fleetCount is n in CI and full under LLMHEDGE_FLEET=full.
-func fleetCount(n, full int) int {
-	if os.Getenv("LLMHEDGE_FLEET") == "full" {
-		return full
-	}
-	return n
-}
 
 // fleetAnswer is one raw streaming answer through a replica, so that
 // answers can be compared byte for byte.
@@ -148,7 +141,7 @@ func TestFleetTraefikLeaderKilledBeforeCommit(t *testing.T) {
 	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
 	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
 	ctx := context.Background()
-	n := fleetCount(3, 50)
+	n := fleetsuite.Count(3, 50)
 	twoGenerations := 0
 	for i := 0; i < n; i++ {
 		id := "kill-before-" + strconv.Itoa(i)
@@ -188,7 +181,7 @@ func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
 	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
 	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
 	ctx := context.Background()
-	n := fleetCount(2, 10)
+	n := fleetsuite.Count(2, 10)
 	for i := 0; i < n; i++ {
 		id := "kill-after-" + strconv.Itoa(i)
 		leaderFirst := make(chan struct{})
@@ -240,7 +233,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 	replicas := []string{one.URL + "/fleet", two.URL + "/fleet"}
 	ctx := context.Background()
 
-	pairs := fleetCount(20, 200)
+	pairs := fleetsuite.Count(20, 200)
 	t.Run("same key at both replicas at once: one generation, identical bytes", func(t *testing.T) {
 		for i := 0; i < pairs; i++ {
 			id := fmt.Sprintf("pair-%d", i)
@@ -290,31 +283,19 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 
 	t.Run("Redis killed and restarted under load: no failed request", func(t *testing.T) {
 		const streams = 20
-		loadFor := time.Duration(fleetCount(6, 30)) * time.Second
+		loadFor := time.Duration(fleetsuite.Count(6, 30)) * time.Second
 		var sent, failed atomic.Int64
 		var firstFailure atomic.Value
 		stop := make(chan struct{})
-		var wg sync.WaitGroup
-		for s := 0; s < streams; s++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for n := 0; ; n++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					id := fmt.Sprintf("load-%d-%d", s, n)
-					ans := fleetPost(ctx, replicas[(s+n)%2], "k-"+id, id, "hi", "")
-					sent.Add(1)
-					if !ans.complete(id, tokens) {
-						failed.Add(1)
-						firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
-					}
-				}
-			}()
-		}
+		wait := loadloop.Workers(streams, stop, func(s, n int) {
+			id := fmt.Sprintf("load-%d-%d", s, n)
+			ans := fleetPost(ctx, replicas[(s+n)%2], "k-"+id, id, "hi", "")
+			sent.Add(1)
+			if !ans.complete(id, tokens) {
+				failed.Add(1)
+				firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
+			}
+		})
 		time.Sleep(loadFor / 3) // load before the kill (wall-clock phases of a load test)
 		srv.Kill()
 		time.Sleep(loadFor / 3) // Redis away
@@ -341,7 +322,7 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 		}
 		time.Sleep(loadFor / 3) // load after the return
 		close(stop)
-		wg.Wait()
+		wait()
 		t.Logf("%d streams for %v, Redis killed for %v: %d requests, %d failed; joins again %v after Redis' return",
 			streams, loadFor, loadFor/3, sent.Load(), failed.Load(), joinedAfter.Round(time.Millisecond))
 		if failed.Load() != 0 {

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +19,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/metricscheck"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -31,13 +28,6 @@ import (
 // each behind its own envoydriver front, which plays Envoy's filter over
 // real gRPC) sharing one real redis-server, with the OpenAI Go SDK as the
 // client. Short forms in CI; LLMHEDGE_FLEET=full runs the acceptance counts.
-
-func fleetCount(n, full int) int {
-	if os.Getenv("LLMHEDGE_FLEET") == "full" {
-		return full
-	}
-	return n
-}
 
 // extprocReplica is one server process and the front that drives it.
 type extprocReplica struct {
@@ -126,42 +116,26 @@ func (r *extprocReplica) claims(t *testing.T) float64 {
 	return v
 }
 
-// waitClaims polls the replica's /metrics (another process: there is no
-// event to wait on) until it has sent more than before claims.
-func (r *extprocReplica) waitClaims(t *testing.T, before float64) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for r.claims(t) <= before {
-		if time.Now().After(deadline) {
-			t.Fatal("no claim on the follower's replica within 10s")
-		}
-		time.Sleep(5 * time.Millisecond)
+// suiteRig is what the fleetsuite scenarios drive of this fleet: its
+// replicas are reached as streams, restarted in place.
+func (f *extprocFleet) suiteRig() fleetsuite.Rig {
+	stream := func(ctx context.Context, i int, apiKey, key, prompt string, firstChunk func()) (string, error) {
+		a := fleetAnswer(ctx, f.replicas[i], apiKey, key, prompt, firstChunk)
+		return a.text, a.err
 	}
+	claims := func(t *testing.T, i int) float64 { return f.replicas[i].claims(t) }
+	restart := func(i int) { f.replicas[i] = f.startReplica() }
+	return fleetsuite.NewRig(f.sim, f.redis, len(f.replicas), stream, claims, f.kill9, restart)
 }
 
 // fleetAnswer streams one chat completion with an idempotency key through
 // replica r as caller apiKey; firstChunk, when set, runs on the first chunk.
 func fleetAnswer(ctx context.Context, r *extprocReplica, apiKey, key, prompt string, firstChunk func()) answer {
 	c := openai.NewClient(option.WithBaseURL(r.front.URL+"/v1/"), option.WithAPIKey(apiKey), option.WithMaxRetries(0))
-	completions := c.Chat.Completions
-	stream := completions.NewStreaming(ctx, openai.ChatCompletionNewParams{
-		Model: "m", Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage(prompt)}},
-		option.WithHeader("Idempotency-Key", key))
-	defer stream.Close()
 	a := answer{from: map[string]bool{}}
-	var text strings.Builder
-	for stream.Next() {
-		if firstChunk != nil {
-			firstChunk()
-			firstChunk = nil
-		}
-		ch := stream.Current()
+	a.text, a.err = fleetsuite.StreamChat(ctx, c, key, prompt, firstChunk, func(ch openai.ChatCompletionChunk) {
 		a.from[ch.SystemFingerprint] = true
-		if len(ch.Choices) > 0 {
-			text.WriteString(ch.Choices[0].Delta.Content)
-		}
-	}
-	a.text, a.err = text.String(), stream.Err()
+	})
 	return a
 }
 
@@ -171,37 +145,20 @@ func fleetContext(t *testing.T) context.Context {
 	return ctx
 }
 
-func statusOf(err error) int {
-	if apiErr, ok := err.(*openai.Error); ok {
-		return apiErr.StatusCode
-	}
-	return 0
-}
-
 // The same key at both servers at once: one generation, identical
 // answers; afterwards a replay from either; another body 422, another
 // caller its own race.
 func TestFleetExtprocJoinReplayConflict(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	f := startExtprocFleet(t, 2, w)
+	f := startExtprocFleet(t, 2, fleetsuite.JoinWorkload())
 	ctx := fleetContext(t)
-	n := fleetCount(20, 200)
+	n := fleetsuite.Count(20, 200)
+	rig := f.suiteRig()
 	for i := 0; i < n; i++ {
 		key := "join-" + strconv.Itoa(i)
-		var wg sync.WaitGroup
-		var got [2]answer
-		for j := 0; j < 2; j++ {
-			j := j
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				got[j] = fleetAnswer(ctx, f.replicas[j], "sk-alice", key, "hello", nil)
-			}()
-		}
-		wg.Wait()
+		got := fleetsuite.AtOnce(ctx, rig, "sk-alice", key)
 		want := llmsim.ExpectedChatText(key, 8)
-		if got[0].err != nil || got[1].err != nil || got[0].text != want || got[1].text != want {
-			t.Fatalf("%s: answers %q (%v) and %q (%v), want both %q", key, got[0].text, got[0].err, got[1].text, got[1].err, want)
+		if got[0].Err != nil || got[1].Err != nil || got[0].Text != want || got[1].Text != want {
+			t.Fatalf("%s: answers %q (%v) and %q (%v), want both %q", key, got[0].Text, got[0].Err, got[1].Text, got[1].Err, want)
 		}
 		if gens := f.sim.Attempts(key); gens != 1 {
 			t.Fatalf("%s: %d upstream generations, want 1", key, gens)
@@ -212,12 +169,7 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 		}
 	}
 	t.Logf("%d keys sent to both servers at once: one generation each, identical answers, then replayed", n)
-	if other := fleetAnswer(ctx, f.replicas[1], "sk-alice", "join-0", "another prompt", nil); statusOf(other.err) != http.StatusUnprocessableEntity {
-		t.Errorf("same caller and key, other body: %v, want 422", other.err)
-	}
-	if bob := fleetAnswer(ctx, f.replicas[1], "sk-bob", "join-0", "hello", nil); bob.err != nil || f.sim.Attempts("join-0") != 2 {
-		t.Errorf("another caller, same key: %v with %d generations, want its own race (2)", bob.err, f.sim.Attempts("join-0"))
-	}
+	fleetsuite.Conflicts(t, ctx, rig, "join-0")
 }
 
 // kill -9 of the leader's server before commit: the follower's server
@@ -228,126 +180,16 @@ func TestFleetExtprocLeaderKilled(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	f := startExtprocFleet(t, 2, w)
 	ctx := fleetContext(t)
-	twoGens := 0
-	for i := 0; i < fleetCount(3, 50); i++ {
-		key := "kill-before-" + strconv.Itoa(i)
-		leader := make(chan answer, 1)
-		go func() { leader <- fleetAnswer(ctx, f.replicas[0], "sk-alice", key, "hello", nil) }()
-		if err := f.sim.WaitFor(ctx, func() bool { return f.sim.Attempts(key) == 1 }); err != nil {
-			t.Fatal(err)
-		}
-		before := f.replicas[1].claims(t)
-		follower := make(chan answer, 1)
-		go func() { follower <- fleetAnswer(ctx, f.replicas[1], "sk-alice", key, "hello", nil) }()
-		f.replicas[1].waitClaims(t, before)
-		f.kill9(0)
-		<-leader
-		got := <-follower
-		if got.err != nil || got.text != llmsim.ExpectedChatText(key, 20) {
-			t.Fatalf("%s: follower after the leader's kill -9: %q, %v; want the complete answer", key, got.text, got.err)
-		}
-		if gens := f.sim.Attempts(key); gens > 2 {
-			t.Fatalf("%s: %d generations, want at most 2", key, gens)
-		}
-		twoGens += f.sim.Attempts(key) - 1
-		f.replicas[0] = f.startReplica()
-	}
-	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", fleetCount(3, 50), twoGens)
-	for i := 0; i < fleetCount(2, 10); i++ {
-		key := "kill-after-" + strconv.Itoa(i)
-		leaderFirst := make(chan struct{})
-		leader := make(chan answer, 1)
-		go func() {
-			leader <- fleetAnswer(ctx, f.replicas[0], "sk-alice", key, "hello", func() { close(leaderFirst) })
-		}()
-		<-leaderFirst
-		followerFirst := make(chan struct{})
-		follower := make(chan answer, 1)
-		go func() {
-			follower <- fleetAnswer(ctx, f.replicas[1], "sk-alice", key, "hello", func() { close(followerFirst) })
-		}()
-		<-followerFirst
-		f.kill9(0)
-		<-leader
-		got := <-follower
-		want := llmsim.ExpectedChatText(key, 20)
-		if got.err == nil || !strings.HasPrefix(want, got.text) || got.text == want {
-			t.Fatalf("%s: follower after the leader's kill -9 post-commit: %q, %v; want a broken strict prefix of %q", key, got.text, got.err, want)
-		}
-		retry := fleetAnswer(ctx, f.replicas[1], "sk-alice", key, "hello", nil)
-		if retry.err != nil || retry.text != want || f.sim.Attempts(key) != 2 {
-			t.Fatalf("%s: retry %q, %v with %d generations; want a fresh complete answer (2)", key, retry.text, retry.err, f.sim.Attempts(key))
-		}
-		f.replicas[0] = f.startReplica()
-	}
+	n := fleetsuite.Count(3, 50)
+	twoGens := fleetsuite.LeaderKilledBeforeCommit(t, ctx, n, 20, f.suiteRig())
+	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", n, twoGens)
+	fleetsuite.LeaderKilledAfterCommit(t, ctx, fleetsuite.Count(2, 10), 20, f.suiteRig())
 }
 
 // Redis killed and restarted under 20 concurrent streams: zero failed
 // requests, and joins work again within 2s of Redis' return.
 func TestFleetExtprocRedisKilledUnderLoad(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	f := startExtprocFleet(t, 2, w)
+	f := startExtprocFleet(t, 2, fleetsuite.LoadWorkload())
 	ctx := fleetContext(t)
-	total := time.Duration(fleetCount(3, 30)) * time.Second
-	var done, failed atomic.Int64
-	var firstErr atomic.Value
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for g := 0; g < 20; g++ {
-		g := g
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("load-%d-%d", g, i)
-				got := fleetAnswer(ctx, f.replicas[(g+i)%2], "sk-alice", key, "hello", nil)
-				if got.err != nil || got.text != llmsim.ExpectedChatText(key, 10) {
-					failed.Add(1)
-					firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, got.text, got.err))
-				}
-				done.Add(1)
-			}
-		}()
-	}
-	timer := time.NewTimer(total / 3)
-	<-timer.C
-	f.redis.Kill()
-	timer.Reset(total / 3)
-	<-timer.C
-	f.redis.Restart()
-	back := time.Now()
-	joined := time.Duration(-1)
-	for i := 0; time.Since(back) < 10*time.Second; i++ {
-		key := "rejoin-" + strconv.Itoa(i)
-		var pair sync.WaitGroup
-		for j := 0; j < 2; j++ {
-			j := j
-			pair.Add(1)
-			go func() {
-				defer pair.Done()
-				fleetAnswer(ctx, f.replicas[j], "sk-carol", key, "hello", nil)
-			}()
-		}
-		pair.Wait()
-		if f.sim.Attempts(key) == 1 {
-			joined = time.Since(back)
-			break
-		}
-	}
-	timer.Reset(total / 3)
-	<-timer.C
-	close(stop)
-	wg.Wait()
-	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
-	if failed.Load() != 0 {
-		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
-	}
-	if joined < 0 || joined > 2*time.Second {
-		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
-	}
+	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, f.suiteRig())
 }

@@ -1,0 +1,30 @@
+package clientsuite
+
+import (
+	"strconv"
+)
+
+// Setting is one of a route's settings beyond its delay, named as in the
+// adapters' configurations. Value is "" for a flag that is on.
+type Setting struct {
+	Name, Value string
+}
+
+// Settings are the route's settings that differ from the defaults, in a
+// fixed order, for an adapter's Start to write in its own syntax.
+func (r Route) Settings() []Setting {
+	var s []Setting
+	if r.Timeout > 0 {
+		s = append(s, Setting{Name: "timeout", Value: r.Timeout.String()})
+	}
+	if r.MaxAttempts > 0 {
+		s = append(s, Setting{Name: "max_attempts", Value: strconv.Itoa(r.MaxAttempts)})
+	}
+	if r.EarlyHeaders != "" {
+		s = append(s, Setting{Name: "early_headers", Value: r.EarlyHeaders})
+	}
+	if r.HedgeStoredResponses {
+		s = append(s, Setting{Name: "hedge_stored_responses"})
+	}
+	return s
+}

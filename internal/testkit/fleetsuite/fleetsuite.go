@@ -1,0 +1,281 @@
+// Package fleetsuite holds the fleet-mode scenarios that every adapter runs
+// through its own real replicas sharing one real redis-server: each adapter
+// passes a Rig that starts nothing itself, only reaches what its test set up.
+package fleetsuite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
+)
+
+// Count is n in CI and full under LLMHEDGE_FLEET=full (the acceptance counts).
+func Count(n, full int) int {
+	if os.Getenv("LLMHEDGE_FLEET") == "full" {
+		return full
+	}
+	return n
+}
+
+// JoinWorkload is the upstream of the join and replay tests: 8 tokens
+// after 30ms, 2ms apart.
+func JoinWorkload() llmsim.Workload {
+	return llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 8, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+}
+
+// LoadWorkload is the upstream RedisKilledUnderLoad expects: 10 tokens
+// after 20ms, 5ms apart.
+func LoadWorkload() llmsim.Workload {
+	return llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 10, TokenGap: 5 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+}
+
+// Rig is what a scenario needs of an adapter's fleet.
+type Rig struct {
+	// Replicas is how many replicas Stream can reach (indexes 0..Replicas-1).
+	Replicas int
+	// Stream sends one keyed streaming chat request of prompt with apiKey
+	// through replica i and returns the text it got and its error;
+	// firstChunk, when set, runs on the answer's first chunk.
+	Stream func(ctx context.Context, replica int, apiKey, key, prompt string, firstChunk func()) (string, error)
+	// Attempts is how many generations the simulated upstream ran for key.
+	Attempts func(key string) int
+	// Expected is the one complete answer of key (tokens long).
+	Expected func(key string, tokens int) string
+	// KillRedis and RestartRedis stop and bring back the shared redis-server.
+	KillRedis, RestartRedis func()
+	// WaitFor blocks until cond holds of the simulated upstream (or ctx ends).
+	WaitFor func(ctx context.Context, cond func() bool) error
+	// Claims is how many fleet claims replica i has sent (its metrics).
+	Claims func(t *testing.T, replica int) float64
+	// Kill9 kills replica i with SIGKILL and waits for its exit; Restart
+	// starts it again in the same place.
+	Kill9, Restart func(replica int)
+}
+
+// Upstream is the simulated upstream of a fleet test (an llmsim server).
+type Upstream interface {
+	Attempts(key string) int
+	WaitFor(ctx context.Context, cond func() bool) error
+}
+
+// Redis is the fleet's shared redis-server (a redisproc server).
+type Redis interface {
+	Kill()
+	Restart()
+}
+
+// NewRig is the Rig of an adapter's fleet test: its upstream, its Redis,
+// and the adapter's own ways to reach, watch, kill and restart its
+// replicas; the answers are llmsim's chat answers.
+func NewRig(sim Upstream, redis Redis, replicas int,
+	stream func(ctx context.Context, replica int, apiKey, key, prompt string, firstChunk func()) (string, error),
+	claims func(t *testing.T, replica int) float64, kill9, restart func(replica int)) Rig {
+	return Rig{Replicas: replicas, Stream: stream, Attempts: sim.Attempts, Expected: llmsim.ExpectedChatText,
+		KillRedis: redis.Kill, RestartRedis: redis.Restart, WaitFor: sim.WaitFor,
+		Claims: claims, Kill9: kill9, Restart: restart}
+}
+
+// Conflicts checks the keyed requests that must not join key's finished
+// flight: the same caller with another body on replica 1 is a 422, and
+// another caller with the same key has its own race (a second generation).
+func Conflicts(t *testing.T, ctx context.Context, rig Rig, key string) {
+	t.Helper()
+	if _, err := rig.Stream(ctx, 1, "sk-alice", key, "another prompt", nil); statusOf(err) != http.StatusUnprocessableEntity {
+		t.Errorf("same caller and key, other body, other replica: %v, want 422", err)
+	}
+	if _, err := rig.Stream(ctx, 1, "sk-bob", key, "hello", nil); err != nil || rig.Attempts(key) != 2 {
+		t.Errorf("another caller, same key: err %v, generations %d; want its own race (2)", err, rig.Attempts(key))
+	}
+}
+
+// statusOf is the HTTP status of an OpenAI SDK error, 0 for another error.
+func statusOf(err error) int {
+	var apiErr *openai.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.StatusCode
+	}
+	return 0
+}
+
+// waitClaims polls replica's metrics (another process: there is no event
+// to wait on) until it has sent more than before claims.
+func waitClaims(t *testing.T, rig Rig, replica int, before float64) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for rig.Claims(t, replica) <= before {
+		if time.Now().After(deadline) {
+			t.Fatal("no claim on the follower's replica within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+type streamResult struct {
+	text string
+	err  error
+}
+
+// LeaderKilledBeforeCommit kills (-9) the leader's replica 0 n times while
+// the upstream is still before its first token and the follower on replica
+// 1 has claimed the key: the follower takes over when the lease expires and
+// its client gets the complete answer (tokens long); at most two
+// generations. It returns how many keys took two.
+func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, rig Rig) (twoGens int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		key := "kill-before-" + strconv.Itoa(i)
+		leader := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 0, "sk-alice", key, "hello", nil)
+			leader <- streamResult{text, err}
+		}()
+		if err := rig.WaitFor(ctx, func() bool { return rig.Attempts(key) == 1 }); err != nil {
+			t.Fatal(err)
+		}
+		before := rig.Claims(t, 1)
+		follower := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 1, "sk-alice", key, "hello", nil)
+			follower <- streamResult{text, err}
+		}()
+		waitClaims(t, rig, 1, before)
+		rig.Kill9(0)
+		<-leader
+		got := <-follower
+		if got.err != nil || got.text != rig.Expected(key, tokens) {
+			t.Fatalf("%s: follower after the leader's kill -9: %q, %v; want the complete answer", key, got.text, got.err)
+		}
+		if gens := rig.Attempts(key); gens > 2 {
+			t.Fatalf("%s: %d generations, want at most 2", key, gens)
+		}
+		twoGens += rig.Attempts(key) - 1
+		rig.Restart(0)
+	}
+	return twoGens
+}
+
+// LeaderKilledAfterCommit kills (-9) the leader's replica 0 n times once
+// both the leader's and the follower's (replica 1) answers have started:
+// the follower's answer ends broken, a strict prefix of the one generation
+// (tokens long), and a retry with the same key gets a fresh complete answer.
+func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, rig Rig) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		key := "kill-after-" + strconv.Itoa(i)
+		leaderFirst := make(chan struct{})
+		leader := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 0, "sk-alice", key, "hello", func() { close(leaderFirst) })
+			leader <- streamResult{text, err}
+		}()
+		<-leaderFirst
+		followerFirst := make(chan struct{})
+		follower := make(chan streamResult, 1)
+		go func() {
+			text, err := rig.Stream(ctx, 1, "sk-alice", key, "hello", func() { close(followerFirst) })
+			follower <- streamResult{text, err}
+		}()
+		<-followerFirst
+		rig.Kill9(0)
+		<-leader
+		got := <-follower
+		want := rig.Expected(key, tokens)
+		if got.err == nil {
+			t.Fatalf("%s: follower's answer ended cleanly after the leader's kill -9 (%q), want broken", key, got.text)
+		}
+		if !strings.HasPrefix(want, got.text) || got.text == want {
+			t.Fatalf("%s: follower got %q, want a strict prefix of the one generation %q", key, got.text, want)
+		}
+		if gens := rig.Attempts(key); gens != 1 {
+			t.Fatalf("%s: %d generations before the retry, want 1", key, gens)
+		}
+		text, err := rig.Stream(ctx, 1, "sk-alice", key, "hello", nil)
+		if err != nil || text != want || rig.Attempts(key) != 2 {
+			t.Fatalf("%s: retry got %q, %v with %d generations; want a fresh complete answer (2)", key, text, err, rig.Attempts(key))
+		}
+		rig.Restart(0)
+	}
+}
+
+// RedisKilledUnderLoad runs 20 concurrent streams (answers of 10 tokens)
+// across the replicas for total; Redis is killed after a third and
+// restarted after two thirds. It fails on any failed request, and unless
+// joins across replicas 0 and 1 work again within 2s of Redis' return.
+func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration, rig Rig) {
+	t.Helper()
+	var done, failed atomic.Int64
+	var firstErr atomic.Value
+	stop := make(chan struct{})
+	wait := loadloop.Workers(20, stop, func(g, i int) {
+		key := fmt.Sprintf("load-%d-%d", g, i)
+		text, err := rig.Stream(ctx, (g+i)%rig.Replicas, "sk-alice", key, "hello", nil)
+		if err != nil || text != rig.Expected(key, 10) {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, fmt.Sprintf("%s: %q, %v", key, text, err))
+		}
+		done.Add(1)
+	})
+	timer := time.NewTimer(total / 3)
+	<-timer.C
+	rig.KillRedis()
+	timer.Reset(total / 3)
+	<-timer.C
+	rig.RestartRedis()
+	back := time.Now()
+	joined := time.Duration(-1)
+	for i := 0; time.Since(back) < 10*time.Second; i++ {
+		key := "rejoin-" + strconv.Itoa(i)
+		AtOnce(ctx, rig, "sk-carol", key)
+		if rig.Attempts(key) == 1 {
+			joined = time.Since(back)
+			break
+		}
+	}
+	timer.Reset(total / 3)
+	<-timer.C
+	close(stop)
+	wait()
+	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
+	if failed.Load() != 0 {
+		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
+	}
+	if joined < 0 || joined > 2*time.Second {
+		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
+	}
+}
+
+// Answer is what one streaming request got.
+type Answer struct {
+	Text string
+	Err  error
+}
+
+// AtOnce sends key as apiKey through replicas 0 and 1 at the same time
+// and returns both answers.
+func AtOnce(ctx context.Context, rig Rig, apiKey, key string) [2]Answer {
+	var got [2]Answer
+	var wg sync.WaitGroup
+	for j := 0; j < 2; j++ {
+		j := j
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[j].Text, got[j].Err = rig.Stream(ctx, j, apiKey, key, "hello", nil)
+		}()
+	}
+	wg.Wait()
+	return got
+}
