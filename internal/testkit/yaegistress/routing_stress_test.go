@@ -1,12 +1,8 @@
 package yaegistress
 
 import (
-	"bytes"
 	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"reflect"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,26 +71,7 @@ func BenchmarkPluginFastestFastUpstream(b *testing.B) {
 	defer upA.Close()
 	upB := llmsim.Start("F", fast)
 	defer upB.Close()
-	run := func(b *testing.B, build builder) {
-		h, _ := build(b, &loadRun{}, upA.URL, upB.URL, 30*time.Second)
-		var seq atomic.Int64
-		b.ReportAllocs()
-		b.SetParallelism(10)
-		b.ResetTimer()
-		b.RunParallel(func(pb *testing.PB) {
-			for pb.Next() {
-				id := fmt.Sprintf("bench-%d", seq.Add(1))
-				req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(chatRequest(id)))
-				req.Header.Set("Content-Type", "application/json")
-				req.Header.Set(llmsim.HeaderRequest, id)
-				w := httptest.NewRecorder()
-				h.ServeHTTP(w, req)
-				if w.Code != http.StatusOK || !bytes.HasSuffix(w.Body.Bytes(), []byte("data: [DONE]\n\n")) {
-					b.Errorf("%s: status %d, answer not whole: %q", id, w.Code, w.Body.String())
-				}
-			}
-		})
-	}
+	run := func(b *testing.B, build builder) { benchParallel(b, build, upA.URL, upB.URL) }
 	b.Run("compiled", func(b *testing.B) {
 		run(b, pluginBuilder(fastestConfig(reflect.ValueOf(traefikplugin.CreateConfig)), reflect.ValueOf(traefikplugin.New)))
 	})
