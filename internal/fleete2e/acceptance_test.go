@@ -1,0 +1,32 @@
+package fleete2e
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
+)
+
+// TestFleetAcceptance runs the acceptance scenarios of fleet mode part 2
+// through three real Caddy and two real Traefik replicas sharing one real
+// redis-server, all in one run (one start of the five replicas):
+//
+//   - budget: every request wants a hedge, ratio 0.05, burst 5, requests
+//     round-robin; fleet-wide hedges/requests against the per-replica
+//     budgets of the same replicas (a route without the fleet).
+//
+// The CI form is small; the acceptance counts run with
+//
+//	LLMHEDGE_FLEET=full go test -count=1 -run TestFleetAcceptance -v -timeout 30m ./internal/fleete2e
+//
+// Every measured number is logged on a line starting with ACCEPTANCE.
+func TestFleetAcceptance(t *testing.T) {
+	s := fleetsuite.NewAcceptance(t)
+	s.Attach(startFleet(t, s))
+	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	defer cancel()
+	t.Run("budget", func(t *testing.T) {
+		s.Budget(t, ctx, fleetsuite.Count(100, 2000), 10)
+	})
+}

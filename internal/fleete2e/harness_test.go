@@ -1,0 +1,467 @@
+package fleete2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
+	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
+)
+
+// The harness starts real Caddy and Traefik replicas serving the suite's
+// routes: Caddy one site per route on a port of its own, Traefik one
+// router per route under /<route>/ (a prefix stripped before the plugin).
+
+// startupTimeout bounds a replica's start (Traefik interprets the plugin
+// at start: tens of seconds on a loaded 2-core machine).
+const startupTimeout = 180 * time.Second
+
+// waitHTTP polls url (an external process: polling with a deadline is how
+// to know it serves) until it answers 200, or exited closes.
+func waitHTTP(t testing.TB, url string, exited <-chan struct{}, output func() string) {
+	t.Helper()
+	deadline := time.Now().Add(startupTimeout)
+	for {
+		select {
+		case <-exited:
+			t.Fatalf("process exited while waiting for %s:\n%s", url, proc.Tail(output(), 6000))
+		default:
+		}
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		req.Close = true
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s not ready after %v (last: %v):\n%s", url, startupTimeout, err, proc.Tail(output(), 6000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// process is a started child process, stopped at the end of the test.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	out    *proc.Buffer
+}
+
+func run(t testing.TB, dir, bin string, args ...string) *process {
+	p := &process{cmd: exec.Command(bin, args...), exited: make(chan struct{}), out: &proc.Buffer{}}
+	p.cmd.Dir = dir
+	p.cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		proc.Stop(p.cmd.Process, p.exited, 15*time.Second)
+		if t.Failed() {
+			t.Logf("%s output (tail):\n%s", filepath.Base(bin), proc.Tail(p.out.String(), 4000))
+		}
+	})
+	return p
+}
+
+// ---- Caddy ----
+
+// caddyReplica is one Caddy process: its admin API and one port per route.
+type caddyReplica struct {
+	t        testing.TB
+	name     string
+	admin    string
+	ports    map[string]int
+	routes   []fleetsuite.RouteSpec
+	redisURL string
+	reloads  int
+	p        *process
+}
+
+// caddySite renders route r as a Caddyfile site body.
+func caddySite(r fleetsuite.RouteSpec, replica, redisURL string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\tllm_hedge {\n\t\troute %s\n", r.Name)
+	for _, u := range r.Upstreams {
+		fmt.Fprintf(&b, "\t\tupstream %s {\n\t\t\tname %s\n\t\t\theader_up %s %s\n\t\t}\n", u.Sim.URL, u.Name, fleetsuite.ReplicaHeader, replica)
+	}
+	fmt.Fprintf(&b, "\t\tdelay %s\n\t\tmax_attempts %d\n", r.Delay, r.MaxAttempts)
+	if r.BudgetRatio < 0 {
+		b.WriteString("\t\tbudget {\n\t\t\tratio off\n\t\t\tmax_concurrent_hedges off\n\t\t}\n")
+	} else if r.BudgetRatio > 0 {
+		fmt.Fprintf(&b, "\t\tbudget {\n\t\t\tratio %g\n\t\t\tburst %d\n\t\t}\n", r.BudgetRatio, r.BudgetBurst)
+	}
+	for _, line := range r.Caddy {
+		fmt.Fprintf(&b, "\t\t%s\n", line)
+	}
+	if r.Fleet {
+		fmt.Fprintf(&b, "\t\tfleet %s {\n\t\t\ttimeout 250ms\n", redisURL)
+		for _, line := range r.CaddyFleet {
+			fmt.Fprintf(&b, "\t\t\t%s\n", line)
+		}
+		b.WriteString("\t\t}\n")
+	}
+	b.WriteString("\t}")
+	return b.String()
+}
+
+// caddyfile is the whole configuration; generation changes a harmless
+// global option so that a reload is a real new configuration.
+func (c *caddyReplica) caddyfile(generation int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{\n\tadmin %s\n\tauto_https off\n\tpersist_config off\n\tdefault_bind 127.0.0.1\n\tgrace_period %dms\n\tmetrics\n\tlog {\n\t\toutput stderr\n\t\tformat json\n\t\tlevel ERROR\n\t}\n}\n",
+		strings.TrimPrefix(c.admin, "http://"), 2000+generation)
+	for _, r := range c.routes {
+		fmt.Fprintf(&b, "http://127.0.0.1:%d {\n%s\n}\n", c.ports[r.Name], caddySite(r, c.name, c.redisURL))
+	}
+	return b.String()
+}
+
+// launchCaddy starts a Caddy process serving routes; waitReady waits for it.
+func launchCaddy(t testing.TB, name string, routes []fleetsuite.RouteSpec, redisURL string) *caddyReplica {
+	t.Helper()
+	bin, err := caddybin.Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	c := &caddyReplica{t: t, name: name, admin: fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t)), ports: map[string]int{}, routes: routes, redisURL: redisURL}
+	for _, r := range routes {
+		c.ports[r.Name] = proc.FreePort(t)
+	}
+	config := filepath.Join(dir, "Caddyfile")
+	if err := os.WriteFile(config, []byte(c.caddyfile(0)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.p = run(t, dir, bin, "run", "--config", config, "--adapter", "caddyfile")
+	return c
+}
+
+func (c *caddyReplica) waitReady() {
+	waitHTTP(c.t, c.admin+"/config/", c.p.exited, c.p.out.String)
+	for _, r := range c.routes {
+		waitPort(c.t, c.ports[r.Name], c.p)
+	}
+}
+
+// waitPort polls until a replica's port accepts connections.
+func waitPort(t testing.TB, port int, p *process) {
+	t.Helper()
+	deadline := time.Now().Add(startupTimeout)
+	for {
+		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("port %d not open after %v:\n%s", port, startupTimeout, proc.Tail(p.out.String(), 4000))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (c *caddyReplica) replica() fleetsuite.Replica {
+	return fleetsuite.Replica{Name: c.name, Kind: "caddy",
+		URL:     func(route string) string { return "http://127.0.0.1:" + strconv.Itoa(c.ports[route]) },
+		Metrics: func() (string, error) { return get(c.admin + "/metrics") },
+		Reload:  c.reload}
+}
+
+// reload posts a new generation of the configuration to the admin API.
+func (c *caddyReplica) reload() error {
+	c.reloads++
+	req, _ := http.NewRequest(http.MethodPost, c.admin+"/load", strings.NewReader(c.caddyfile(c.reloads)))
+	req.Header.Set("Content-Type", "text/caddyfile")
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("caddy %s: POST /load: %d %s", c.name, resp.StatusCode, body)
+	}
+	return nil
+}
+
+// get returns url's body (a fresh connection: a reload may have replaced
+// the server behind a kept-alive one).
+func get(url string) (string, error) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	req.Close = true
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, proc.Tail(string(body), 300))
+	}
+	return string(body), err
+}
+
+// ---- Traefik ----
+
+const moduleName = caddybin.ModulePath
+
+var (
+	traefikOnce sync.Once
+	traefikPath string
+	traefikErr  error
+)
+
+// traefikBinary is the cached Traefik v3.6.12 (examples/traefik/build-traefik.sh
+// builds it on a cold cache, in minutes).
+func traefikBinary(t testing.TB) string {
+	traefikOnce.Do(func() {
+		root, err := caddybin.RepoRoot()
+		if err != nil {
+			traefikErr = err
+			return
+		}
+		cmd := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
+		cmd.Dir = root
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			traefikErr = fmt.Errorf("build-traefik.sh: %v\n%s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		traefikPath = strings.TrimSpace(lines[len(lines)-1])
+	})
+	if traefikErr != nil {
+		t.Fatal(traefikErr)
+	}
+	return traefikPath
+}
+
+// layoutPlugin copies the plugin's import graph (core, traefikplugin, resp;
+// no tests) with the manifest and go.mod into dir/plugins-local.
+func layoutPlugin(t testing.TB, dir string) {
+	root, err := caddybin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(moduleName))
+	files := []string{".traefik.yml", "go.mod"}
+	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
+		matches, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		if err != nil || len(matches) == 0 {
+			t.Fatalf("no Go files in %s: %v", pkg, err)
+		}
+		for _, m := range matches {
+			if !strings.HasSuffix(m, "_test.go") {
+				files = append(files, filepath.Join(pkg, filepath.Base(m)))
+			}
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dst, f), b)
+	}
+}
+
+func writeFile(t testing.TB, path string, b []byte) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// traefikReplica is one Traefik process with a watched dynamic file.
+type traefikReplica struct {
+	t          testing.TB
+	name       string
+	url        string
+	ping       string
+	dynPath    string
+	routes     []fleetsuite.RouteSpec
+	redisURL   string
+	generation int
+	p          *process
+}
+
+// pluginConfig renders route r as the plugin's YAML options (unindented).
+func pluginConfig(r fleetsuite.RouteSpec, replica, redisURL string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "route: %s\nupstreams:\n", r.Name)
+	for _, u := range r.Upstreams {
+		fmt.Fprintf(&b, "  - name: %s\n    url: %s\n    setHeaders:\n      %s: %s\n", u.Name, u.Sim.URL, fleetsuite.ReplicaHeader, replica)
+	}
+	fmt.Fprintf(&b, "delay: %s\nmaxAttempts: %d\nlog: off\nmetricsPath: /llmhedge/metrics\n", r.Delay, r.MaxAttempts)
+	if r.BudgetRatio < 0 {
+		b.WriteString("budget:\n  ratio: -1\n  maxConcurrentHedges: -1\n")
+	} else if r.BudgetRatio > 0 {
+		fmt.Fprintf(&b, "budget:\n  ratio: %g\n  burst: %d\n", r.BudgetRatio, r.BudgetBurst)
+	}
+	for _, line := range r.Traefik {
+		b.WriteString(line + "\n")
+	}
+	if r.Fleet {
+		fmt.Fprintf(&b, "fleet:\n  url: %s\n  timeout: 250ms\n", redisURL)
+		for _, line := range r.TraefikFleet {
+			b.WriteString("  " + line + "\n")
+		}
+	}
+	return b.String()
+}
+
+// dynamic renders the dynamic configuration of generation g: the routes
+// and a readiness route /_ready/<g> that exists only in it.
+func (tr *traefikReplica) dynamic(g int) string {
+	var routers, middlewares strings.Builder
+	fmt.Fprintf(&routers, "    ready-%d:\n      rule: \"Path(`/_ready/%d`)\"\n      service: ping@internal\n", g, g)
+	for _, r := range tr.routes {
+		fmt.Fprintf(&middlewares, "    strip-%s:\n      stripPrefix:\n        prefixes: [\"/%s\"]\n", r.Name, r.Name)
+		fmt.Fprintf(&middlewares, "    hedge-%s:\n      plugin:\n        llmhedge:\n", r.Name)
+		for _, line := range strings.Split(strings.TrimRight(pluginConfig(r, tr.name, tr.redisURL), "\n"), "\n") {
+			middlewares.WriteString("          " + line + "\n")
+		}
+		fmt.Fprintf(&routers, "    %s:\n      rule: \"PathPrefix(`/%s/`)\"\n      entryPoints: [web]\n      service: noop@internal\n      middlewares: [strip-%s, hedge-%s]\n",
+			r.Name, r.Name, r.Name, r.Name)
+	}
+	return "http:\n  routers:\n" + routers.String() + "  middlewares:\n" + middlewares.String()
+}
+
+func (tr *traefikReplica) writeDynamic() {
+	tmp := tr.dynPath + ".tmp"
+	writeFile(tr.t, tmp, []byte(tr.dynamic(tr.generation)))
+	if err := os.Rename(tmp, tr.dynPath); err != nil {
+		tr.t.Fatal(err)
+	}
+}
+
+// launchTraefik starts a Traefik process serving routes; waitReady waits
+// for it.
+func launchTraefik(t testing.TB, name string, routes []fleetsuite.RouteSpec, redisURL string) *traefikReplica {
+	t.Helper()
+	bin := traefikBinary(t)
+	dir := t.TempDir()
+	layoutPlugin(t, dir)
+	web, ping := proc.FreePort(t), proc.FreePort(t)
+	tr := &traefikReplica{t: t, name: name, url: fmt.Sprintf("http://127.0.0.1:%d", web), dynPath: filepath.Join(dir, "dynamic", "dynamic.yml"),
+		ping: fmt.Sprintf("http://127.0.0.1:%d/ping", ping), routes: routes, redisURL: redisURL}
+	static := fmt.Sprintf(`entryPoints:
+  web:
+    address: "127.0.0.1:%d"
+  traefik:
+    address: "127.0.0.1:%d"
+ping:
+  entryPoint: traefik
+providers:
+  file:
+    filename: %q
+    watch: true
+experimental:
+  localPlugins:
+    llmhedge:
+      moduleName: %s
+log:
+  level: WARN
+  noColor: true
+global:
+  checkNewVersion: false
+  sendAnonymousUsage: false
+`, web, ping, tr.dynPath, moduleName)
+	writeFile(t, filepath.Join(dir, "traefik.yml"), []byte(static))
+	tr.writeDynamic()
+	tr.p = run(t, dir, bin, "--configFile="+filepath.Join(dir, "traefik.yml"))
+	return tr
+}
+
+func (tr *traefikReplica) waitReady() {
+	waitHTTP(tr.t, tr.ping, tr.p.exited, tr.p.out.String)
+	waitHTTP(tr.t, tr.url+"/_ready/0", tr.p.exited, tr.p.out.String)
+}
+
+func (tr *traefikReplica) replica() fleetsuite.Replica {
+	return fleetsuite.Replica{Name: tr.name, Kind: "traefik",
+		URL: func(route string) string { return tr.url + "/" + route },
+		// The plugin's counters are process-wide: any route's metricsPath
+		// shows every route.
+		Metrics: func() (string, error) { return get(tr.url + "/" + tr.routes[0].Name + "/llmhedge/metrics") },
+		Reload:  tr.reload}
+}
+
+// reload rewrites the dynamic configuration (a new generation: Traefik
+// re-creates every plugin instance) and waits until the new one serves.
+func (tr *traefikReplica) reload() error {
+	tr.generation++
+	tr.writeDynamic()
+	deadline := time.Now().Add(60 * time.Second)
+	url := tr.url + "/_ready/" + strconv.Itoa(tr.generation)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+		cancel()
+		if err == nil && resp.StatusCode == http.StatusOK {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("traefik %s: generation %d not served after 60s", tr.name, tr.generation)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// startFleet starts 3 Caddy and 2 Traefik replicas of the suite's routes:
+// every process is launched first and waited for after, so that the two
+// Traefik starts (the plugin interpreted at start) overlap.
+func startFleet(t *testing.T, s *fleetsuite.Acceptance) []fleetsuite.Replica {
+	t.Helper()
+	routes, url := s.Routes(), s.RedisURL()
+	var caddies []*caddyReplica
+	var traefiks []*traefikReplica
+	for i := 1; i <= 3; i++ {
+		caddies = append(caddies, launchCaddy(t, fmt.Sprintf("caddy-%d", i), routes, url))
+	}
+	for i := 1; i <= 2; i++ {
+		traefiks = append(traefiks, launchTraefik(t, fmt.Sprintf("traefik-%d", i), routes, url))
+	}
+	var out []fleetsuite.Replica
+	for _, c := range caddies {
+		c.waitReady()
+		out = append(out, c.replica())
+	}
+	for _, tr := range traefiks {
+		tr.waitReady()
+		out = append(out, tr.replica())
+	}
+	return out
+}

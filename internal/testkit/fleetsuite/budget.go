@@ -1,0 +1,101 @@
+package fleetsuite
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/internal/metricscheck"
+)
+
+// BudgetLeaseBound is the documented bound on hedges beyond the fleet
+// bucket's ratio × requests + burst that leasing may add, per replica: a
+// replica holds at most one leased batch it has not yet spent when the
+// test ends, and deposits are reported in batches. It is the leasing
+// error bound of the fleet-wide budget (see the README's fleet section).
+var BudgetLeaseBound = 0.0
+
+// Budget sends n requests that all want a hedge round-robin through the
+// replicas, first on the route without the fleet (today's per-replica
+// budgets, each with its own burst), then on the fleet route: the fleet-wide
+// hedges started per request must stay within ratio + burst/n (+ the leasing
+// bound), while the per-replica baseline is allowed replicas × burst.
+// Hedges are counted at the hedges' upstream (B gets nothing but hedges)
+// and cross-checked against the replicas' llm_hedge_hedges_started_total.
+func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency int) {
+	replicas := len(s.Replicas)
+	type side struct {
+		route                string
+		requests, hedges     int
+		metricHedges, primes float64
+		perReplica           string
+	}
+	measure := func(route string) side {
+		a, b := s.upstream(route, "A"), s.upstream(route, "B")
+		a.ResetCounters()
+		b.ResetCounters()
+		before := s.metricSum(t, "llm_hedge_hedges_started_total", map[string]string{"route": route})
+		failed, first := s.roundRobin(ctx, route, route, n, concurrency)
+		if failed != 0 {
+			t.Fatalf("%s: %d of %d requests failed; first: %s", route, failed, n, first)
+		}
+		// Every hedge reached B long before A's answer ended its race
+		// (hedges start at 20ms, A answers at 150ms): B's count is final.
+		got := side{route: route, requests: int(a.Served()), hedges: int(b.Served()), perReplica: s.countsLine(byReplica(b.Requests()))}
+		got.metricHedges = s.waitMetricSum(t, "llm_hedge_hedges_started_total", map[string]string{"route": route}, before+float64(got.hedges)) - before
+		return got
+	}
+	local := measure(RouteBudgetLocal)
+	fleet := measure(RouteBudget)
+	fleetBound := budgetRatio + float64(budgetBurst)/float64(n) + BudgetLeaseBound*float64(replicas)/float64(n)
+	localBound := budgetRatio + float64(replicas*budgetBurst)/float64(n)
+	rate := func(x side) float64 { return float64(x.hedges) / float64(n) }
+	for _, x := range []side{local, fleet} {
+		t.Logf("budget %s: %d requests round-robin over %d replicas, %d hedges started (upstream B) = %.4f per request; metrics say %v; per replica: %s",
+			x.route, n, replicas, x.hedges, rate(x), x.metricHedges, x.perReplica)
+		if x.requests != n {
+			t.Errorf("%s: upstream A served %d requests, want %d (one primary each)", x.route, x.requests, n)
+		}
+		if float64(x.hedges) != x.metricHedges {
+			t.Errorf("%s: upstream B served %d hedges but the replicas' llm_hedge_hedges_started_total rose by %v", x.route, x.hedges, x.metricHedges)
+		}
+	}
+	t.Logf("ACCEPTANCE budget (ratio %.2f, burst %d, %d replicas, %d requests): fleet-wide hedges/requests %.4f (bound %.4f = %.2f + %d/%d + lease %.1f×%d/%d); per-replica budgets in the same run %.4f (their bound %.4f)",
+		budgetRatio, budgetBurst, replicas, n, rate(fleet), fleetBound, budgetRatio, budgetBurst, n, BudgetLeaseBound, replicas, n, rate(local), localBound)
+	if rate(local) > localBound {
+		t.Errorf("per-replica baseline: hedges/requests = %.4f, want at most %.4f (ratio + replicas × burst / requests)", rate(local), localBound)
+	}
+	if rate(fleet) > fleetBound {
+		t.Errorf("fleet budget: hedges/requests = %.4f (%d hedges in %d requests), want at most %.4f (ratio + burst/requests + leasing bound)", rate(fleet), fleet.hedges, n, fleetBound)
+	}
+}
+
+// metricSum sums a counter over every replica's metrics (labels must match).
+func (s *Acceptance) metricSum(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, r := range s.Replicas {
+		text, err := r.Metrics()
+		if err != nil {
+			t.Fatalf("%s metrics: %v", r.Name, err)
+		}
+		v, _ := metricscheck.Value(metricscheck.Parse(t, text), name, labels)
+		sum += v
+	}
+	return sum
+}
+
+// waitMetricSum polls metricSum (the replicas are other processes, which
+// count a request when its report is observed, just after its answer
+// ended) until it reaches want or 5s pass, and returns the last sum.
+func (s *Acceptance) waitMetricSum(t *testing.T, name string, labels map[string]string, want float64) float64 {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := s.metricSum(t, name, labels)
+		if got >= want || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
