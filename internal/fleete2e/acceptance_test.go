@@ -15,6 +15,8 @@ import (
 //   - budget: every request wants a hedge, ratio 0.05, burst 5, requests
 //     round-robin; fleet-wide hedges/requests against the per-replica
 //     budgets of the same replicas (a route without the fleet).
+//   - cool-down: one 429 Retry-After: 5 on replica 1; the time until
+//     replicas 2–5 stop sending to that upstream, p50 and max over trials.
 //
 // The CI form is small; the acceptance counts run with
 //
@@ -28,5 +30,8 @@ func TestFleetAcceptance(t *testing.T) {
 	defer cancel()
 	t.Run("budget", func(t *testing.T) {
 		s.Budget(t, ctx, fleetsuite.Count(100, 2000), 10)
+	})
+	t.Run("cool-down", func(t *testing.T) {
+		s.CoolDownPropagation(t, ctx, fleetsuite.Count(2, 50))
 	})
 }
