@@ -2,9 +2,13 @@ package fleete2e
 
 import (
 	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
 	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 )
 
@@ -17,6 +21,9 @@ import (
 //     budgets of the same replicas (a route without the fleet).
 //   - cool-down: one 429 Retry-After: 5 on replica 1; the time until
 //     replicas 2–5 stop sending to that upstream, p50 and max over trials.
+//   - kill switch: llmhedge-ctl pause with traffic hedging every request;
+//     the time until no replica starts a hedge, none until resume, through
+//     a Caddy reload and a Traefik dynamic-configuration change.
 //
 // The CI form is small; the acceptance counts run with
 //
@@ -34,4 +41,30 @@ func TestFleetAcceptance(t *testing.T) {
 	t.Run("cool-down", func(t *testing.T) {
 		s.CoolDownPropagation(t, ctx, fleetsuite.Count(2, 50))
 	})
+	t.Run("kill switch", func(t *testing.T) {
+		ctl := buildCtl(t)
+		s.KillSwitch(t, ctx, func(args ...string) error {
+			out, err := exec.Command(ctl, append([]string{"-fleet", s.RedisURL()}, args...)...).CombinedOutput()
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, out)
+			}
+			return nil
+		}, time.Duration(fleetsuite.Count(1, 5))*time.Second)
+	})
+}
+
+// buildCtl builds cmd/llmhedge-ctl into the test's temp dir.
+func buildCtl(t *testing.T) string {
+	t.Helper()
+	root, err := caddybin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "llmhedge-ctl")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/llmhedge-ctl")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building llmhedge-ctl: %v\n%s", err, out)
+	}
+	return bin
 }
