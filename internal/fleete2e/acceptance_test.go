@@ -3,6 +3,7 @@ package fleete2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -24,6 +25,12 @@ import (
 //   - kill switch: llmhedge-ctl pause with traffic hedging every request;
 //     the time until no replica starts a hedge, none until resume, through
 //     a Caddy reload and a Traefik dynamic-configuration change.
+//   - overhead: a fast upstream, no hedge, fleet on against off on one
+//     Caddy and one Traefik (requests/s ratio ≥ 0.9), and Redis commands
+//     per unkeyed request (≤ 0.1). A benchmark: its numbers are held to
+//     the targets only in the full form (LLMHEDGE_FLEET=full, or
+//     LLMHEDGE_BENCH=1 for the full overhead alone with the CI counts of
+//     the others); the CI form is tiny and only logs them.
 //
 // The CI form is small; the acceptance counts run with
 //
@@ -50,6 +57,13 @@ func TestFleetAcceptance(t *testing.T) {
 			}
 			return nil
 		}, time.Duration(fleetsuite.Count(1, 5))*time.Second)
+	})
+	t.Run("overhead", func(t *testing.T) {
+		form := fleetsuite.OverheadForm{Rounds: 2, WarmUp: 50, PerRound: 200, Conns: 4}
+		if os.Getenv("LLMHEDGE_BENCH") == "1" || os.Getenv("LLMHEDGE_FLEET") == "full" {
+			form = fleetsuite.OverheadForm{Rounds: 6, WarmUp: 1000, PerRound: 4000, Conns: 16, Assert: true}
+		}
+		s.Overhead(t, ctx, form)
 	})
 }
 

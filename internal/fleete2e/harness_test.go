@@ -185,6 +185,7 @@ func waitPort(t testing.TB, port int, p *process) {
 func (c *caddyReplica) replica() fleetsuite.Replica {
 	return fleetsuite.Replica{Name: c.name, Kind: "caddy",
 		URL:     func(route string) string { return "http://127.0.0.1:" + strconv.Itoa(c.ports[route]) },
+		PID:     func() int { return c.p.cmd.Process.Pid },
 		Metrics: func() (string, error) { return get(c.admin + "/metrics") },
 		Reload:  c.reload}
 }
@@ -408,6 +409,7 @@ func (tr *traefikReplica) waitReady() {
 func (tr *traefikReplica) replica() fleetsuite.Replica {
 	return fleetsuite.Replica{Name: tr.name, Kind: "traefik",
 		URL: func(route string) string { return tr.url + "/" + route },
+		PID: func() int { return tr.p.cmd.Process.Pid },
 		// The plugin's counters are process-wide: any route's metricsPath
 		// shows every route.
 		Metrics: func() (string, error) { return get(tr.url + "/" + tr.routes[0].Name + "/llmhedge/metrics") },

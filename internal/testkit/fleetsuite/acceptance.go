@@ -70,6 +70,8 @@ type Replica struct {
 	Kind string
 	// URL is the base URL of route (requests go to URL(route)+"/v1/...").
 	URL func(route string) string
+	// PID is the replica's process id (its CPU time is read from /proc).
+	PID func() int
 	// Metrics returns the replica's llm_hedge_* metrics text.
 	Metrics func() (string, error)
 	// Reload replaces the replica's configuration by an equivalent one the
