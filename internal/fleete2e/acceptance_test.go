@@ -25,6 +25,9 @@ import (
 //   - kill switch: llmhedge-ctl pause with traffic hedging every request;
 //     the time until no replica starts a hedge, none until resume, through
 //     a Caddy reload and a Traefik dynamic-configuration change.
+//   - spend cap: a fleet-wide hourly cap of 100 estimated prompt tokens;
+//     once reached no hedge starts, retries after failures still run, and
+//     the denials metric says spend_cap.
 //   - overhead: a fast upstream, no hedge, fleet on against off on one
 //     Caddy and one Traefik (requests/s ratio ≥ 0.9), and Redis commands
 //     per unkeyed request (≤ 0.1). A benchmark: its numbers are held to
@@ -57,6 +60,9 @@ func TestFleetAcceptance(t *testing.T) {
 			}
 			return nil
 		}, time.Duration(fleetsuite.Count(1, 5))*time.Second)
+	})
+	t.Run("spend cap", func(t *testing.T) {
+		s.SpendCap(t, ctx, fleetsuite.Count(20, 200))
 	})
 	t.Run("overhead", func(t *testing.T) {
 		form := fleetsuite.OverheadForm{Rounds: 2, WarmUp: 50, PerRound: 200, Conns: 4}

@@ -110,7 +110,11 @@ func caddySite(r fleetsuite.RouteSpec, replica, redisURL string) string {
 	if r.BudgetRatio < 0 {
 		b.WriteString("\t\tbudget {\n\t\t\tratio off\n\t\t\tmax_concurrent_hedges off\n\t\t}\n")
 	} else if r.BudgetRatio > 0 {
-		fmt.Fprintf(&b, "\t\tbudget {\n\t\t\tratio %g\n\t\t\tburst %d\n\t\t}\n", r.BudgetRatio, r.BudgetBurst)
+		fmt.Fprintf(&b, "\t\tbudget {\n\t\t\tratio %g\n\t\t\tburst %d\n", r.BudgetRatio, r.BudgetBurst)
+		if r.SpendCapTokens > 0 {
+			fmt.Fprintf(&b, "\t\t\tspend_cap_tokens_per_hour %d\n", r.SpendCapTokens)
+		}
+		b.WriteString("\t\t}\n")
 	}
 	for _, line := range r.Caddy {
 		fmt.Fprintf(&b, "\t\t%s\n", line)
@@ -325,6 +329,9 @@ func pluginConfig(r fleetsuite.RouteSpec, replica, redisURL string) string {
 		b.WriteString("budget:\n  ratio: -1\n  maxConcurrentHedges: -1\n")
 	} else if r.BudgetRatio > 0 {
 		fmt.Fprintf(&b, "budget:\n  ratio: %g\n  burst: %d\n", r.BudgetRatio, r.BudgetBurst)
+		if r.SpendCapTokens > 0 {
+			fmt.Fprintf(&b, "  spendCapTokensPerHour: %d\n", r.SpendCapTokens)
+		}
 	}
 	for _, line := range r.Traefik {
 		b.WriteString(line + "\n")

@@ -53,6 +53,9 @@ type RouteSpec struct {
 	// turns the budget off.
 	BudgetRatio float64
 	BudgetBurst int
+	// SpendCapTokens is the hourly spend cap on estimated extra prompt
+	// tokens (0: none).
+	SpendCapTokens int64
 	// Fleet joins the route to the fleet's Redis; without it the route is
 	// today's per-replica behaviour.
 	Fleet bool
@@ -98,6 +101,7 @@ const (
 	RouteCool        = "cool"         // fleet on: shared cool-downs
 	RouteCoolLocal   = "cool-local"   // the same without the fleet
 	RouteSwitch      = "switch"       // fleet on: the kill switch
+	RouteSpend       = "spend"        // fleet on: the spend cap
 	RouteFast        = "fast"         // fleet on: overhead
 	RouteFastLocal   = "fast-local"   // the same without the fleet
 )
@@ -141,6 +145,10 @@ func NewAcceptance(t *testing.T) *Acceptance {
 	// The kill switch: every request hedges as long as hedging is on.
 	s.add(RouteSpec{Name: RouteSwitch, Upstreams: []SimUpstream{sim("A", slow), sim("B", slow)}, Delay: 20 * time.Millisecond,
 		MaxAttempts: 2, BudgetRatio: -1, Fleet: true})
+	// The spend cap: every request wants a hedge, the bucket never runs
+	// dry, the cap stops them.
+	s.add(RouteSpec{Name: RouteSpend, Upstreams: []SimUpstream{sim("A", slow), sim("B", slow)}, Delay: 20 * time.Millisecond,
+		MaxAttempts: 2, BudgetRatio: 1, BudgetBurst: 1000, SpendCapTokens: spendCapTokens, Fleet: true})
 	return s
 }
 

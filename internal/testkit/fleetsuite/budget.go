@@ -75,14 +75,20 @@ func (s *Acceptance) metricSum(t *testing.T, name string, labels map[string]stri
 	t.Helper()
 	sum := 0.0
 	for _, r := range s.Replicas {
-		text, err := r.Metrics()
-		if err != nil {
-			t.Fatalf("%s metrics: %v", r.Name, err)
-		}
-		v, _ := metricscheck.Value(metricscheck.Parse(t, text), name, labels)
-		sum += v
+		sum += s.metricOf(t, r, name, labels)
 	}
 	return sum
+}
+
+// metricOf is metric name (labels must match; summed) on replica r.
+func (s *Acceptance) metricOf(t *testing.T, r Replica, name string, labels map[string]string) float64 {
+	t.Helper()
+	text, err := r.Metrics()
+	if err != nil {
+		t.Fatalf("%s metrics: %v", r.Name, err)
+	}
+	v, _ := metricscheck.Value(metricscheck.Parse(t, text), name, labels)
+	return v
 }
 
 // waitMetricSum polls metricSum (the replicas are other processes, which
