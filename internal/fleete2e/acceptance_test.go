@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,12 +54,15 @@ func TestFleetAcceptance(t *testing.T) {
 	})
 	t.Run("kill switch", func(t *testing.T) {
 		ctl := buildCtl(t)
-		s.KillSwitch(t, ctx, func(args ...string) error {
-			out, err := exec.Command(ctl, append([]string{"-fleet", s.RedisURL()}, args...)...).CombinedOutput()
+		s.KillSwitch(t, ctx, func(args ...string) (string, error) {
+			cmd := exec.Command(ctl, append([]string{"-fleet", s.RedisURL()}, args...)...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
 			if err != nil {
-				return fmt.Errorf("%v: %s", err, out)
+				return "", fmt.Errorf("%v: %s", err, stderr.String())
 			}
-			return nil
+			return string(out), nil
 		}, time.Duration(fleetsuite.Count(1, 5))*time.Second)
 	})
 	t.Run("spend cap", func(t *testing.T) {

@@ -2,12 +2,15 @@ package fleetsuite
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 )
@@ -24,7 +27,7 @@ const switchGoal = time.Second
 // dynamic configuration) made while paused. settle is how long the paused
 // traffic runs before and after the reloads. After the resume every
 // replica hedges again.
-func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args ...string) error, settle time.Duration) {
+func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args ...string) (string, error), settle time.Duration) {
 	b := s.upstream(RouteSwitch, "B")
 	b.ResetCounters()
 	s.upstream(RouteSwitch, "A").ResetCounters()
@@ -57,7 +60,7 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	s.waitHedgesFromAll(t, ctx, b, time.Time{}, "before the pause")
 
 	pausedAt := time.Now()
-	if err := ctl("pause", "-route", RouteSwitch); err != nil {
+	if _, err := ctl("pause", "-route", RouteSwitch); err != nil {
 		t.Fatalf("llmhedge-ctl pause -route %s: %v", RouteSwitch, err)
 	}
 	waitUntil(ctx, pausedAt.Add(switchGoal+settle))
@@ -67,6 +70,8 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 		stopTimes = append(stopTimes, last[r.Name])
 	}
 	slowest := quantile(stopTimes, 1)
+	// What llmhedge-ctl status shows of the paused fleet.
+	shown := s.statusSwitches(t, ctl)
 
 	// Reload every replica while paused; the pause must hold through it.
 	for _, r := range s.Replicas {
@@ -77,7 +82,7 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	reloadedAt := time.Now()
 	waitUntil(ctx, reloadedAt.Add(settle))
 	resumedAt := time.Now()
-	if err := ctl("resume", "-route", RouteSwitch); err != nil {
+	if _, err := ctl("resume", "-route", RouteSwitch); err != nil {
 		t.Fatalf("llmhedge-ctl resume -route %s: %v", RouteSwitch, err)
 	}
 	var late []string
@@ -91,6 +96,10 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	t.Logf("ACCEPTANCE kill switch (llmhedge-ctl pause -route %s with %d clients hedging every request on %d replicas): last hedge started %v after the pause (goal ≤ %v; per replica %s); %d hedges from pause+%v until the resume %v later, through a reload of every replica at pause+%v; every replica hedged again %v after the resume; %d requests, %d failed during reloads",
 		RouteSwitch, 2*len(s.Replicas), len(s.Replicas), slowest.Round(time.Millisecond), switchGoal, s.durationsLine(last), len(late), switchGoal,
 		resumedAt.Sub(pausedAt).Round(time.Millisecond), reloadedAt.Sub(pausedAt).Round(time.Millisecond), resumed.Round(time.Millisecond), sent.Load(), failed.Load())
+	t.Logf("llmhedge-ctl status while paused, route %s: %s", RouteSwitch, shown)
+	if want := s.pausedLine(); shown != want {
+		t.Errorf("llmhedge-ctl status while paused: route %s on the live replicas %q, want %q", RouteSwitch, shown, want)
+	}
 	if slowest > switchGoal {
 		t.Errorf("kill switch: a replica started a hedge %v after the pause, want within %v (per replica: %s)", slowest, switchGoal, s.durationsLine(last))
 	}
@@ -100,6 +109,43 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	if f := failed.Load(); f > sent.Load()/10 {
 		t.Errorf("%d of %d requests failed during the kill switch scenario (first: %v), want only the few a graceful reload drops", f, sent.Load(), firstErr.Load())
 	}
+}
+
+// statusSwitches is the switch route's switch on every live replica as
+// llmhedge-ctl status -json lists them: "caddy=paused ..." sorted, one
+// entry per replica (kind=switch).
+func (s *Acceptance) statusSwitches(t *testing.T, ctl func(args ...string) (string, error)) string {
+	t.Helper()
+	out, err := ctl("-json", "status")
+	if err != nil {
+		t.Fatalf("llmhedge-ctl status: %v", err)
+	}
+	var rep struct {
+		Replicas []core.ReplicaStatus `json:"replicas"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("llmhedge-ctl -json status: %v in %q", err, out)
+	}
+	var entries []string
+	for _, r := range rep.Replicas {
+		for _, route := range r.Routes {
+			if route.Name == RouteSwitch {
+				entries = append(entries, r.Kind+"="+route.Switch)
+			}
+		}
+	}
+	sort.Strings(entries)
+	return strings.Join(entries, " ")
+}
+
+// pausedLine is statusSwitches' answer when every replica is paused.
+func (s *Acceptance) pausedLine() string {
+	var entries []string
+	for _, r := range s.Replicas {
+		entries = append(entries, r.Kind+"=paused")
+	}
+	sort.Strings(entries)
+	return strings.Join(entries, " ")
 }
 
 // lastHedges is, per replica, how long after since its last hedge reached
