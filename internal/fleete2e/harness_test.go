@@ -418,9 +418,20 @@ func (tr *traefikReplica) replica() fleetsuite.Replica {
 		URL: func(route string) string { return tr.url + "/" + route },
 		PID: func() int { return tr.p.cmd.Process.Pid },
 		// The plugin's counters are process-wide: any route's metricsPath
-		// shows every route.
-		Metrics: func() (string, error) { return get(tr.url + "/" + tr.routes[0].Name + "/llmhedge/metrics") },
+		// shows every route (one without the fleet, which a scrape does
+		// not attach).
+		Metrics: func() (string, error) { return get(tr.url + "/" + tr.scrapeRoute() + "/llmhedge/metrics") },
 		Reload:  tr.reload}
+}
+
+// scrapeRoute is the first route without the fleet, else the first.
+func (tr *traefikReplica) scrapeRoute() string {
+	for _, r := range tr.routes {
+		if !r.Fleet {
+			return r.Name
+		}
+	}
+	return tr.routes[0].Name
 }
 
 // reload rewrites the dynamic configuration (a new generation: Traefik

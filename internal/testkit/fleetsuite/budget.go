@@ -66,7 +66,8 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 		t.Errorf("per-replica baseline: hedges/requests = %.4f, want at most %.4f (ratio + replicas × burst / requests)", rate(local), localBound)
 	}
 	if rate(fleet) > fleetBound {
-		t.Errorf("fleet budget: hedges/requests = %.4f (%d hedges in %d requests), want at most %.4f (ratio + burst/requests + leasing bound)", rate(fleet), fleet.hedges, n, fleetBound)
+		t.Errorf("fleet budget: hedges/requests = %.4f (%d hedges in %d requests), want at most %.4f (ratio + burst/requests + leasing bound); fleet operation errors on the replicas: %v",
+			rate(fleet), fleet.hedges, n, fleetBound, s.metricSum(t, "llm_hedge_fleet_operation_errors_total", nil))
 	}
 }
 
