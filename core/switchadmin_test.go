@@ -29,8 +29,8 @@ func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &change); err != nil {
 		t.Fatal(err)
 	}
-	if change.Before != "delay 250ms" || change.After != "paused" {
-		t.Errorf("before, after = %q, %q, want \"delay 250ms\", \"paused\"", change.Before, change.After)
+	if change.Before != "delay 250ms" || change.After != "paused, delay 250ms" {
+		t.Errorf("before, after = %q, %q, want \"delay 250ms\", \"paused, delay 250ms\"", change.Before, change.After)
 	}
 	if got := ProcessSwitch("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
 		t.Errorf("ProcessSwitch(chat) = paused %v delay %v, want paused with delay 250ms kept", got.Paused, got.Delay)

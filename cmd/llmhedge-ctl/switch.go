@@ -75,7 +75,7 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 			return fmt.Errorf("fleet %s: %s keeps changing under this command; try again", f.name, key)
 		}
 	}
-	c := switchChange{Route: route, Key: key, Before: before.String(), After: after.String(), Changed: before != after}
+	c := switchChange{Route: route, Key: key, Before: core.DescribeSwitch(before), After: core.DescribeSwitch(after), Changed: before != after}
 	c.Note = f.switchNote(ctx, route, after, paused)
 	if asJSON {
 		return writeJSON(out, c)
