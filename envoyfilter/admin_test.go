@@ -1,8 +1,6 @@
 package envoyfilter_test
 
 import (
-	"encoding/json"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,40 +12,8 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/envoyfilter"
+	"github.com/llmhedge/llmhedge/internal/testkit/switchadmin"
 )
-
-// adminCall sends method to the admin listener's /switch with body.
-func adminCall(t *testing.T, addr, method, body string) (int, string) {
-	t.Helper()
-	req, err := http.NewRequest(method, "http://"+addr+"/switch", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(answer)
-}
-
-func listedSwitches(t *testing.T, addr string) string {
-	t.Helper()
-	code, body := adminCall(t, addr, http.MethodGet, "")
-	if code != http.StatusOK {
-		t.Fatalf("GET /switch: %d %s", code, body)
-	}
-	var list struct{ Switches []core.SwitchEntry }
-	if err := json.Unmarshal([]byte(body), &list); err != nil {
-		t.Fatalf("GET /switch: %v in %s", err, body)
-	}
-	var out []string
-	for _, s := range list.Switches {
-		out = append(out, s.Route+"="+s.Switch)
-	}
-	return strings.Join(out, " ")
-}
 
 // The admin listener serves the per-process switch: POST sets it, GET
 // lists it, a reload (SIGHUP) keeps it, and the process's hedgers see it.
@@ -70,17 +36,17 @@ routes:
 	os.WriteFile(path, config("100ms"), 0o600)
 	app, _ := startApp(t, path, zap.NewNop(), envoyfilter.Options{})
 	defer app.Shutdown(time.Second)
-	addr := app.AdminAddr()
-	if addr == "" {
+	if app.AdminAddr() == "" {
 		t.Fatal("AdminAddr() = \"\" with admin.listen set, want the listener's address")
 	}
-	code, body := adminCall(t, addr, http.MethodPost, `{"route":"chat","paused":true}`)
+	endpoint := "http://" + app.AdminAddr() + "/switch"
+	code, body := switchadmin.Call(t, endpoint, http.MethodPost, `{"route":"chat","paused":true}`)
 	if code != http.StatusOK || !strings.Contains(body, `"after":"paused"`) {
 		t.Fatalf("POST pause: %d %s, want 200 and after paused", code, body)
 	}
-	adminCall(t, addr, http.MethodPost, `{"delay":"250ms"}`)
+	switchadmin.Call(t, endpoint, http.MethodPost, `{"delay":"250ms"}`)
 	want := "*=delay 250ms chat=paused"
-	if got := listedSwitches(t, addr); got != want {
+	if got := switchadmin.Listed(t, endpoint); got != want {
 		t.Errorf("GET /switch = %q, want %q", got, want)
 	}
 	if got := core.ProcessSwitch("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
@@ -91,10 +57,10 @@ routes:
 	if err := app.Reload(); err != nil {
 		t.Fatal(err)
 	}
-	if got := listedSwitches(t, addr); got != want {
+	if got := switchadmin.Listed(t, endpoint); got != want {
 		t.Errorf("GET /switch after a reload = %q, want %q", got, want)
 	}
-	if code, body := adminCall(t, addr, http.MethodPut, `{}`); code != http.StatusMethodNotAllowed || !strings.Contains(body, `"error"`) {
+	if code, body := switchadmin.Call(t, endpoint, http.MethodPut, `{}`); code != http.StatusMethodNotAllowed || !strings.Contains(body, `"error"`) {
 		t.Errorf("PUT /switch: %d %s, want 405 with an error", code, body)
 	}
 }
