@@ -30,6 +30,9 @@ type Options struct {
 	// Fleet shares keyed requests with the other replicas (see NewFleet);
 	// nil: this replica alone. Adapters pass one when Config.Fleet is set.
 	Fleet *Fleet
+	// Log receives the fields of the engine's rare log lines (the spend
+	// cap reached); nil: the Fleet's Log, if any. Optional.
+	Log func(fields []LogField)
 }
 
 // Hedger runs hedged requests for one route. It is safe for concurrent use.
@@ -70,6 +73,8 @@ type Hedger struct {
 	earlyHeaders bool
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet *Fleet
+	// spendCap is the route's hourly spend cap in tokens (0: none).
+	spendCap int64
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -130,7 +135,8 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg)}, nil
+		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg),
+		spendCap: spendCapTokens(&cfg.Budget)}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its
@@ -175,7 +181,11 @@ func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
 func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	start := clockNow(h)
 	rep := &Report{Request: r, Route: h.cfg.Route, Winner: -1, Start: start}
-	deposit(h.state.bucket)
+	if h.fleet != nil {
+		fleetDeposit(h)
+	} else {
+		deposit(h.state.bucket)
+	}
 	var err error
 	p, perr := prepare(h, r)
 	switch {

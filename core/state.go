@@ -23,6 +23,15 @@ type State struct {
 	router *router
 	// hedgesInFlight counts hedge attempts running now (atomic).
 	hedgesInFlight int64
+	// spend counts the route's estimated extra prompt tokens per hour.
+	spend *spendMeter
+	// The fleet's view, kept here so that it outlives a configuration
+	// (fleetshare.go): the kill switches last read, the share of the
+	// concurrent-hedge cap, the fleet's tenant counters.
+	switches     switchState
+	fleetCap     int64 // atomic: this replica's share of max_concurrent_hedges, 0: the configured cap
+	fleetLive    int32 // atomic: 1 while the last sync with the fleet succeeded
+	fleetTenants *fleetTenantMeter
 }
 
 // NewState returns fresh state for cfg (defaults applied), on clock.
@@ -32,12 +41,14 @@ func NewState(cfg Config, clock Clock) *State {
 		clock = SystemClock{}
 	}
 	s := &State{
-		shape:    stateShape(cfg),
-		clock:    clock,
-		bucket:   newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
-		overload: newOverloadWindow(cfg.Budget.OverloadWindow),
-		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
-		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
+		shape:        stateShape(cfg),
+		clock:        clock,
+		bucket:       newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
+		overload:     newOverloadWindow(cfg.Budget.OverloadWindow),
+		tenants:      newTenantBudget(cfg.Budget.TenantTokensPerMinute),
+		idem:         newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
+		spend:        &spendMeter{},
+		fleetTenants: &fleetTenantMeter{unflushed: map[string]int64{}, totals: map[string]int64{}},
 	}
 	s.router = newRouter(len(cfg.Upstreams))
 	setPreferences(s.router, &cfg)
@@ -93,6 +104,9 @@ func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
+	if d := hedgeDelayOverride(h); d > 0 {
+		return d
+	}
 	up, _ := pickUpstreamIn(h, currentOrder(h), nil, clockNow(h))
 	return hedgeDelay(h.state, h.cfg, up)
 }

@@ -1,0 +1,886 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fleet mode part 2: the hedge budget, the concurrent-hedge cap, the
+// tenant and spend caps, upstream health and the kill switch hold for the
+// fleet, with Redis kept off the request path. Requests only count (under
+// the bucket's lock they take anyway); a per-Fleet loop, every
+// fleet.sync_interval, settles each attached route with one script
+// (syncScript): it reports the requests counted since the last sync,
+// leases a batch of hedge tokens sized to the demand, flushes the spend
+// and tenant counters and reads the fleet's health and switches. Health
+// events this replica sees are published at once, in the background. Once
+// per FleetHeartbeatInterval the loop writes the replica's heartbeat and
+// counts the live replicas (for each one's share of the hedge cap).
+//
+// The loop starts with the first request of a route (the route attaches
+// then, with a first synchronous sync bounded by fleet.timeout, so that a
+// fresh instance sees the switch before its first hedge) and runs on the
+// Fleet's Clock until Close. Nothing starts in NewFleet or New: Traefik
+// makes instances it never closes.
+
+// fleetMaxLease caps the hedge tokens a replica holds for one route: the
+// documented error bound is replicas × fleetMaxLease on top of ratio ×
+// requests + burst, and only when the fleet's bucket starts over.
+const fleetMaxLease float64 = 64
+
+// fleetBudgetTTL: a route's fleet bucket no replica synced for this long
+// expires (and starts over, full).
+const fleetBudgetTTL time.Duration = time.Minute
+
+// fleetRouteIdle: a route without requests for this long detaches (its
+// next request attaches it again).
+const fleetRouteIdle time.Duration = 2 * time.Minute
+
+// More fleet operation names (the op label).
+const (
+	fleetOpSync      = "sync"
+	fleetOpHeartbeat = "heartbeat"
+	fleetOpPublish   = "publish"
+)
+
+// fleetRoute is one attached route (one State) of a Fleet.
+type fleetRoute struct {
+	st   *State
+	h    *Hedger // the newest hedger on st: its configuration
+	name string
+	// upstreams maps upstream names to indexes in st.health.
+	upstreams map[string]int
+	// ready is closed once the first sync ended (success or not).
+	ready chan struct{}
+
+	// Touched only by the sync that holds syncMu.
+	syncMu       sync.Mutex
+	demand       float64 // hedges asking for a token per sync, smoothed
+	scarce       bool    // the last lease got less than it asked for
+	lastRequests int64
+	lastActive   time.Time
+	// rate keeps (requests, hedges) at each heartbeat for the last minute.
+	rate []rateSample
+}
+
+type rateSample struct {
+	requests, hedges int64
+}
+
+// syncScript settles one route. KEYS: budget, switch of the route, switch
+// of every route, health, spend, then one per tenant flushed. ARGV: ratio
+// (negative: no budget), burst, requests reported, tokens wanted, budget
+// ms, overload ms (0: not overloaded), spend tokens to add (-1: don't
+// read), spend ms, tenant ms, then one count per tenant key. Health is a
+// hash of "cool:<upstream>", "open:<upstream>" and "overload", each
+// holding the Redis time (ms) it ends at: one clock for every replica.
+// Returns {grant, level, route switch, all switch, {field, ms left, ...},
+// spend total (-1: not read), {tenant totals}}.
+var syncScript = newFleetScript(`
+local ratio = tonumber(ARGV[1])
+local grant = 0
+local level = -1
+if ratio >= 0 then
+  local burst = tonumber(ARGV[2])
+  local t = tonumber(redis.call('GET', KEYS[1]) or ARGV[2])
+  t = t + ratio * tonumber(ARGV[3])
+  if t > burst then t = burst end
+  local want = tonumber(ARGV[4])
+  if want > t then want = math.floor(t) end
+  if want < 0 then want = 0 end
+  grant = want
+  t = t - grant
+  redis.call('SET', KEYS[1], tostring(t), 'PX', ARGV[5])
+  level = t
+end
+local sw = redis.call('MGET', KEYS[2], KEYS[3])
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local over = tonumber(ARGV[6])
+if over > 0 then
+  local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
+  if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
+  if redis.call('PTTL', KEYS[4]) < over then redis.call('PEXPIRE', KEYS[4], over) end
+end
+local h = redis.call('HGETALL', KEYS[4])
+local health = {}
+for i = 1, #h, 2 do
+  local left = tonumber(h[i + 1]) - now
+  if left > 0 then
+    health[#health + 1] = h[i]
+    health[#health + 1] = string.format('%.0f', left)
+  end
+end
+local spend = -1
+local add = tonumber(ARGV[7])
+if add > 0 then
+  spend = redis.call('INCRBY', KEYS[5], add)
+  redis.call('PEXPIRE', KEYS[5], ARGV[8])
+elseif add == 0 then
+  spend = tonumber(redis.call('GET', KEYS[5]) or '0')
+end
+local tenants = {}
+for i = 6, #KEYS do
+  tenants[#tenants + 1] = redis.call('INCRBY', KEYS[i], ARGV[i + 4])
+  redis.call('PEXPIRE', KEYS[i], ARGV[9])
+end
+return {tostring(grant), tostring(level), sw[1] or '', sw[2] or '', health, spend, tenants}
+`)
+
+// publishScript records health events. KEYS: health; ARGV: field, ms, ...
+var publishScript = newFleetScript(`
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local longest = 0
+for i = 1, #ARGV, 2 do
+  local ms = tonumber(ARGV[i + 1])
+  local old = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  if now + ms > old then redis.call('HSET', KEYS[1], ARGV[i], string.format('%.0f', now + ms)) end
+  if ms > longest then longest = ms end
+end
+if redis.call('PTTL', KEYS[1]) < longest then redis.call('PEXPIRE', KEYS[1], longest) end
+return 1
+`)
+
+// heartbeatScript writes a replica's heartbeat and counts the live ones.
+// KEYS: replica, live set; ARGV: status JSON, ttl ms, replica id.
+var heartbeatScript = newFleetScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+redis.call('ZADD', KEYS[2], now, ARGV[3])
+redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return redis.call('ZCARD', KEYS[2])
+`)
+
+// Key names of fleet part 2 (besides fleetcontrol.go's).
+func fleetBudgetKey(prefix, route string) string { return prefix + "budget:" + route }
+func fleetHealthKey(prefix, route string) string { return prefix + "health:" + route }
+func fleetSpendKey(prefix, route string, hour int64) string {
+	return prefix + "spend:" + route + ":" + strconv.FormatInt(hour, 10)
+}
+func fleetTenantKey(prefix, route string, minute int64, tenant string) string {
+	return prefix + "tenant:" + route + ":" + strconv.FormatInt(minute, 10) + ":" + tenant
+}
+func fleetLiveKey(prefix string) string { return prefix + "live" }
+
+// fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
+type fleetSync struct {
+	mu       sync.Mutex
+	routes   map[*State]*fleetRoute
+	switches map[string]Switch // the fleet switches last read, by route name ("*": all)
+	running  bool              // the loop's timer is armed or its tick runs
+	closed   bool
+	timer    Timer
+	tick     func() // the loop's one AfterFunc callback (made once: Yaegi)
+	ticks    sync.WaitGroup
+	lastBeat time.Time
+	live     int // replicas counted at the last heartbeat (0: unknown)
+	started  time.Time
+	// pending health events to publish, by health key, field -> ms.
+	pending    map[string]map[string]int64
+	publishing bool
+	publishers sync.WaitGroup
+	// onSync, when set (tests), is called after each tick's sync.
+	onSync func()
+}
+
+// maxPendingPublish bounds the health keys waiting to be published.
+const maxPendingPublish int = 64
+
+func newFleetSync() *fleetSync {
+	return &fleetSync{routes: map[*State]*fleetRoute{}, switches: map[string]Switch{},
+		pending: map[string]map[string]int64{}}
+}
+
+// fleetDeposit is deposit for a hedger in a fleet: it attaches the route
+// on its first request (and on the first request of a new hedger on the
+// same State), then counts the request.
+func fleetDeposit(h *Hedger) {
+	b := h.state.bucket
+	b.mu.Lock()
+	if b.owner != h {
+		b.mu.Unlock()
+		fleetAttach(h)
+		b.mu.Lock()
+	}
+	b.requests++
+	if b.ratio >= 0 {
+		depositLocked(b)
+	}
+	b.mu.Unlock()
+}
+
+// fleetAttach attaches h's route to its fleet: a new route gets a first
+// sync now, within the fleet's timeout, before this request goes on.
+func fleetAttach(h *Hedger) {
+	f := h.fleet
+	fs := f.sync
+	st := h.state
+	fs.mu.Lock()
+	r := fs.routes[st]
+	fresh := r == nil && !fs.closed
+	if fresh {
+		r = &fleetRoute{st: st, name: h.cfg.Route, ready: make(chan struct{}), lastActive: f.clock.Now()}
+		fs.routes[st] = r
+		// A new State of a known route (a reload that changed its shape)
+		// starts with the switches last read.
+		setFleetSwitches(st, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
+	}
+	if r != nil {
+		r.h = h
+		r.upstreams = upstreamIndex(h)
+	}
+	closed := fs.closed
+	fs.mu.Unlock()
+	b := st.bucket
+	if r == nil {
+		// Closed: the State stays local.
+		b.mu.Lock()
+		b.owner = h
+		b.mu.Unlock()
+		return
+	}
+	if fresh {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
+		fleetSyncRoute(f, ctx, r)
+		cancel()
+		close(r.ready)
+	} else {
+		<-r.ready
+	}
+	b.mu.Lock()
+	b.owner = h
+	b.mu.Unlock()
+	if !closed {
+		fleetStartLoop(f)
+	}
+}
+
+func upstreamIndex(h *Hedger) map[string]int {
+	m := make(map[string]int, len(h.cfg.Upstreams))
+	for i, u := range h.cfg.Upstreams {
+		m[u.Name] = i
+	}
+	return m
+}
+
+// fleetStartLoop arms the loop's timer unless it runs.
+func fleetStartLoop(f *Fleet) {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.running || fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fs.running = true
+	if fs.tick == nil {
+		fs.tick = func() { fleetTick(f) }
+	}
+	fs.timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), fs.tick)
+	fs.mu.Unlock()
+}
+
+// fleetTick is one round of the loop: sync, then arm the next.
+func fleetTick(f *Fleet) {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.closed {
+		fs.running = false
+		fs.mu.Unlock()
+		return
+	}
+	fs.ticks.Add(1)
+	fs.mu.Unlock()
+	fleetSyncAll(f)
+	fs.mu.Lock()
+	hook := fs.onSync
+	if fs.closed {
+		fs.running = false
+	} else {
+		fs.timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), fs.tick)
+	}
+	fs.mu.Unlock()
+	fs.ticks.Done()
+	if hook != nil {
+		hook()
+	}
+}
+
+// SyncNow runs one round of the sync loop at once (publishing pending
+// health events first) and returns when it is done: for tests, and for
+// operators that want a replica to see the fleet now.
+func (f *Fleet) SyncNow() {
+	fleetPublishPending(f)
+	f.sync.mu.Lock()
+	f.sync.lastBeat = time.Time{} // a heartbeat too
+	f.sync.mu.Unlock()
+	fleetSyncAll(f)
+}
+
+// SetSyncHook makes the loop call hook after each of its rounds (nil: none).
+// For tests that wait for the loop instead of sleeping.
+func (f *Fleet) SetSyncHook(hook func()) {
+	f.sync.mu.Lock()
+	f.sync.onSync = hook
+	f.sync.mu.Unlock()
+}
+
+// Close stops the fleet's sync loop and its publisher and waits for them,
+// and removes this replica's heartbeat (within the fleet's timeout). The
+// Fleet stays usable for keyed requests; its routes keep local budgets.
+// Adapters call it when they drop the Fleet (Caddy's Cleanup, the Envoy
+// server's shutdown); closing twice does nothing.
+func (f *Fleet) Close() {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fs.closed = true
+	beat := !fs.lastBeat.IsZero()
+	if fs.timer != nil && fs.timer.Stop() {
+		fs.running = false
+	}
+	routes := make([]*fleetRoute, 0, len(fs.routes))
+	for _, r := range fs.routes {
+		routes = append(routes, r)
+	}
+	fs.mu.Unlock()
+	fs.ticks.Wait()
+	fs.publishers.Wait()
+	// Nobody syncs the routes any more: their budgets are local again.
+	for _, r := range routes {
+		b := r.st.bucket
+		b.mu.Lock()
+		b.leased = false
+		if b.tokens > b.burst {
+			b.tokens = b.burst
+		}
+		b.mu.Unlock()
+		atomic.StoreInt32(&r.st.fleetLive, 0)
+	}
+	if beat {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
+		fleetPipeline(f, ctx, fleetOpHeartbeat, [][]string{
+			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
+			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
+		cancel()
+	}
+}
+
+// fleetSyncAll syncs every attached route, detaches idle ones, and
+// heartbeats when it is time.
+func fleetSyncAll(f *Fleet) {
+	fs := f.sync
+	now := f.clock.Now()
+	fs.mu.Lock()
+	routes := make([]*fleetRoute, 0, len(fs.routes))
+	for _, r := range fs.routes {
+		routes = append(routes, r)
+	}
+	beat := now.Sub(fs.lastBeat) >= FleetHeartbeatInterval
+	if beat {
+		fs.lastBeat = now
+	}
+	fs.mu.Unlock()
+	for _, r := range routes {
+		if fleetDetachIdle(f, r, now) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
+		fleetSyncRoute(f, ctx, r)
+		cancel()
+	}
+	if beat {
+		fleetHeartbeat(f, routes, now)
+	}
+}
+
+// fleetDetachIdle detaches r when its route had no request for
+// fleetRouteIdle (a reload replaced its State, or traffic stopped); the
+// State's next request attaches it again.
+func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
+	b := r.st.bucket
+	b.mu.Lock()
+	requests := b.requests
+	b.mu.Unlock()
+	r.syncMu.Lock()
+	if requests != r.lastRequests {
+		r.lastRequests = requests
+		r.lastActive = now
+	}
+	idle := now.Sub(r.lastActive) >= fleetRouteIdle
+	r.syncMu.Unlock()
+	if !idle {
+		return false
+	}
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.routes[r.st] == r {
+		delete(fs.routes, r.st)
+	}
+	fs.mu.Unlock()
+	b.mu.Lock()
+	b.owner = nil
+	b.leased = false
+	b.pending = 0
+	b.mu.Unlock()
+	atomic.StoreInt32(&r.st.fleetLive, 0)
+	return true
+}
+
+// leaseWant is how many tokens a sync asks for: enough to hold twice the
+// smoothed demand per sync (at least one token, at most fleetMaxLease),
+// less what the replica holds; after a short lease (the bucket runs dry)
+// the target is about the replica's own share, ratio × its requests, so
+// that replicas share a scarce bucket rather than race for it.
+func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio float64) float64 {
+	r.demand = 0.5*r.demand + 0.5*float64(asked)
+	target := math.Ceil(2 * r.demand)
+	if r.scarce {
+		share := math.Ceil(ratio*float64(deposits)) + 1
+		if share < target {
+			target = share
+		}
+	}
+	if target < 1 {
+		target = 1
+	}
+	if target > fleetMaxLease {
+		target = fleetMaxLease
+	}
+	need := math.Floor(target - held)
+	if held < 1 && need < 1 {
+		need = 1
+	}
+	if need < 0 {
+		need = 0
+	}
+	return need
+}
+
+// fleetSyncRoute settles one route with the fleet (see syncScript).
+func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	f.sync.mu.Lock()
+	h := r.h
+	upstreams := r.upstreams
+	f.sync.mu.Unlock()
+	st := r.st
+	prefix := f.cfg.Prefix
+	now := f.clock.Now()
+	budget := &h.cfg.Budget
+
+	b := st.bucket
+	b.mu.Lock()
+	deposits := b.pending
+	b.pending = 0
+	asked := b.asked
+	b.asked = 0
+	held := 0.0
+	if b.leased {
+		held = b.tokens
+	}
+	ratio := b.ratio
+	burst := b.burst
+	b.mu.Unlock()
+	want := 0.0
+	if ratio >= 0 {
+		want = leaseWant(r, held, asked, deposits, ratio)
+	}
+
+	overMS := int64(0)
+	if st.overload.tooHigh(budget.OverloadRate) {
+		overMS = int64(fleetOverloadHold(f) / time.Millisecond)
+	}
+
+	m := st.spend
+	m.mu.Lock()
+	spendRollLocked(m, now)
+	spendAdd := m.unflushed
+	m.unflushed = 0
+	hour := m.hour
+	m.mu.Unlock()
+
+	var tenants []string
+	var tenantAdds []int64
+	var minute int64
+	if h.tenantCaps {
+		tm := st.fleetTenants
+		tm.mu.Lock()
+		tenantRollLocked(tm, now)
+		minute = tm.minute
+		for t, n := range tm.unflushed {
+			if len(tenants) >= maxTenantsPerSync {
+				break
+			}
+			tenants = append(tenants, t)
+			tenantAdds = append(tenantAdds, n)
+		}
+		for _, t := range tenants {
+			delete(tm.unflushed, t)
+		}
+		tm.mu.Unlock()
+	}
+
+	keys := []string{fleetBudgetKey(prefix, r.name), FleetSwitchKey(prefix, r.name), FleetSwitchKey(prefix, SwitchAllRoutes),
+		fleetHealthKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
+	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
+		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
+		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendAdd, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
+	for i, t := range tenants {
+		keys = append(keys, fleetTenantKey(prefix, r.name, minute, t))
+		args = append(args, strconv.FormatInt(tenantAdds[i], 10))
+	}
+	v, err := fleetEval(f, ctx, fleetOpSync, syncScript, keys, args...)
+	if err == nil && (v.Kind != RedisArray || len(v.Array) != 7) {
+		err = errFleetReply
+	}
+	if err != nil {
+		fleetSyncFailed(f, r, spendAdd, hour, tenants, tenantAdds, minute)
+		return
+	}
+	atomic.StoreInt32(&st.fleetLive, 1)
+	grant, _ := strconv.ParseFloat(v.Array[0].Str, 64)
+	b.mu.Lock()
+	if !b.leased {
+		// Back on the fleet's bucket: what the local one held is dropped.
+		b.leased = true
+		b.tokens = 0
+	}
+	b.tokens += grant
+	b.mu.Unlock()
+	r.scarce = ratio >= 0 && grant < want
+
+	routeSw := decodeSwitchOrZero(v.Array[2].Str)
+	allSw := decodeSwitchOrZero(v.Array[3].Str)
+	setFleetSwitches(st, routeSw, allSw)
+	f.sync.mu.Lock()
+	setSwitchMemo(f.sync, r.name, routeSw)
+	setSwitchMemo(f.sync, SwitchAllRoutes, allSw)
+	f.sync.mu.Unlock()
+
+	applyHealth(st, upstreams, v.Array[4].Array, now)
+
+	m.mu.Lock()
+	if m.hour == hour && v.Array[5].Kind == RedisInt && v.Array[5].Int >= 0 {
+		m.fleet = v.Array[5].Int
+		if h.spendCap > 0 && m.fleet >= h.spendCap && !m.capped {
+			m.capped = true
+			m.reached = true
+		}
+	}
+	m.mu.Unlock()
+
+	if len(tenants) > 0 {
+		tm := st.fleetTenants
+		tm.mu.Lock()
+		if tm.minute == minute {
+			for i, t := range tenants {
+				if i < len(v.Array[6].Array) {
+					tm.totals[t] = v.Array[6].Array[i].Int
+				}
+			}
+		}
+		tm.mu.Unlock()
+	}
+	fleetSetCap(f, st, h)
+}
+
+var errFleetReply = &fleetError{"llmhedge: fleet: unexpected reply"}
+
+type fleetError struct{ msg string }
+
+func (e *fleetError) Error() string { return e.msg }
+
+// fleetSyncFailed puts a failed sync's counters back and turns the route
+// local: its bucket takes this replica's requests again (keeping the
+// tokens it holds), tenants fall back to this replica's own cap.
+func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []string, adds []int64, minute int64) {
+	st := r.st
+	b := st.bucket
+	b.mu.Lock()
+	b.leased = false
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
+	b.mu.Unlock()
+	atomic.StoreInt32(&st.fleetLive, 0)
+	m := st.spend
+	m.mu.Lock()
+	if m.hour == hour {
+		m.unflushed += spendAdd
+	}
+	m.mu.Unlock()
+	tm := st.fleetTenants
+	tm.mu.Lock()
+	if tm.minute == minute {
+		for i, t := range tenants {
+			tm.unflushed[t] += adds[i]
+		}
+	}
+	tm.mu.Unlock()
+}
+
+func decodeSwitchOrZero(v string) Switch {
+	if v == "" {
+		return Switch{}
+	}
+	s, err := DecodeSwitch(v)
+	if err != nil {
+		return Switch{}
+	}
+	return s
+}
+
+// setSwitchMemo remembers the fleet's switch of route, bounded: zero
+// switches are forgotten. Call with fs.mu held.
+func setSwitchMemo(fs *fleetSync, route string, s Switch) {
+	if s.IsZero() {
+		delete(fs.switches, route)
+		return
+	}
+	fs.switches[route] = s
+}
+
+// applyHealth applies the fleet's health fields (name, ms left, ...).
+func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now time.Time) {
+	for i := 0; i+1 < len(fields); i += 2 {
+		name := fields[i].Str
+		ms, err := strconv.ParseInt(fields[i+1].Str, 10, 64)
+		if err != nil || ms <= 0 {
+			continue
+		}
+		until := now.Add(time.Duration(ms) * time.Millisecond)
+		if name == "overload" {
+			applyFleetOverload(st.overload, until)
+			continue
+		}
+		kind, upstream, ok := strings.Cut(name, ":")
+		if !ok {
+			continue
+		}
+		idx, known := upstreams[upstream]
+		if !known || idx >= len(st.health) {
+			continue
+		}
+		applyFleetHealth(st.health[idx], kind == "open", until)
+	}
+}
+
+// fleetOverloadHold is how long a replica's overload stop holds for the
+// fleet after it last saw it: a few sync intervals, at least a second.
+func fleetOverloadHold(f *Fleet) time.Duration {
+	d := 4 * time.Duration(f.cfg.SyncInterval)
+	if d < time.Second {
+		d = time.Second
+	}
+	return d
+}
+
+// fleetSetCap sets st's share of the concurrent-hedge cap: cap / live
+// replicas, at least 1 (no cap: nothing to share).
+func fleetSetCap(f *Fleet, st *State, h *Hedger) {
+	limit := h.cfg.Budget.MaxConcurrentHedges
+	f.sync.mu.Lock()
+	live := f.sync.live
+	f.sync.mu.Unlock()
+	share := int64(0)
+	if limit > 0 && live > 1 {
+		share = int64(limit / live)
+		if share < 1 {
+			share = 1
+		}
+	}
+	atomic.StoreInt64(&st.fleetCap, share)
+}
+
+// fleetNoteFailure publishes what a failed attempt started on this
+// replica: a cool-down, an open breaker, the overload stop.
+func fleetNoteFailure(h *Hedger, a *attempt, cooled, opened time.Duration) {
+	key := fleetHealthKey(h.fleet.cfg.Prefix, h.cfg.Route)
+	name := h.cfg.Upstreams[a.upstream].Name
+	if cooled > 0 {
+		fleetPublish(h.fleet, key, "cool:"+name, cooled)
+	}
+	if opened > 0 {
+		fleetPublish(h.fleet, key, "open:"+name, opened)
+	}
+	if (a.status == 429 || a.status == 503) && h.state.overload.tooHigh(h.cfg.Budget.OverloadRate) {
+		fleetPublish(h.fleet, key, "overload", fleetOverloadHold(h.fleet))
+	}
+}
+
+// fleetPublish queues a health event (coalesced: the longest per field)
+// and starts the publisher unless it runs. Bounded: at most
+// maxPendingPublish keys wait; more events are dropped (the local state
+// still has them).
+func fleetPublish(f *Fleet, key, field string, d time.Duration) {
+	fs := f.sync
+	ms := int64(d / time.Millisecond)
+	if ms < 1 {
+		return
+	}
+	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fields := fs.pending[key]
+	if fields == nil {
+		if len(fs.pending) >= maxPendingPublish {
+			fs.mu.Unlock()
+			return
+		}
+		fields = map[string]int64{}
+		fs.pending[key] = fields
+	}
+	if ms > fields[field] {
+		fields[field] = ms
+	}
+	start := !fs.publishing
+	if start {
+		fs.publishing = true
+		fs.publishers.Add(1)
+	}
+	fs.mu.Unlock()
+	if start {
+		go fleetPublisher(f)
+	}
+}
+
+// fleetPublisher publishes until nothing is pending.
+func fleetPublisher(f *Fleet) {
+	fs := f.sync
+	for {
+		fs.mu.Lock()
+		if len(fs.pending) == 0 {
+			fs.publishing = false
+			fs.mu.Unlock()
+			fs.publishers.Done()
+			return
+		}
+		fs.mu.Unlock()
+		fleetPublishPending(f)
+	}
+}
+
+// fleetPublishPending sends the pending health events, one script per key.
+func fleetPublishPending(f *Fleet) {
+	fs := f.sync
+	fs.mu.Lock()
+	pending := fs.pending
+	fs.pending = map[string]map[string]int64{}
+	fs.mu.Unlock()
+	for key, fields := range pending {
+		args := make([]string, 0, 2*len(fields))
+		for field, ms := range fields {
+			args = append(args, field, strconv.FormatInt(ms, 10))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
+		fleetEval(f, ctx, fleetOpPublish, publishScript, []string{key}, args...)
+		cancel()
+	}
+}
+
+// fleetHeartbeat writes this replica's ReplicaStatus and counts the live
+// replicas.
+func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.started.IsZero() {
+		fs.started = now
+	}
+	started := fs.started
+	fs.mu.Unlock()
+	host, _ := os.Hostname()
+	status := ReplicaStatus{ID: f.replica, Kind: f.kind, Host: host, PID: os.Getpid(),
+		Started: started.UTC().Format(time.RFC3339), Routes: []ReplicaRoute{}}
+	for _, r := range routes {
+		status.Routes = append(status.Routes, replicaRoute(f, r, now))
+	}
+	body, err := json.Marshal(status)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
+	v, err := fleetEval(f, ctx, fleetOpHeartbeat, heartbeatScript,
+		[]string{FleetReplicaKey(f.cfg.Prefix, f.replica), fleetLiveKey(f.cfg.Prefix)},
+		string(body), millisString(FleetHeartbeatTTL), f.replica)
+	cancel()
+	if err != nil || v.Kind != RedisInt {
+		return
+	}
+	fs.mu.Lock()
+	fs.live = int(v.Int)
+	fs.mu.Unlock()
+	if f.metrics != nil {
+		f.metrics.Record(MetricFleetReplicas, []string{f.name}, float64(v.Int))
+	}
+}
+
+// replicaRoute is r as the heartbeat reports it.
+func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
+	f.sync.mu.Lock()
+	h := r.h
+	f.sync.mu.Unlock()
+	st := r.st
+	b := st.bucket
+	b.mu.Lock()
+	out := ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
+	b.mu.Unlock()
+	r.syncMu.Lock()
+	r.rate = append(r.rate, rateSample{requests: out.Requests, hedges: out.Hedges})
+	limit := int(time.Minute/FleetHeartbeatInterval) + 1
+	if len(r.rate) > limit {
+		r.rate = r.rate[len(r.rate)-limit:]
+	}
+	first := r.rate[0]
+	r.syncMu.Unlock()
+	if n := out.Requests - first.requests; n > 0 {
+		out.HedgeRate = float64(out.Hedges-first.hedges) / float64(n)
+	}
+	for i, u := range st.health {
+		if i >= len(h.cfg.Upstreams) {
+			break
+		}
+		cooling, open := healthState(u, now)
+		if cooling {
+			out.Cooled = append(out.Cooled, h.cfg.Upstreams[i].Name)
+		}
+		if open {
+			out.Open = append(out.Open, h.cfg.Upstreams[i].Name)
+		}
+	}
+	out.Switch = switchInForce(h).String()
+	spent, capped := spendSnapshot(st.spend, now)
+	out.SpendTokens = spent
+	out.SpendCapped = capped
+	if price := h.cfg.Budget.PromptUSDPerMillion; price > 0 {
+		out.SpendUSD = float64(spent) * price / 1e6
+	}
+	return out
+}
+
+// LiveReplicas returns the replicas of the fleet counted at this one's
+// last heartbeat (0 before the first).
+func (f *Fleet) LiveReplicas() int {
+	f.sync.mu.Lock()
+	n := f.sync.live
+	f.sync.mu.Unlock()
+	return n
+}
+
+// ReplicaID is this replica's id in the fleet (its heartbeat's key).
+func (f *Fleet) ReplicaID() string { return f.replica }
