@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -51,6 +52,7 @@ func UpdateProcessSwitch(route string, paused *bool, delay *time.Duration) (Swit
 	} else {
 		processSwitches.m[route] = after
 	}
+	atomic.StoreInt64(&processSwitchCount, int64(len(processSwitches.m)))
 	processSwitches.mu.Unlock()
 	return before, after
 }

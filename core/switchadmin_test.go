@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -38,6 +39,20 @@ func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
 	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":false,"delay":"auto"}`)
 	if got := ProcessSwitches(); len(got) != 0 {
 		t.Errorf("ProcessSwitches() = %q after resume and auto, want none (a zero switch is removed)", got)
+	}
+}
+
+// Requests skip the switch lookup while processSwitchCount is 0: a switch
+// set through the admin endpoint must count.
+func TestSwitchAdminPostIsSeenByRequests(t *testing.T) {
+	defer SetProcessSwitch("chat", Switch{})
+	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":true}`)
+	if n := atomic.LoadInt64(&processSwitchCount); n != 1 {
+		t.Errorf("processSwitchCount = %d after a POST pause, want 1 (requests would not look the switch up)", n)
+	}
+	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":false}`)
+	if n := atomic.LoadInt64(&processSwitchCount); n != 0 {
+		t.Errorf("processSwitchCount = %d after a POST resume, want 0", n)
 	}
 }
 
