@@ -276,3 +276,15 @@ func TestTLSFleetWithCACert(t *testing.T) {
 		t.Errorf("rediss:// without -cacert: exit %d, stderr %q, want %d and a certificate error", code, errOut, exitFleet)
 	}
 }
+
+func TestAnUnreadableSwitchIsReplacedAndSaidSo(t *testing.T) {
+	srv, rdb := startRedis(t, redisproc.Options{})
+	rdb.Set(context.Background(), core.FleetSwitchKey("llmhedge:", "chat"), "garbage", 0)
+	code, out, _ := ctl(t, "-fleet", srv.URL(), "pause", "-route", "chat")
+	if code != exitOK || !strings.Contains(out, "unreadable value") {
+		t.Errorf("pause over an unreadable value: exit %d, printed %q, want 0 and a note", code, out)
+	}
+	if got := switchValue(t, rdb, "chat"); got != `{"paused":true}` {
+		t.Errorf("switch:chat = %q, want {\"paused\":true}", got)
+	}
+}
