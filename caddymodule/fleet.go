@@ -38,7 +38,7 @@ func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f 
 			return nil, err
 		}
 		logger := caddy.Log().Named("http.handlers.llm_hedge.fleet")
-		fl := core.NewFleet(client, cfg, core.FleetOptions{Metrics: metrics, Log: func(fields []core.LogField) {
+		fl := core.NewFleet(client, cfg, core.FleetOptions{Kind: "caddy", Metrics: metrics, Log: func(fields []core.LogField) {
 			fleetredis.LogFleetState(logger, fields)
 		}})
 		return &pooledFleet{client: client, fleet: fl}, nil

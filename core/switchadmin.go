@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,6 +30,16 @@ func ChangeSwitch(s Switch, paused *bool, delay *time.Duration) Switch {
 	return out
 }
 
+// DescribeSwitch is s as operators read it: String's form, except that a
+// pause with a delay override names both ("paused, delay 250ms"), so that
+// a change of either shows.
+func DescribeSwitch(s Switch) string {
+	if s.Paused && s.Delay > 0 {
+		return "paused, delay " + s.Delay.String()
+	}
+	return s.String()
+}
+
 // UpdateProcessSwitch changes this process's own switch for route (not
 // merged with the one for every route) under one lock, and returns it
 // before and after.
@@ -41,6 +52,7 @@ func UpdateProcessSwitch(route string, paused *bool, delay *time.Duration) (Swit
 	} else {
 		processSwitches.m[route] = after
 	}
+	atomic.StoreInt64(&processSwitchCount, int64(len(processSwitches.m)))
 	processSwitches.mu.Unlock()
 	return before, after
 }
@@ -52,13 +64,13 @@ type SwitchEntry struct {
 	Paused bool   `json:"paused"`
 	// Delay is the delay override ("250ms"), "" for none.
 	Delay string `json:"delay,omitempty"`
-	// Switch is the String form: "paused", "delay 250ms", "on".
+	// Switch is DescribeSwitch's form: "paused", "delay 250ms", "on".
 	Switch string `json:"switch"`
 }
 
 // NewSwitchEntry is route's switch s as a SwitchEntry.
 func NewSwitchEntry(route string, s Switch) SwitchEntry {
-	e := SwitchEntry{Route: route, Paused: s.Paused, Switch: s.String()}
+	e := SwitchEntry{Route: route, Paused: s.Paused, Switch: DescribeSwitch(s)}
 	if s.Delay > 0 {
 		e.Delay = s.Delay.String()
 	}
@@ -156,7 +168,7 @@ func ServeSwitchAdmin(w http.ResponseWriter, r *http.Request) {
 		}
 		before, after := UpdateProcessSwitch(route, paused, delay)
 		writeSwitchAdmin(w, http.StatusOK, switchAdminChange{
-			Route: route, Before: before.String(), After: after.String(), Switches: processSwitchEntries(),
+			Route: route, Before: DescribeSwitch(before), After: DescribeSwitch(after), Switches: processSwitchEntries(),
 		})
 	default:
 		w.Header().Set("Allow", "GET, POST")

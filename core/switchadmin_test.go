@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -29,8 +30,8 @@ func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
 	if err := json.Unmarshal([]byte(body), &change); err != nil {
 		t.Fatal(err)
 	}
-	if change.Before != "delay 250ms" || change.After != "paused" {
-		t.Errorf("before, after = %q, %q, want \"delay 250ms\", \"paused\"", change.Before, change.After)
+	if change.Before != "delay 250ms" || change.After != "paused, delay 250ms" {
+		t.Errorf("before, after = %q, %q, want \"delay 250ms\", \"paused, delay 250ms\"", change.Before, change.After)
 	}
 	if got := ProcessSwitch("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
 		t.Errorf("ProcessSwitch(chat) = paused %v delay %v, want paused with delay 250ms kept", got.Paused, got.Delay)
@@ -38,6 +39,20 @@ func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
 	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":false,"delay":"auto"}`)
 	if got := ProcessSwitches(); len(got) != 0 {
 		t.Errorf("ProcessSwitches() = %q after resume and auto, want none (a zero switch is removed)", got)
+	}
+}
+
+// Requests skip the switch lookup while processSwitchCount is 0: a switch
+// set through the admin endpoint must count.
+func TestSwitchAdminPostIsSeenByRequests(t *testing.T) {
+	defer SetProcessSwitch("chat", Switch{})
+	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":true}`)
+	if n := atomic.LoadInt64(&processSwitchCount); n != 1 {
+		t.Errorf("processSwitchCount = %d after a POST pause, want 1 (requests would not look the switch up)", n)
+	}
+	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":false}`)
+	if n := atomic.LoadInt64(&processSwitchCount); n != 0 {
+		t.Errorf("processSwitchCount = %d after a POST resume, want 0", n)
 	}
 }
 

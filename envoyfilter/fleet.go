@@ -46,7 +46,7 @@ func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
 		}
 		log := p.s.log.Named("fleet")
 		f = &serverFleet{client: client, fleet: core.NewFleet(client, cfg, core.FleetOptions{
-			Clock: p.s.clock, Metrics: p.s.metrics.Set, Log: func(fields []core.LogField) { fleetredis.LogFleetState(log, fields) }})}
+			Kind: "envoy", Clock: p.s.clock, Metrics: p.s.metrics.Set, Log: func(fields []core.LogField) { fleetredis.LogFleetState(log, fields) }})}
 		p.made = append(p.made, f)
 	}
 	p.used[key] = f

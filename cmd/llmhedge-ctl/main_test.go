@@ -53,13 +53,13 @@ func TestPauseResumeSetDelayWriteTheFleetSwitch(t *testing.T) {
 	steps := []struct {
 		args      []string
 		wantKey   string // the switch key's value after the step, "" deleted
-		wantPrint string
+		wantPrint []string
 	}{
-		{[]string{"pause", "-route", "chat"}, `{"paused":true}`, "route chat: on -> paused"},
-		{[]string{"pause", "-route", "chat"}, `{"paused":true}`, "route chat: already paused, unchanged"},
-		{[]string{"set-delay", "-route", "chat", "250ms"}, `{"paused":true,"delay_ms":250}`, "route chat: paused -> paused"},
-		{[]string{"resume", "-route", "chat"}, `{"delay_ms":250}`, "resume keeps the delay override 250ms"},
-		{[]string{"set-delay", "-route", "chat", "auto"}, "", "route chat: delay 250ms -> on"},
+		{[]string{"pause", "-route", "chat"}, `{"paused":true}`, []string{"route chat: on -> paused"}},
+		{[]string{"pause", "-route", "chat"}, `{"paused":true}`, []string{"route chat: already paused, unchanged"}},
+		{[]string{"set-delay", "-route", "chat", "250ms"}, `{"paused":true,"delay_ms":250}`, []string{"route chat: paused -> paused, delay 250ms"}},
+		{[]string{"resume", "-route", "chat"}, `{"delay_ms":250}`, []string{"route chat: paused, delay 250ms -> delay 250ms", "note: resume keeps the delay override 250ms"}},
+		{[]string{"set-delay", "-route", "chat", "auto"}, "", []string{"route chat: delay 250ms -> on"}},
 	}
 	for _, s := range steps {
 		code, out, errOut := ctl(t, append([]string{"-fleet", url}, s.args...)...)
@@ -69,8 +69,10 @@ func TestPauseResumeSetDelayWriteTheFleetSwitch(t *testing.T) {
 		if got := switchValue(t, rdb, "chat"); got != s.wantKey {
 			t.Errorf("after %v: switch:chat = %q, want %q", s.args, got, s.wantKey)
 		}
-		if !strings.Contains(out, s.wantPrint) {
-			t.Errorf("%v printed %q, want it to say %q", s.args, out, s.wantPrint)
+		for _, want := range s.wantPrint {
+			if !strings.Contains(out, want) {
+				t.Errorf("%v printed %q, want it to say %q", s.args, out, want)
+			}
 		}
 	}
 }
@@ -272,5 +274,17 @@ func TestTLSFleetWithCACert(t *testing.T) {
 	}
 	if code, _, errOut := ctl(t, "-fleet", srv.TLSURL(), "status"); code != exitFleet || !strings.Contains(errOut, "certificate") {
 		t.Errorf("rediss:// without -cacert: exit %d, stderr %q, want %d and a certificate error", code, errOut, exitFleet)
+	}
+}
+
+func TestAnUnreadableSwitchIsReplacedAndSaidSo(t *testing.T) {
+	srv, rdb := startRedis(t, redisproc.Options{})
+	rdb.Set(context.Background(), core.FleetSwitchKey("llmhedge:", "chat"), "garbage", 0)
+	code, out, _ := ctl(t, "-fleet", srv.URL(), "pause", "-route", "chat")
+	if code != exitOK || !strings.Contains(out, "unreadable value") {
+		t.Errorf("pause over an unreadable value: exit %d, printed %q, want 0 and a note", code, out)
+	}
+	if got := switchValue(t, rdb, "chat"); got != `{"paused":true}` {
+		t.Errorf("switch:chat = %q, want {\"paused\":true}", got)
 	}
 }

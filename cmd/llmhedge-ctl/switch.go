@@ -41,6 +41,7 @@ type switchChange struct {
 func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, route string, paused *bool, delay *time.Duration) error {
 	key := core.FleetSwitchKey(f.prefix, route)
 	var before, after core.Switch
+	unreadable := false
 	for attempt := 0; ; attempt++ {
 		raw, err := f.rdb.Get(ctx, key).Result()
 		if err == redis.Nil {
@@ -49,11 +50,14 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 			return f.errorf("reading "+key, err)
 		}
 		before = core.Switch{}
+		unreadable = false
 		if raw != "" {
 			// An unreadable value is replaced: the engine treats it as no
 			// switch too.
 			if s, err := core.DecodeSwitch(raw); err == nil {
 				before = s
+			} else {
+				unreadable = true
 			}
 		}
 		after = core.ChangeSwitch(before, paused, delay)
@@ -75,8 +79,11 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 			return fmt.Errorf("fleet %s: %s keeps changing under this command; try again", f.name, key)
 		}
 	}
-	c := switchChange{Route: route, Key: key, Before: before.String(), After: after.String(), Changed: before != after}
+	c := switchChange{Route: route, Key: key, Before: core.DescribeSwitch(before), After: core.DescribeSwitch(after), Changed: before != after}
 	c.Note = f.switchNote(ctx, route, after, paused)
+	if unreadable {
+		c.Note = "the key held an unreadable value (the replicas ignored it); it is replaced"
+	}
 	if asJSON {
 		return writeJSON(out, c)
 	}
@@ -85,7 +92,7 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 		what = "every route (*)"
 	}
 	if c.Changed {
-		fmt.Fprintf(out, "%s: %s -> %s (fleet-wide; every replica applies it within %v)\n", what, c.Before, c.After, core.FleetHeartbeatInterval)
+		fmt.Fprintf(out, "%s: %s -> %s (fleet-wide; every replica applies it within 1s)\n", what, c.Before, c.After)
 	} else {
 		fmt.Fprintf(out, "%s: already %s, unchanged\n", what, c.After)
 	}
