@@ -79,10 +79,23 @@ func run(t testing.TB, dir, bin string, args ...string) *process {
 	t.Cleanup(func() {
 		proc.Stop(p.cmd.Process, p.exited, 15*time.Second)
 		if t.Failed() {
-			t.Logf("%s output (tail):\n%s", filepath.Base(bin), proc.Tail(p.out.String(), 4000))
+			out := p.out.String()
+			// A panic's first lines say what failed; its stack's tail not.
+			if i := strings.Index(out, "panic"); i >= 0 {
+				t.Logf("%s output from its first panic:\n%s", filepath.Base(bin), head(out[max(0, i-300):], 3000))
+			}
+			t.Logf("%s output (tail):\n%s", filepath.Base(bin), proc.Tail(out, 3000))
 		}
 	})
 	return p
+}
+
+// head is the first n bytes of s.
+func head(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
 }
 
 // ---- Caddy ----

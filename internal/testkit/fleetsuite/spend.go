@@ -72,7 +72,7 @@ func (s *Acceptance) SpendCap(t *testing.T, ctx context.Context, n int) {
 		t.Fatalf("spend: the clock hour (the cap's window) ended during the scenario; run it again")
 	}
 	reasons := s.gaugeLine(t, "llm_hedge_hedge_denials_total", map[string]string{"route": RouteSpend, "reason": "spend_cap"})
-	t.Logf("ACCEPTANCE spend cap (%d estimated prompt tokens per hour, fleet-wide, %d replicas): %d hedges started before every replica reported the cap (%d requests); spend as each replica last read it: %s; then %d requests: %d hedges (per replica %s), %v hedges denied with reason spend_cap (per replica %s); retries after a failed primary: %d of %d replicas retried",
+	t.Logf("ACCEPTANCE spend cap (%d estimated prompt tokens per hour, fleet-wide, %d replicas): %d hedges started before every replica reported the cap (%d requests); spend as each replica last read it: %s; then %d requests: %d hedges (per replica %s), %v hedges denied with reason spend_cap (per replica, since its start: %s); retries after a failed primary: %d of %d replicas retried",
 		spendCapTokens, len(s.Replicas), hedgesToCap, sent, spent, n, sumCounts(hedgesAfter), s.countsLine(hedgesAfter), denied, reasons, len(s.Replicas)-len(noRetry), len(s.Replicas))
 	if len(hedgesAfter) > 0 {
 		t.Errorf("spend cap reached: %d hedges started on the next %d requests, want 0 (per replica %s)", sumCounts(hedgesAfter), n, s.countsLine(hedgesAfter))
