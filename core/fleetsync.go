@@ -64,6 +64,7 @@ type fleetRoute struct {
 	syncMu       sync.Mutex
 	demand       float64 // hedges asking for a token per sync, smoothed
 	scarce       bool    // the last lease got less than it asked for
+	synced       bool    // a sync ran (the first asks for more)
 	lastRequests int64
 	lastActive   time.Time
 	// rate keeps (requests, hedges) at each heartbeat for the last minute.
@@ -77,8 +78,9 @@ type rateSample struct {
 // syncScript settles one route. KEYS: budget, switch of the route, switch
 // of every route, health, spend, then one per tenant flushed. ARGV: ratio
 // (negative: no budget), burst, requests reported, tokens wanted, budget
-// ms, overload ms (0: not overloaded), spend tokens to add (-1: don't
-// read), spend ms, tenant ms, then one count per tenant key. Health is a
+// ms, overload ms (0: not overloaded), spend tokens to add (0 with a cap:
+// read the total; -1: neither), spend ms, tenant ms, then one count per
+// tenant key. Health is a
 // hash of "cool:<upstream>", "open:<upstream>" and "overload", each
 // holding the Redis time (ms) it ends at: one clock for every replica.
 // Returns {grant, level, route switch, all switch, {field, ms left, ...},
@@ -101,16 +103,24 @@ if ratio >= 0 then
   level = t
 end
 local sw = redis.call('MGET', KEYS[2], KEYS[3])
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local now = 0
+local function clock()
+  if now == 0 then
+    local tm = redis.call('TIME')
+    now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+  end
+  return now
+end
 local over = tonumber(ARGV[6])
 if over > 0 then
+  clock()
   local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
   if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
   if redis.call('PTTL', KEYS[4]) < over then redis.call('PEXPIRE', KEYS[4], over) end
 end
 local h = redis.call('HGETALL', KEYS[4])
 local health = {}
+if #h > 0 then clock() end
 for i = 1, #h, 2 do
   local left = tonumber(h[i + 1]) - now
   if left > 0 then
@@ -149,16 +159,19 @@ if redis.call('PTTL', KEYS[1]) < longest then redis.call('PEXPIRE', KEYS[1], lon
 return 1
 `)
 
-// heartbeatScript writes a replica's heartbeat and counts the live ones.
-// KEYS: replica, live set; ARGV: status JSON, ttl ms, replica id.
+// heartbeatScript writes a replica's heartbeat and counts the live ones
+// (heartbeats within the TTL). KEYS: replica, live set; ARGV: status JSON,
+// ttl ms, replica id, "1" to drop the members gone (every tenth beat: the
+// set's size is bounded by the replicas seen in ten intervals).
 var heartbeatScript = newFleetScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local since = now - tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], now, ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
+if ARGV[4] == '1' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', since) end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return redis.call('ZCARD', KEYS[2])
+return redis.call('ZCOUNT', KEYS[2], since, '+inf')
 `)
 
 // Key names of fleet part 2 (besides fleetcontrol.go's).
@@ -183,12 +196,14 @@ type fleetSync struct {
 	tick     func() // the loop's one AfterFunc callback (made once: Yaegi)
 	ticks    sync.WaitGroup
 	lastBeat time.Time
-	live     int // replicas counted at the last heartbeat (0: unknown)
+	beats    int64 // heartbeats sent
+	live     int   // replicas counted at the last heartbeat (0: unknown)
 	started  time.Time
 	// pending health events to publish, by health key, field -> ms.
 	pending    map[string]map[string]int64
 	publishing bool
 	publishers sync.WaitGroup
+	idle       chan struct{} // closed when the running publisher ends
 	// onSync, when set (tests), is called after each tick's sync.
 	onSync func()
 }
@@ -250,9 +265,7 @@ func fleetAttach(h *Hedger) {
 		return
 	}
 	if fresh {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetSyncRoute(f, ctx, r)
-		cancel()
+		fleetSyncRoute(f, r)
 		close(r.ready)
 	} else {
 		<-r.ready
@@ -315,14 +328,20 @@ func fleetTick(f *Fleet) {
 	}
 }
 
-// SyncNow runs one round of the sync loop at once (publishing pending
-// health events first) and returns when it is done: for tests, and for
-// operators that want a replica to see the fleet now.
+// SyncNow runs one round of the sync loop at once, as a tick of the
+// loop would (the heartbeat too when FleetHeartbeatInterval has passed on
+// the Fleet's clock), after the health events this replica has seen are
+// published. It returns when the round is done. For tests that drive the
+// loop themselves (on a Clock whose timers they control).
 func (f *Fleet) SyncNow() {
+	fs := f.sync
+	fs.mu.Lock()
+	idle := fs.idle
+	fs.mu.Unlock()
+	if idle != nil {
+		<-idle // the publisher running now is done
+	}
 	fleetPublishPending(f)
-	f.sync.mu.Lock()
-	f.sync.lastBeat = time.Time{} // a heartbeat too
-	f.sync.mu.Unlock()
 	fleetSyncAll(f)
 }
 
@@ -370,11 +389,9 @@ func (f *Fleet) Close() {
 		atomic.StoreInt32(&r.st.fleetLive, 0)
 	}
 	if beat {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetPipeline(f, ctx, fleetOpHeartbeat, [][]string{
+		fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
 			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
 			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
-		cancel()
 	}
 }
 
@@ -397,9 +414,7 @@ func fleetSyncAll(f *Fleet) {
 		if fleetDetachIdle(f, r, now) {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetSyncRoute(f, ctx, r)
-		cancel()
+		fleetSyncRoute(f, r)
 	}
 	if beat {
 		fleetHeartbeat(f, routes, now)
@@ -440,18 +455,24 @@ func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
 }
 
 // leaseWant is how many tokens a sync asks for: enough to hold twice the
-// smoothed demand per sync (at least one token, at most fleetMaxLease),
-// less what the replica holds; after a short lease (the bucket runs dry)
-// the target is about the replica's own share, ratio × its requests, so
-// that replicas share a scarce bucket rather than race for it.
-func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio float64) float64 {
+// smoothed demand per sync or what the replica's own requests earned
+// since the last sync (ratio × requests), whichever is more, at least one
+// token and at most fleetMaxLease, less what it holds. After a short lease
+// (the bucket runs dry) the target is about its own share, so that
+// replicas share a scarce bucket rather than race for it. A route's first
+// sync asks for half the burst, as a replica's own bucket would start full.
+func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst float64, first bool) float64 {
 	r.demand = 0.5*r.demand + 0.5*float64(asked)
 	target := math.Ceil(2 * r.demand)
-	if r.scarce {
-		share := math.Ceil(ratio*float64(deposits)) + 1
-		if share < target {
-			target = share
-		}
+	share := math.Ceil(ratio * float64(deposits))
+	if share > target {
+		target = share
+	}
+	if r.scarce && share+1 < target {
+		target = share + 1
+	}
+	if first && target < math.Ceil(burst/2) {
+		target = math.Ceil(burst / 2)
 	}
 	if target < 1 {
 		target = 1
@@ -470,7 +491,7 @@ func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio float64
 }
 
 // fleetSyncRoute settles one route with the fleet (see syncScript).
-func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
+func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	f.sync.mu.Lock()
@@ -497,7 +518,7 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 	b.mu.Unlock()
 	want := 0.0
 	if ratio >= 0 {
-		want = leaseWant(r, held, asked, deposits, ratio)
+		want = leaseWant(r, held, asked, deposits, ratio, burst, !r.synced)
 	}
 
 	overMS := int64(0)
@@ -512,6 +533,10 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 	m.unflushed = 0
 	hour := m.hour
 	m.mu.Unlock()
+	spendArg := spendAdd
+	if spendAdd == 0 && h.spendCap == 0 {
+		spendArg = -1 // nothing to add, no cap to read against
+	}
 
 	var tenants []string
 	var tenantAdds []int64
@@ -531,6 +556,18 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 		for _, t := range tenants {
 			delete(tm.unflushed, t)
 		}
+		// The others' charges to the tenants this replica knows this
+		// minute: read with an increment of 0 (map order rotates them
+		// when there are more than fit).
+		for t := range tm.totals {
+			if len(tenants) >= maxTenantsPerSync {
+				break
+			}
+			if _, flushing := tm.unflushed[t]; !flushing && !containsString(tenants, t) {
+				tenants = append(tenants, t)
+				tenantAdds = append(tenantAdds, 0)
+			}
+		}
 		tm.mu.Unlock()
 	}
 
@@ -538,12 +575,12 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 		fleetHealthKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
 	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
 		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
-		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendAdd, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
+		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendArg, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
 	for i, t := range tenants {
 		keys = append(keys, fleetTenantKey(prefix, r.name, minute, t))
 		args = append(args, strconv.FormatInt(tenantAdds[i], 10))
 	}
-	v, err := fleetEval(f, ctx, fleetOpSync, syncScript, keys, args...)
+	v, err := fleetEval(f, context.Background(), fleetOpSync, syncScript, keys, args...)
 	if err == nil && (v.Kind != RedisArray || len(v.Array) != 7) {
 		err = errFleetReply
 	}
@@ -562,6 +599,7 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 	b.tokens += grant
 	b.mu.Unlock()
 	r.scarce = ratio >= 0 && grant < want
+	r.synced = true
 
 	routeSw := decodeSwitchOrZero(v.Array[2].Str)
 	allSw := decodeSwitchOrZero(v.Array[3].Str)
@@ -631,6 +669,15 @@ func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []st
 		}
 	}
 	tm.mu.Unlock()
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 func decodeSwitchOrZero(v string) Switch {
@@ -753,6 +800,7 @@ func fleetPublish(f *Fleet, key, field string, d time.Duration) {
 	if start {
 		fs.publishing = true
 		fs.publishers.Add(1)
+		fs.idle = make(chan struct{})
 	}
 	fs.mu.Unlock()
 	if start {
@@ -767,6 +815,8 @@ func fleetPublisher(f *Fleet) {
 		fs.mu.Lock()
 		if len(fs.pending) == 0 {
 			fs.publishing = false
+			close(fs.idle)
+			fs.idle = nil
 			fs.mu.Unlock()
 			fs.publishers.Done()
 			return
@@ -788,9 +838,7 @@ func fleetPublishPending(f *Fleet) {
 		for field, ms := range fields {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetEval(f, ctx, fleetOpPublish, publishScript, []string{key}, args...)
-		cancel()
+		fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
 	}
 }
 
@@ -814,11 +862,16 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-	v, err := fleetEval(f, ctx, fleetOpHeartbeat, heartbeatScript,
+	fs.mu.Lock()
+	fs.beats++
+	prune := "0"
+	if fs.beats%10 == 1 {
+		prune = "1"
+	}
+	fs.mu.Unlock()
+	v, err := fleetEval(f, context.Background(), fleetOpHeartbeat, heartbeatScript,
 		[]string{FleetReplicaKey(f.cfg.Prefix, f.replica), fleetLiveKey(f.cfg.Prefix)},
-		string(body), millisString(FleetHeartbeatTTL), f.replica)
-	cancel()
+		string(body), millisString(FleetHeartbeatTTL), f.replica, prune)
 	if err != nil || v.Kind != RedisInt {
 		return
 	}
