@@ -50,7 +50,14 @@ func (s *Acceptance) coolTrial(t *testing.T, ctx context.Context, route, trial s
 	// Every replica's probe reaches A: no cool-down is left from before.
 	for _, r := range s.Replicas {
 		deadline := time.Now().Add(10 * time.Second)
-		for j := 0; !s.probeReachesA(t, ctx, r, route, fmt.Sprintf("%s-%s-ready-%s-%d", route, trial, r.Name, j)); j++ {
+		for j := 0; ; j++ {
+			reached, err := s.probeReachesA(ctx, r, route, fmt.Sprintf("%s-%s-ready-%s-%d", route, trial, r.Name, j))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if reached {
+				break
+			}
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: %s sent no probe to A within 10s before the trial (a cool-down that does not end?)", route, r.Name)
 			}
@@ -72,7 +79,9 @@ func (s *Acceptance) coolTrial(t *testing.T, ctx context.Context, route, trial s
 	if at.IsZero() {
 		t.Fatalf("%s: upstream A never saw the 429 request %s", route, trigger)
 	}
-	if s.probeReachesA(t, ctx, s.Replicas[0], route, trigger+"-self") {
+	if reached, err := s.probeReachesA(ctx, s.Replicas[0], route, trigger+"-self"); err != nil {
+		t.Fatal(err)
+	} else if reached {
 		t.Fatalf("%s: %s sent to A again right after A's 429 Retry-After: 5, want its own cool-down", route, s.Replicas[0].Name)
 	}
 	var mu sync.Mutex
@@ -92,7 +101,12 @@ func (s *Acceptance) coolTrial(t *testing.T, ctx context.Context, route, trial s
 					mu.Unlock()
 					return
 				}
-				if !s.probeReachesA(t, ctx, r, route, fmt.Sprintf("%s-%s-%s-%d", route, trial, r.Name, j)) {
+				reached, err := s.probeReachesA(ctx, r, route, fmt.Sprintf("%s-%s-%s-%d", route, trial, r.Name, j))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if !reached {
 					mu.Lock()
 					if d := sent.Sub(at); d > worst {
 						worst = d
@@ -110,12 +124,12 @@ func (s *Acceptance) coolTrial(t *testing.T, ctx context.Context, route, trial s
 
 // probeReachesA sends one probe to route on r and reports whether upstream
 // A received it (the probe's answer has ended: A's log has it if A did).
-func (s *Acceptance) probeReachesA(t *testing.T, ctx context.Context, r Replica, route, id string) bool {
+func (s *Acceptance) probeReachesA(ctx context.Context, r Replica, route, id string) (bool, error) {
 	status, err := s.post(ctx, r, route, id, "")
 	if err != nil || status != http.StatusOK {
-		t.Errorf("%s: probe %s on %s: status %d, %v", route, id, r.Name, status, err)
+		return false, fmt.Errorf("%s: probe %s on %s: status %d, %v", route, id, r.Name, status, err)
 	}
-	return s.upstream(route, "A").Attempts(id) > 0
+	return s.upstream(route, "A").Attempts(id) > 0, nil
 }
 
 // pace waits probeEvery (a measurement's sampling interval, not a

@@ -70,8 +70,12 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 		stopTimes = append(stopTimes, last[r.Name])
 	}
 	slowest := quantile(stopTimes, 1)
-	// What llmhedge-ctl status shows of the paused fleet.
+	// What llmhedge-ctl status and the metrics show of the paused fleet.
 	shown := s.statusSwitches(t, ctl)
+	pausedGauge := s.gaugeLine(t, "llm_hedge_hedging_paused", map[string]string{"route": RouteSwitch})
+	if !s.allReplicas(t, "llm_hedge_hedging_paused", map[string]string{"route": RouteSwitch}, 1) {
+		t.Errorf("kill switch: llm_hedge_hedging_paused{route=%s} while paused: %s, want 1 on every replica", RouteSwitch, pausedGauge)
+	}
 
 	// Reload every replica while paused; the pause must hold through it.
 	for _, r := range s.Replicas {
@@ -96,7 +100,7 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	t.Logf("ACCEPTANCE kill switch (llmhedge-ctl pause -route %s with %d clients hedging every request on %d replicas): last hedge started %v after the pause (goal ≤ %v; per replica %s); %d hedges from pause+%v until the resume %v later, through a reload of every replica at pause+%v; every replica hedged again %v after the resume; %d requests, %d failed during reloads",
 		RouteSwitch, 2*len(s.Replicas), len(s.Replicas), slowest.Round(time.Millisecond), switchGoal, s.durationsLine(last), len(late), switchGoal,
 		resumedAt.Sub(pausedAt).Round(time.Millisecond), reloadedAt.Sub(pausedAt).Round(time.Millisecond), resumed.Round(time.Millisecond), sent.Load(), failed.Load())
-	t.Logf("llmhedge-ctl status while paused, route %s: %s", RouteSwitch, shown)
+	t.Logf("while paused, route %s: llmhedge-ctl status shows %s; llm_hedge_hedging_paused %s", RouteSwitch, shown, pausedGauge)
 	if want := s.pausedLine(); shown != want {
 		t.Errorf("llmhedge-ctl status while paused: route %s on the live replicas %q, want %q", RouteSwitch, shown, want)
 	}
