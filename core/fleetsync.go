@@ -298,8 +298,15 @@ func fleetStartLoop(f *Fleet) {
 	if fs.tick == nil {
 		fs.tick = func() { fleetTick(f) }
 	}
-	fs.timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), fs.tick)
+	fs.timer = fleetArm(f)
 	fs.mu.Unlock()
+}
+
+// fleetArm arms the loop's next tick. Through a typed local: see
+// SystemClock.AfterFunc.
+func fleetArm(f *Fleet) Timer {
+	var t Timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), f.sync.tick)
+	return t
 }
 
 // fleetTick is one round of the loop: sync, then arm the next.
@@ -319,7 +326,7 @@ func fleetTick(f *Fleet) {
 	if fs.closed {
 		fs.running = false
 	} else {
-		fs.timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), fs.tick)
+		fs.timer = fleetArm(f)
 	}
 	fs.mu.Unlock()
 	fs.ticks.Done()
@@ -449,6 +456,9 @@ func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
 	b.owner = nil
 	b.leased = false
 	b.pending = 0
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
 	b.mu.Unlock()
 	atomic.StoreInt32(&r.st.fleetLive, 0)
 	return true
