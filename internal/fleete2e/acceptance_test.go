@@ -48,7 +48,14 @@ import (
 func TestFleetAcceptance(t *testing.T) {
 	s := fleetsuite.NewAcceptance(t)
 	s.Attach(startFleet(t, s))
-	ctx, cancel := context.WithTimeout(context.Background(), 25*time.Minute)
+	// Ends before go test's own -timeout does, so that a hang fails the
+	// test with its cleanups (the replicas and Redis stop) instead of
+	// killing the binary.
+	end := time.Now().Add(25 * time.Minute)
+	if d, ok := t.Deadline(); ok {
+		end = d.Add(-30 * time.Second)
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), end)
 	defer cancel()
 	// First, while only the fast route has attached to the fleet: every
 	// attached route syncs in the background, and the overhead counts the

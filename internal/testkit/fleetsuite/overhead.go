@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 )
@@ -96,7 +97,11 @@ func (s *Acceptance) lightTarget(r Replica, route string, n, conns int) lightloa
 	if i := strings.IndexByte(base, '/'); i >= 0 {
 		addr, prefix = base[:i], base[i:]
 	}
-	return lightload.StreamTarget(r.Name+" "+route, addr, prefix+"/v1/chat/completions", r.PID(), conns, n)
+	target := lightload.StreamTarget(r.Name+" "+route, addr, prefix+"/v1/chat/completions", r.PID(), conns, n)
+	// The fast upstream answers in well under a millisecond: a request
+	// that takes seconds is a failure, and must not hold the run.
+	target.Options.Timeout = 3 * time.Second
+	return target
 }
 
 // commandCalls sums the calls of INFO commandstats (without the test's own
