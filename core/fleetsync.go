@@ -432,7 +432,8 @@ func (f *Fleet) Close() {
 		atomic.StoreInt32(&r.share.live, 0)
 	}
 	if beat {
-		fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
+		// Best effort: the heartbeat expires anyway.
+		_, _ = fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
 			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
 			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
 	}
@@ -880,7 +881,9 @@ func fleetPublishPending(f *Fleet) {
 		for field, ms := range fields {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
-		fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
+		// A lost event: this replica still has it, the others' own
+		// failures will tell them (the metrics count the error).
+		_, _ = fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
 	}
 }
 
