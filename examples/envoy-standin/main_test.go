@@ -110,3 +110,24 @@ func TestStandinRejectsUnknownMode(t *testing.T) {
 		t.Fatalf("error %v, want one naming -mode \"streamed\"", err)
 	}
 }
+
+// TestSimExampleMatchesStandin: the try-it configuration loads, serves
+// where the stand-in connects by default, and points at the ports of
+// `go run ./examples/demo -sim-only`.
+func TestSimExampleMatchesStandin(t *testing.T) {
+	cfg, err := envoyfilter.LoadConfig("../envoy/llmhedge-extproc-sim.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GRPC.Listen != "127.0.0.1:50051" {
+		t.Errorf("grpc.listen = %q, want 127.0.0.1:50051 (the stand-in's -extproc default)", cfg.GRPC.Listen)
+	}
+	if len(cfg.Routes) != 1 || len(cfg.Routes[0].Upstreams) != 2 {
+		t.Fatalf("want one route with two upstreams")
+	}
+	for i, want := range []string{"http://127.0.0.1:9001", "http://127.0.0.1:9002"} {
+		if got := cfg.Routes[0].Upstreams[i].URL; got != want {
+			t.Errorf("upstream %d url = %q, want %q (the demo's -sim-ports default)", i, got, want)
+		}
+	}
+}
