@@ -1,0 +1,375 @@
+package core
+
+import (
+	"math"
+	"math/rand"
+	"os"
+	"sort"
+	"testing"
+	"time"
+)
+
+// raceSim runs a route's policy on virtual time with the engine's own
+// functions: planRoute, the hedge delay (hedgeDelay, exploreDelay), the
+// hedge budget, routeWaiting when the hedge timer fires, learnFromWinner
+// and learnRoute when a race is over. Only the attempts are modelled: each
+// answers its first token after a TTFT drawn for its request and upstream
+// from the reference workload at time scale 0.05 (lognormal, median 30ms,
+// sigma 0.3, 2 % stalls of 0.5–1s), A's multiplied by a regime factor
+// while degraded (4s period, 1.5s window at 2.5s, the reference regime
+// scaled), and streams its other 19 tokens in 19ms; clients send their
+// next request when the last token arrived. Request i has the same draws
+// under every policy, as the proxy benchmark's requests do (ids by index),
+// so ordered, fastest and the ideal hedge compare on the same draws, and a
+// run is deterministic: no goroutine, no real clock.
+type raceSim struct {
+	h       *Hedger
+	clock   *simClock
+	draws   [2][]time.Duration
+	factor  float64       // A's TTFT multiplier while degraded; 0: calm
+	epoch   time.Duration // regime periods count from here
+	events  simQueue
+	seq     int
+	next    int // the next request index to send
+	limit   int // requests to send
+	measure int // requests from this index on are measured
+
+	ttft    []time.Duration
+	onA     []bool // attempt 0 went to A and the request did not explore
+	explore []bool
+	started []time.Duration
+	hedges  int
+	delays  []time.Duration // of each measured request
+}
+
+// Timing of the reference regime at time scale 0.05 (llmsim.RegimeShift).
+const (
+	simPeriod     = 4 * time.Second
+	simWindowFrom = 2500 * time.Millisecond
+	simWindowTo   = 4000 * time.Millisecond
+	simStream     = 19 * time.Millisecond
+)
+
+// simClock is the clock the engine functions read; the simulation sets it.
+type simClock struct{ now time.Time }
+
+func (c *simClock) Now() time.Time { return c.now }
+
+func (c *simClock) AfterFunc(d time.Duration, f func()) Timer {
+	panic("raceSim: no timers") // the simulation schedules the hedge timer itself
+}
+
+type simEventKind int
+
+const (
+	simStart simEventKind = 0
+	simTimer simEventKind = 1
+	simFirst simEventKind = 2
+	simEnd   simEventKind = 3
+)
+
+type simEvent struct {
+	at   time.Duration
+	seq  int
+	kind simEventKind
+	req  *simRequest
+}
+
+// simQueue holds the pending events: a few per client, so the earliest is
+// found by a scan (no container/heap: its interface calls into interpreted
+// methods are slow under Yaegi).
+type simQueue struct{ events []*simEvent }
+
+func (q *simQueue) push(e *simEvent) { q.events = append(q.events, e) }
+
+// pop removes and returns the earliest event (the first pushed of a tie).
+func (q *simQueue) pop() *simEvent {
+	best := 0
+	for i := 1; i < len(q.events); i++ {
+		e, b := q.events[i], q.events[best]
+		if e.at < b.at || e.at == b.at && e.seq < b.seq {
+			best = i
+		}
+	}
+	e := q.events[best]
+	last := len(q.events) - 1
+	q.events[best] = q.events[last]
+	q.events[last] = nil
+	q.events = q.events[:last]
+	return e
+}
+
+// simRequest is one request in flight.
+type simRequest struct {
+	i      int
+	rc     *race
+	t0     time.Duration
+	first  time.Duration // attempt 0's TTFT
+	winner *attempt
+}
+
+// simDraws draws n requests' TTFTs on two upstreams from seed.
+func simDraws(seed int64, n int) [2][]time.Duration {
+	rng := rand.New(rand.NewSource(seed))
+	var d [2][]time.Duration
+	for up := 0; up < 2; up++ {
+		d[up] = make([]time.Duration, n)
+		for i := 0; i < n; i++ {
+			coin := rng.Float64()
+			z := rng.NormFloat64()
+			u := rng.Float64()
+			if coin < 0.02 {
+				d[up][i] = time.Duration(float64(500*time.Millisecond) * (1 + u))
+			} else {
+				d[up][i] = time.Duration(float64(30*time.Millisecond) * math.Exp(0.3*z))
+			}
+		}
+	}
+	return d
+}
+
+// simTrueP95 is the workload's true TTFT p95, rounded to the millisecond
+// as the benchmark rounds its starting delay (and the ideal hedge's).
+func simTrueP95() time.Duration {
+	z := math.Sqrt2 * math.Erfinv(2*0.95/0.98-1)
+	return time.Duration(float64(30*time.Millisecond) * math.Exp(0.3*z)).Round(time.Millisecond)
+}
+
+// newRaceSim builds a route of two upstreams, A and B, with primary
+// policy, the benchmark's delay (adaptive from the true p95) and budget.
+func newRaceSim(primary string, draws [2][]time.Duration) *raceSim {
+	cfg := Config{
+		Primary:   primary,
+		Upstreams: []UpstreamConfig{{Name: "A", URL: "http://a.test"}, {Name: "B", URL: "http://b.test"}},
+		Delay:     DelayConfig{Mode: DelayAdaptive, Fixed: Duration(simTrueP95())},
+		Budget:    BudgetConfig{Burst: 40},
+	}
+	clock := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	h, err := New(cfg, Options{Clock: clock})
+	if err != nil {
+		panic(err)
+	}
+	return &raceSim{h: h, clock: clock, draws: draws, measure: math.MaxInt32}
+}
+
+func (s *raceSim) at(d time.Duration) time.Time {
+	return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).Add(d)
+}
+
+func (s *raceSim) push(at time.Duration, kind simEventKind, r *simRequest) {
+	s.seq++
+	s.events.push(&simEvent{at: at, seq: s.seq, kind: kind, req: r})
+}
+
+// ttftOf is upstream up's TTFT for request i sent at t.
+func (s *raceSim) ttftOf(up, i int, t time.Duration) time.Duration {
+	d := s.draws[up][i]
+	if up == 0 && s.factor > 0 && t >= s.epoch {
+		phase := (t - s.epoch) % simPeriod
+		if phase >= simWindowFrom && phase < simWindowTo {
+			d = time.Duration(float64(d) * s.factor)
+		}
+	}
+	return d
+}
+
+func (s *raceSim) degraded(t time.Duration) bool {
+	if s.factor <= 0 || t < s.epoch {
+		return false
+	}
+	phase := (t - s.epoch) % simPeriod
+	return phase >= simWindowFrom && phase < simWindowTo
+}
+
+// run sends requests [from, to) with clients at a time, starting at now,
+// and returns when the last one ended (the virtual time then).
+func (s *raceSim) run(from, to, clients int, now time.Duration) time.Duration {
+	s.next = from
+	s.limit = to
+	for c := 0; c < clients && s.next < s.limit; c++ {
+		s.push(now, simStart, &simRequest{i: s.next})
+		s.next++
+	}
+	for len(s.events.events) > 0 {
+		ev := s.events.pop()
+		now = ev.at
+		s.clock.now = s.at(now)
+		switch ev.kind {
+		case simStart:
+			s.start(ev.req, now)
+		case simTimer:
+			s.hedgeTimer(ev.req, now)
+		case simFirst:
+			s.firstToken(ev.req, now)
+		case simEnd:
+			s.end(ev.req, now)
+		}
+	}
+	return now
+}
+
+// start is runRace up to the launch of attempt 0.
+func (s *raceSim) start(r *simRequest, now time.Duration) {
+	h := s.h
+	deposit(h.state.bucket)
+	rc := &race{h: h, rep: &Report{}, limit: h.cfg.MaxAttempts, used: make([]int, 2), start: s.clock.now}
+	r.rc = rc
+	r.t0 = now
+	planRoute(rc)
+	first := 0
+	if rc.order != nil {
+		first = rc.order[0]
+	}
+	rc.delay = hedgeDelay(h.state, h.cfg, first)
+	if rc.exploring {
+		rc.delay = exploreDelay(rc, first)
+	}
+	rc.attempts = append(rc.attempts, &attempt{index: 0, upstream: first, role: RolePrimary, started: s.clock.now})
+	rc.used[first]++
+	r.first = s.ttftOf(first, r.i, now)
+	if r.i >= s.measure {
+		s.started[r.i-s.measure] = now
+		s.onA[r.i-s.measure] = first == 0 && !rc.exploring
+		s.explore[r.i-s.measure] = rc.exploring
+		s.delays[r.i-s.measure] = rc.delay
+	}
+	if r.first <= rc.delay {
+		r.winner = rc.attempts[0]
+		s.push(now+r.first, simFirst, r)
+		return
+	}
+	s.push(now+rc.delay, simTimer, r)
+}
+
+// hedgeTimer is the race loop's hedge timer: the primary's wait is noted,
+// and the hedge goes to the other upstream if the budget has a token.
+func (s *raceSim) hedgeTimer(r *simRequest, now time.Duration) {
+	rc := r.rc
+	if rc.order != nil {
+		routeWaiting(rc)
+	}
+	firstAt := r.t0 + r.first
+	r.winner = rc.attempts[0]
+	if rc.h.state.bucket.take() {
+		up := 1 - rc.attempts[0].upstream
+		hedge := &attempt{index: 1, upstream: up, role: RoleHedge, started: s.clock.now}
+		rc.attempts = append(rc.attempts, hedge)
+		s.hedges++
+		if at := now + s.ttftOf(up, r.i, now); at < firstAt {
+			firstAt = at
+			r.winner = hedge
+		}
+	}
+	s.push(firstAt, simFirst, r)
+}
+
+// firstToken commits the winner; the others lose.
+func (s *raceSim) firstToken(r *simRequest, now time.Duration) {
+	rc := r.rc
+	for _, a := range rc.attempts {
+		a.result = ResultLost
+	}
+	r.winner.result = ResultWon
+	r.winner.firstAt = s.clock.now
+	rc.winner = r.winner
+	rc.commitAt = s.clock.now
+	if r.i >= s.measure {
+		s.ttft[r.i-s.measure] = now - r.t0
+	}
+	s.push(now+simStream, simEnd, r)
+}
+
+// end is finishReport's learning; the client sends its next request.
+func (s *raceSim) end(r *simRequest, now time.Duration) {
+	rc := r.rc
+	learnFromWinner(rc)
+	if rc.order != nil {
+		learnRoute(rc)
+	}
+	if s.next < s.limit {
+		s.push(now, simStart, &simRequest{i: s.next})
+		s.next++
+	}
+}
+
+// simRun is what one simulated benchmark run measured.
+type simRun struct {
+	ttft    []time.Duration
+	extra   float64
+	changes int64
+	sim     *raceSim
+}
+
+// simulate warms a route of policy primary up with warmup calm requests,
+// then measures n more, A degraded by factor in its windows (0: calm), 20
+// clients at a time.
+func simulate(primary string, seed int64, warmup, n int, factor float64) simRun {
+	s := newRaceSim(primary, simDraws(seed, warmup+n))
+	now := s.run(0, warmup, 20, 0)
+	s.measure = warmup
+	s.ttft = make([]time.Duration, n)
+	s.onA = make([]bool, n)
+	s.explore = make([]bool, n)
+	s.started = make([]time.Duration, n)
+	s.delays = make([]time.Duration, n)
+	s.hedges = 0
+	s.factor = factor
+	s.epoch = now
+	s.run(warmup, warmup+n, 20, now)
+	return simRun{ttft: s.ttft, extra: float64(s.hedges) / float64(n), changes: s.h.state.router.changes, sim: s}
+}
+
+// idealHedge is the ideal hedge at the true p95 on the measured draws of
+// run: TTFT min(A, d+B), and the share of requests it hedges.
+func idealHedge(run simRun) ([]time.Duration, float64) {
+	d := simTrueP95()
+	s := run.sim
+	var out []time.Duration
+	hedged := 0
+	for i := s.measure; i < s.measure+len(run.ttft); i++ {
+		a, b := s.draws[0][i], s.draws[1][i]
+		t := a
+		if a > d {
+			hedged++
+			if d+b < a {
+				t = d + b
+			}
+		}
+		out = append(out, t)
+	}
+	return out, float64(hedged) / float64(len(out))
+}
+
+// simP99 is the nearest-rank p99 of ds.
+func simP99(ds []time.Duration) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[int(math.Ceil(0.99*float64(len(s))))-1]
+}
+
+// TestRouteSimCompare logs, per seed, the calm p99 of ordered and fastest
+// against the ideal hedge on the same draws, and fastest's shifting p99
+// against its calm run (LLMHEDGE_ROUTESIM=1; a few seconds).
+func TestRouteSimCompare(t *testing.T) {
+	if os.Getenv("LLMHEDGE_ROUTESIM") != "1" {
+		t.Skip("LLMHEDGE_ROUTESIM=1 runs the comparison")
+	}
+	var sumOrd, sumFast, sumShift float64
+	seeds := 12
+	for seed := int64(1); seed <= int64(seeds); seed++ {
+		ord := simulate(PrimaryOrdered, seed, 200, 4000, 0)
+		fast := simulate(PrimaryFastest, seed, 200, 4000, 0)
+		shift := simulate(PrimaryFastest, seed, 200, 4000, 8)
+		ideal, idealExtra := idealHedge(fast)
+		ip := float64(simP99(ideal))
+		ro, rf := float64(simP99(ord.ttft))/ip, float64(simP99(fast.ttft))/ip
+		rs := float64(simP99(shift.ttft)) / float64(simP99(fast.ttft))
+		sumOrd += ro
+		sumFast += rf
+		sumShift += rs
+		t.Logf("seed %2d: ideal p99 %v extra %.2f%% | ordered %.3fx extra %.2f%% | fastest %.3fx extra %.2f%% changes %d | shifting %.3fx its calm, extra %.2f%% changes %d",
+			seed, time.Duration(ip).Round(10*time.Microsecond), 100*idealExtra, ro, 100*ord.extra, rf, 100*fast.extra, fast.changes, rs, 100*shift.extra, shift.changes)
+	}
+	n := float64(seeds)
+	t.Logf("mean: ordered %.3fx ideal, fastest %.3fx ideal, fastest shifting %.3fx its calm", sumOrd/n, sumFast/n, sumShift/n)
+}
