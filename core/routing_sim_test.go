@@ -11,8 +11,8 @@ import (
 
 // raceSim runs a route's policy on virtual time with the engine's own
 // functions: planRoute, the hedge delay (hedgeDelay, exploreDelay), the
-// hedge budget, routeWaiting when the hedge timer fires, learnFromWinner
-// and learnRoute when a race is over. Only the attempts are modelled: each
+// hedge budget, routeWaiting when the hedge timer fires, learnRoute at the
+// commit and learnFromWinner when the race is over. Only the attempts are modelled: each
 // answers its first token after a TTFT drawn for its request and upstream
 // from the reference workload at time scale 0.05 (lognormal, median 30ms,
 // sigma 0.3, 2 % stalls of 0.5–1s), A's multiplied by a regime factor
@@ -263,16 +263,22 @@ func (s *raceSim) hedgeTimer(r *simRequest, now time.Duration) {
 	s.push(firstAt, simFirst, r)
 }
 
-// firstToken commits the winner; the others lose.
+// firstToken commits the winner (commit: routing learns at once), then
+// the others lose (drain).
 func (s *raceSim) firstToken(r *simRequest, now time.Duration) {
 	rc := r.rc
-	for _, a := range rc.attempts {
-		a.result = ResultLost
-	}
 	r.winner.result = ResultWon
 	r.winner.firstAt = s.clock.now
 	rc.winner = r.winner
 	rc.commitAt = s.clock.now
+	if rc.order != nil {
+		learnRoute(rc)
+	}
+	for _, a := range rc.attempts {
+		if a != r.winner {
+			a.result = ResultLost
+		}
+	}
 	if r.i >= s.measure {
 		s.ttft[r.i-s.measure] = now - r.t0
 	}
@@ -283,9 +289,6 @@ func (s *raceSim) firstToken(r *simRequest, now time.Duration) {
 func (s *raceSim) end(r *simRequest, now time.Duration) {
 	rc := r.rc
 	learnFromWinner(rc)
-	if rc.order != nil {
-		learnRoute(rc)
-	}
 	if s.next < s.limit {
 		s.push(now, simStart, &simRequest{i: s.next})
 		s.next++
