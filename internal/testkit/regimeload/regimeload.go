@@ -311,9 +311,9 @@ func Reactions(run *Run, g llmsim.Regime, scale float64) []Reaction {
 // Bench runs the regime-shift benchmark through start: routes ordered and
 // fastest on a calm pair of upstreams and on a shifting one (A 8x slower
 // for 30s of every 80s, scaled), plus fastest with A preferred by 25 %,
-// each driven with opts.N requests, a configuration's calm and shifting
-// runs at the same time; logs every number and, with opts.Check, fails t
-// when a bound is missed.
+// each driven with opts.N requests with the same ids (RunPrefix), a
+// configuration's calm and shifting runs at the same time; logs every
+// number and, with opts.Check, fails t when a bound is missed.
 func Bench(t *testing.T, proxy string, start Start, opts Options) {
 	if opts.N == 0 {
 		opts.N = 4000
