@@ -50,13 +50,19 @@ const (
 	fleetOpPublish   = "publish"
 )
 
-// fleetRoute is one attached route (one State) of a Fleet.
+// fleetRoute is one attached route (one State) of a Fleet. It holds the
+// parts of the State the loop works on and a copy of the configuration,
+// never the *State or the *Hedger: Yaegi v0.16.1 mistypes a field whose
+// struct type leads back to the struct being defined.
 type fleetRoute struct {
-	st   *State
-	h    *Hedger // the newest hedger on st: its configuration
-	name string
-	// upstreams maps upstream names to indexes in st.health.
-	upstreams map[string]int
+	key      string // fleetRouteKey
+	name     string
+	bucket   *hedgeBucket
+	spend    *spendMeter
+	share    *routeShare
+	overload *overloadWindow
+	health   []*upstreamHealth
+	conf     *routeConf // the newest hedger's, replaced under fleetSync.mu
 	// ready is closed once the first sync ended (success or not).
 	ready chan struct{}
 
@@ -69,6 +75,25 @@ type fleetRoute struct {
 	lastActive   time.Time
 	// rate keeps (requests, hedges) at each heartbeat for the last minute.
 	rate []rateSample
+}
+
+// routeConf is what the loop reads of a route's configuration.
+type routeConf struct {
+	budget     BudgetConfig
+	spendCap   int64
+	tenantCaps bool
+	names      []string       // upstream names, by index
+	index      map[string]int // upstream indexes, by name
+}
+
+func newRouteConf(h *Hedger) *routeConf {
+	c := &routeConf{budget: h.cfg.Budget, spendCap: h.spendCap, tenantCaps: h.tenantCaps,
+		names: make([]string, len(h.cfg.Upstreams)), index: make(map[string]int, len(h.cfg.Upstreams))}
+	for i, u := range h.cfg.Upstreams {
+		c.names[i] = u.Name
+		c.index[u.Name] = i
+	}
+	return c
 }
 
 type rateSample struct {
@@ -188,9 +213,9 @@ func fleetLiveKey(prefix string) string { return prefix + "live" }
 // fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
 type fleetSync struct {
 	mu       sync.Mutex
-	routes   map[*State]*fleetRoute
-	switches map[string]Switch // the fleet switches last read, by route name ("*": all)
-	running  bool              // the loop's timer is armed or its tick runs
+	routes   map[string]*fleetRoute // by fleetRouteKey (not by *State: Yaegi)
+	switches map[string]Switch      // the fleet switches last read, by route name ("*": all)
+	running  bool                   // the loop's timer is armed or its tick runs
 	closed   bool
 	timer    Timer
 	tick     func() // the loop's one AfterFunc callback (made once: Yaegi)
@@ -212,7 +237,7 @@ type fleetSync struct {
 const maxPendingPublish int = 64
 
 func newFleetSync() *fleetSync {
-	return &fleetSync{routes: map[*State]*fleetRoute{}, switches: map[string]Switch{},
+	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]Switch{},
 		pending: map[string]map[string]int64{}}
 }
 
@@ -222,7 +247,7 @@ func newFleetSync() *fleetSync {
 func fleetDeposit(h *Hedger) {
 	b := h.state.bucket
 	b.mu.Lock()
-	if b.owner != h {
+	if b.owner != h.id {
 		b.mu.Unlock()
 		fleetAttach(h)
 		b.mu.Lock()
@@ -241,18 +266,21 @@ func fleetAttach(h *Hedger) {
 	fs := f.sync
 	st := h.state
 	fs.mu.Lock()
-	r := fs.routes[st]
+	key := fleetRouteKey(h)
+	r := fs.routes[key]
+	if r != nil && r.bucket != st.bucket {
+		r = nil // a State made again for the same route and shape replaces the old one
+	}
 	fresh := r == nil && !fs.closed
 	if fresh {
-		r = &fleetRoute{st: st, name: h.cfg.Route, ready: make(chan struct{}), lastActive: f.clock.Now()}
-		fs.routes[st] = r
+		r = newFleetRoute(key, h, f.clock.Now())
+		fs.routes[key] = r
 		// A new State of a known route (a reload that changed its shape)
 		// starts with the switches last read.
-		setFleetSwitches(st, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
+		setFleetSwitches(st.share, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
 	}
 	if r != nil {
-		r.h = h
-		r.upstreams = upstreamIndex(h)
+		r.conf = newRouteConf(h)
 	}
 	closed := fs.closed
 	fs.mu.Unlock()
@@ -260,31 +288,39 @@ func fleetAttach(h *Hedger) {
 	if r == nil {
 		// Closed: the State stays local.
 		b.mu.Lock()
-		b.owner = h
+		b.owner = h.id
 		b.mu.Unlock()
 		return
 	}
 	if fresh {
-		fleetSyncRoute(f, r)
-		close(r.ready)
+		fleetFirstSync(f, r)
 	} else {
 		<-r.ready
 	}
 	b.mu.Lock()
-	b.owner = h
+	b.owner = h.id
 	b.mu.Unlock()
 	if !closed {
 		fleetStartLoop(f)
 	}
 }
 
-func upstreamIndex(h *Hedger) map[string]int {
-	m := make(map[string]int, len(h.cfg.Upstreams))
-	for i, u := range h.cfg.Upstreams {
-		m[u.Name] = i
-	}
-	return m
+func newFleetRoute(key string, h *Hedger, now time.Time) *fleetRoute {
+	st := h.state
+	return &fleetRoute{key: key, name: h.cfg.Route, bucket: st.bucket, spend: st.spend, share: st.share,
+		overload: st.overload, health: st.health, ready: make(chan struct{}), lastActive: now}
 }
+
+// fleetFirstSync is a route's first sync; whatever happens, the requests
+// waiting for it go on.
+func fleetFirstSync(f *Fleet, r *fleetRoute) {
+	defer close(r.ready)
+	fleetSyncRoute(f, r)
+}
+
+// fleetRouteKey names an attached route: its name and its State's shape
+// (what adapters key their States by).
+func fleetRouteKey(h *Hedger) string { return h.cfg.Route + "\x00" + h.state.shape }
 
 // fleetStartLoop arms the loop's timer unless it runs.
 func fleetStartLoop(f *Fleet) {
@@ -386,17 +422,18 @@ func (f *Fleet) Close() {
 	fs.publishers.Wait()
 	// Nobody syncs the routes any more: their budgets are local again.
 	for _, r := range routes {
-		b := r.st.bucket
+		b := r.bucket
 		b.mu.Lock()
 		b.leased = false
 		if b.tokens > b.burst {
 			b.tokens = b.burst
 		}
 		b.mu.Unlock()
-		atomic.StoreInt32(&r.st.fleetLive, 0)
+		atomic.StoreInt32(&r.share.live, 0)
 	}
 	if beat {
-		fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
+		// Best effort: the heartbeat expires anyway.
+		_, _ = fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
 			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
 			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
 	}
@@ -432,7 +469,7 @@ func fleetSyncAll(f *Fleet) {
 // fleetRouteIdle (a reload replaced its State, or traffic stopped); the
 // State's next request attaches it again.
 func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
-	b := r.st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	requests := b.requests
 	b.mu.Unlock()
@@ -448,19 +485,19 @@ func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
 	}
 	fs := f.sync
 	fs.mu.Lock()
-	if fs.routes[r.st] == r {
-		delete(fs.routes, r.st)
+	if fs.routes[r.key] == r {
+		delete(fs.routes, r.key)
 	}
 	fs.mu.Unlock()
 	b.mu.Lock()
-	b.owner = nil
+	b.owner = 0
 	b.leased = false
 	b.pending = 0
 	if b.tokens > b.burst {
 		b.tokens = b.burst
 	}
 	b.mu.Unlock()
-	atomic.StoreInt32(&r.st.fleetLive, 0)
+	atomic.StoreInt32(&r.share.live, 0)
 	return true
 }
 
@@ -505,15 +542,13 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	f.sync.mu.Lock()
-	h := r.h
-	upstreams := r.upstreams
+	conf := r.conf
 	f.sync.mu.Unlock()
-	st := r.st
 	prefix := f.cfg.Prefix
 	now := f.clock.Now()
-	budget := &h.cfg.Budget
+	budget := &conf.budget
 
-	b := st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	deposits := b.pending
 	b.pending = 0
@@ -532,11 +567,11 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	}
 
 	overMS := int64(0)
-	if st.overload.tooHigh(budget.OverloadRate) {
+	if r.overload.tooHigh(budget.OverloadRate) {
 		overMS = int64(fleetOverloadHold(f) / time.Millisecond)
 	}
 
-	m := st.spend
+	m := r.spend
 	m.mu.Lock()
 	spendRollLocked(m, now)
 	spendAdd := m.unflushed
@@ -544,15 +579,15 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	hour := m.hour
 	m.mu.Unlock()
 	spendArg := spendAdd
-	if spendAdd == 0 && h.spendCap == 0 {
+	if spendAdd == 0 && conf.spendCap == 0 {
 		spendArg = -1 // nothing to add, no cap to read against
 	}
 
 	var tenants []string
 	var tenantAdds []int64
 	var minute int64
-	if h.tenantCaps {
-		tm := st.fleetTenants
+	if conf.tenantCaps {
+		tm := r.share.tenants
 		tm.mu.Lock()
 		tenantRollLocked(tm, now)
 		minute = tm.minute
@@ -598,7 +633,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 		fleetSyncFailed(f, r, spendAdd, hour, tenants, tenantAdds, minute)
 		return
 	}
-	atomic.StoreInt32(&st.fleetLive, 1)
+	atomic.StoreInt32(&r.share.live, 1)
 	grant, _ := strconv.ParseFloat(v.Array[0].Str, 64)
 	b.mu.Lock()
 	if !b.leased {
@@ -613,18 +648,18 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 
 	routeSw := decodeSwitchOrZero(v.Array[2].Str)
 	allSw := decodeSwitchOrZero(v.Array[3].Str)
-	setFleetSwitches(st, routeSw, allSw)
+	setFleetSwitches(r.share, routeSw, allSw)
 	f.sync.mu.Lock()
 	setSwitchMemo(f.sync, r.name, routeSw)
 	setSwitchMemo(f.sync, SwitchAllRoutes, allSw)
 	f.sync.mu.Unlock()
 
-	applyHealth(st, upstreams, v.Array[4].Array, now)
+	applyHealth(r, conf.index, v.Array[4].Array, now)
 
 	m.mu.Lock()
 	if m.hour == hour && v.Array[5].Kind == RedisInt && v.Array[5].Int >= 0 {
 		m.fleet = v.Array[5].Int
-		if h.spendCap > 0 && m.fleet >= h.spendCap && !m.capped {
+		if conf.spendCap > 0 && m.fleet >= conf.spendCap && !m.capped {
 			m.capped = true
 			m.reached = true
 		}
@@ -632,7 +667,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	m.mu.Unlock()
 
 	if len(tenants) > 0 {
-		tm := st.fleetTenants
+		tm := r.share.tenants
 		tm.mu.Lock()
 		if tm.minute == minute {
 			for i, t := range tenants {
@@ -643,7 +678,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 		}
 		tm.mu.Unlock()
 	}
-	fleetSetCap(f, st, h)
+	fleetSetCap(f, r.share, budget.MaxConcurrentHedges)
 }
 
 var errFleetReply = &fleetError{"llmhedge: fleet: unexpected reply"}
@@ -656,22 +691,21 @@ func (e *fleetError) Error() string { return e.msg }
 // local: its bucket takes this replica's requests again (keeping the
 // tokens it holds), tenants fall back to this replica's own cap.
 func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []string, adds []int64, minute int64) {
-	st := r.st
-	b := st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	b.leased = false
 	if b.tokens > b.burst {
 		b.tokens = b.burst
 	}
 	b.mu.Unlock()
-	atomic.StoreInt32(&st.fleetLive, 0)
-	m := st.spend
+	atomic.StoreInt32(&r.share.live, 0)
+	m := r.spend
 	m.mu.Lock()
 	if m.hour == hour {
 		m.unflushed += spendAdd
 	}
 	m.mu.Unlock()
-	tm := st.fleetTenants
+	tm := r.share.tenants
 	tm.mu.Lock()
 	if tm.minute == minute {
 		for i, t := range tenants {
@@ -712,7 +746,7 @@ func setSwitchMemo(fs *fleetSync, route string, s Switch) {
 }
 
 // applyHealth applies the fleet's health fields (name, ms left, ...).
-func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now time.Time) {
+func applyHealth(r *fleetRoute, upstreams map[string]int, fields []RedisValue, now time.Time) {
 	for i := 0; i+1 < len(fields); i += 2 {
 		name := fields[i].Str
 		ms, err := strconv.ParseInt(fields[i+1].Str, 10, 64)
@@ -721,7 +755,7 @@ func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now t
 		}
 		until := now.Add(time.Duration(ms) * time.Millisecond)
 		if name == "overload" {
-			applyFleetOverload(st.overload, until)
+			applyFleetOverload(r.overload, until)
 			continue
 		}
 		kind, upstream, ok := strings.Cut(name, ":")
@@ -729,10 +763,10 @@ func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now t
 			continue
 		}
 		idx, known := upstreams[upstream]
-		if !known || idx >= len(st.health) {
+		if !known || idx >= len(r.health) {
 			continue
 		}
-		applyFleetHealth(st.health[idx], kind == "open", until)
+		applyFleetHealth(r.health[idx], kind == "open", until)
 	}
 }
 
@@ -748,8 +782,7 @@ func fleetOverloadHold(f *Fleet) time.Duration {
 
 // fleetSetCap sets st's share of the concurrent-hedge cap: cap / live
 // replicas, at least 1 (no cap: nothing to share).
-func fleetSetCap(f *Fleet, st *State, h *Hedger) {
-	limit := h.cfg.Budget.MaxConcurrentHedges
+func fleetSetCap(f *Fleet, sh *routeShare, limit int) {
 	f.sync.mu.Lock()
 	live := f.sync.live
 	f.sync.mu.Unlock()
@@ -760,7 +793,7 @@ func fleetSetCap(f *Fleet, st *State, h *Hedger) {
 			share = 1
 		}
 	}
-	atomic.StoreInt64(&st.fleetCap, share)
+	atomic.StoreInt64(&sh.cap, share)
 }
 
 // fleetNoteFailure publishes what a failed attempt started on this
@@ -848,7 +881,9 @@ func fleetPublishPending(f *Fleet) {
 		for field, ms := range fields {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
-		fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
+		// A lost event: this replica still has it, the others' own
+		// failures will tell them (the metrics count the error).
+		_, _ = fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
 	}
 }
 
@@ -896,10 +931,9 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 // replicaRoute is r as the heartbeat reports it.
 func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
 	f.sync.mu.Lock()
-	h := r.h
+	conf := r.conf
 	f.sync.mu.Unlock()
-	st := r.st
-	b := st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	out := ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
 	b.mu.Unlock()
@@ -914,23 +948,23 @@ func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
 	if n := out.Requests - first.requests; n > 0 {
 		out.HedgeRate = float64(out.Hedges-first.hedges) / float64(n)
 	}
-	for i, u := range st.health {
-		if i >= len(h.cfg.Upstreams) {
+	for i, u := range r.health {
+		if i >= len(conf.names) {
 			break
 		}
 		cooling, open := healthState(u, now)
 		if cooling {
-			out.Cooled = append(out.Cooled, h.cfg.Upstreams[i].Name)
+			out.Cooled = append(out.Cooled, conf.names[i])
 		}
 		if open {
-			out.Open = append(out.Open, h.cfg.Upstreams[i].Name)
+			out.Open = append(out.Open, conf.names[i])
 		}
 	}
-	out.Switch = switchInForce(h).String()
-	spent, capped := spendSnapshot(st.spend, now)
+	out.Switch = mergedSwitch(r.share, r.name).String()
+	spent, capped := spendSnapshot(r.spend, now)
 	out.SpendTokens = spent
 	out.SpendCapped = capped
-	if price := h.cfg.Budget.PromptUSDPerMillion; price > 0 {
+	if price := conf.budget.PromptUSDPerMillion; price > 0 {
 		out.SpendUSD = float64(spent) * price / 1e6
 	}
 	return out

@@ -349,7 +349,7 @@ func payForHedge(rc *race, now time.Time) string {
 // fleet this replica's share of it (fleetsync.go).
 func hedgeCap(h *Hedger) int {
 	if h.fleet != nil {
-		if share := atomic.LoadInt64(&h.state.fleetCap); share > 0 {
+		if share := atomic.LoadInt64(&h.state.share.cap); share > 0 {
 			return int(share)
 		}
 	}
@@ -498,9 +498,6 @@ func finishReport(rc *race) {
 	if rc.winner != nil {
 		learnFromWinner(rc)
 		noteValidation(rc)
-	}
-	if rc.order != nil && !rc.passthrough {
-		learnRoute(rc)
 	}
 	if rc.h.opts.Observer != nil {
 		reportAttempts(rc)
@@ -697,6 +694,9 @@ func commit(rc *race, a *attempt) {
 	if !rc.passthrough {
 		recordSuccess(h.state.health[a.upstream], a.probe)
 		recordStatus(h.state.overload, a.status)
+		if rc.order != nil {
+			learnRoute(rc) // at the commit, not after the stream: see learnRoute
+		}
 	}
 	rc.rep.Outcome = OutcomeOK
 	rc.rep.Status = a.status
