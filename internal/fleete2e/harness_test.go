@@ -31,13 +31,22 @@ const startupTimeout = 180 * time.Second
 
 // waitHTTP polls url (an external process: polling with a deadline is how
 // to know it serves) until it answers 200, or exited closes.
-func waitHTTP(t testing.TB, url string, exited <-chan struct{}, output func() string) {
+func waitHTTP(t testing.TB, url string, p *process) {
+	t.Helper()
+	if err := waitServing(t, url, p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitServing is waitHTTP, but a process that exits is an error.
+func waitServing(t testing.TB, url string, p *process) error {
 	t.Helper()
 	deadline := time.Now().Add(startupTimeout)
+	output := p.out.String
 	for {
 		select {
-		case <-exited:
-			t.Fatalf("process exited while waiting for %s:\n%s", url, proc.Tail(output(), 6000))
+		case <-p.exited:
+			return fmt.Errorf("%s exited (%v) while waiting for %s:\n%s", filepath.Base(p.cmd.Path), p.cmd.ProcessState, url, proc.Tail(output(), 6000))
 		default:
 		}
 		req, _ := http.NewRequest(http.MethodGet, url, nil)
@@ -47,7 +56,7 @@ func waitHTTP(t testing.TB, url string, exited <-chan struct{}, output func() st
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
@@ -176,7 +185,7 @@ func launchCaddy(t testing.TB, name string, routes []fleetsuite.RouteSpec, redis
 }
 
 func (c *caddyReplica) waitReady() {
-	waitHTTP(c.t, c.admin+"/config/", c.p.exited, c.p.out.String)
+	waitHTTP(c.t, c.admin+"/config/", c.p)
 	for _, r := range c.routes {
 		waitPort(c.t, c.ports[r.Name], c.p)
 	}
@@ -421,9 +430,12 @@ global:
 	return tr
 }
 
-func (tr *traefikReplica) waitReady() {
-	waitHTTP(tr.t, tr.ping, tr.p.exited, tr.p.out.String)
-	waitHTTP(tr.t, tr.url+"/_ready/0", tr.p.exited, tr.p.out.String)
+// waitReady waits until tr serves; an error means it exited first.
+func (tr *traefikReplica) waitReady() error {
+	if err := waitServing(tr.t, tr.ping, tr.p); err != nil {
+		return err
+	}
+	return waitServing(tr.t, tr.url+"/_ready/0", tr.p)
 }
 
 func (tr *traefikReplica) replica() fleetsuite.Replica {
@@ -492,8 +504,17 @@ func startFleet(t *testing.T, s *fleetsuite.Acceptance) []fleetsuite.Replica {
 		c.waitReady()
 		out = append(out, c.replica())
 	}
-	for _, tr := range traefiks {
-		tr.waitReady()
+	for i, tr := range traefiks {
+		if err := tr.waitReady(); err != nil {
+			// Seen once on the shared machine: Traefik gone at start
+			// without a word. A fresh start (new ports) settles it.
+			t.Logf("%s did not start, starting it again: %v", tr.name, err)
+			tr = launchTraefik(t, tr.name, routes, url)
+			traefiks[i] = tr
+			if err := tr.waitReady(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		out = append(out, tr.replica())
 	}
 	return out
