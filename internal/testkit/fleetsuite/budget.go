@@ -26,10 +26,10 @@ const BudgetLeaseBound = 64
 func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency int) {
 	replicas := len(s.Replicas)
 	type side struct {
-		route                string
-		requests, hedges     int
-		metricHedges, primes float64
-		perReplica           string
+		route            string
+		requests, hedges int
+		metricHedges     float64
+		perReplica       string
 	}
 	measure := func(route string) side {
 		a, b := s.upstream(route, "A"), s.upstream(route, "B")
