@@ -305,12 +305,16 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
 		if r.Header.Get("X-Slow") != "" {
-			return stall(w, r)
+			select { // past the delay: the hedge wins
+			case <-r.Context().Done():
+			case <-time.After(time.Second):
+			}
+			return true
 		}
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(20 * time.Millisecond)} // the others answer first
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(100 * time.Millisecond)} // the others answer first
 	cfg.Budget = core.BudgetConfig{Ratio: 0.1, Burst: 10}
 	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
 	members := make([]*member, replicas)
