@@ -22,10 +22,10 @@ type hedgeBucket struct {
 	burst  float64
 
 	// The fleet's side, guarded by mu too (one lock per request).
-	leased  bool    // tokens are leased from the fleet's bucket
-	pending int64   // requests not yet reported to the fleet
-	asked   int64   // hedges that asked for a token since the last sync
-	owner   *Hedger // the hedger that attached this state to its fleet
+	leased  bool  // tokens are leased from the fleet's bucket
+	pending int64 // requests not yet reported to the fleet
+	asked   int64 // hedges that asked for a token since the last sync
+	owner   int64 // the id of the hedger that attached this state to its fleet (0: none)
 	// requests and hedges count what this replica saw while in a fleet
 	// (the heartbeat's figures).
 	requests int64

@@ -14,6 +14,20 @@ import (
 // request nothing beyond an atomic load unless a switch is set or a hedge
 // is about to start. The Fleet's sync loop (fleetsync.go) fills it.
 
+// routeShare is the fleet's view of a route that outlives a configuration:
+// the kill switches last read, this replica's share of the concurrent-hedge
+// cap, whether the last sync succeeded, the fleet's tenant counters.
+type routeShare struct {
+	switches switchState
+	cap      int64 // atomic: this replica's share of max_concurrent_hedges, 0: the configured cap
+	live     int32 // atomic: 1 while the last sync with the fleet succeeded
+	tenants  *fleetTenantMeter
+}
+
+func newRouteShare() *routeShare {
+	return &routeShare{tenants: &fleetTenantMeter{unflushed: map[string]int64{}, totals: map[string]int64{}}}
+}
+
 // switchState holds the fleet switches last read for a route: they stay in
 // force while Redis is away, and across reloads with the State.
 type switchState struct {
@@ -23,9 +37,9 @@ type switchState struct {
 	set   int32  // atomic: 1 when route or all changes anything
 }
 
-// setFleetSwitches stores the fleet's switches for st's route.
-func setFleetSwitches(st *State, route, all Switch) {
-	s := &st.switches
+// setFleetSwitches stores the fleet's switches of a route.
+func setFleetSwitches(sh *routeShare, route, all Switch) {
+	s := &sh.switches
 	s.mu.Lock()
 	s.route = route
 	s.all = all
@@ -41,20 +55,21 @@ func setFleetSwitches(st *State, route, all Switch) {
 // (route, all) merged with the fleet's (route, all). The common case, no
 // switch anywhere, is two atomic loads.
 func switchInForce(h *Hedger) Switch {
-	if atomic.LoadInt64(&processSwitchCount) == 0 && atomic.LoadInt32(&h.state.switches.set) == 0 {
+	if atomic.LoadInt64(&processSwitchCount) == 0 && atomic.LoadInt32(&h.state.share.switches.set) == 0 {
 		return Switch{}
 	}
-	return mergedSwitch(h)
+	return mergedSwitch(h.state.share, h.cfg.Route)
 }
 
-func mergedSwitch(h *Hedger) Switch {
-	s := &h.state.switches
+// mergedSwitch is the switch in force for route given its fleet switches.
+func mergedSwitch(sh *routeShare, route string) Switch {
+	s := &sh.switches
 	s.mu.Lock()
-	route := s.route
+	fleetRoute := s.route
 	all := s.all
 	s.mu.Unlock()
-	own := ProcessSwitch(h.cfg.Route)
-	return MergeSwitches(own, route, all)
+	own := ProcessSwitch(route)
+	return MergeSwitches(own, fleetRoute, all)
 }
 
 // SwitchInForce returns the kill switch in force for the route now (see
@@ -63,10 +78,10 @@ func (h *Hedger) SwitchInForce() Switch { return switchInForce(h) }
 
 // hedgeDelayOverride returns the switch's delay override, 0 for none.
 func hedgeDelayOverride(h *Hedger) time.Duration {
-	if atomic.LoadInt64(&processSwitchCount) == 0 && atomic.LoadInt32(&h.state.switches.set) == 0 {
+	if atomic.LoadInt64(&processSwitchCount) == 0 && atomic.LoadInt32(&h.state.share.switches.set) == 0 {
 		return 0
 	}
-	return mergedSwitch(h).Delay
+	return mergedSwitch(h.state.share, h.cfg.Route).Delay
 }
 
 // spendMeter counts a route's estimated extra prompt tokens in the current
@@ -227,9 +242,9 @@ func chargeHedge(rc *race, now time.Time) string {
 			refund(st.bucket)
 			return DenyTenant
 		}
-		if h.fleet != nil && atomic.LoadInt32(&st.fleetLive) == 1 {
+		if h.fleet != nil && atomic.LoadInt32(&st.share.live) == 1 {
 			fleetTenant = tenantHash(tenant)
-			if !fleetTenantTake(st.fleetTenants, fleetTenant, tokens, h.cfg.Budget.TenantTokensPerMinute, now) {
+			if !fleetTenantTake(st.share.tenants, fleetTenant, tokens, h.cfg.Budget.TenantTokensPerMinute, now) {
 				st.tenants.giveBack(tenant, tokens)
 				refund(st.bucket)
 				return DenyTenant
@@ -244,7 +259,7 @@ func chargeHedge(rc *race, now time.Time) string {
 		logSpendCapReached(h)
 	}
 	if fleetTenant != "" {
-		fleetTenantGiveBack(st.fleetTenants, fleetTenant, tokens)
+		fleetTenantGiveBack(st.share.tenants, fleetTenant, tokens)
 	}
 	if tenant != "" {
 		st.tenants.giveBack(tenant, tokens)

@@ -50,13 +50,19 @@ const (
 	fleetOpPublish   = "publish"
 )
 
-// fleetRoute is one attached route (one State) of a Fleet.
+// fleetRoute is one attached route (one State) of a Fleet. It holds the
+// parts of the State the loop works on and a copy of the configuration,
+// never the *State or the *Hedger: Yaegi v0.16.1 mistypes a field whose
+// struct type leads back to the struct being defined.
 type fleetRoute struct {
-	st   *State
-	h    *Hedger // the newest hedger on st: its configuration
-	name string
-	// upstreams maps upstream names to indexes in st.health.
-	upstreams map[string]int
+	key      string // fleetRouteKey
+	name     string
+	bucket   *hedgeBucket
+	spend    *spendMeter
+	share    *routeShare
+	overload *overloadWindow
+	health   []*upstreamHealth
+	conf     *routeConf // the newest hedger's, replaced under fleetSync.mu
 	// ready is closed once the first sync ended (success or not).
 	ready chan struct{}
 
@@ -64,10 +70,30 @@ type fleetRoute struct {
 	syncMu       sync.Mutex
 	demand       float64 // hedges asking for a token per sync, smoothed
 	scarce       bool    // the last lease got less than it asked for
+	synced       bool    // a sync ran (the first asks for more)
 	lastRequests int64
 	lastActive   time.Time
 	// rate keeps (requests, hedges) at each heartbeat for the last minute.
 	rate []rateSample
+}
+
+// routeConf is what the loop reads of a route's configuration.
+type routeConf struct {
+	budget     BudgetConfig
+	spendCap   int64
+	tenantCaps bool
+	names      []string       // upstream names, by index
+	index      map[string]int // upstream indexes, by name
+}
+
+func newRouteConf(h *Hedger) *routeConf {
+	c := &routeConf{budget: h.cfg.Budget, spendCap: h.spendCap, tenantCaps: h.tenantCaps,
+		names: make([]string, len(h.cfg.Upstreams)), index: make(map[string]int, len(h.cfg.Upstreams))}
+	for i, u := range h.cfg.Upstreams {
+		c.names[i] = u.Name
+		c.index[u.Name] = i
+	}
+	return c
 }
 
 type rateSample struct {
@@ -77,8 +103,9 @@ type rateSample struct {
 // syncScript settles one route. KEYS: budget, switch of the route, switch
 // of every route, health, spend, then one per tenant flushed. ARGV: ratio
 // (negative: no budget), burst, requests reported, tokens wanted, budget
-// ms, overload ms (0: not overloaded), spend tokens to add (-1: don't
-// read), spend ms, tenant ms, then one count per tenant key. Health is a
+// ms, overload ms (0: not overloaded), spend tokens to add (0 with a cap:
+// read the total; -1: neither), spend ms, tenant ms, then one count per
+// tenant key. Health is a
 // hash of "cool:<upstream>", "open:<upstream>" and "overload", each
 // holding the Redis time (ms) it ends at: one clock for every replica.
 // Returns {grant, level, route switch, all switch, {field, ms left, ...},
@@ -101,16 +128,24 @@ if ratio >= 0 then
   level = t
 end
 local sw = redis.call('MGET', KEYS[2], KEYS[3])
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local now = 0
+local function clock()
+  if now == 0 then
+    local tm = redis.call('TIME')
+    now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+  end
+  return now
+end
 local over = tonumber(ARGV[6])
 if over > 0 then
+  clock()
   local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
   if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
   if redis.call('PTTL', KEYS[4]) < over then redis.call('PEXPIRE', KEYS[4], over) end
 end
 local h = redis.call('HGETALL', KEYS[4])
 local health = {}
+if #h > 0 then clock() end
 for i = 1, #h, 2 do
   local left = tonumber(h[i + 1]) - now
   if left > 0 then
@@ -149,16 +184,19 @@ if redis.call('PTTL', KEYS[1]) < longest then redis.call('PEXPIRE', KEYS[1], lon
 return 1
 `)
 
-// heartbeatScript writes a replica's heartbeat and counts the live ones.
-// KEYS: replica, live set; ARGV: status JSON, ttl ms, replica id.
+// heartbeatScript writes a replica's heartbeat and counts the live ones
+// (heartbeats within the TTL). KEYS: replica, live set; ARGV: status JSON,
+// ttl ms, replica id, "1" to drop the members gone (every tenth beat: the
+// set's size is bounded by the replicas seen in ten intervals).
 var heartbeatScript = newFleetScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local since = now - tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], now, ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - tonumber(ARGV[2]))
+if ARGV[4] == '1' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', since) end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return redis.call('ZCARD', KEYS[2])
+return redis.call('ZCOUNT', KEYS[2], since, '+inf')
 `)
 
 // Key names of fleet part 2 (besides fleetcontrol.go's).
@@ -175,20 +213,22 @@ func fleetLiveKey(prefix string) string { return prefix + "live" }
 // fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
 type fleetSync struct {
 	mu       sync.Mutex
-	routes   map[*State]*fleetRoute
-	switches map[string]Switch // the fleet switches last read, by route name ("*": all)
-	running  bool              // the loop's timer is armed or its tick runs
+	routes   map[string]*fleetRoute // by fleetRouteKey (not by *State: Yaegi)
+	switches map[string]Switch      // the fleet switches last read, by route name ("*": all)
+	running  bool                   // the loop's timer is armed or its tick runs
 	closed   bool
 	timer    Timer
 	tick     func() // the loop's one AfterFunc callback (made once: Yaegi)
 	ticks    sync.WaitGroup
 	lastBeat time.Time
-	live     int // replicas counted at the last heartbeat (0: unknown)
+	beats    int64 // heartbeats sent
+	live     int   // replicas counted at the last heartbeat (0: unknown)
 	started  time.Time
 	// pending health events to publish, by health key, field -> ms.
 	pending    map[string]map[string]int64
 	publishing bool
 	publishers sync.WaitGroup
+	idle       chan struct{} // closed when the running publisher ends
 	// onSync, when set (tests), is called after each tick's sync.
 	onSync func()
 }
@@ -197,7 +237,7 @@ type fleetSync struct {
 const maxPendingPublish int = 64
 
 func newFleetSync() *fleetSync {
-	return &fleetSync{routes: map[*State]*fleetRoute{}, switches: map[string]Switch{},
+	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]Switch{},
 		pending: map[string]map[string]int64{}}
 }
 
@@ -207,7 +247,7 @@ func newFleetSync() *fleetSync {
 func fleetDeposit(h *Hedger) {
 	b := h.state.bucket
 	b.mu.Lock()
-	if b.owner != h {
+	if b.owner != h.id {
 		b.mu.Unlock()
 		fleetAttach(h)
 		b.mu.Lock()
@@ -226,18 +266,21 @@ func fleetAttach(h *Hedger) {
 	fs := f.sync
 	st := h.state
 	fs.mu.Lock()
-	r := fs.routes[st]
+	key := fleetRouteKey(h)
+	r := fs.routes[key]
+	if r != nil && r.bucket != st.bucket {
+		r = nil // a State made again for the same route and shape replaces the old one
+	}
 	fresh := r == nil && !fs.closed
 	if fresh {
-		r = &fleetRoute{st: st, name: h.cfg.Route, ready: make(chan struct{}), lastActive: f.clock.Now()}
-		fs.routes[st] = r
+		r = newFleetRoute(key, h, f.clock.Now())
+		fs.routes[key] = r
 		// A new State of a known route (a reload that changed its shape)
 		// starts with the switches last read.
-		setFleetSwitches(st, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
+		setFleetSwitches(st.share, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
 	}
 	if r != nil {
-		r.h = h
-		r.upstreams = upstreamIndex(h)
+		r.conf = newRouteConf(h)
 	}
 	closed := fs.closed
 	fs.mu.Unlock()
@@ -245,33 +288,39 @@ func fleetAttach(h *Hedger) {
 	if r == nil {
 		// Closed: the State stays local.
 		b.mu.Lock()
-		b.owner = h
+		b.owner = h.id
 		b.mu.Unlock()
 		return
 	}
 	if fresh {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetSyncRoute(f, ctx, r)
-		cancel()
-		close(r.ready)
+		fleetFirstSync(f, r)
 	} else {
 		<-r.ready
 	}
 	b.mu.Lock()
-	b.owner = h
+	b.owner = h.id
 	b.mu.Unlock()
 	if !closed {
 		fleetStartLoop(f)
 	}
 }
 
-func upstreamIndex(h *Hedger) map[string]int {
-	m := make(map[string]int, len(h.cfg.Upstreams))
-	for i, u := range h.cfg.Upstreams {
-		m[u.Name] = i
-	}
-	return m
+func newFleetRoute(key string, h *Hedger, now time.Time) *fleetRoute {
+	st := h.state
+	return &fleetRoute{key: key, name: h.cfg.Route, bucket: st.bucket, spend: st.spend, share: st.share,
+		overload: st.overload, health: st.health, ready: make(chan struct{}), lastActive: now}
 }
+
+// fleetFirstSync is a route's first sync; whatever happens, the requests
+// waiting for it go on.
+func fleetFirstSync(f *Fleet, r *fleetRoute) {
+	defer close(r.ready)
+	fleetSyncRoute(f, r)
+}
+
+// fleetRouteKey names an attached route: its name and its State's shape
+// (what adapters key their States by).
+func fleetRouteKey(h *Hedger) string { return h.cfg.Route + "\x00" + h.state.shape }
 
 // fleetStartLoop arms the loop's timer unless it runs.
 func fleetStartLoop(f *Fleet) {
@@ -285,8 +334,15 @@ func fleetStartLoop(f *Fleet) {
 	if fs.tick == nil {
 		fs.tick = func() { fleetTick(f) }
 	}
-	fs.timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), fs.tick)
+	fs.timer = fleetArm(f)
 	fs.mu.Unlock()
+}
+
+// fleetArm arms the loop's next tick. Through a typed local: see
+// SystemClock.AfterFunc.
+func fleetArm(f *Fleet) Timer {
+	var t Timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), f.sync.tick)
+	return t
 }
 
 // fleetTick is one round of the loop: sync, then arm the next.
@@ -306,7 +362,7 @@ func fleetTick(f *Fleet) {
 	if fs.closed {
 		fs.running = false
 	} else {
-		fs.timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), fs.tick)
+		fs.timer = fleetArm(f)
 	}
 	fs.mu.Unlock()
 	fs.ticks.Done()
@@ -315,14 +371,20 @@ func fleetTick(f *Fleet) {
 	}
 }
 
-// SyncNow runs one round of the sync loop at once (publishing pending
-// health events first) and returns when it is done: for tests, and for
-// operators that want a replica to see the fleet now.
+// SyncNow runs one round of the sync loop at once, as a tick of the
+// loop would (the heartbeat too when FleetHeartbeatInterval has passed on
+// the Fleet's clock), after the health events this replica has seen are
+// published. It returns when the round is done. For tests that drive the
+// loop themselves (on a Clock whose timers they control).
 func (f *Fleet) SyncNow() {
+	fs := f.sync
+	fs.mu.Lock()
+	idle := fs.idle
+	fs.mu.Unlock()
+	if idle != nil {
+		<-idle // the publisher running now is done
+	}
 	fleetPublishPending(f)
-	f.sync.mu.Lock()
-	f.sync.lastBeat = time.Time{} // a heartbeat too
-	f.sync.mu.Unlock()
 	fleetSyncAll(f)
 }
 
@@ -360,21 +422,19 @@ func (f *Fleet) Close() {
 	fs.publishers.Wait()
 	// Nobody syncs the routes any more: their budgets are local again.
 	for _, r := range routes {
-		b := r.st.bucket
+		b := r.bucket
 		b.mu.Lock()
 		b.leased = false
 		if b.tokens > b.burst {
 			b.tokens = b.burst
 		}
 		b.mu.Unlock()
-		atomic.StoreInt32(&r.st.fleetLive, 0)
+		atomic.StoreInt32(&r.share.live, 0)
 	}
 	if beat {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetPipeline(f, ctx, fleetOpHeartbeat, [][]string{
+		fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
 			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
 			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
-		cancel()
 	}
 }
 
@@ -397,9 +457,7 @@ func fleetSyncAll(f *Fleet) {
 		if fleetDetachIdle(f, r, now) {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetSyncRoute(f, ctx, r)
-		cancel()
+		fleetSyncRoute(f, r)
 	}
 	if beat {
 		fleetHeartbeat(f, routes, now)
@@ -410,7 +468,7 @@ func fleetSyncAll(f *Fleet) {
 // fleetRouteIdle (a reload replaced its State, or traffic stopped); the
 // State's next request attaches it again.
 func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
-	b := r.st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	requests := b.requests
 	b.mu.Unlock()
@@ -426,32 +484,41 @@ func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
 	}
 	fs := f.sync
 	fs.mu.Lock()
-	if fs.routes[r.st] == r {
-		delete(fs.routes, r.st)
+	if fs.routes[r.key] == r {
+		delete(fs.routes, r.key)
 	}
 	fs.mu.Unlock()
 	b.mu.Lock()
-	b.owner = nil
+	b.owner = 0
 	b.leased = false
 	b.pending = 0
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
 	b.mu.Unlock()
-	atomic.StoreInt32(&r.st.fleetLive, 0)
+	atomic.StoreInt32(&r.share.live, 0)
 	return true
 }
 
 // leaseWant is how many tokens a sync asks for: enough to hold twice the
-// smoothed demand per sync (at least one token, at most fleetMaxLease),
-// less what the replica holds; after a short lease (the bucket runs dry)
-// the target is about the replica's own share, ratio × its requests, so
-// that replicas share a scarce bucket rather than race for it.
-func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio float64) float64 {
+// smoothed demand per sync or what the replica's own requests earned
+// since the last sync (ratio × requests), whichever is more, at least one
+// token and at most fleetMaxLease, less what it holds. After a short lease
+// (the bucket runs dry) the target is about its own share, so that
+// replicas share a scarce bucket rather than race for it. A route's first
+// sync asks for half the burst, as a replica's own bucket would start full.
+func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst float64, first bool) float64 {
 	r.demand = 0.5*r.demand + 0.5*float64(asked)
 	target := math.Ceil(2 * r.demand)
-	if r.scarce {
-		share := math.Ceil(ratio*float64(deposits)) + 1
-		if share < target {
-			target = share
-		}
+	share := math.Ceil(ratio * float64(deposits))
+	if share > target {
+		target = share
+	}
+	if r.scarce && share+1 < target {
+		target = share + 1
+	}
+	if first && target < math.Ceil(burst/2) {
+		target = math.Ceil(burst / 2)
 	}
 	if target < 1 {
 		target = 1
@@ -470,19 +537,17 @@ func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio float64
 }
 
 // fleetSyncRoute settles one route with the fleet (see syncScript).
-func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
+func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	f.sync.mu.Lock()
-	h := r.h
-	upstreams := r.upstreams
+	conf := r.conf
 	f.sync.mu.Unlock()
-	st := r.st
 	prefix := f.cfg.Prefix
 	now := f.clock.Now()
-	budget := &h.cfg.Budget
+	budget := &conf.budget
 
-	b := st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	deposits := b.pending
 	b.pending = 0
@@ -497,27 +562,31 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 	b.mu.Unlock()
 	want := 0.0
 	if ratio >= 0 {
-		want = leaseWant(r, held, asked, deposits, ratio)
+		want = leaseWant(r, held, asked, deposits, ratio, burst, !r.synced)
 	}
 
 	overMS := int64(0)
-	if st.overload.tooHigh(budget.OverloadRate) {
+	if r.overload.tooHigh(budget.OverloadRate) {
 		overMS = int64(fleetOverloadHold(f) / time.Millisecond)
 	}
 
-	m := st.spend
+	m := r.spend
 	m.mu.Lock()
 	spendRollLocked(m, now)
 	spendAdd := m.unflushed
 	m.unflushed = 0
 	hour := m.hour
 	m.mu.Unlock()
+	spendArg := spendAdd
+	if spendAdd == 0 && conf.spendCap == 0 {
+		spendArg = -1 // nothing to add, no cap to read against
+	}
 
 	var tenants []string
 	var tenantAdds []int64
 	var minute int64
-	if h.tenantCaps {
-		tm := st.fleetTenants
+	if conf.tenantCaps {
+		tm := r.share.tenants
 		tm.mu.Lock()
 		tenantRollLocked(tm, now)
 		minute = tm.minute
@@ -531,6 +600,18 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 		for _, t := range tenants {
 			delete(tm.unflushed, t)
 		}
+		// The others' charges to the tenants this replica knows this
+		// minute: read with an increment of 0 (map order rotates them
+		// when there are more than fit).
+		for t := range tm.totals {
+			if len(tenants) >= maxTenantsPerSync {
+				break
+			}
+			if _, flushing := tm.unflushed[t]; !flushing && !containsString(tenants, t) {
+				tenants = append(tenants, t)
+				tenantAdds = append(tenantAdds, 0)
+			}
+		}
 		tm.mu.Unlock()
 	}
 
@@ -538,12 +619,12 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 		fleetHealthKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
 	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
 		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
-		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendAdd, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
+		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendArg, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
 	for i, t := range tenants {
 		keys = append(keys, fleetTenantKey(prefix, r.name, minute, t))
 		args = append(args, strconv.FormatInt(tenantAdds[i], 10))
 	}
-	v, err := fleetEval(f, ctx, fleetOpSync, syncScript, keys, args...)
+	v, err := fleetEval(f, context.Background(), fleetOpSync, syncScript, keys, args...)
 	if err == nil && (v.Kind != RedisArray || len(v.Array) != 7) {
 		err = errFleetReply
 	}
@@ -551,7 +632,7 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 		fleetSyncFailed(f, r, spendAdd, hour, tenants, tenantAdds, minute)
 		return
 	}
-	atomic.StoreInt32(&st.fleetLive, 1)
+	atomic.StoreInt32(&r.share.live, 1)
 	grant, _ := strconv.ParseFloat(v.Array[0].Str, 64)
 	b.mu.Lock()
 	if !b.leased {
@@ -562,21 +643,22 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 	b.tokens += grant
 	b.mu.Unlock()
 	r.scarce = ratio >= 0 && grant < want
+	r.synced = true
 
 	routeSw := decodeSwitchOrZero(v.Array[2].Str)
 	allSw := decodeSwitchOrZero(v.Array[3].Str)
-	setFleetSwitches(st, routeSw, allSw)
+	setFleetSwitches(r.share, routeSw, allSw)
 	f.sync.mu.Lock()
 	setSwitchMemo(f.sync, r.name, routeSw)
 	setSwitchMemo(f.sync, SwitchAllRoutes, allSw)
 	f.sync.mu.Unlock()
 
-	applyHealth(st, upstreams, v.Array[4].Array, now)
+	applyHealth(r, conf.index, v.Array[4].Array, now)
 
 	m.mu.Lock()
 	if m.hour == hour && v.Array[5].Kind == RedisInt && v.Array[5].Int >= 0 {
 		m.fleet = v.Array[5].Int
-		if h.spendCap > 0 && m.fleet >= h.spendCap && !m.capped {
+		if conf.spendCap > 0 && m.fleet >= conf.spendCap && !m.capped {
 			m.capped = true
 			m.reached = true
 		}
@@ -584,7 +666,7 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 	m.mu.Unlock()
 
 	if len(tenants) > 0 {
-		tm := st.fleetTenants
+		tm := r.share.tenants
 		tm.mu.Lock()
 		if tm.minute == minute {
 			for i, t := range tenants {
@@ -595,7 +677,7 @@ func fleetSyncRoute(f *Fleet, ctx context.Context, r *fleetRoute) {
 		}
 		tm.mu.Unlock()
 	}
-	fleetSetCap(f, st, h)
+	fleetSetCap(f, r.share, budget.MaxConcurrentHedges)
 }
 
 var errFleetReply = &fleetError{"llmhedge: fleet: unexpected reply"}
@@ -608,22 +690,21 @@ func (e *fleetError) Error() string { return e.msg }
 // local: its bucket takes this replica's requests again (keeping the
 // tokens it holds), tenants fall back to this replica's own cap.
 func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []string, adds []int64, minute int64) {
-	st := r.st
-	b := st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	b.leased = false
 	if b.tokens > b.burst {
 		b.tokens = b.burst
 	}
 	b.mu.Unlock()
-	atomic.StoreInt32(&st.fleetLive, 0)
-	m := st.spend
+	atomic.StoreInt32(&r.share.live, 0)
+	m := r.spend
 	m.mu.Lock()
 	if m.hour == hour {
 		m.unflushed += spendAdd
 	}
 	m.mu.Unlock()
-	tm := st.fleetTenants
+	tm := r.share.tenants
 	tm.mu.Lock()
 	if tm.minute == minute {
 		for i, t := range tenants {
@@ -631,6 +712,15 @@ func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []st
 		}
 	}
 	tm.mu.Unlock()
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
 }
 
 func decodeSwitchOrZero(v string) Switch {
@@ -655,7 +745,7 @@ func setSwitchMemo(fs *fleetSync, route string, s Switch) {
 }
 
 // applyHealth applies the fleet's health fields (name, ms left, ...).
-func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now time.Time) {
+func applyHealth(r *fleetRoute, upstreams map[string]int, fields []RedisValue, now time.Time) {
 	for i := 0; i+1 < len(fields); i += 2 {
 		name := fields[i].Str
 		ms, err := strconv.ParseInt(fields[i+1].Str, 10, 64)
@@ -664,7 +754,7 @@ func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now t
 		}
 		until := now.Add(time.Duration(ms) * time.Millisecond)
 		if name == "overload" {
-			applyFleetOverload(st.overload, until)
+			applyFleetOverload(r.overload, until)
 			continue
 		}
 		kind, upstream, ok := strings.Cut(name, ":")
@@ -672,10 +762,10 @@ func applyHealth(st *State, upstreams map[string]int, fields []RedisValue, now t
 			continue
 		}
 		idx, known := upstreams[upstream]
-		if !known || idx >= len(st.health) {
+		if !known || idx >= len(r.health) {
 			continue
 		}
-		applyFleetHealth(st.health[idx], kind == "open", until)
+		applyFleetHealth(r.health[idx], kind == "open", until)
 	}
 }
 
@@ -691,8 +781,7 @@ func fleetOverloadHold(f *Fleet) time.Duration {
 
 // fleetSetCap sets st's share of the concurrent-hedge cap: cap / live
 // replicas, at least 1 (no cap: nothing to share).
-func fleetSetCap(f *Fleet, st *State, h *Hedger) {
-	limit := h.cfg.Budget.MaxConcurrentHedges
+func fleetSetCap(f *Fleet, sh *routeShare, limit int) {
 	f.sync.mu.Lock()
 	live := f.sync.live
 	f.sync.mu.Unlock()
@@ -703,7 +792,7 @@ func fleetSetCap(f *Fleet, st *State, h *Hedger) {
 			share = 1
 		}
 	}
-	atomic.StoreInt64(&st.fleetCap, share)
+	atomic.StoreInt64(&sh.cap, share)
 }
 
 // fleetNoteFailure publishes what a failed attempt started on this
@@ -753,6 +842,7 @@ func fleetPublish(f *Fleet, key, field string, d time.Duration) {
 	if start {
 		fs.publishing = true
 		fs.publishers.Add(1)
+		fs.idle = make(chan struct{})
 	}
 	fs.mu.Unlock()
 	if start {
@@ -767,6 +857,8 @@ func fleetPublisher(f *Fleet) {
 		fs.mu.Lock()
 		if len(fs.pending) == 0 {
 			fs.publishing = false
+			close(fs.idle)
+			fs.idle = nil
 			fs.mu.Unlock()
 			fs.publishers.Done()
 			return
@@ -788,9 +880,7 @@ func fleetPublishPending(f *Fleet) {
 		for field, ms := range fields {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-		fleetEval(f, ctx, fleetOpPublish, publishScript, []string{key}, args...)
-		cancel()
+		fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
 	}
 }
 
@@ -814,11 +904,16 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 	if err != nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-	v, err := fleetEval(f, ctx, fleetOpHeartbeat, heartbeatScript,
+	fs.mu.Lock()
+	fs.beats++
+	prune := "0"
+	if fs.beats%10 == 1 {
+		prune = "1"
+	}
+	fs.mu.Unlock()
+	v, err := fleetEval(f, context.Background(), fleetOpHeartbeat, heartbeatScript,
 		[]string{FleetReplicaKey(f.cfg.Prefix, f.replica), fleetLiveKey(f.cfg.Prefix)},
-		string(body), millisString(FleetHeartbeatTTL), f.replica)
-	cancel()
+		string(body), millisString(FleetHeartbeatTTL), f.replica, prune)
 	if err != nil || v.Kind != RedisInt {
 		return
 	}
@@ -833,10 +928,9 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 // replicaRoute is r as the heartbeat reports it.
 func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
 	f.sync.mu.Lock()
-	h := r.h
+	conf := r.conf
 	f.sync.mu.Unlock()
-	st := r.st
-	b := st.bucket
+	b := r.bucket
 	b.mu.Lock()
 	out := ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
 	b.mu.Unlock()
@@ -851,23 +945,23 @@ func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
 	if n := out.Requests - first.requests; n > 0 {
 		out.HedgeRate = float64(out.Hedges-first.hedges) / float64(n)
 	}
-	for i, u := range st.health {
-		if i >= len(h.cfg.Upstreams) {
+	for i, u := range r.health {
+		if i >= len(conf.names) {
 			break
 		}
 		cooling, open := healthState(u, now)
 		if cooling {
-			out.Cooled = append(out.Cooled, h.cfg.Upstreams[i].Name)
+			out.Cooled = append(out.Cooled, conf.names[i])
 		}
 		if open {
-			out.Open = append(out.Open, h.cfg.Upstreams[i].Name)
+			out.Open = append(out.Open, conf.names[i])
 		}
 	}
-	out.Switch = switchInForce(h).String()
-	spent, capped := spendSnapshot(st.spend, now)
+	out.Switch = mergedSwitch(r.share, r.name).String()
+	spent, capped := spendSnapshot(r.spend, now)
 	out.SpendTokens = spent
 	out.SpendCapped = capped
-	if price := h.cfg.Budget.PromptUSDPerMillion; price > 0 {
+	if price := conf.budget.PromptUSDPerMillion; price > 0 {
 		out.SpendUSD = float64(spent) * price / 1e6
 	}
 	return out

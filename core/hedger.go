@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,7 +76,12 @@ type Hedger struct {
 	fleet *Fleet
 	// spendCap is the route's hourly spend cap in tokens (0: none).
 	spendCap int64
+	// id tells hedgers apart (hedgeBucket.owner), from 1.
+	id int64
 }
+
+// hedgerIDs hands out Hedger ids.
+var hedgerIDs int64
 
 // New validates cfg and returns a Hedger for it.
 func New(cfg Config, opts Options) (*Hedger, error) {
@@ -136,7 +142,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
 		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg),
-		spendCap: spendCapTokens(&cfg.Budget)}, nil
+		spendCap: spendCapTokens(&cfg.Budget), id: atomic.AddInt64(&hedgerIDs, 1)}, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its

@@ -349,7 +349,7 @@ func payForHedge(rc *race, now time.Time) string {
 // fleet this replica's share of it (fleetsync.go).
 func hedgeCap(h *Hedger) int {
 	if h.fleet != nil {
-		if share := atomic.LoadInt64(&h.state.fleetCap); share > 0 {
+		if share := atomic.LoadInt64(&h.state.share.cap); share > 0 {
 			return int(share)
 		}
 	}

@@ -25,13 +25,9 @@ type State struct {
 	hedgesInFlight int64
 	// spend counts the route's estimated extra prompt tokens per hour.
 	spend *spendMeter
-	// The fleet's view, kept here so that it outlives a configuration
-	// (fleetshare.go): the kill switches last read, the share of the
-	// concurrent-hedge cap, the fleet's tenant counters.
-	switches     switchState
-	fleetCap     int64 // atomic: this replica's share of max_concurrent_hedges, 0: the configured cap
-	fleetLive    int32 // atomic: 1 while the last sync with the fleet succeeded
-	fleetTenants *fleetTenantMeter
+	// share is the fleet's view, kept here so that it outlives a
+	// configuration (fleetshare.go).
+	share *routeShare
 }
 
 // NewState returns fresh state for cfg (defaults applied), on clock.
@@ -41,14 +37,14 @@ func NewState(cfg Config, clock Clock) *State {
 		clock = SystemClock{}
 	}
 	s := &State{
-		shape:        stateShape(cfg),
-		clock:        clock,
-		bucket:       newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
-		overload:     newOverloadWindow(cfg.Budget.OverloadWindow),
-		tenants:      newTenantBudget(cfg.Budget.TenantTokensPerMinute),
-		idem:         newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
-		spend:        &spendMeter{},
-		fleetTenants: &fleetTenantMeter{unflushed: map[string]int64{}, totals: map[string]int64{}},
+		shape:    stateShape(cfg),
+		clock:    clock,
+		bucket:   newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
+		overload: newOverloadWindow(cfg.Budget.OverloadWindow),
+		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
+		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
+		spend:    &spendMeter{},
+		share:    newRouteShare(),
 	}
 	s.router = newRouter(len(cfg.Upstreams))
 	setPreferences(s.router, &cfg)
