@@ -153,6 +153,9 @@ func TestKillSwitchStopsHedgingThroughAdminAndCtl(t *testing.T) {
 	wantWinner("paused through the admin API", "A")
 	switchadmin.Call(t, endpoint, http.MethodPost, `{"route":"e2e","paused":false}`)
 	wantWinner("resumed through the admin API", "B")
+	// A heartbeat written after the resume, so that the wait below sees
+	// the fleet's pause, not the admin one.
+	waitHeartbeatSwitch(t, bin, redisSrv.URL(), "e2e", "on")
 
 	if out := ctl(t, bin, redisSrv.URL(), "pause", "-route", "e2e"); !strings.Contains(out, "on -> paused") {
 		t.Fatalf("llmhedge-ctl pause printed %q", out)

@@ -105,6 +105,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(stdout, usageText)
+		return exitOK
+	}
 	var ue usageError
 	if errors.As(err, &ue) {
 		if ue.msg != "" {
@@ -129,7 +133,7 @@ func runCommand(args []string, stdout io.Writer) error {
 	fs.BoolVar(&o.json, "json", false, "machine-readable output")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return usageError{}
+			return err
 		}
 		return usagef("%v", err)
 	}
@@ -205,7 +209,7 @@ func runCommand(args []string, stdout io.Writer) error {
 func parseCommandFlags(fs *flag.FlagSet, args []string, positional int) error {
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return usageError{}
+			return err
 		}
 		return usagef("%s: %v", fs.Name(), err)
 	}

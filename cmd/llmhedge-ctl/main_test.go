@@ -288,3 +288,12 @@ func TestAnUnreadableSwitchIsReplacedAndSaidSo(t *testing.T) {
 		t.Errorf("switch:chat = %q, want {\"paused\":true}", got)
 	}
 }
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, args := range [][]string{{"-h"}, {"-fleet", "redis://127.0.0.1:1/0", "pause", "-help"}} {
+		code, out, _ := ctl(t, args...)
+		if code != exitOK || !strings.Contains(out, "usage: llmhedge-ctl") {
+			t.Errorf("%v: exit %d, stdout %q, want 0 and the usage", args, code, out)
+		}
+	}
+}
