@@ -40,11 +40,15 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 		if failed != 0 {
 			t.Fatalf("%s: %d of %d requests failed; first: %s", route, failed, n, first)
 		}
-		// Every hedge reached B long before A's answer ended its race
-		// (hedges start at 20ms, A answers at 150ms): B's count is final.
-		got := side{route: route, requests: int(a.Served()), hedges: int(b.Served()), perReplica: s.countsLine(byReplica(b.Requests()))}
-		got.metricHedges = s.waitMetricSum(t, "llm_hedge_hedges_started_total", map[string]string{"route": route}, before+float64(got.hedges)) - before
-		return got
+		// A hedge reaches B long before A's answer ends its race (hedges
+		// start at 20ms, A answers at 150ms); on a loaded machine one may
+		// still be on its way when the race ends: B's count may lag the
+		// replicas' metrics by a moment.
+		metric := s.waitMetricSum(t, "llm_hedge_hedges_started_total", map[string]string{"route": route}, before+float64(b.Served())) - before
+		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = b.WaitFor(wait, func() bool { return float64(b.Served()) >= metric })
+		cancel()
+		return side{route: route, requests: int(a.Served()), hedges: int(b.Served()), metricHedges: metric, perReplica: s.countsLine(byReplica(b.Requests()))}
 	}
 	local := measure(RouteBudgetLocal)
 	fleet := measure(RouteBudget)
