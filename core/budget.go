@@ -25,7 +25,10 @@ type hedgeBucket struct {
 	leased  bool  // tokens are leased from the fleet's bucket
 	pending int64 // requests not yet reported to the fleet
 	asked   int64 // hedges that asked for a token since the last sync
-	owner   int64 // the id of the hedger that attached this state to its fleet (0: none)
+	// owner is the fleetAttachKey of the hedgers that attached this state
+	// to their fleet ("": none). Hedgers of one configuration share it (a
+	// Traefik middleware on several routers), so they do not take turns.
+	owner string
 	// requests and hedges count what this replica saw while in a fleet
 	// (the heartbeat's figures).
 	requests int64

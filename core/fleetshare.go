@@ -134,15 +134,6 @@ func spendTake(m *spendMeter, tokens, limit int64, now time.Time) (ok bool, reac
 	return true, false
 }
 
-// spendGiveBack returns the tokens of a hedge that did not start.
-func spendGiveBack(m *spendMeter, tokens int64) {
-	m.mu.Lock()
-	if m.unflushed >= tokens {
-		m.unflushed -= tokens
-	}
-	m.mu.Unlock()
-}
-
 // spendSnapshot returns the hour's spend (fleet-wide as last read) and
 // whether the cap is reached.
 func spendSnapshot(m *spendMeter, now time.Time) (int64, bool) {

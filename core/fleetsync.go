@@ -247,7 +247,7 @@ func newFleetSync() *fleetSync {
 func fleetDeposit(h *Hedger) {
 	b := h.state.bucket
 	b.mu.Lock()
-	if b.owner != h.id {
+	if b.owner != h.attachKey {
 		b.mu.Unlock()
 		fleetAttach(h)
 		b.mu.Lock()
@@ -288,7 +288,7 @@ func fleetAttach(h *Hedger) {
 	if r == nil {
 		// Closed: the State stays local.
 		b.mu.Lock()
-		b.owner = h.id
+		b.owner = h.attachKey
 		b.mu.Unlock()
 		return
 	}
@@ -298,7 +298,7 @@ func fleetAttach(h *Hedger) {
 		<-r.ready
 	}
 	b.mu.Lock()
-	b.owner = h.id
+	b.owner = h.attachKey
 	b.mu.Unlock()
 	if !closed {
 		fleetStartLoop(f)
@@ -316,6 +316,21 @@ func newFleetRoute(key string, h *Hedger, now time.Time) *fleetRoute {
 func fleetFirstSync(f *Fleet, r *fleetRoute) {
 	defer close(r.ready)
 	fleetSyncRoute(f, r)
+}
+
+// fleetAttachKey is what a hedger attaches with: its fleet and what the
+// loop reads of its configuration. A hedger with another key (a reload
+// that changed the budget, another fleet) attaches again.
+func fleetAttachKey(f *Fleet, cfg *Config, spendCap int64) string {
+	b := &cfg.Budget
+	key := f.replica + "|" + strconv.FormatFloat(b.Ratio, 'g', -1, 64) + "|" + strconv.FormatFloat(b.Burst, 'g', -1, 64) +
+		"|" + strconv.Itoa(b.MaxConcurrentHedges) + "|" + strconv.FormatFloat(b.OverloadRate, 'g', -1, 64) +
+		"|" + strconv.FormatInt(b.TenantTokensPerMinute, 10) + "|" + strconv.FormatInt(spendCap, 10) +
+		"|" + strconv.FormatFloat(b.PromptUSDPerMillion, 'g', -1, 64)
+	for _, u := range cfg.Upstreams {
+		key += "|" + u.Name
+	}
+	return key
 }
 
 // fleetRouteKey names an attached route: its name and its State's shape
@@ -432,7 +447,8 @@ func (f *Fleet) Close() {
 		atomic.StoreInt32(&r.share.live, 0)
 	}
 	if beat {
-		fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
+		// Best effort: the heartbeat expires anyway.
+		_, _ = fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
 			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
 			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
 	}
@@ -489,7 +505,7 @@ func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
 	}
 	fs.mu.Unlock()
 	b.mu.Lock()
-	b.owner = 0
+	b.owner = ""
 	b.leased = false
 	b.pending = 0
 	if b.tokens > b.burst {
@@ -880,7 +896,9 @@ func fleetPublishPending(f *Fleet) {
 		for field, ms := range fields {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
-		fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
+		// A lost event: this replica still has it, the others' own
+		// failures will tell them (the metrics count the error).
+		_, _ = fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
 	}
 }
 

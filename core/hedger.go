@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -76,12 +75,9 @@ type Hedger struct {
 	fleet *Fleet
 	// spendCap is the route's hourly spend cap in tokens (0: none).
 	spendCap int64
-	// id tells hedgers apart (hedgeBucket.owner), from 1.
-	id int64
+	// attachKey is fleetAttachKey (with a fleet).
+	attachKey string
 }
-
-// hedgerIDs hands out Hedger ids.
-var hedgerIDs int64
 
 // New validates cfg and returns a Hedger for it.
 func New(cfg Config, opts Options) (*Hedger, error) {
@@ -137,12 +133,16 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	for i, name := range cfg.Idempotency.ScopeHeaders {
 		scopeHeaders[i] = http.CanonicalHeaderKey(name)
 	}
-	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
+	h := &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
 		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg),
-		spendCap: spendCapTokens(&cfg.Budget), id: atomic.AddInt64(&hedgerIDs, 1)}, nil
+		spendCap: spendCapTokens(&cfg.Budget)}
+	if h.fleet != nil {
+		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
+	}
+	return h, nil
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its

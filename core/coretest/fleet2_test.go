@@ -305,12 +305,16 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
 		if r.Header.Get("X-Slow") != "" {
-			return stall(w, r)
+			select { // past the delay: the hedge wins
+			case <-r.Context().Done():
+			case <-time.After(time.Second):
+			}
+			return true
 		}
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(20 * time.Millisecond)} // the others answer first
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(100 * time.Millisecond)} // the others answer first
 	cfg.Budget = core.BudgetConfig{Ratio: 0.1, Burst: 10}
 	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
 	members := make([]*member, replicas)
@@ -834,4 +838,76 @@ func TestFleetCloseLeavesNoGoroutine(t *testing.T) {
 	client.Close()
 	tr.CloseIdleConnections()
 	goleak.VerifyNone(t, ignore)
+}
+
+// Invariant 7 for the breaker: replica 1 opens A's breaker; after the
+// syncs replica 2 sends its first attempt to B (the probe is replica 1's).
+func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(500)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	cfg.Budget = core.BudgetConfig{BreakerFailures: 1, BreakerOpen: core.Duration(time.Minute)}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "A" {
+		t.Fatalf("replica 2's first attempt went to %q, want A", got)
+	}
+	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
+		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
+	}
+	r1.fleet.SyncNow()
+	r2.fleet.SyncNow()
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "B" {
+		t.Errorf("replica 2's first attempt after replica 1 opened A's breaker went to %q, want B", got)
+	}
+	fields := redisArray(t, redis, "HKEYS", "llmhedge:health:fleet")
+	if len(fields) != 1 || fields[0] != "open:A" {
+		t.Errorf("health fields %v, want [open:A]", fields)
+	}
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:health:fleet"); ttl <= 0 || ttl > 60000 {
+		t.Errorf("health key PTTL %d, want (0, 60000]: the open time", ttl)
+	}
+}
+
+// Invariant 7 for the overload stop: replica 1 sees 503s above the
+// overload rate; after the syncs replica 2 starts no hedge (overload).
+func TestFleetOverloadReachesOtherReplicas(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	fail := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(503)
+			return true
+		}
+		return stall(w, r)
+	}
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return fail(w, r) })
+	ups.b.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if !fail(w, r) {
+			sseAnswer(w)
+		}
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Budget = core.BudgetConfig{CoolDown: core.Duration(time.Millisecond), MaxCoolDown: core.Duration(time.Millisecond),
+		OverloadWindow: 2, BreakerFailures: 100}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r2.do(t, nil)
+	if h, _ := r2.reports.snapshot(); h != 1 {
+		t.Fatalf("replica 2 before the overload: hedges %d, want 1", h)
+	}
+	r1.do(t, map[string]string{"X-Fail": "1"}) // A and B answer 503: overloaded
+	r1.fleet.SyncNow()
+	r2.fleet.SyncNow()
+	r2.do(t, nil)
+	if h, d := r2.reports.snapshot(); h != 1 || d[core.DenyOverload] != 1 {
+		t.Errorf("replica 2 after replica 1's overload: hedges %d, overload denials %d, want 1 and 1", h, d[core.DenyOverload])
+	}
 }
