@@ -66,8 +66,12 @@ type Hedger struct {
 	scopeHeaders []string
 	// validation is the route's validity checks, parsed (validate.go).
 	validation *validation
-	// earlyHeaders: cfg.EarlyHeaders is on (earlyheaders.go).
-	earlyHeaders bool
+	// earlyHeaders is cfg.EarlyHeaders, the grace time (0: off; see
+	// earlyheaders.go).
+	earlyHeaders time.Duration
+	// fastest: the route ranks its upstreams (primary fastest; see
+	// planRoute). An ordered route skips the routing code altogether.
+	fastest bool
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet *Fleet
 }
@@ -130,7 +134,15 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg)}, nil
+		scopeHeaders: scopeHeaders, earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, validation: newValidation(&cfg)}, nil
+}
+
+// earlyGrace is cfg's early-headers grace time, 0 when they are off.
+func earlyGrace(cfg *Config) time.Duration {
+	if cfg.EarlyHeaders <= 0 {
+		return 0
+	}
+	return time.Duration(cfg.EarlyHeaders)
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its

@@ -107,7 +107,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	// Attempt 0 goes out even when every upstream is unavailable.
 	var first int
 	var probe uint64
-	planRoute(rc)
+	if h.fastest {
+		planRoute(rc)
+	}
 	if rc.passthrough {
 		// Pass-through is never a breaker's probe: its answer says
 		// nothing to the breaker (commit records nothing for it), and a
@@ -137,7 +139,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.timer != nil {
 		rc.timer.Stop()
 	}
-	stopEarlyHeaders(rc)
+	if rc.early != nil {
+		stopEarlyHeaders(rc)
+	}
 	var err error
 	if rc.winner != nil {
 		err = deliver(rc, w)
@@ -486,7 +490,9 @@ func awaitAttempts(rc *race) {
 func finishReport(rc *race) {
 	if rc.winner != nil {
 		learnFromWinner(rc)
-		noteValidation(rc)
+		if rc.p.checks != 0 {
+			noteValidation(rc)
+		}
 	}
 	if rc.order != nil && !rc.passthrough {
 		learnRoute(rc)

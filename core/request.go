@@ -90,7 +90,7 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 			return nil, errInvalidJSON
 		}
 		p.stateful = responsesPath(r.URL.Path) && !h.cfg.HedgeStoredResponses // no "store": that API stores
-		if h.earlyHeaders {
+		if h.earlyHeaders > 0 {
 			p.streams = plainStreamRequested(p.body)
 		}
 		return p, nil

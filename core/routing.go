@@ -379,7 +379,8 @@ func appendRanked(r *router, order []int) []int {
 }
 
 // planRoute ranks the upstreams for a race on a fastest route (rc.order;
-// nil on an ordered route, which keeps the configured order) and marks an
+// it is not called on an ordered route, whose nil order keeps the
+// configured one: Hedger.fastest) and marks an
 // exploring race. An exploring race sends attempt 0 to the second-ranked
 // upstream and hedges to the first, at the first's delay or, sooner, once
 // the probe is clearly slower than the primary (routeHysteresis times the
@@ -387,9 +388,6 @@ func appendRanked(r *router, order []int) []int {
 // the client little more than the primary's median, and the probe's
 // censored sample is still at or above its median when it is as fast.
 func planRoute(rc *race) {
-	if rc.h.cfg.Primary != PrimaryFastest || len(rc.h.cfg.Upstreams) < 2 {
-		return
-	}
 	plan := routePlanOf(rc.h.state.router)
 	order := plan.order
 	if plan.changed {
