@@ -69,11 +69,11 @@ func WithoutEarlyHeaders(r *http.Request) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), noEarlyHeadersKey, true))
 }
 
-// sseAPIPath reports whether path is an API whose streams are SSE.
+// sseAPIPath reports whether path is an API whose streams are SSE (OpenAI
+// Chat and Completions, Responses, Anthropic Messages).
 func sseAPIPath(path string) bool {
 	path = strings.TrimRight(path, "/")
-	return strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/completions") ||
-		strings.HasSuffix(path, "/responses") || strings.HasSuffix(path, "/messages")
+	return strings.HasSuffix(path, "/completions") || strings.HasSuffix(path, "/responses") || strings.HasSuffix(path, "/messages")
 }
 
 // startEarlyHeaders arms the grace timer of a race that may send early headers.
