@@ -192,25 +192,32 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	p, perr := prepare(h, r)
 	switch {
 	case perr != nil:
-		setNoRaceReport(h, w.Header(), OutcomeRejected)
-		rejectRequest(w, rep, perr)
+		rejectRequest(h, w, rep, perr)
 	case !p.hedgeable || !p.clientKey || h.idempotencyTTL < 0:
 		err = runRace(newRace(h, p, rep, start), w)
 	default:
 		err = handleKeyed(h, w, p, rep, start)
 	}
 	if h.opts.Observer != nil {
-		if p != nil && p.clientKey {
-			// A generated key names nothing the client knows: no hash.
-			rep.KeyHash = KeyHash(p.key)
-		}
-		h.opts.Observer.Observe(rep)
+		observe(h, p, rep)
 	}
 	return err
 }
 
+// observe hands the request's report to the observer. (handle's rare
+// branches are functions of their own: under Yaegi every slot of a frame
+// is allocated on each call.)
+func observe(h *Hedger, p *preparedRequest, rep *Report) {
+	if p != nil && p.clientKey {
+		// A generated key names nothing the client knows: no hash.
+		rep.KeyHash = KeyHash(p.key)
+	}
+	h.opts.Observer.Observe(rep)
+}
+
 // rejectRequest answers a request that prepare refused.
-func rejectRequest(w http.ResponseWriter, rep *Report, err error) {
+func rejectRequest(h *Hedger, w http.ResponseWriter, rep *Report, err error) {
+	setNoRaceReport(h, w.Header(), OutcomeRejected)
 	// A type assertion, not errors.As: under Yaegi compiled errors.As
 	// cannot see that an interpreted type implements error.
 	if bad, ok := err.(*badRequest); ok {

@@ -618,7 +618,7 @@ func errorRank(a *attempt) int {
 func deliver(rc *race, w http.ResponseWriter) error {
 	a := rc.winner
 	commit(rc, a)
-	if earlySent(rc) {
+	if rc.early != nil && rc.early.sent { // earlySent, without a call's frame
 		if !lateWinner(rc, a, w) {
 			putBuffer(a.prefix)
 			a.prefix = nil
