@@ -157,6 +157,14 @@ func claimUpstream(h *Hedger, order []int, used []int, now time.Time) (int, bool
 			return first, true, probe
 		}
 	}
+	up, available, probe := pickAndAdmit(h, order, used, now)
+	return up, available, probe
+}
+
+// pickAndAdmit is claimUpstream's loop: pick, admit, pick again when
+// another request took the probe in between. (Its own function: under
+// Yaegi claimUpstream's frame would hold its slots on every request.)
+func pickAndAdmit(h *Hedger, order []int, used []int, now time.Time) (int, bool, uint64) {
 	for i := 0; i <= len(h.state.health); i++ {
 		up, available := pickUpstreamIn(h, order, used, now)
 		if !available {
