@@ -493,6 +493,18 @@ func routeWaiting(rc *race) {
 // to what it waited in the end.
 func learnRoute(rc *race) {
 	a := rc.attempts[0]
+	if a.result == ResultWon && !a.firstAt.IsZero() {
+		// The common case: attempt 0 won with its first token.
+		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
+		return
+	}
+	learnRouteRare(rc, a)
+}
+
+// learnRouteRare is learnRoute for an attempt 0 that did not win on a
+// first token. (Its own function: under Yaegi every slot of a frame is
+// allocated on each call.)
+func learnRouteRare(rc *race, a *attempt) {
 	var d time.Duration
 	censored := false
 	switch {
