@@ -629,9 +629,11 @@ func deliver(rc *race, w http.ResponseWriter) error {
 	}
 	err := deliverBody(rc, a, w)
 	// The prefix has been written, and copied into the tail: its pooled
-	// buffer can go.
-	putBuffer(a.prefix)
-	a.prefix = nil
+	// buffer can go (a streamed body's went already: no call then).
+	if a.prefix != nil {
+		putBuffer(a.prefix)
+		a.prefix = nil
+	}
 	return err
 }
 
