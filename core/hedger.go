@@ -53,6 +53,10 @@ type Hedger struct {
 	// rootBase[i]: upstream i's URL has no path, so the client's path is
 	// used as it is.
 	rootBase []bool
+	// plainBase[i]: upstream i's URL has no path, no escaped path and no
+	// query, and it edits no headers: an attempt to it takes the client's
+	// path and query as they are (attemptRequest's short way).
+	plainBase []bool
 	// tenantCaps: tenants have a hedge budget, so requests name theirs.
 	tenantCaps bool
 	// idempotencyTTL is cfg.Idempotency.TTL (read on every request).
@@ -122,8 +126,11 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		methods[m] = true
 	}
 	rootBase := make([]bool, len(bases))
+	plainBase := make([]bool, len(bases))
 	for i, base := range bases {
 		rootBase[i] = base.Path == "" || base.Path == "/"
+		u := &cfg.Upstreams[i]
+		plainBase[i] = rootBase[i] && base.RawPath == "" && base.RawQuery == "" && len(u.DeleteHeaders) == 0 && len(u.SetHeaders) == 0
 	}
 	_, systemClock := opts.Clock.(SystemClock)
 	scopeHeaders := make([]string, len(cfg.Idempotency.ScopeHeaders))
@@ -132,7 +139,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	}
 	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
-		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
+		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
 		scopeHeaders: scopeHeaders, earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, validation: newValidation(&cfg)}, nil
 }
