@@ -494,9 +494,6 @@ func finishReport(rc *race) {
 			noteValidation(rc)
 		}
 	}
-	if rc.order != nil && !rc.passthrough {
-		learnRoute(rc)
-	}
 	if rc.h.opts.Observer != nil {
 		reportAttempts(rc)
 		rc.rep.Total = clockNow(rc.h).Sub(rc.start)
@@ -694,6 +691,9 @@ func commit(rc *race, a *attempt) {
 	if !rc.passthrough {
 		recordSuccess(h.state.health[a.upstream], a.probe)
 		recordStatus(h.state.overload, a.status)
+		if rc.order != nil {
+			learnRoute(rc) // at the commit, not after the stream: see learnRoute
+		}
 	}
 	rc.rep.Outcome = OutcomeOK
 	rc.rep.Status = a.status

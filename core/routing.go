@@ -478,47 +478,33 @@ func routeWaiting(rc *race) {
 }
 
 // learnRoute feeds the race's attempt 0 (the primary, or an exploring
-// request's probe) into the routing estimates once the race is over: its
-// TTFT, or when another attempt won first, its wait until that commit as a
-// censored sample (it took at least that long). Attempt 0 waits at least
-// the hedge delay before anything censors it, so with a delay at or above
-// its median (the adaptive p95 is) every censored sample is classified
-// rightly, above the median, and the samples stay a fair draw. Hedges are
-// not counted: a hedge is cut short by whatever is left of the primary's
-// wait, often a few milliseconds, so its wins favour its fast answers and
-// its cancelled attempts say "at least 5 ms" of an upstream that takes
-// 30; kept or dropped, either side biases its upstream's median (dropping
-// the short ones ratchets it up). Failed attempts are health's business. An
-// attempt noted by routeWaiting is not counted twice: its sample is raised
-// to what it waited in the end.
+// request's probe) into the routing estimates at the commit (commit calls
+// it), not when the race is over: the winner's stream may run for seconds,
+// and a degraded primary is left after 7 beaten attempts, each noted only
+// here. Attempt 0 gives its TTFT when it won, or when another attempt won
+// first, its wait until that commit as a censored sample (it took at least
+// that long). Attempt 0 waits at least the hedge delay before anything
+// censors it, so with a delay at or above its median (the adaptive p95 is)
+// every censored sample is classified rightly, above the median, and the
+// samples stay a fair draw. Hedges are not counted: a hedge is cut short
+// by whatever is left of the primary's wait, often a few milliseconds, so
+// its wins favour its fast answers and its cancelled attempts say "at
+// least 5 ms" of an upstream that takes 30; kept or dropped, either side
+// biases its upstream's median (dropping the short ones ratchets it up).
+// Failed attempts are health's business. An attempt noted by routeWaiting
+// is not counted twice: its sample is raised to what it waited in the end.
+//
+// A losing attempt 0 is still running at the commit, or its first event is
+// queued behind the winner's: only the race loop's own fields of it are
+// read (started, result, routeSample), never what its goroutine writes.
 func learnRoute(rc *race) {
 	a := rc.attempts[0]
-	if a.result == ResultWon && !a.firstAt.IsZero() {
-		// The common case: attempt 0 won with its first token.
-		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
-		return
-	}
-	learnRouteRare(rc, a)
-}
-
-// learnRouteRare is learnRoute for an attempt 0 that did not win on a
-// first token. (Its own function: under Yaegi every slot of a frame is
-// allocated on each call.)
-func learnRouteRare(rc *race, a *attempt) {
-	var d time.Duration
-	censored := false
 	switch {
-	case a.result != ResultWon && a.result != ResultLost:
-		return
-	case !a.firstAt.IsZero():
-		d = a.firstAt.Sub(a.started)
-	case a.result == ResultLost && !rc.commitAt.IsZero():
-		d = rc.commitAt.Sub(a.started)
-		censored = true
-	default:
-		return
+	case a == rc.winner && !a.firstAt.IsZero():
+		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
+	case a != rc.winner && a.result == "":
+		routeFinish(rc.h.state.router, a.upstream, a.routeSample, rc.commitAt.Sub(a.started), true, true)
 	}
-	routeFinish(rc.h.state.router, a.upstream, a.routeSample, d, censored, a.result == ResultLost)
 }
 
 // RouteStatus is a snapshot of a fastest route's routing state.

@@ -522,3 +522,40 @@ func TestRouteWithoutHedgesUsesTheMedians(t *testing.T) {
 		t.Fatalf("without hedging the primary = %d, want 1 (its median is 3x)", r.primary)
 	}
 }
+
+// A primary beaten by its hedge counts at the commit, not when the
+// winner's stream ends: a degraded primary is left after 7 beaten
+// attempts, and LLM answers stream for seconds.
+func TestRouteLearnsAtTheCommit(t *testing.T) {
+	hs := newHarness(t, fastestConfig())
+	r := hs.h.state.router
+	out := hs.serve(chatRequest(""))
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	hs.clock.waitArmed(t, 1)
+	hs.clock.Advance(100 * time.Millisecond)
+	b := hs.tr.next(t)
+	hs.clock.Advance(20 * time.Millisecond)
+	b.respond(200, "text/event-stream")
+	b.write(tokenChunk("B"))
+	// The winner's stream goes on: this write returns once the answer is
+	// being streamed to the client, after the commit.
+	b.write(tokenChunk(" more"))
+	r.mu.Lock()
+	beaten, finished, last := r.est[0].beatenRecent, r.est[0].recentCount, r.est[0].recent[0]
+	r.mu.Unlock()
+	if finished != 1 || beaten != 1 || time.Duration(last) != 120*time.Millisecond {
+		t.Fatalf("while the winner streams, A has %d finished attempts (%d beaten, the first %v), want 1 beaten at 120ms (its wait until the commit)",
+			finished, beaten, time.Duration(last))
+	}
+	b.write("data: [DONE]\n\n")
+	b.end()
+	<-out
+	<-hs.reports
+	r.mu.Lock()
+	finished = r.est[0].recentCount
+	r.mu.Unlock()
+	if finished != 1 {
+		t.Fatalf("after the race A has %d finished attempts, want 1 (counted once)", finished)
+	}
+}

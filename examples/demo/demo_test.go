@@ -4,10 +4,18 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/xml"
+	"io"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
 // TestDemoRuns runs the demo small, through the real in-process Caddy, and
@@ -38,6 +46,15 @@ func TestDemoRuns(t *testing.T) {
 	svg, err := os.ReadFile(res.Chart)
 	if err != nil || !bytes.Contains(svg, []byte("llm_hedge fixed delay")) {
 		t.Fatalf("chart %s: %v", res.Chart, err)
+	}
+	// The chart shows each variant's extra load and reads in real time.
+	for _, r := range res.Rows {
+		if note := extraNote(r.ExtraLoad); !bytes.Contains(svg, []byte(note)) {
+			t.Errorf("chart: no extra load %q for %s", note, r.Name)
+		}
+	}
+	if !bytes.Contains(svg, []byte("×20 for real time")) {
+		t.Error("chart: the time axis does not say ×20 for real time")
 	}
 	if !strings.Contains(progress.String(), "300/300") {
 		t.Fatalf("no progress shown: %q", progress.String())
@@ -81,6 +98,9 @@ func TestDemoRegimeRuns(t *testing.T) {
 	if err != nil || !bytes.Contains(svg, []byte("A degraded")) || !bytes.Contains(svg, []byte("primary fastest")) {
 		t.Fatalf("chart %s (%v): no degraded window or no fastest line", res.Chart, err)
 	}
+	if !bytes.Contains(svg, []byte("×50 for real time")) {
+		t.Error("chart: the time axis does not say ×50 for real time (scale 0.02)")
+	}
 	out.Reset()
 	opts.json = false
 	opts.n = 200
@@ -89,5 +109,125 @@ func TestDemoRegimeRuns(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "A degraded") || !strings.Contains(out.String(), "chart: ") {
 		t.Fatalf("table:\n%s", out.String())
+	}
+}
+
+// svgElement is one element of a chart, its attributes and text.
+type svgElement struct {
+	name string
+	attr map[string]string
+	text string
+}
+
+func svgElements(t *testing.T, doc []byte) []svgElement {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(doc))
+	var out []svgElement
+	var open []int // indexes into out of the elements being read
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("chart is not valid XML: %v", err)
+		}
+		switch tok := tok.(type) {
+		case xml.StartElement:
+			e := svgElement{name: tok.Name.Local, attr: map[string]string{}}
+			for _, a := range tok.Attr {
+				e.attr[a.Name.Local] = a.Value
+			}
+			out = append(out, e)
+			open = append(open, len(out)-1)
+		case xml.EndElement:
+			open = open[:len(open)-1]
+		case xml.CharData:
+			if len(open) > 0 {
+				out[open[len(open)-1]].text += string(tok)
+			}
+		}
+	}
+}
+
+// chartSeries are the demo's variants drawn from the reference workload:
+// plain (A alone), hedged at delay (the faster of A and B+delay), ideal.
+func chartSeries(n int, delay time.Duration) []refload.Series {
+	w := llmsim.Reference(1, 0.05)
+	var plain, hedged []time.Duration
+	for i := 0; i < n; i++ {
+		id := strconv.Itoa(i)
+		a, b := w.TTFT("A", id), w.TTFT("B", id)+delay
+		plain = append(plain, a)
+		if b < a {
+			a = b
+		}
+		hedged = append(hedged, a)
+	}
+	return []refload.Series{
+		{Name: "caddy reverse_proxy", Values: plain, Note: extraNote(0)},
+		{Name: "llm_hedge fixed delay", Values: hedged, Note: extraNote(5.2)},
+	}
+}
+
+// TestDemoChart: the demo's chart says how its scaled time axis reads in
+// real time, shows each variant's extra load, draws the upper panel as
+// one row per variant whose tail markers differ (full CDFs of a hedge and
+// its primary coincide up to the delay), and keeps the dashed delay line
+// off the "50 ms" tick labels.
+func TestDemoChart(t *testing.T) {
+	const delay = 50 * time.Millisecond
+	series := chartSeries(2000, delay)
+	doc := demoChart(options{n: 2000, scale: 0.05}, series, delay)
+	text := string(doc)
+	if !strings.Contains(text, "×20 for real time") {
+		t.Error("the time axis does not say ×20 for real time (scale 0.05)")
+	}
+	for _, s := range series {
+		if !strings.Contains(text, s.Note) {
+			t.Errorf("the row of %q does not show its extra load %q", s.Name, s.Note)
+		}
+	}
+	if strings.Contains(text, "share of requests with TTFT") {
+		t.Error("the upper panel is a full CDF, where the variants' curves overlap; want a row per variant")
+	}
+	elements := svgElements(t, doc)
+	var p99s []string // cx of the filled p99 markers, one per row
+	var labels, delayLines []svgElement
+	for _, e := range elements {
+		switch {
+		case e.name == "circle" && e.attr["r"] == "6.5":
+			p99s = append(p99s, e.attr["cx"])
+		case e.name == "text" && strings.TrimSpace(e.text) == "50 ms":
+			labels = append(labels, e)
+		case e.name == "line" && e.attr["stroke-dasharray"] == "7 5":
+			delayLines = append(delayLines, e)
+		}
+	}
+	if len(p99s) != len(series) {
+		t.Fatalf("%d p99 markers, want one per variant (%d)", len(p99s), len(series))
+	}
+	if p99s[0] == p99s[1] {
+		t.Errorf("the p99 markers of reverse_proxy and llm_hedge are both at x=%s; want distinct", p99s[0])
+	}
+	if len(labels) == 0 || len(delayLines) == 0 {
+		t.Fatalf("%d \"50 ms\" tick labels and %d delay lines, want both", len(labels), len(delayLines))
+	}
+	num := func(e svgElement, key string) float64 {
+		v, err := strconv.ParseFloat(e.attr[key], 64)
+		if err != nil {
+			t.Fatalf("%s %s=%q: %v", e.name, key, e.attr[key], err)
+		}
+		return v
+	}
+	for _, l := range delayLines {
+		for _, lab := range labels {
+			// A 13px label spans about y-13 to y+3, and "50 ms" ±19px around x.
+			crossesX := math.Abs(num(l, "x1")-num(lab, "x")) < 19
+			crossesY := num(l, "y1") < num(lab, "y")+3 && num(l, "y2") > num(lab, "y")-13
+			if crossesX && crossesY {
+				t.Errorf("delay line at x=%s, y %s–%s cuts the \"50 ms\" label at y=%s", l.attr["x1"], l.attr["y1"], l.attr["y2"], lab.attr["y"])
+			}
+		}
 	}
 }

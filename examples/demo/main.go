@@ -163,7 +163,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 			row.DelayMillis = ms(site.delay) // 0 for the adaptive site
 		}
 		res.Rows = append(res.Rows, row)
-		chartSeries = append(chartSeries, refload.Series{Name: site.name, Values: refload.Successful(out.TTFT)})
+		chartSeries = append(chartSeries, refload.Series{Name: site.name, Values: refload.Successful(out.TTFT), Note: extraNote(row.ExtraLoad)})
 	}
 	peers := refload.ComputePeers(w, "A", "B", ids, delay)
 	ideal := Row{Name: "ideal hedge (computed)", Requests: len(ids), ExtraLoad: 100 * peers.IdealExtra, P99VsIdeal: 1}
@@ -173,9 +173,9 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 		res.Rows[i].P99VsIdeal = res.Rows[i].TTFTP99 / idealP99
 	}
 	res.Rows = append(res.Rows, ideal)
-	chartSeries = append(chartSeries, refload.Series{Name: "ideal hedge (computed)", Values: peers.Ideal})
+	chartSeries = append(chartSeries, refload.Series{Name: "ideal hedge (computed)", Values: peers.Ideal, Note: extraNote(ideal.ExtraLoad)})
 
-	chart := refload.CDFChart(fmt.Sprintf("TTFT, %d streaming requests each (reference workload x%g)", opts.n, opts.scale), chartSeries, delay)
+	chart := demoChart(opts, chartSeries, delay)
 	if err := os.WriteFile(opts.chart, chart, 0o644); err != nil {
 		return err
 	}
@@ -190,6 +190,23 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 	printTable(stdout, res)
 	return nil
 }
+
+// demoChart draws the variants' TTFT: the upper panel a row per variant
+// with its percentiles and extra load (their full CDFs coincide below the
+// delay), the tail panel their CDFs from 90 %, the time axis in the run's
+// scaled time with the factor to real time.
+func demoChart(opts options, series []refload.Series, delay time.Duration) []byte {
+	return refload.ChartOptions{
+		Title:       fmt.Sprintf("TTFT, %d streaming requests per variant (reference workload ×%g)", opts.n, opts.scale),
+		Delay:       delay,
+		DelayLabel:  "hedge delay " + fmt.Sprintf("%.0f ms", ms(delay)) + " (fixed site)",
+		Percentiles: true,
+		TimeScale:   opts.scale,
+	}.CDF(series)
+}
+
+// extraNote is a variant's extra upstream requests, as the chart shows it.
+func extraNote(pct float64) string { return fmt.Sprintf("+%.1f %% requests", pct) }
 
 func summarize(name string, out *refload.Result, served int64, n int) Row {
 	row := Row{Name: name, Requests: n, Failed: out.Failed, Wrong: out.Wrong}

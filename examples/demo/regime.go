@@ -284,7 +284,7 @@ func timelineChart(title string, lines []timeline, scale float64) []byte {
 	for t := 0.0; t <= maxT; t += step {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" text-anchor="middle">%gs</text>`, x(t), height-bottom+18, t)
 	}
-	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">seconds since the start of the run (x%g; %gs real per second shown)</text>`,
+	fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle">seconds since the start of the ×%g run, TTFT in ms of that run: ×%g for real time</text>`,
 		(left+width-right)/2, height-bottom+40, scale, 1/scale)
 	for i, l := range lines {
 		var path bytes.Buffer

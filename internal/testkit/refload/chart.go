@@ -45,6 +45,10 @@ type ChartOptions struct {
 	// below the delay, so full CDFs of strategies mostly overlap; the rows
 	// show them side by side where they differ. The rows are the legend.
 	Percentiles bool
+	// TimeScale, when set and not 1, says the times drawn are those of a
+	// run scaled by this factor (0.05 runs 20 times faster than real): the
+	// time axis's title then says by how much to multiply for real time.
+	TimeScale float64
 }
 
 // CDFChart draws the CDFs of series on a log-scale time axis with the hedge
@@ -138,13 +142,23 @@ func (o ChartOptions) CDF(series []Series) []byte {
 	if tail {
 		bottom = tailPanel.top + tailPanel.height
 	}
-	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">time to first token (log scale)</text>`+"\n",
-		(axis.x0+axis.x1)/2, bottom+48)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n",
+		(axis.x0+axis.x1)/2, bottom+48, esc(timeAxisTitle(o.TimeScale)))
 	if !o.Percentiles {
 		drawLegend(&b, series, sorted, axis, mainPanel)
 	}
 	b.WriteString("</svg>\n")
 	return b.Bytes()
+}
+
+// timeAxisTitle names the time axis, and for a scaled run how to read it
+// in real time.
+func timeAxisTitle(scale float64) string {
+	if scale <= 0 || scale == 1 {
+		return "time to first token (log scale)"
+	}
+	return fmt.Sprintf("time to first token (log scale) · times of the ×%s run: ×%s for real time",
+		strconv.FormatFloat(roundSig(scale, 3), 'f', -1, 64), strconv.FormatFloat(roundSig(1/scale, 3), 'f', -1, 64))
 }
 
 // panel is one plot area: the full CDF (from 0) or the zoomed tail.

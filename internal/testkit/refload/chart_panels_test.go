@@ -125,3 +125,23 @@ func TestPercentilePanel(t *testing.T) {
 		t.Error("the upper panel is still a full CDF")
 	}
 }
+
+// TestTimeScaleAxisTitle: a chart of a scaled run says on its time axis
+// how to read it in real time; an unscaled one does not.
+func TestTimeScaleAxisTitle(t *testing.T) {
+	series, d := referenceSeries(200)
+	for _, tc := range []struct {
+		scale float64
+		want  string
+	}{
+		{0.05, "times of the ×0.05 run: ×20 for real time"},
+		{0.02, "×50 for real time"},
+		{0, "time to first token (log scale)<"},
+		{1, "time to first token (log scale)<"},
+	} {
+		doc := ChartOptions{Title: "scaled", Delay: d, Percentiles: true, TimeScale: tc.scale}.CDF(series)
+		if !strings.Contains(string(doc), tc.want) {
+			t.Errorf("TimeScale %g: the chart lacks %q", tc.scale, tc.want)
+		}
+	}
+}

@@ -72,3 +72,18 @@ func TestReactions(t *testing.T) {
 		t.Fatalf("reactions %+v, want one: left after 2 requests, 5ms; back after 1 request, 5ms", got)
 	}
 }
+
+// Overhead reads only the answers attempt 0 won, against their own draws.
+func TestOverhead(t *testing.T) {
+	wl := llmsim.Reference(18, 0.05)
+	run := &Run{Requests: []Request{
+		{ID: "r0", First: "A", Winner: "A", TTFT: wl.TTFT("A", "r0") + 2*time.Millisecond},
+		{ID: "r1", First: "B", Winner: "B", TTFT: wl.TTFT("B", "r1") + 2*time.Millisecond},
+		{ID: "r2", First: "A", Winner: "B", TTFT: time.Second}, // the hedge won: not counted
+		{ID: "r3", TTFT: time.Second},                          // no report header: not counted
+	}}
+	got := Overhead(wl, run)
+	if got.N != 2 || got.P99 != 2*time.Millisecond {
+		t.Fatalf("overhead of %d answers, p99 %v; want 2 answers, 2ms", got.N, got.P99)
+	}
+}
