@@ -17,15 +17,20 @@ type pooledFleet struct {
 	fleet  *core.Fleet
 }
 
-// Destruct closes the client when the last config using it is unloaded.
-func (p *pooledFleet) Destruct() error { return p.client.Close() }
+// Destruct stops the fleet's sync loop and closes the client when the
+// last config using it is unloaded.
+func (p *pooledFleet) Destruct() error {
+	p.fleet.Close()
+	return p.client.Close()
+}
 
 // fleetKey keys a fleet in the usage pool: its settings, defaults applied.
 // It holds the URL (maybe with a password) but is never logged.
 func fleetKey(cfg core.FleetConfig) string {
 	cfg = cfg.WithDefaults()
 	return "fleet\x00" + cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + cfg.Prefix + "\x00" +
-		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String()
+		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String() +
+		"\x00" + cfg.SyncInterval.D().String()
 }
 
 // acquireFleet returns the pooled fleet for cfg, creating it on first use.
@@ -38,7 +43,7 @@ func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f 
 			return nil, err
 		}
 		logger := caddy.Log().Named("http.handlers.llm_hedge.fleet")
-		fl := core.NewFleet(client, cfg, core.FleetOptions{Metrics: metrics, Log: func(fields []core.LogField) {
+		fl := core.NewFleet(client, cfg, core.FleetOptions{Metrics: metrics, Kind: "caddy", Log: func(fields []core.LogField) {
 			fleetredis.LogFleetState(logger, fields)
 		}})
 		return &pooledFleet{client: client, fleet: fl}, nil

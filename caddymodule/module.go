@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/fleetredis"
 )
 
 func init() {
@@ -106,7 +107,9 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 			return err
 		}
 	}
-	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet})
+	logger := h.logger
+	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet,
+		Log: func(fields []core.LogField) { fleetredis.LogFleetState(logger, fields) }})
 	if err != nil {
 		return err
 	}

@@ -10,56 +10,92 @@ import (
 // hedgeBucket is the extra-load budget, in the style of gRPC retry
 // throttling: every request adds `ratio` tokens (up to `burst`), every hedge
 // takes one. Over a long run at most ratio×requests hedges start.
+//
+// In a fleet (leased) the bucket is the fleet's, in Redis, and tokens are
+// this replica's lease from it: requests are counted in pending and
+// reported by the fleet's sync loop, which leases more tokens (see
+// fleetsync.go). While the fleet is away the bucket is local again.
 type hedgeBucket struct {
 	mu     sync.Mutex
 	tokens float64
 	ratio  float64
 	burst  float64
+
+	// The fleet's side, guarded by mu too (one lock per request).
+	leased  bool  // tokens are leased from the fleet's bucket
+	pending int64 // requests not yet reported to the fleet
+	asked   int64 // hedges that asked for a token since the last sync
+	// owner is the fleetAttachKey of the hedgers that attached this state
+	// to their fleet ("": none). Hedgers of one configuration share it (a
+	// Traefik middleware on several routers), so they do not take turns.
+	owner string
+	// requests and hedges count what this replica saw while in a fleet
+	// (the heartbeat's figures).
+	requests int64
+	hedges   int64
 }
 
 func newHedgeBucket(ratio, burst float64) *hedgeBucket {
 	return &hedgeBucket{tokens: burst, ratio: ratio, burst: burst}
 }
 
-// deposit adds one request's share of hedge tokens. (The per-request
-// calls of this file are functions, not methods: see handle.)
+// deposit adds one request's share of hedge tokens, or counts the request
+// for the fleet's bucket. (The per-request calls of this file are
+// functions, not methods: see handle.)
 func deposit(b *hedgeBucket) {
 	if b.ratio < 0 {
 		return
 	}
 	b.mu.Lock()
+	depositLocked(b)
+	b.mu.Unlock()
+}
+
+func depositLocked(b *hedgeBucket) {
+	if b.leased {
+		b.pending++
+		return
+	}
 	b.tokens += b.ratio
 	if b.tokens > b.burst {
 		b.tokens = b.burst
 	}
-	b.mu.Unlock()
 }
 
 func (b *hedgeBucket) take() bool {
-	if b.ratio < 0 {
-		return true
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.tokens < 1 {
-		return false
+	b.asked++
+	if b.ratio >= 0 {
+		if b.tokens < 1 {
+			return false
+		}
+		b.tokens--
 	}
-	b.tokens--
+	b.hedges++
 	return true
 }
 
 // refund gives back the token of a hedge that took one and then did not
 // start.
 func refund(b *hedgeBucket) {
-	if b.ratio < 0 {
-		return
-	}
 	b.mu.Lock()
-	b.tokens++
-	if b.tokens > b.burst {
-		b.tokens = b.burst
+	b.hedges--
+	if b.ratio >= 0 {
+		b.tokens++
+		if b.tokens > b.burst && !b.leased {
+			b.tokens = b.burst
+		}
 	}
 	b.mu.Unlock()
+}
+
+// budgetTokens is what b lets hedges spend now.
+func budgetTokens(b *hedgeBucket) float64 {
+	b.mu.Lock()
+	t := b.tokens
+	b.mu.Unlock()
+	return t
 }
 
 // takeHedgeSlot takes one of the limit slots for hedges in flight (limit
@@ -106,6 +142,10 @@ type upstreamHealth struct {
 	openFor     time.Duration // the last open time, doubled by each failed probe
 	probe       uint64        // the ticket of the probe in flight, 0: none
 	tickets     uint64        // the last probe ticket handed out
+	// fleetOpenUntil: another replica of the fleet opened its breaker on
+	// this upstream; this one avoids it until then (and leaves the probe
+	// to that replica). Its cool-downs go to coolUntil.
+	fleetOpenUntil time.Time
 }
 
 // maxBreakerOpen caps the open time that failed probes double.
@@ -115,7 +155,7 @@ const maxBreakerOpen time.Duration = 5 * time.Minute
 // circuit closed, or half-open with no probe in flight.
 func healthy(u *upstreamHealth, now time.Time) bool {
 	u.mu.Lock()
-	ok := !now.Before(u.coolUntil) && (!u.tripped || (!now.Before(u.openUntil) && u.probe == 0))
+	ok := !now.Before(u.coolUntil) && (!u.tripped || (!now.Before(u.openUntil) && u.probe == 0)) && !now.Before(u.fleetOpenUntil)
 	u.mu.Unlock()
 	return ok
 }
@@ -125,7 +165,7 @@ func healthy(u *upstreamHealth, now time.Time) bool {
 // 0 for an ordinary attempt. Check and take are one step under u.mu.
 func admit(u *upstreamHealth, now time.Time) (uint64, bool) {
 	u.mu.Lock()
-	if now.Before(u.coolUntil) || (u.tripped && (now.Before(u.openUntil) || u.probe != 0)) {
+	if now.Before(u.coolUntil) || (u.tripped && (now.Before(u.openUntil) || u.probe != 0)) || now.Before(u.fleetOpenUntil) {
 		u.mu.Unlock()
 		return 0, false
 	}
@@ -214,28 +254,58 @@ func recordSuccess(u *upstreamHealth, probe uint64) {
 // nothing about the upstream's health). coolFor > 0 cools u down; probe
 // is the attempt's ticket from admit. A failed probe opens the breaker
 // again; other failures while it is open or half-open change nothing, as
-// for recordSuccess.
-func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, probe uint64, cfg *BudgetConfig) {
+// for recordSuccess. It returns what the failure started, for the fleet:
+// cooled, the cool-down it extended (0: none), and opened, the open time
+// of a breaker it opened (0: none).
+func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, probe uint64, cfg *BudgetConfig) (cooled, opened time.Duration) {
 	u.mu.Lock()
 	if coolFor > 0 {
 		until := now.Add(coolFor)
 		if until.After(u.coolUntil) {
 			u.coolUntil = until
+			cooled = coolFor
 		}
 	}
 	if probe != 0 && probe == u.probe {
 		u.probe = 0
 		u.openFor = nextOpenTime(u.openFor, time.Duration(cfg.BreakerOpen))
 		u.openUntil = now.Add(u.openFor)
+		opened = u.openFor
 	} else if !u.tripped {
 		u.consecutive++
 		if u.consecutive >= cfg.BreakerFailures {
 			u.tripped = true
 			u.openFor = time.Duration(cfg.BreakerOpen)
 			u.openUntil = now.Add(u.openFor)
+			opened = u.openFor
 		}
 	}
 	u.mu.Unlock()
+	return cooled, opened
+}
+
+// applyFleetHealth applies another replica's cool-down (open false) or
+// open breaker of u, in force until until.
+func applyFleetHealth(u *upstreamHealth, open bool, until time.Time) {
+	u.mu.Lock()
+	if open {
+		if until.After(u.fleetOpenUntil) {
+			u.fleetOpenUntil = until
+		}
+	} else if until.After(u.coolUntil) {
+		u.coolUntil = until
+	}
+	u.mu.Unlock()
+}
+
+// healthState reports whether u cools down and whether its breaker is open
+// (its own or the fleet's) at now, for the heartbeat.
+func healthState(u *upstreamHealth, now time.Time) (cooling, open bool) {
+	u.mu.Lock()
+	cooling = now.Before(u.coolUntil)
+	open = (u.tripped && now.Before(u.openUntil)) || now.Before(u.fleetOpenUntil)
+	u.mu.Unlock()
+	return cooling, open
 }
 
 // nextOpenTime doubles the last open time after a failed probe, capped at
@@ -283,6 +353,8 @@ type overloadWindow struct {
 	next       int
 	count      int
 	overloaded int
+	// fleetUntil: another replica of the fleet is overloaded until then.
+	fleetUntil time.Time
 }
 
 func newOverloadWindow(size int) *overloadWindow {
@@ -321,6 +393,24 @@ func (o *overloadWindow) tooHigh(rate float64) bool {
 		return false
 	}
 	return float64(o.overloaded) > rate*float64(o.count)
+}
+
+// overloaded is tooHigh, or another replica of the fleet saw the
+// overload and it is still in force at now.
+func overloaded(o *overloadWindow, rate float64, now time.Time) bool {
+	o.mu.Lock()
+	fleet := now.Before(o.fleetUntil)
+	o.mu.Unlock()
+	return fleet || o.tooHigh(rate)
+}
+
+// applyFleetOverload makes o overloaded until until (another replica's).
+func applyFleetOverload(o *overloadWindow, until time.Time) {
+	o.mu.Lock()
+	if until.After(o.fleetUntil) {
+		o.fleetUntil = until
+	}
+	o.mu.Unlock()
 }
 
 // tenantBudget caps the estimated extra prompt tokens each tenant may spend on
@@ -371,4 +461,14 @@ func (t *tenantBudget) take(tenant string, tokens int64, now time.Time) bool {
 	}
 	w.used += tokens
 	return true
+}
+
+// giveBack returns tokens that take charged to tenant for a hedge that
+// then did not start.
+func (t *tenantBudget) giveBack(tenant string, tokens int64) {
+	t.mu.Lock()
+	if w := t.tenants[tenant]; w != nil && w.used >= tokens {
+		w.used -= tokens
+	}
+	t.mu.Unlock()
 }

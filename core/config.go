@@ -267,6 +267,35 @@ type BudgetConfig struct {
 	// estimated extra prompt tokens (body bytes / 4) per minute on hedges.
 	TenantHeader          string `json:"tenant_header,omitempty"`
 	TenantTokensPerMinute int64  `json:"tenant_tokens_per_minute,omitempty"`
+	// SpendCapTokensPerHour caps the estimated extra prompt tokens (body
+	// bytes / 4 per hedge) the route may spend on hedges per clock hour,
+	// fleet-wide with a fleet; once reached no hedge starts until the hour
+	// ends (retries after failures still run). Default 0: no cap.
+	SpendCapTokensPerHour int64 `json:"spend_cap_tokens_per_hour,omitempty"`
+	// SpendCapUSDPerHour is the same cap in US dollars, at
+	// PromptUSDPerMillion per million prompt tokens (required with it).
+	// With both caps the lower one holds. Default 0: no cap.
+	SpendCapUSDPerHour float64 `json:"spend_cap_usd_per_hour,omitempty"`
+	// PromptUSDPerMillion is the price of a million prompt tokens, for
+	// SpendCapUSDPerHour and the spend that llmhedge-ctl status shows.
+	// Default 0: unpriced.
+	PromptUSDPerMillion float64 `json:"prompt_usd_per_million,omitempty"`
+}
+
+// spendCapTokens is the hourly spend cap in tokens (0: none): the lower
+// of the token cap and the dollar cap at the configured price.
+func spendCapTokens(b *BudgetConfig) int64 {
+	limit := b.SpendCapTokensPerHour
+	if b.SpendCapUSDPerHour > 0 && b.PromptUSDPerMillion > 0 {
+		byPrice := int64(b.SpendCapUSDPerHour / b.PromptUSDPerMillion * 1e6)
+		if byPrice < 1 {
+			byPrice = 1
+		}
+		if limit == 0 || byPrice < limit {
+			limit = byPrice
+		}
+	}
+	return limit
 }
 
 // ExpandUpstreams returns c with expand applied to every value of its
@@ -543,6 +572,12 @@ func (c Config) Validate() error {
 	}
 	if b.TenantTokensPerMinute > 0 && !validHeaderName(b.TenantHeader) {
 		bad("budget tenant_tokens_per_minute needs a valid tenant_header")
+	}
+	if b.SpendCapTokensPerHour < 0 || b.SpendCapUSDPerHour < 0 || b.PromptUSDPerMillion < 0 {
+		bad("budget spend_cap_tokens_per_hour, spend_cap_usd_per_hour and prompt_usd_per_million must not be negative")
+	}
+	if b.SpendCapUSDPerHour > 0 && b.PromptUSDPerMillion == 0 {
+		bad("budget spend_cap_usd_per_hour needs prompt_usd_per_million (the price of a million prompt tokens)")
 	}
 	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
 		bad("report header %q is not a valid token", c.ReportHeader)

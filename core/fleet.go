@@ -31,6 +31,10 @@ type Fleet struct {
 	replica string
 	// holders counts the flights this replica led, for unique holder ids.
 	holders int64
+	// kind is the proxy, for the heartbeat (FleetOptions.Kind).
+	kind string
+	// sync is the sync loop's state (fleetsync.go).
+	sync *fleetSync
 
 	mu        sync.Mutex
 	up        bool
@@ -49,8 +53,12 @@ type FleetOptions struct {
 	// MetricFleetErrors, MetricFleetDuration). Optional.
 	Metrics MetricSink
 	// Log receives one line's fields each time the fleet goes down or comes
-	// back up (fleet, state, and on down the redacted error). Optional.
+	// back up (fleet, state, and on down the redacted error), and the
+	// spend cap's line. Optional.
 	Log func(fields []LogField)
+	// Kind names the proxy in the replica's heartbeat: "caddy", "traefik"
+	// or "envoy".
+	Kind string
 }
 
 // fleetFailuresToOpen failed operations in a row take the fleet down.
@@ -84,7 +92,7 @@ func NewFleet(client RedisClient, cfg FleetConfig, opts FleetOptions) *Fleet {
 	var id [6]byte
 	rand.Read(id[:])
 	f := &Fleet{client: client, cfg: cfg, name: name, clock: opts.Clock, metrics: opts.Metrics,
-		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true}
+		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true, kind: opts.Kind, sync: newFleetSync()}
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetUp, []string{name}, 1)
 	}

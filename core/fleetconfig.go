@@ -33,6 +33,12 @@ type FleetConfig struct {
 	// RetryInterval: after Redis failed, one request per interval tries it
 	// again while the others use local state. Default 500ms.
 	RetryInterval Duration `json:"retry_interval,omitempty"`
+	// SyncInterval is how often a replica settles its share of the fleet's
+	// hedge budget, spend and tenant counters with Redis and reads the
+	// fleet's cool-downs, open breakers and kill switch: what another
+	// replica saw reaches this one within about this long. Default 250ms,
+	// at most 1s.
+	SyncInterval Duration `json:"sync_interval,omitempty"`
 }
 
 // Enabled reports whether the fleet is configured.
@@ -51,6 +57,9 @@ func (c FleetConfig) WithDefaults() FleetConfig {
 	}
 	if c.RetryInterval == 0 {
 		c.RetryInterval = Duration(500 * time.Millisecond)
+	}
+	if c.SyncInterval == 0 {
+		c.SyncInterval = Duration(250 * time.Millisecond)
 	}
 	return c
 }
@@ -72,6 +81,9 @@ func validateFleet(bad func(string, ...interface{}), c FleetConfig) {
 	}
 	if c.RetryInterval <= 0 {
 		bad("fleet retry_interval %v must be positive", c.RetryInterval)
+	}
+	if c.SyncInterval < Duration(10*time.Millisecond) || c.SyncInterval > Duration(time.Second) {
+		bad("fleet sync_interval %v: want 10ms..1s", c.SyncInterval)
 	}
 	if strings.ContainsAny(c.Prefix, "{}") {
 		bad("fleet prefix %q must not contain { or } (they mark the hash tag)", c.Prefix)

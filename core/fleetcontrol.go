@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -154,6 +155,10 @@ type ReplicaRoute struct {
 // package state on purpose: they must outlive configuration reloads.
 var processSwitches = &switchTable{m: map[string]Switch{}}
 
+// processSwitchCount is len(processSwitches.m), read atomically by every
+// request: while it is 0 no lookup is needed.
+var processSwitchCount int64
+
 // switchTable is a mutex-guarded map of switches by route.
 type switchTable struct {
 	mu sync.Mutex
@@ -169,6 +174,7 @@ func SetProcessSwitch(route string, s Switch) {
 	} else {
 		processSwitches.m[route] = s
 	}
+	atomic.StoreInt64(&processSwitchCount, int64(len(processSwitches.m)))
 	processSwitches.mu.Unlock()
 }
 

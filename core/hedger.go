@@ -30,6 +30,9 @@ type Options struct {
 	// Fleet shares keyed requests with the other replicas (see NewFleet);
 	// nil: this replica alone. Adapters pass one when Config.Fleet is set.
 	Fleet *Fleet
+	// Log receives the fields of the engine's rare log lines (the spend
+	// cap reached); nil: the Fleet's Log, if any. Optional.
+	Log func(fields []LogField)
 }
 
 // Hedger runs hedged requests for one route. It is safe for concurrent use.
@@ -78,6 +81,10 @@ type Hedger struct {
 	fastest bool
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet *Fleet
+	// spendCap is the route's hourly spend cap in tokens (0: none).
+	spendCap int64
+	// attachKey is fleetAttachKey (with a fleet).
+	attachKey string
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -137,11 +144,16 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	for i, name := range cfg.Idempotency.ScopeHeaders {
 		scopeHeaders[i] = http.CanonicalHeaderKey(name)
 	}
-	return &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
+	h := &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, validation: newValidation(&cfg)}, nil
+		scopeHeaders: scopeHeaders, earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
+		fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: spendCapTokens(&cfg.Budget)}
+	if h.fleet != nil {
+		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
+	}
+	return h, nil
 }
 
 // earlyGrace is cfg's early-headers grace time, 0 when they are off.
@@ -194,7 +206,11 @@ func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
 func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	start := clockNow(h)
 	rep := &Report{Request: r, Route: h.cfg.Route, Winner: -1, Start: start}
-	deposit(h.state.bucket)
+	if h.fleet != nil {
+		fleetDeposit(h)
+	} else {
+		deposit(h.state.bucket)
+	}
 	var err error
 	p, perr := prepare(h, r)
 	switch {

@@ -31,6 +31,11 @@ const (
 	MetricFleetErrors     int = 14
 	MetricFleetDuration   int = 15
 	MetricInvalid         int = 16
+	MetricSpendCapReached int = 17
+	MetricSpendTokens     int = 18
+	MetricHedgingPaused   int = 19
+	MetricBudgetTokens    int = 20
+	MetricFleetReplicas   int = 21
 )
 
 // MetricDef describes one metric.
@@ -40,6 +45,9 @@ type MetricDef struct {
 	Help    string
 	Labels  []string
 	Buckets []float64 // upper bounds in seconds, histograms only
+	// FromHedger: a gauge read from each route's Hedger at scrape time
+	// (see HedgerGauge), not recorded through a MetricSink.
+	FromHedger bool
 }
 
 // ttftBuckets cover LLM times to first token, from a cached answer to a
@@ -73,7 +81,7 @@ var metricDefs = []MetricDef{
 		Help:   "Requests won by an attempt other than the first, by route, winning upstream and its role (hedge or retry).",
 		Labels: []string{"route", "upstream", "role"}},
 	{Name: "llm_hedge_hedge_denials_total", Type: MetricCounter,
-		Help:   "Hedges not started, by route and reason (budget, concurrency, overload, no_upstream, deadline, tenant, max_attempts, not_idempotent).",
+		Help:   "Hedges not started, by route and reason (budget, concurrency, overload, no_upstream, deadline, tenant, max_attempts, not_idempotent, paused, spend_cap).",
 		Labels: []string{"route", "reason"}},
 	{Name: "llm_hedge_ttft_seconds", Type: MetricHistogram,
 		Help:   "Time from the request's arrival to the winner's first output event, as the client sees it, by route.",
@@ -95,15 +103,15 @@ var metricDefs = []MetricDef{
 		Labels: []string{"route"}},
 	{Name: "llm_hedge_current_delay_seconds", Type: MetricGauge,
 		Help:   "Hedge delay a request starting now would use, by route (adaptive routes follow the TTFT quantile).",
-		Labels: []string{"route"}},
+		Labels: []string{"route"}, FromHedger: true},
 	{Name: "llm_hedge_hedges_in_flight", Type: MetricGauge,
 		Help:   "Hedge attempts running now, by route.",
-		Labels: []string{"route"}},
+		Labels: []string{"route"}, FromHedger: true},
 	{Name: "llm_hedge_fleet_up", Type: MetricGauge,
 		Help:   "1 while the fleet's Redis is in use, 0 while it is away and requests use local state, by fleet (host:port/db).",
 		Labels: []string{"fleet"}},
 	{Name: "llm_hedge_fleet_operation_errors_total", Type: MetricCounter,
-		Help:   "Fleet operations on Redis that failed or timed out, by fleet and operation (claim, append, finish, renew, read, lease).",
+		Help:   "Fleet operations on Redis that failed or timed out, by fleet and operation (claim, append, finish, renew, read, lease, sync, publish, heartbeat).",
 		Labels: []string{"fleet", "op"}},
 	{Name: "llm_hedge_fleet_operation_duration_seconds", Type: MetricHistogram,
 		Help:   "Time of one fleet operation on Redis (a read includes its blocking wait), by fleet and operation.",
@@ -111,6 +119,49 @@ var metricDefs = []MetricDef{
 	{Name: "llm_hedge_invalid_answers_total", Type: MetricCounter,
 		Help:   "Attempts whose answer failed a validity check, by route, upstream and check (json, json_schema, finish, no_refusal).",
 		Labels: []string{"route", "upstream", "check"}},
+	{Name: "llm_hedge_spend_cap_reached", Type: MetricGauge,
+		Help:   "1 while the route's hourly spend cap is reached and no hedge starts, by route.",
+		Labels: []string{"route"}, FromHedger: true},
+	{Name: "llm_hedge_spend_prompt_tokens", Type: MetricGauge,
+		Help:   "Estimated extra prompt tokens spent on hedges in the current clock hour, fleet-wide as last read with a fleet, by route.",
+		Labels: []string{"route"}, FromHedger: true},
+	{Name: "llm_hedge_hedging_paused", Type: MetricGauge,
+		Help:   "1 while the kill switch (this process's or the fleet's) pauses the route's hedging, by route.",
+		Labels: []string{"route"}, FromHedger: true},
+	{Name: "llm_hedge_budget_tokens", Type: MetricGauge,
+		Help:   "Hedge tokens this replica may spend now (its lease of the fleet's bucket, or its own bucket), by route.",
+		Labels: []string{"route"}, FromHedger: true},
+	{Name: "llm_hedge_fleet_replicas", Type: MetricGauge,
+		Help:   "Live replicas of the fleet as this one last counted them (from the heartbeats), by fleet.",
+		Labels: []string{"fleet"}},
+}
+
+// HedgerGauge returns the value of gauge metric (one whose FromHedger is
+// set) for h's route now.
+func HedgerGauge(metric int, h *Hedger) float64 {
+	switch metric {
+	case MetricCurrentDelay:
+		return h.CurrentDelay().Seconds()
+	case MetricHedgesInFlight:
+		return float64(h.HedgesInFlight())
+	case MetricSpendCapReached:
+		_, capped := h.SpendTokens()
+		if capped {
+			return 1
+		}
+		return 0
+	case MetricSpendTokens:
+		tokens, _ := h.SpendTokens()
+		return float64(tokens)
+	case MetricHedgingPaused:
+		if h.SwitchInForce().Paused {
+			return 1
+		}
+		return 0
+	case MetricBudgetTokens:
+		return h.BudgetTokens()
+	}
+	return 0
 }
 
 // MetricDefs returns the metrics, indexed by the Metric* constants. The

@@ -41,6 +41,8 @@ const (
 	DenyTenant        = "tenant"         // the tenant's extra-token cap is spent
 	DenyMaxAttempts   = "max_attempts"   // the race is full
 	DenyNotIdempotent = "not_idempotent" // the request may change state and has no key
+	DenyPaused        = "paused"         // the kill switch pauses hedging (process or fleet)
+	DenySpendCap      = "spend_cap"      // the route's hourly spend cap is reached
 )
 
 // AttemptReport describes one upstream attempt.

@@ -126,6 +126,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.exploring {
 		rc.delay = exploreDelay(rc, first)
 	}
+	if d := hedgeDelayOverride(h); d > 0 {
+		rc.delay = d
+	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
 	if rc.passthrough {
@@ -309,13 +312,16 @@ func tryLaunch(rc *race, role string) bool {
 		return deny(DenyDeadline)
 	}
 	extra := role == RoleHedge
-	if extra && st.overload.tooHigh(h.cfg.Budget.OverloadRate) {
+	if extra && switchInForce(h).Paused {
+		return deny(DenyPaused)
+	}
+	if extra && overloaded(st.overload, h.cfg.Budget.OverloadRate, now) {
 		return deny(DenyOverload)
 	}
 	// From here on each check takes something; a later denial gives back
 	// what the earlier ones took. The hedge's slot is released when its
 	// terminal event is settled.
-	if extra && !takeHedgeSlot(st, h.cfg.Budget.MaxConcurrentHedges) {
+	if extra && !takeHedgeSlot(st, hedgeCap(h)) {
 		return deny(DenyConcurrency)
 	}
 	up, available, probe := claimUpstream(h, rc.order, rc.used, now)
@@ -336,20 +342,22 @@ func tryLaunch(rc *race, role string) bool {
 	return true
 }
 
-// payForHedge charges a hedge that passed every other check: the global
-// bucket, then the tenant's cap, so a tenant pays only for hedges that
-// start (a tenant's denial gives the bucket its token back). It returns
-// the denial reason, or "" when the hedge is paid for.
+// payForHedge charges a hedge that passed every other check (see
+// chargeHedge). It returns the denial reason, or "" when the hedge is
+// paid for.
 func payForHedge(rc *race, now time.Time) string {
-	st := rc.h.state
-	if !st.bucket.take() {
-		return DenyBudget
+	return chargeHedge(rc, now)
+}
+
+// hedgeCap is the cap on hedges in flight: the configured one, or in a
+// fleet this replica's share of it (fleetsync.go).
+func hedgeCap(h *Hedger) int {
+	if h.fleet != nil {
+		if share := atomic.LoadInt64(&h.state.share.cap); share > 0 {
+			return int(share)
+		}
 	}
-	if rc.h.tenantCaps && rc.p.tenant != "" && !st.tenants.take(rc.p.tenant, promptTokens(rc.p), now) {
-		refund(st.bucket)
-		return DenyTenant
-	}
-	return ""
+	return h.cfg.Budget.MaxConcurrentHedges
 }
 
 // launch starts attempt len(rc.attempts) on upstream up (as its breaker's
@@ -408,7 +416,10 @@ func noteFailure(rc *race, a *attempt) {
 	if a.resp != nil {
 		retryAfter = a.resp.Header.Get("Retry-After")
 	}
-	recordFailure(st.health[a.upstream], now, coolDownFor(a.status, retryAfter, now, &h.cfg.Budget), a.probe, &h.cfg.Budget)
+	cooled, opened := recordFailure(st.health[a.upstream], now, coolDownFor(a.status, retryAfter, now, &h.cfg.Budget), a.probe, &h.cfg.Budget)
+	if h.fleet != nil {
+		fleetNoteFailure(h, a, cooled, opened)
+	}
 }
 
 // drain cancels every attempt and waits for each goroutine's terminal event,

@@ -23,6 +23,11 @@ type State struct {
 	router *router
 	// hedgesInFlight counts hedge attempts running now (atomic).
 	hedgesInFlight int64
+	// spend counts the route's estimated extra prompt tokens per hour.
+	spend *spendMeter
+	// share is the fleet's view, kept here so that it outlives a
+	// configuration (fleetshare.go).
+	share *routeShare
 }
 
 // NewState returns fresh state for cfg (defaults applied), on clock.
@@ -38,6 +43,8 @@ func NewState(cfg Config, clock Clock) *State {
 		overload: newOverloadWindow(cfg.Budget.OverloadWindow),
 		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
 		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
+		spend:    &spendMeter{},
+		share:    newRouteShare(),
 	}
 	s.router = newRouter(len(cfg.Upstreams))
 	setPreferences(s.router, &cfg)
@@ -93,6 +100,9 @@ func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
+	if d := hedgeDelayOverride(h); d > 0 {
+		return d
+	}
 	up, _ := pickUpstreamIn(h, currentOrder(h), nil, clockNow(h))
 	return hedgeDelay(h.state, h.cfg, up)
 }

@@ -13,12 +13,19 @@ type serverFleet struct {
 	fleet  *core.Fleet
 }
 
+// close stops the fleet's sync loop and closes its client.
+func (f *serverFleet) close() {
+	f.fleet.Close()
+	_ = f.client.Close()
+}
+
 // fleetKey identifies a fleet's settings (defaults applied). It holds the
 // URL, maybe with a password: it is never logged.
 func fleetKey(cfg core.FleetConfig) string {
 	cfg = cfg.WithDefaults()
 	return cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + cfg.Prefix + "\x00" +
-		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String()
+		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String() +
+		"\x00" + cfg.SyncInterval.D().String()
 }
 
 // fleetPicker hands out the fleets of one configuration being built:
@@ -46,7 +53,7 @@ func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
 		}
 		log := p.s.log.Named("fleet")
 		f = &serverFleet{client: client, fleet: core.NewFleet(client, cfg, core.FleetOptions{
-			Clock: p.s.clock, Metrics: p.s.metrics.Set, Log: func(fields []core.LogField) { fleetredis.LogFleetState(log, fields) }})}
+			Clock: p.s.clock, Metrics: p.s.metrics.Set, Kind: "envoy", Log: func(fields []core.LogField) { fleetredis.LogFleetState(log, fields) }})}
 		p.made = append(p.made, f)
 	}
 	p.used[key] = f
@@ -58,7 +65,7 @@ func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
 func (p *fleetPicker) commit() {
 	for key, f := range p.s.fleets {
 		if _, ok := p.used[key]; !ok {
-			_ = f.client.Close()
+			f.close()
 		}
 	}
 	p.s.fleets = p.used
@@ -67,7 +74,7 @@ func (p *fleetPicker) commit() {
 // abort closes the clients made for a configuration that failed to build.
 func (p *fleetPicker) abort() {
 	for _, f := range p.made {
-		_ = f.client.Close()
+		f.close()
 	}
 }
 
@@ -76,7 +83,7 @@ func (s *Server) closeFleets() {
 	s.reloadMu.Lock()
 	defer s.reloadMu.Unlock()
 	for _, f := range s.fleets {
-		_ = f.client.Close()
+		f.close()
 	}
 	s.fleets = nil
 }

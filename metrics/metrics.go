@@ -41,7 +41,7 @@ func New() *Set {
 			s.histograms[i] = prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: d.Name, Help: d.Help, Buckets: d.Buckets}, d.Labels)
 			s.collectors = append(s.collectors, s.histograms[i])
 		case core.MetricGauge:
-			if i == core.MetricCurrentDelay || i == core.MetricHedgesInFlight {
+			if d.FromHedger {
 				continue // read from the hedgers at scrape time (Gauges)
 			}
 			s.gauges[i] = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: d.Name, Help: d.Help}, d.Labels)
@@ -84,16 +84,19 @@ func Register(reg prometheus.Registerer, cs ...prometheus.Collector) error {
 	return nil
 }
 
-// Gauges returns a collector of the gauges read at scrape time: the current
-// delay and the hedges in flight of every route each yields (one hedger per
-// route name).
+// Gauges returns a collector of the gauges read at scrape time (core's
+// MetricDefs with FromHedger: the current delay, the hedges in flight, the
+// spend, the kill switch, the budget level) of every route each yields
+// (one hedger per route name).
 func Gauges(each func(yield func(route string, h *core.Hedger))) prometheus.Collector {
-	defs := core.MetricDefs()
-	return &gauges{
-		each:     each,
-		delay:    desc(defs[core.MetricCurrentDelay]),
-		inFlight: desc(defs[core.MetricHedgesInFlight]),
+	g := &gauges{each: each}
+	for i, d := range core.MetricDefs() {
+		if d.FromHedger {
+			g.metrics = append(g.metrics, i)
+			g.descs = append(g.descs, desc(d))
+		}
 	}
+	return g
 }
 
 func desc(d core.MetricDef) *prometheus.Desc {
@@ -101,14 +104,16 @@ func desc(d core.MetricDef) *prometheus.Desc {
 }
 
 type gauges struct {
-	each            func(yield func(route string, h *core.Hedger))
-	delay, inFlight *prometheus.Desc
+	each    func(yield func(route string, h *core.Hedger))
+	metrics []int // core metric indexes
+	descs   []*prometheus.Desc
 }
 
 // Describe implements prometheus.Collector.
 func (g *gauges) Describe(ch chan<- *prometheus.Desc) {
-	ch <- g.delay
-	ch <- g.inFlight
+	for _, d := range g.descs {
+		ch <- d
+	}
 }
 
 // Collect implements prometheus.Collector.
@@ -117,8 +122,9 @@ func (g *gauges) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	g.each(func(route string, h *core.Hedger) {
-		ch <- prometheus.MustNewConstMetric(g.delay, prometheus.GaugeValue, h.CurrentDelay().Seconds(), route)
-		ch <- prometheus.MustNewConstMetric(g.inFlight, prometheus.GaugeValue, float64(h.HedgesInFlight()), route)
+		for i, m := range g.metrics {
+			ch <- prometheus.MustNewConstMetric(g.descs[i], prometheus.GaugeValue, core.HedgerGauge(m, h), route)
+		}
 	})
 }
 

@@ -85,6 +85,8 @@ type Fleet struct {
 	Lease string `json:"lease,omitempty" yaml:"lease,omitempty" core:"Fleet.Lease"`
 	// RetryInterval between tries of a Redis that failed. Default "500ms".
 	RetryInterval string `json:"retryInterval,omitempty" yaml:"retryInterval,omitempty" core:"Fleet.RetryInterval"`
+	// SyncInterval of the fleet's budget, health and switch sync. Default "250ms".
+	SyncInterval string `json:"syncInterval,omitempty" yaml:"syncInterval,omitempty" core:"Fleet.SyncInterval"`
 }
 
 // Upstream is core.UpstreamConfig. SetHeaders values are never logged.
@@ -124,6 +126,9 @@ type Budget struct {
 	BreakerOpen           string  `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty" core:"Budget.BreakerOpen"`
 	TenantHeader          string  `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty" core:"Budget.TenantHeader"`
 	TenantTokensPerMinute int64   `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty" core:"Budget.TenantTokensPerMinute"`
+	SpendCapTokensPerHour int64   `json:"spendCapTokensPerHour,omitempty" yaml:"spendCapTokensPerHour,omitempty" core:"Budget.SpendCapTokensPerHour"`
+	SpendCapUSDPerHour    float64 `json:"spendCapUsdPerHour,omitempty" yaml:"spendCapUsdPerHour,omitempty" core:"Budget.SpendCapUSDPerHour"`
+	PromptUSDPerMillion   float64 `json:"promptUsdPerMillion,omitempty" yaml:"promptUsdPerMillion,omitempty" core:"Budget.PromptUSDPerMillion"`
 }
 
 // Log destinations.

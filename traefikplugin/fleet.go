@@ -43,7 +43,8 @@ func clientKey(cfg core.FleetConfig) string {
 // fleetKey identifies a fleet: its connection and the protocol's settings.
 func fleetKey(cfg core.FleetConfig) string {
 	return clientKey(cfg) + "\x00" + time.Duration(cfg.Timeout).String() + "\x00" + cfg.Prefix +
-		"\x00" + time.Duration(cfg.Lease).String() + "\x00" + time.Duration(cfg.RetryInterval).String()
+		"\x00" + time.Duration(cfg.Lease).String() + "\x00" + time.Duration(cfg.RetryInterval).String() +
+		"\x00" + time.Duration(cfg.SyncInterval).String()
 }
 
 // checkFleet reports what would keep the fleet's client from being made
@@ -84,6 +85,7 @@ func fleetFor(g *fleetRegistry, cfg core.FleetConfig, logOut io.Writer) (*core.F
 		// Set explicitly, as for core.New (see registry.hedger).
 		Clock:   core.SystemClock{},
 		Metrics: sharedMetrics,
+		Kind:    "traefik",
 	}
 	if logOut != nil {
 		logger := &fleetLogger{out: logOut}
@@ -99,11 +101,20 @@ type fleetLogger struct {
 	out io.Writer
 }
 
+// A line with a "msg" field is one of the engine's own (core's
+// Options.Log, e.g. the spend cap reached).
 func (l *fleetLogger) log(fields []core.LogField) {
 	msg := "llmhedge fleet down: requests use this replica's own state"
 	for i := range fields {
 		if fields[i].Key == "state" && fields[i].Str == "up" {
 			msg = "llmhedge fleet up: joins and replays are shared again"
+		}
+	}
+	for i := range fields {
+		if fields[i].Key == "msg" {
+			msg = fields[i].Str
+			fields = append(append([]core.LogField{}, fields[:i]...), fields[i+1:]...)
+			break
 		}
 	}
 	b := make([]byte, 0, 256)

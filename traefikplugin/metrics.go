@@ -67,7 +67,11 @@ func (s *metricStore) Record(metric int, labels []string, v float64) {
 		}
 		s.series[metric][key] = se
 	}
-	se.value += v
+	if def.Type == core.MetricGauge {
+		se.value = v // a gauge recorded through the sink (the fleet's)
+	} else {
+		se.value += v
+	}
 	if def.Type == core.MetricHistogram {
 		se.count++
 		i := 0
@@ -129,7 +133,7 @@ func (s *metricStore) exposition() []byte {
 	b := make([]byte, 0, 4096)
 	for i := range s.defs {
 		def := &s.defs[i]
-		if def.Type == core.MetricGauge {
+		if def.FromHedger {
 			continue // below, outside the lock
 		}
 		m := s.series[i]
@@ -160,15 +164,15 @@ func (s *metricStore) exposition() []byte {
 	if len(routes) == 0 {
 		return b
 	}
-	delay := &defs[core.MetricCurrentDelay]
-	b = appendFamilyHeader(b, delay)
-	for i, route := range routes {
-		b = appendSample(b, delay.Name, delay.Labels, []string{route}, "", "", hedgers[i].CurrentDelay().Seconds())
-	}
-	inFlight := &defs[core.MetricHedgesInFlight]
-	b = appendFamilyHeader(b, inFlight)
-	for i, route := range routes {
-		b = appendSample(b, inFlight.Name, inFlight.Labels, []string{route}, "", "", float64(hedgers[i].HedgesInFlight()))
+	for m := range defs {
+		def := &defs[m]
+		if !def.FromHedger {
+			continue
+		}
+		b = appendFamilyHeader(b, def)
+		for i, route := range routes {
+			b = appendSample(b, def.Name, def.Labels, []string{route}, "", "", core.HedgerGauge(m, hedgers[i]))
+		}
 	}
 	return b
 }

@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core"
 )
 
 // chatRequest is a streaming chat request for a handler served in-process.
@@ -116,5 +118,20 @@ func TestMetricsExpositionEscapesLabelValues(t *testing.T) {
 	want := `llm_hedge_requests_total{route="a\"b\\c\nd",outcome="ok"} 3` + "\n"
 	if text := string(s.exposition()); !strings.Contains(text, want) {
 		t.Errorf("exposition\n%s\nlacks %s", text, want)
+	}
+}
+
+// A gauge recorded through the sink (the fleet's up and replicas) is set,
+// not added up, and appears in the exposition.
+func TestMetricsRecordedGaugesAreSet(t *testing.T) {
+	s := &metricStore{}
+	s.Record(core.MetricFleetUp, []string{"redis:6379/0"}, 1)
+	s.Record(core.MetricFleetUp, []string{"redis:6379/0"}, 0)
+	s.Record(core.MetricFleetReplicas, []string{"redis:6379/0"}, 5)
+	text := string(s.exposition())
+	for _, want := range []string{`llm_hedge_fleet_up{fleet="redis:6379/0"} 0`, `llm_hedge_fleet_replicas{fleet="redis:6379/0"} 5`} {
+		if !strings.Contains(text, want) {
+			t.Errorf("exposition lacks %q:\n%s", want, text)
+		}
 	}
 }

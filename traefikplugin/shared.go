@@ -197,6 +197,8 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 	var log *logObserver
 	if h.logOut != nil {
 		log = &logObserver{middleware: h.name, out: h.logOut}
+		engineLog := &fleetLogger{out: h.logOut}
+		opts.Log = engineLog.log
 	}
 	var counted *metricStore
 	if h.metricsPath != "" {

@@ -294,6 +294,7 @@ func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*core.Config
 			rep.logs = append(rep.logs, b.String())
 			rep.mu.Unlock()
 		}})
+		t.Cleanup(rep.fleet.Close)
 		h, err := core.New(cfg, core.Options{Fleet: rep.fleet, Clock: clocks[i]})
 		if err != nil {
 			t.Fatal(err)
@@ -446,8 +447,15 @@ func TestFleetUnkeyedRequestsTouchNoRedis(t *testing.T) {
 	if total != 0 {
 		t.Errorf("fleet operations for unkeyed requests = %d, want 0", total)
 	}
-	if n := redisInt(t, rig.redis, "DBSIZE"); n != 0 {
-		t.Errorf("DBSIZE = %d, want 0", n)
+	// The route's first request attached it to the fleet (one sync); the
+	// loop's keys are the only ones.
+	if n := a.sink.count("sync"); n < 1 {
+		t.Errorf("sync operations = %d, want the first request's attach at least", n)
+	}
+	for _, k := range redisArray(t, rig.redis, "KEYS", "*") {
+		if !strings.HasPrefix(k, "llmhedge:budget:") && !strings.HasPrefix(k, "llmhedge:replica:") && k != "llmhedge:live" {
+			t.Errorf("key %q after unkeyed requests, want only the sync loop's (budget, replica, live)", k)
+		}
 	}
 }
 

@@ -37,6 +37,7 @@ var optional = map[string]bool{
 	"llm_hedge_fleet_up":                         true,
 	"llm_hedge_fleet_operation_errors_total":     true,
 	"llm_hedge_fleet_operation_duration_seconds": true,
+	"llm_hedge_fleet_replicas":                   true,
 	"llm_hedge_invalid_answers_total":            true,
 }
 

@@ -1,0 +1,913 @@
+package coretest
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+)
+
+// Fleet mode part 2 against a real redis-server: the hedge budget, the
+// caps, upstream health and the kill switch hold for the fleet. Each
+// replica is a Hedger with its own State, Fleet and Redis client. The
+// fleets run on a manualClock whose timers never fire, so the tests run
+// each replica's sync loop round by hand (Fleet.SyncNow) where a real one
+// would tick every sync_interval.
+
+// steppedClock is the real time plus what the test advanced it by, with
+// timers that never fire.
+type steppedClock struct {
+	mu  sync.Mutex
+	off time.Duration
+}
+
+func (c *steppedClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.off)
+}
+
+func (c *steppedClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.off += d
+	c.mu.Unlock()
+}
+
+func (c *steppedClock) AfterFunc(d time.Duration, f func()) core.Timer {
+	return stoppedTimer{}
+}
+
+type stoppedTimer struct{}
+
+func (stoppedTimer) Stop() bool { return true }
+
+// twoUpstreams are A and B. A answers as its behave function says (by
+// request number, from 1); B answers at once.
+type twoUpstreams struct {
+	a, b   *httptest.Server
+	aCount atomic.Int64
+	behave func(n int64, w http.ResponseWriter, r *http.Request) bool // true: answered
+}
+
+func sseAnswer(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	io.WriteString(w, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+}
+
+func newTwoUpstreams(t *testing.T, behave func(n int64, w http.ResponseWriter, r *http.Request) bool) *twoUpstreams {
+	u := &twoUpstreams{behave: behave}
+	u.a = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		n := u.aCount.Add(1)
+		if u.behave != nil && u.behave(n, w, r) {
+			return
+		}
+		sseAnswer(w)
+	}))
+	u.b = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		sseAnswer(w)
+	}))
+	t.Cleanup(u.a.Close)
+	t.Cleanup(u.b.Close)
+	return u
+}
+
+// stall holds the answer for 40ms (a hedge after 2ms wins) or until the
+// request is cancelled.
+func stall(w http.ResponseWriter, r *http.Request) bool {
+	t := time.NewTimer(40 * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-r.Context().Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// member is one replica of a fleet2 rig.
+type member struct {
+	hedger  *core.Hedger
+	fleet   *core.Fleet
+	client  core.RedisClient
+	sink    *fleetSink
+	reports *reportLog
+	logs    *lineLog
+}
+
+type reportLog struct {
+	mu      sync.Mutex
+	hedges  int
+	denials map[string]int
+	first   []string // attempt 0's upstream, per request
+	status  []int
+}
+
+func (l *reportLog) Observe(r *core.Report) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.hedges += countRole(r, core.RoleHedge)
+	for _, d := range r.Denials {
+		l.denials[d]++
+	}
+	if len(r.Attempts) > 0 {
+		l.first = append(l.first, r.Attempts[0].Upstream)
+	}
+	l.status = append(l.status, r.Status)
+}
+
+func countRole(r *core.Report, role string) int {
+	n := 0
+	for _, a := range r.Attempts {
+		if a.Role == role {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *reportLog) snapshot() (hedges int, denials map[string]int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := map[string]int{}
+	for k, v := range l.denials {
+		d[k] = v
+	}
+	return l.hedges, d
+}
+
+func (l *reportLog) lastFirst() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.first) == 0 {
+		return ""
+	}
+	return l.first[len(l.first)-1]
+}
+
+type lineLog struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lineLog) log(fields []core.LogField) {
+	var b strings.Builder
+	for _, f := range fields {
+		b.WriteString(f.Key + "=" + f.Str + " ")
+	}
+	l.mu.Lock()
+	l.lines = append(l.lines, b.String())
+	l.mu.Unlock()
+}
+
+func (l *lineLog) count(sub string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, sub) {
+			n++
+		}
+	}
+	return n
+}
+
+// fleet2Config is a route over A then B that hedges after 2ms.
+func fleet2Config(redisURL string, ups *twoUpstreams) core.Config {
+	return core.Config{
+		Route:       "fleet",
+		Upstreams:   []core.UpstreamConfig{{Name: "A", URL: ups.a.URL}, {Name: "B", URL: ups.b.URL}},
+		Delay:       core.DelayConfig{Fixed: core.Duration(2 * time.Millisecond)},
+		MaxAttempts: 2,
+		Fleet:       core.FleetConfig{URL: redisURL, Timeout: core.Duration(2 * time.Second)},
+	}
+}
+
+// newMember makes a replica for cfg (cfg.Fleet.URL empty: no fleet) on
+// clock (nil: a steppedClock of its own).
+func newMember(t *testing.T, cfg core.Config, clock core.Clock, state *core.State) *member {
+	t.Helper()
+	m := &member{sink: newFleetSink(), reports: &reportLog{denials: map[string]int{}}, logs: &lineLog{}}
+	if clock == nil {
+		clock = &steppedClock{}
+	}
+	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log}
+	if cfg.Fleet.URL != "" {
+		client, err := fleetredis.New(cfg.Fleet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { client.Close() })
+		m.client = client
+		m.fleet = core.NewFleet(client, cfg.Fleet, core.FleetOptions{Clock: clock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
+		t.Cleanup(m.fleet.Close)
+		opts.Fleet = m.fleet
+	}
+	h, err := core.New(cfg, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.hedger = h
+	return m
+}
+
+// do sends one request through m's hedger and returns the status.
+func (m *member) do(t *testing.T, hdr map[string]string) int {
+	t.Helper()
+	req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(chatBody))
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	m.hedger.ServeHTTP(rec, req)
+	return rec.Code
+}
+
+// Invariant 6: with every request wanting a hedge, the hedges started
+// across four replicas stay within ratio × fleet requests + burst (the
+// documented bound adds replicas × max lease only when the fleet's bucket
+// starts over, which it does not here); the same replicas without the
+// fleet start about replicas × burst more.
+func TestFleetBudgetBoundAcrossReplicas(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
+	const replicas, perReplica, syncEvery = 4, 100, 10
+	const ratio, burst = 0.05, 5
+	run := func(fleet bool) int {
+		cfg := fleet2Config(redis.URL(), ups)
+		cfg.Budget = core.BudgetConfig{Ratio: ratio, Burst: burst, MaxConcurrentHedges: -1}
+		if !fleet {
+			cfg.Fleet = core.FleetConfig{}
+		}
+		members := make([]*member, replicas)
+		for i := range members {
+			members[i] = newMember(t, cfg, nil, nil)
+		}
+		var wg sync.WaitGroup
+		for _, m := range members {
+			m := m
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 1; i <= perReplica; i++ {
+					if code := m.do(t, nil); code != 200 {
+						t.Errorf("status %d, want 200", code)
+					}
+					if m.fleet != nil && i%syncEvery == 0 {
+						m.fleet.SyncNow()
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		total := 0
+		for _, m := range members {
+			n, _ := m.reports.snapshot()
+			total += n
+		}
+		return total
+	}
+	requests := replicas * perReplica
+	bound := int(ratio*float64(requests)) + burst
+	fleetHedges := run(true)
+	localHedges := run(false)
+	t.Logf("%d requests over %d replicas: %d hedges with the fleet (bound %d), %d without", requests, replicas, fleetHedges, bound, localHedges)
+	if fleetHedges > bound {
+		t.Errorf("fleet-wide hedges = %d, want at most ratio × requests + burst = %d", fleetHedges, bound)
+	}
+	if fleetHedges < bound/2 {
+		t.Errorf("fleet-wide hedges = %d, want about %d: the budget is throttled below its ratio", fleetHedges, bound)
+	}
+	if localHedges <= bound {
+		t.Errorf("hedges without the fleet = %d, want more than %d (each replica has its own burst)", localHedges, bound)
+	}
+}
+
+// At a healthy rate (hedges wanted by 1 request in 12, ratio 0.1) the
+// leased budget denies no hedge once the replicas have synced twice (the
+// first interval shares the fleet's burst among replicas that start
+// together).
+func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Slow") != "" {
+			select { // past the delay: the hedge wins
+			case <-r.Context().Done():
+			case <-time.After(time.Second):
+			}
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(100 * time.Millisecond)} // the others answer first
+	cfg.Budget = core.BudgetConfig{Ratio: 0.1, Burst: 10}
+	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
+	members := make([]*member, replicas)
+	for i := range members {
+		members[i] = newMember(t, cfg, nil, nil)
+	}
+	var wg sync.WaitGroup
+	var wanted, hedges, denied atomic.Int64
+	for _, m := range members {
+		m := m
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var hedgesBefore int
+			var deniedBefore int
+			for i := 1; i <= perReplica; i++ {
+				var hdr map[string]string
+				if i%12 == 0 && i > warmUp {
+					hdr = map[string]string{"X-Slow": "1"}
+					wanted.Add(1)
+				}
+				m.do(t, hdr)
+				if i%syncEvery == 0 {
+					m.fleet.SyncNow()
+				}
+				if i == warmUp {
+					h, d := m.reports.snapshot()
+					hedgesBefore, deniedBefore = h, d[core.DenyBudget]
+				}
+			}
+			h, d := m.reports.snapshot()
+			hedges.Add(int64(h - hedgesBefore))
+			denied.Add(int64(d[core.DenyBudget] - deniedBefore))
+		}()
+	}
+	wg.Wait()
+	t.Logf("after the warm-up: %d requests wanting a hedge, %d hedges, %d budget denials", wanted.Load(), hedges.Load(), denied.Load())
+	if denied.Load() != 0 || hedges.Load() < wanted.Load() {
+		t.Errorf("budget denials = %d, hedges = %d, want 0 and at least %d (every wanted hedge)", denied.Load(), hedges.Load(), wanted.Load())
+	}
+}
+
+// Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
+// 2's next request goes to B first, and A stays avoided.
+func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(429)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r2.do(t, nil) // attached, and A is fine
+	if got := r2.reports.lastFirst(); got != "A" {
+		t.Fatalf("replica 2's first attempt before the 429 went to %q, want A", got)
+	}
+	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
+		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
+	}
+	r1.fleet.SyncNow() // what the background publisher does at once
+	r2.fleet.SyncNow() // replica 2's next sync
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "B" {
+		t.Errorf("replica 2's first attempt after replica 1's 429 went to %q, want B", got)
+	}
+	if n := ups.aCount.Load(); n != 2 {
+		t.Errorf("A got %d requests, want 2 (replica 2's before the 429, replica 1's)", n)
+	}
+}
+
+// The same with the real loop on the system clock: from replica 1's 429
+// to replica 2 avoiding A takes less than a second.
+func TestFleetCoolDownWithinASecond(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(429)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	cfg.Fleet.Timeout = core.Duration(200 * time.Millisecond)
+	r1, r2 := newMember(t, cfg, core.SystemClock{}, nil), newMember(t, cfg, core.SystemClock{}, nil)
+	synced := make(chan struct{}, 1)
+	r2.fleet.SetSyncHook(func() {
+		select {
+		case synced <- struct{}{}:
+		default:
+		}
+	})
+	r2.do(t, nil)
+	r1.do(t, map[string]string{"X-Fail": "1"})
+	start := time.Now()
+	for {
+		select {
+		case <-synced:
+		case <-time.After(2 * time.Second):
+			t.Fatal("replica 2's loop did not sync within 2s")
+		}
+		r2.do(t, nil)
+		if r2.reports.lastFirst() == "B" {
+			break
+		}
+		if time.Since(start) > time.Second {
+			t.Fatalf("replica 2 still sends to A %v after replica 1's 429, want within 1s", time.Since(start))
+		}
+	}
+	t.Logf("propagation: %v", time.Since(start))
+}
+
+// The kill switch: a fleet pause stops every hedge on every replica after
+// its next sync (retries still run), holds for a new hedger on the same
+// State (a reload) and for a new replica before its first hedge, holds
+// while Redis is away, and a resume brings hedging back.
+func TestFleetKillSwitch(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(500)
+			return true
+		}
+		return stall(w, r)
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	clock := &steppedClock{}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, clock, nil)
+	r1.do(t, nil)
+	r2.do(t, nil)
+	redisDo(t, redis, "SET", core.FleetSwitchKey("llmhedge:", "fleet"), core.EncodeSwitch(core.Switch{Paused: true}))
+	r1.fleet.SyncNow()
+	r2.fleet.SyncNow()
+	for _, m := range []*member{r1, r2} {
+		before, _ := m.reports.snapshot()
+		m.do(t, nil)
+		after, denied := m.reports.snapshot()
+		if after != before || denied[core.DenyPaused] != 1 {
+			t.Errorf("paused: hedges %d -> %d, paused denials %d, want no new hedge and 1 denial", before, after, denied[core.DenyPaused])
+		}
+		if got := m.hedger.SwitchInForce(); !got.Paused {
+			t.Errorf("SwitchInForce = %v, want paused", got)
+		}
+		if core.HedgerGauge(core.MetricHedgingPaused, m.hedger) != 1 {
+			t.Error("llm_hedge_hedging_paused = 0, want 1")
+		}
+	}
+	// A retry after a failure still runs.
+	r1.do(t, map[string]string{"X-Fail": "1"})
+	r1.reports.mu.Lock()
+	last := r1.reports.status[len(r1.reports.status)-1]
+	r1.reports.mu.Unlock()
+	if last != 200 {
+		t.Errorf("paused, A failed: status %d, want 200 from the retry on B", last)
+	}
+
+	// A reload: a new hedger on the same State sees the pause at once.
+	reloaded := newMember(t, cfg, nil, r1.hedger.State())
+	reloaded.do(t, nil)
+	if _, d := reloaded.reports.snapshot(); d[core.DenyPaused] != 1 {
+		t.Errorf("reloaded hedger: paused denials %d, want 1", d[core.DenyPaused])
+	}
+	// A new replica reads the switch before its first hedge.
+	fresh := newMember(t, cfg, nil, nil)
+	fresh.do(t, nil)
+	if h, d := fresh.reports.snapshot(); h != 0 || d[core.DenyPaused] != 1 {
+		t.Errorf("new replica: hedges %d, paused denials %d, want 0 and 1", h, d[core.DenyPaused])
+	}
+
+	// Redis away: the last switch seen stays in force.
+	redis.Kill()
+	for i := 0; i < 4; i++ {
+		r2.fleet.SyncNow()
+	}
+	if r2.fleet.Up() {
+		t.Error("fleet up with Redis killed, want down")
+	}
+	before, _ := r2.reports.snapshot()
+	if code := r2.do(t, nil); code != 200 {
+		t.Errorf("Redis away: status %d, want 200", code)
+	}
+	if after, _ := r2.reports.snapshot(); after != before {
+		t.Errorf("Redis away: hedges %d -> %d, want the pause still in force", before, after)
+	}
+	redis.Restart()
+
+	// Resume: the key is gone (a restarted Redis has none anyway).
+	redisDo(t, redis, "DEL", core.FleetSwitchKey("llmhedge:", "fleet"))
+	waitFleetUp(t, r2, clock)
+	r2.fleet.SyncNow()
+	before, _ = r2.reports.snapshot()
+	r2.do(t, nil)
+	if after, _ := r2.reports.snapshot(); after != before+1 {
+		t.Errorf("resumed: hedges %d -> %d, want one more", before, after)
+	}
+}
+
+// waitFleetUp syncs m until its fleet is up again: the breaker probes
+// once per retry_interval on the fleet's clock.
+func waitFleetUp(t *testing.T, m *member, clock *steppedClock) {
+	t.Helper()
+	for i := 0; i < 10 && !m.fleet.Up(); i++ {
+		clock.advance(time.Second)
+		m.fleet.SyncNow()
+	}
+	if !m.fleet.Up() {
+		t.Fatal("fleet not up after 10 retry intervals with Redis restarted")
+	}
+}
+
+// The switch for every route ("*") and a delay override: the override
+// replaces the hedge delay, and a process switch applies without a fleet.
+func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Hour)}
+	r1 := newMember(t, cfg, nil, nil)
+	redisDo(t, redis, "SET", core.FleetSwitchKey("llmhedge:", core.SwitchAllRoutes), core.EncodeSwitch(core.Switch{Delay: 5 * time.Millisecond}))
+	r1.do(t, nil) // attaches: the first sync reads the switch
+	if h, _ := r1.reports.snapshot(); h != 1 {
+		t.Errorf("delay override 5ms on a 1h delay: hedges %d, want 1", h)
+	}
+	if d := r1.hedger.CurrentDelay(); d != 5*time.Millisecond {
+		t.Errorf("CurrentDelay = %v, want the override 5ms", d)
+	}
+
+	noFleet := cfg
+	noFleet.Fleet = core.FleetConfig{}
+	noFleet.Delay = core.DelayConfig{Fixed: core.Duration(2 * time.Millisecond)}
+	local := newMember(t, noFleet, nil, nil)
+	core.SetProcessSwitch("fleet", core.Switch{Paused: true})
+	t.Cleanup(func() { core.SetProcessSwitch("fleet", core.Switch{}) })
+	local.do(t, nil)
+	if h, d := local.reports.snapshot(); h != 0 || d[core.DenyPaused] != 1 {
+		t.Errorf("process pause without a fleet: hedges %d, paused denials %d, want 0 and 1", h, d[core.DenyPaused])
+	}
+	core.SetProcessSwitch("fleet", core.Switch{})
+	local.do(t, nil)
+	if h, _ := local.reports.snapshot(); h != 1 {
+		t.Errorf("process switch removed: hedges %d, want 1", h)
+	}
+}
+
+// The spend cap holds for the fleet: two replicas share the hour's cap;
+// once it is reached no hedge starts (retries still run), the gauge says
+// so, and one line is logged.
+func TestFleetSpendCap(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(500)
+			return true
+		}
+		return stall(w, r)
+	})
+	perHedge := int64(len(chatBody) / 4)
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Budget = core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: 3*perHedge + perHedge/2, PromptUSDPerMillion: 2}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1.do(t, nil)
+	r1.do(t, nil)
+	r1.fleet.SyncNow()
+	r2.do(t, nil) // the third hedge: 3 × perHedge spent
+	r2.fleet.SyncNow()
+	r1.fleet.SyncNow()
+	before, _ := r1.reports.snapshot()
+	r1.do(t, nil) // a fourth would exceed the cap
+	after, denied := r1.reports.snapshot()
+	if after != before || denied[core.DenySpendCap] != 1 {
+		t.Errorf("over the fleet's spend cap: hedges %d -> %d, spend_cap denials %d, want none and 1", before, after, denied[core.DenySpendCap])
+	}
+	if got := core.HedgerGauge(core.MetricSpendCapReached, r1.hedger); got != 1 {
+		t.Errorf("llm_hedge_spend_cap_reached = %v, want 1", got)
+	}
+	if tokens, _ := r1.hedger.SpendTokens(); tokens != 3*perHedge {
+		t.Errorf("SpendTokens = %d, want %d (the fleet's three hedges)", tokens, 3*perHedge)
+	}
+	r1.do(t, nil)
+	if n := r1.logs.count("spend cap reached"); n != 1 {
+		t.Errorf("spend cap log lines = %d, want 1", n)
+	}
+	r1.do(t, map[string]string{"X-Fail": "1"})
+	r1.reports.mu.Lock()
+	last := r1.reports.status[len(r1.reports.status)-1]
+	r1.reports.mu.Unlock()
+	if last != 200 {
+		t.Errorf("capped, A failed: status %d, want 200 from the retry on B", last)
+	}
+	if v := redisDo(t, redis, "PTTL", "llmhedge:spend:fleet:"+strconv.FormatInt(time.Now().Unix()/3600, 10)).Int; v <= 0 {
+		t.Errorf("spend key PTTL = %d, want a TTL", v)
+	}
+
+	// Without a fleet the cap is this replica's.
+	noFleet := cfg
+	noFleet.Fleet = core.FleetConfig{}
+	local := newMember(t, noFleet, nil, nil)
+	for i := 0; i < 4; i++ {
+		local.do(t, nil)
+	}
+	if h, d := local.reports.snapshot(); h != 3 || d[core.DenySpendCap] != 1 {
+		t.Errorf("local spend cap: hedges %d, spend_cap denials %d, want 3 and 1", h, d[core.DenySpendCap])
+	}
+}
+
+// The per-tenant cap holds for the fleet: what one replica charged a
+// tenant counts on the other after their syncs.
+func TestFleetTenantCap(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
+	perHedge := int64(len(chatBody) / 4)
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Budget = core.BudgetConfig{Ratio: -1, TenantHeader: "X-Tenant", TenantTokensPerMinute: 2*perHedge + perHedge/2}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	tenant := map[string]string{"X-Tenant": "acme"}
+	r1.do(t, tenant)
+	r1.fleet.SyncNow()
+	r2.do(t, tenant)
+	r2.fleet.SyncNow()
+	r1.fleet.SyncNow()
+	r1.do(t, tenant) // a third hedge would exceed the fleet's cap
+	h1, d1 := r1.reports.snapshot()
+	h2, _ := r2.reports.snapshot()
+	if h1+h2 != 2 || d1[core.DenyTenant] != 1 {
+		t.Errorf("tenant over the fleet's cap: hedges %d, tenant denials %d, want 2 and 1", h1+h2, d1[core.DenyTenant])
+	}
+	for _, k := range redisArray(t, redis, "KEYS", "llmhedge:tenant:*") {
+		if strings.Contains(k, "acme") {
+			t.Errorf("tenant key %q names the tenant, want its hash", k)
+		}
+		if ttl := redisInt(t, redis, "PTTL", k); ttl <= 0 {
+			t.Errorf("tenant key %q PTTL %d, want a TTL", k, ttl)
+		}
+	}
+}
+
+// The concurrent-hedge cap is shared: with two live replicas each may run
+// max_concurrent_hedges / 2 hedges at once.
+func TestFleetHedgeCapShared(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
+	// B holds the hedges until their requests time out, so that the first
+	// is still in flight when the second request wants one.
+	hedged := make(chan struct{}, 2)
+	ups.b.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		hedged <- struct{}{}
+		<-r.Context().Done()
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Budget = core.BudgetConfig{MaxConcurrentHedges: 2}
+	cfg.Timeout = core.Duration(time.Second)
+	clock := &steppedClock{}
+	r1, r2 := newMember(t, cfg, clock, nil), newMember(t, cfg, clock, nil)
+	r1.fleet.SyncNow()
+	r2.fleet.SyncNow() // two heartbeats
+	clock.advance(core.FleetHeartbeatInterval)
+	r1.fleet.SyncNow() // counts both
+	if n := r1.fleet.LiveReplicas(); n != 2 {
+		t.Fatalf("LiveReplicas = %d, want 2", n)
+	}
+	done := make(chan int, 2)
+	go func() { done <- r1.do(t, nil) }()
+	<-hedged // the first request's hedge is in flight until its timeout
+	r1.do(t, nil)
+	<-done
+	if _, d := r1.reports.snapshot(); d[core.DenyConcurrency] != 1 {
+		t.Errorf("concurrency denials = %d, want 1 (a share of 1 of the cap 2 with 2 replicas)", d[core.DenyConcurrency])
+	}
+}
+
+// The heartbeat: llmhedge-ctl's ReplicaStatus, with a TTL.
+func TestFleetHeartbeat(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if n == 1 {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(429)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	r1 := newMember(t, cfg, nil, nil)
+	r1.do(t, nil)
+	r1.do(t, nil)
+	r1.fleet.SyncNow()
+	key := core.FleetReplicaKey("llmhedge:", r1.fleet.ReplicaID())
+	raw := redisDo(t, redis, "GET", key).Str
+	var st core.ReplicaStatus
+	if err := json.Unmarshal([]byte(raw), &st); err != nil {
+		t.Fatalf("heartbeat %q: %v", raw, err)
+	}
+	if st.Kind != "test" || st.ID != r1.fleet.ReplicaID() || len(st.Routes) != 1 {
+		t.Fatalf("heartbeat kind %q, id %q, %d routes; want test, %s, 1", st.Kind, st.ID, len(st.Routes), r1.fleet.ReplicaID())
+	}
+	rt := st.Routes[0]
+	if rt.Name != "fleet" || rt.Requests != 2 || rt.Switch != "on" || len(rt.Cooled) != 1 || rt.Cooled[0] != "A" {
+		t.Errorf("route %q requests %d switch %q cooled %v, want fleet, 2, on, [A]", rt.Name, rt.Requests, rt.Switch, rt.Cooled)
+	}
+	if ttl := redisInt(t, redis, "PTTL", key); ttl <= 0 || ttl > int64(core.FleetHeartbeatTTL/time.Millisecond) {
+		t.Errorf("heartbeat PTTL = %d, want (0, %d]", ttl, core.FleetHeartbeatTTL/time.Millisecond)
+	}
+	r1.fleet.Close()
+	if n := redisInt(t, redis, "EXISTS", key); n != 0 {
+		t.Error("heartbeat still there after Close, want removed")
+	}
+}
+
+// Redis away: requests go on with the local budget, fleet_up says so, and
+// nothing fails.
+func TestFleetRedisAwayUsesLocalBudget(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
+	cfg.Budget = core.BudgetConfig{Ratio: 0.5, Burst: 2}
+	r1 := newMember(t, cfg, nil, nil)
+	r1.do(t, nil)
+	redis.Pause()
+	for i := 0; i < 4; i++ {
+		r1.fleet.SyncNow()
+	}
+	if up := r1.sink.isUp(); up != 0 {
+		t.Errorf("llm_hedge_fleet_up = %v with Redis paused, want 0", up)
+	}
+	redis.Resume()
+	before, _ := r1.reports.snapshot()
+	for i := 0; i < 10; i++ {
+		if code := r1.do(t, nil); code != 200 {
+			t.Fatalf("Redis away: status %d, want 200", code)
+		}
+	}
+	after, _ := r1.reports.snapshot()
+	// Local bucket: what it held, plus 0.5 per request.
+	if after-before < 4 {
+		t.Errorf("Redis away: %d hedges in 10 requests, want the local budget's (about 5)", after-before)
+	}
+}
+
+// Redis commands per unkeyed request: the loop's cost is per interval.
+// At 300 requests/s and the default 250ms interval, one sync per 75
+// requests, a heartbeat every fourth.
+func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, nil)
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	clock := &steppedClock{}
+	r1 := newMember(t, cfg, clock, nil)
+	r1.do(t, nil)
+	r1.fleet.SyncNow()
+	commands := func() int64 {
+		info := redisDo(t, redis, "INFO", "stats").Str
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
+				n, _ := strconv.ParseInt(v, 10, 64)
+				return n
+			}
+		}
+		t.Fatal("no total_commands_processed in INFO stats")
+		return 0
+	}
+	before := commands()
+	const requests = 1200
+	for i := 1; i <= requests; i++ {
+		r1.do(t, nil)
+		if i%75 == 0 {
+			clock.advance(250 * time.Millisecond)
+			r1.fleet.SyncNow()
+		}
+	}
+	used := commands() - before - 1 // less the INFO itself
+	perRequest := float64(used) / requests
+	t.Logf("%d Redis commands for %d unkeyed requests: %.3f per request", used, requests, perRequest)
+	if perRequest > 0.1 {
+		t.Errorf("Redis commands per unkeyed request = %.3f, want at most 0.1", perRequest)
+	}
+}
+
+// Close stops the loop on the system clock and leaves no goroutine.
+func TestFleetCloseLeavesNoGoroutine(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, nil)
+	ignore := goleak.IgnoreCurrent()
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Fleet.SyncInterval = core.Duration(10 * time.Millisecond)
+	client, err := fleetredis.New(cfg.Fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleet := core.NewFleet(client, cfg.Fleet, core.FleetOptions{})
+	ticked := make(chan struct{}, 10)
+	fleet.SetSyncHook(func() {
+		select {
+		case ticked <- struct{}{}:
+		default:
+		}
+	})
+	tr := &http.Transport{}
+	h2, err := core.New(cfg, core.Options{Fleet: fleet, Transport: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(chatBody))
+	h2.ServeHTTP(httptest.NewRecorder(), req)
+	for i := 0; i < 3; i++ {
+		select {
+		case <-ticked:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the loop did not tick within 5s")
+		}
+	}
+	fleet.Close()
+	client.Close()
+	tr.CloseIdleConnections()
+	goleak.VerifyNone(t, ignore)
+}
+
+// Invariant 7 for the breaker: replica 1 opens A's breaker; after the
+// syncs replica 2 sends its first attempt to B (the probe is replica 1's).
+func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(500)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	cfg.Budget = core.BudgetConfig{BreakerFailures: 1, BreakerOpen: core.Duration(time.Minute)}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "A" {
+		t.Fatalf("replica 2's first attempt went to %q, want A", got)
+	}
+	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
+		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
+	}
+	r1.fleet.SyncNow()
+	r2.fleet.SyncNow()
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "B" {
+		t.Errorf("replica 2's first attempt after replica 1 opened A's breaker went to %q, want B", got)
+	}
+	fields := redisArray(t, redis, "HKEYS", "llmhedge:health:fleet")
+	if len(fields) != 1 || fields[0] != "open:A" {
+		t.Errorf("health fields %v, want [open:A]", fields)
+	}
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:health:fleet"); ttl <= 0 || ttl > 60000 {
+		t.Errorf("health key PTTL %d, want (0, 60000]: the open time", ttl)
+	}
+}
+
+// Invariant 7 for the overload stop: replica 1 sees 503s above the
+// overload rate; after the syncs replica 2 starts no hedge (overload).
+func TestFleetOverloadReachesOtherReplicas(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	fail := func(w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.WriteHeader(503)
+			return true
+		}
+		return stall(w, r)
+	}
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return fail(w, r) })
+	ups.b.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if !fail(w, r) {
+			sseAnswer(w)
+		}
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Budget = core.BudgetConfig{CoolDown: core.Duration(time.Millisecond), MaxCoolDown: core.Duration(time.Millisecond),
+		OverloadWindow: 2, BreakerFailures: 100}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r2.do(t, nil)
+	if h, _ := r2.reports.snapshot(); h != 1 {
+		t.Fatalf("replica 2 before the overload: hedges %d, want 1", h)
+	}
+	r1.do(t, map[string]string{"X-Fail": "1"}) // A and B answer 503: overloaded
+	r1.fleet.SyncNow()
+	r2.fleet.SyncNow()
+	r2.do(t, nil)
+	if h, d := r2.reports.snapshot(); h != 1 || d[core.DenyOverload] != 1 {
+		t.Errorf("replica 2 after replica 1's overload: hedges %d, overload denials %d, want 1 and 1", h, d[core.DenyOverload])
+	}
+}

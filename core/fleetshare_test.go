@@ -1,0 +1,122 @@
+package core
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSpendCapOptions(t *testing.T) {
+	base := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}}
+	bad := base
+	bad.Budget.SpendCapUSDPerHour = 5
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "prompt_usd_per_million") {
+		t.Errorf("spend_cap_usd_per_hour without a price: error %v, want one naming prompt_usd_per_million", err)
+	}
+	neg := base
+	neg.Budget.SpendCapTokensPerHour = -1
+	if err := neg.Validate(); err == nil {
+		t.Error("negative spend_cap_tokens_per_hour: no error, want one")
+	}
+	slow := base
+	slow.Fleet = FleetConfig{URL: "redis://127.0.0.1:1/0", SyncInterval: Duration(2 * time.Second)}
+	if err := slow.Validate(); err == nil || !strings.Contains(err.Error(), "sync_interval") {
+		t.Errorf("sync_interval 2s: error %v, want one naming sync_interval", err)
+	}
+	for _, c := range []struct {
+		tokens     int64
+		usd, price float64
+		want       int64
+	}{
+		{0, 0, 0, 0},
+		{1000, 0, 0, 1000},
+		{0, 1, 2, 500000}, // $1 at $2 per million: 500,000 tokens
+		{1000, 1, 2, 1000},
+		{900000, 1, 2, 500000},
+	} {
+		b := BudgetConfig{SpendCapTokensPerHour: c.tokens, SpendCapUSDPerHour: c.usd, PromptUSDPerMillion: c.price}
+		if got := spendCapTokens(&b); got != c.want {
+			t.Errorf("spendCapTokens(%d tokens, $%v at $%v) = %d, want %d", c.tokens, c.usd, c.price, got, c.want)
+		}
+	}
+	if d := (FleetConfig{URL: "redis://h:1/0"}).WithDefaults().SyncInterval; d != Duration(250*time.Millisecond) {
+		t.Errorf("default sync_interval = %v, want 250ms", d)
+	}
+}
+
+func TestSpendTakeHoldsForTheHour(t *testing.T) {
+	m := &spendMeter{}
+	hour := time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
+	if ok, _ := spendTake(m, 40, 100, hour); !ok {
+		t.Fatal("first 40 of 100: denied, want allowed")
+	}
+	if ok, _ := spendTake(m, 40, 100, hour.Add(time.Minute)); !ok {
+		t.Fatal("80 of 100: denied, want allowed")
+	}
+	ok, reached := spendTake(m, 40, 100, hour.Add(2*time.Minute))
+	if ok || !reached {
+		t.Errorf("120 of 100: allowed %v, reached %v; want denied, reached", ok, reached)
+	}
+	// A smaller hedge that would fit is still denied: the cap holds for
+	// the rest of the hour, and it is reached only once.
+	ok, reached = spendTake(m, 1, 100, hour.Add(3*time.Minute))
+	if ok || reached {
+		t.Errorf("after the cap: allowed %v, reached %v; want denied, not reached again", ok, reached)
+	}
+	if total, capped := spendSnapshot(m, hour.Add(3*time.Minute)); total != 80 || !capped {
+		t.Errorf("snapshot = %d, %v; want 80, capped", total, capped)
+	}
+	if ok, _ := spendTake(m, 40, 100, hour.Add(time.Hour)); !ok {
+		t.Error("the next hour: denied, want allowed")
+	}
+}
+
+func TestLeaseWant(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		held            float64
+		asked, deposits int64
+		ratio, burst    float64
+		first, scarce   bool
+		demand, want    float64
+	}{
+		{name: "first sync: half the burst", ratio: 0.1, burst: 10, first: true, want: 5},
+		{name: "idle: one token held", ratio: 0.1, burst: 10, want: 1},
+		{name: "idle, holding one", held: 1, ratio: 0.1, burst: 10, want: 0},
+		{name: "earned share", deposits: 75, ratio: 0.1, burst: 10, want: 8},
+		{name: "demand", asked: 10, ratio: 0.1, burst: 10, want: 10},
+		{name: "capped", asked: 1000, ratio: 0.1, burst: 10, want: fleetMaxLease},
+		{name: "scarce: own share", asked: 100, deposits: 50, ratio: 0.1, burst: 10, scarce: true, want: 6},
+	} {
+		r := &fleetRoute{demand: c.demand, scarce: c.scarce}
+		if got := leaseWant(r, c.held, c.asked, c.deposits, c.ratio, c.burst, c.first); got != c.want {
+			t.Errorf("%s: leaseWant = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
+	h, err := New(Config{Route: "sw", Upstreams: []UpstreamConfig{{URL: "http://a"}}}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := h.SwitchInForce(); !s.IsZero() {
+		t.Fatalf("no switch anywhere: %v, want on", s)
+	}
+	setFleetSwitches(h.state.share, Switch{Delay: 300 * time.Millisecond}, Switch{Delay: time.Second})
+	if s := h.SwitchInForce(); s.Delay != 300*time.Millisecond || s.Paused {
+		t.Errorf("fleet route delay 300ms, fleet all 1s: %v, want delay 300ms", s)
+	}
+	SetProcessSwitch(SwitchAllRoutes, Switch{Delay: 50 * time.Millisecond})
+	defer SetProcessSwitch(SwitchAllRoutes, Switch{})
+	if s := h.SwitchInForce(); s.Delay != 50*time.Millisecond {
+		t.Errorf("process all 50ms over the fleet's: %v, want delay 50ms", s)
+	}
+	if d := h.CurrentDelay(); d != 50*time.Millisecond {
+		t.Errorf("CurrentDelay = %v, want the override 50ms", d)
+	}
+	setFleetSwitches(h.state.share, Switch{}, Switch{Paused: true})
+	if s := h.SwitchInForce(); !s.Paused {
+		t.Errorf("fleet all paused: %v, want paused (a pause anywhere wins)", s)
+	}
+}

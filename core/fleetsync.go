@@ -1,0 +1,998 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fleet mode part 2: the hedge budget, the concurrent-hedge cap, the
+// tenant and spend caps, upstream health and the kill switch hold for the
+// fleet, with Redis kept off the request path. Requests only count (under
+// the bucket's lock they take anyway); a per-Fleet loop, every
+// fleet.sync_interval, settles each attached route with one script
+// (syncScript): it reports the requests counted since the last sync,
+// leases a batch of hedge tokens sized to the demand, flushes the spend
+// and tenant counters and reads the fleet's health and switches. Health
+// events this replica sees are published at once, in the background. Once
+// per FleetHeartbeatInterval the loop writes the replica's heartbeat and
+// counts the live replicas (for each one's share of the hedge cap).
+//
+// The loop starts with the first request of a route (the route attaches
+// then, with a first synchronous sync bounded by fleet.timeout, so that a
+// fresh instance sees the switch before its first hedge) and runs on the
+// Fleet's Clock until Close. Nothing starts in NewFleet or New: Traefik
+// makes instances it never closes.
+
+// fleetMaxLease caps the hedge tokens a replica holds for one route: the
+// documented error bound is replicas × fleetMaxLease on top of ratio ×
+// requests + burst, and only when the fleet's bucket starts over.
+const fleetMaxLease float64 = 64
+
+// fleetBudgetTTL: a route's fleet bucket no replica synced for this long
+// expires (and starts over, full).
+const fleetBudgetTTL time.Duration = time.Minute
+
+// fleetRouteIdle: a route without requests for this long detaches (its
+// next request attaches it again).
+const fleetRouteIdle time.Duration = 2 * time.Minute
+
+// More fleet operation names (the op label).
+const (
+	fleetOpSync      = "sync"
+	fleetOpHeartbeat = "heartbeat"
+	fleetOpPublish   = "publish"
+)
+
+// fleetRoute is one attached route (one State) of a Fleet. It holds the
+// parts of the State the loop works on and a copy of the configuration,
+// never the *State or the *Hedger: Yaegi v0.16.1 mistypes a field whose
+// struct type leads back to the struct being defined.
+type fleetRoute struct {
+	key      string // fleetRouteKey
+	name     string
+	bucket   *hedgeBucket
+	spend    *spendMeter
+	share    *routeShare
+	overload *overloadWindow
+	health   []*upstreamHealth
+	conf     *routeConf // the newest hedger's, replaced under fleetSync.mu
+	// ready is closed once the first sync ended (success or not).
+	ready chan struct{}
+
+	// Touched only by the sync that holds syncMu.
+	syncMu       sync.Mutex
+	demand       float64 // hedges asking for a token per sync, smoothed
+	scarce       bool    // the last lease got less than it asked for
+	synced       bool    // a sync ran (the first asks for more)
+	lastRequests int64
+	lastActive   time.Time
+	// rate keeps (requests, hedges) at each heartbeat for the last minute.
+	rate []rateSample
+}
+
+// routeConf is what the loop reads of a route's configuration.
+type routeConf struct {
+	budget     BudgetConfig
+	spendCap   int64
+	tenantCaps bool
+	names      []string       // upstream names, by index
+	index      map[string]int // upstream indexes, by name
+}
+
+func newRouteConf(h *Hedger) *routeConf {
+	c := &routeConf{budget: h.cfg.Budget, spendCap: h.spendCap, tenantCaps: h.tenantCaps,
+		names: make([]string, len(h.cfg.Upstreams)), index: make(map[string]int, len(h.cfg.Upstreams))}
+	for i, u := range h.cfg.Upstreams {
+		c.names[i] = u.Name
+		c.index[u.Name] = i
+	}
+	return c
+}
+
+type rateSample struct {
+	requests, hedges int64
+}
+
+// syncScript settles one route. KEYS: budget, switch of the route, switch
+// of every route, health, spend, then one per tenant flushed. ARGV: ratio
+// (negative: no budget), burst, requests reported, tokens wanted, budget
+// ms, overload ms (0: not overloaded), spend tokens to add (0 with a cap:
+// read the total; -1: neither), spend ms, tenant ms, then one count per
+// tenant key. Health is a
+// hash of "cool:<upstream>", "open:<upstream>" and "overload", each
+// holding the Redis time (ms) it ends at: one clock for every replica.
+// Returns {grant, level, route switch, all switch, {field, ms left, ...},
+// spend total (-1: not read), {tenant totals}}.
+var syncScript = newFleetScript(`
+local ratio = tonumber(ARGV[1])
+local grant = 0
+local level = -1
+if ratio >= 0 then
+  local burst = tonumber(ARGV[2])
+  local t = tonumber(redis.call('GET', KEYS[1]) or ARGV[2])
+  t = t + ratio * tonumber(ARGV[3])
+  if t > burst then t = burst end
+  local want = tonumber(ARGV[4])
+  if want > t then want = math.floor(t) end
+  if want < 0 then want = 0 end
+  grant = want
+  t = t - grant
+  redis.call('SET', KEYS[1], tostring(t), 'PX', ARGV[5])
+  level = t
+end
+local sw = redis.call('MGET', KEYS[2], KEYS[3])
+local now = 0
+local function clock()
+  if now == 0 then
+    local tm = redis.call('TIME')
+    now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+  end
+  return now
+end
+local over = tonumber(ARGV[6])
+if over > 0 then
+  clock()
+  local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
+  if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
+  if redis.call('PTTL', KEYS[4]) < over then redis.call('PEXPIRE', KEYS[4], over) end
+end
+local h = redis.call('HGETALL', KEYS[4])
+local health = {}
+if #h > 0 then clock() end
+for i = 1, #h, 2 do
+  local left = tonumber(h[i + 1]) - now
+  if left > 0 then
+    health[#health + 1] = h[i]
+    health[#health + 1] = string.format('%.0f', left)
+  end
+end
+local spend = -1
+local add = tonumber(ARGV[7])
+if add > 0 then
+  spend = redis.call('INCRBY', KEYS[5], add)
+  redis.call('PEXPIRE', KEYS[5], ARGV[8])
+elseif add == 0 then
+  spend = tonumber(redis.call('GET', KEYS[5]) or '0')
+end
+local tenants = {}
+for i = 6, #KEYS do
+  tenants[#tenants + 1] = redis.call('INCRBY', KEYS[i], ARGV[i + 4])
+  redis.call('PEXPIRE', KEYS[i], ARGV[9])
+end
+return {tostring(grant), tostring(level), sw[1] or '', sw[2] or '', health, spend, tenants}
+`)
+
+// publishScript records health events. KEYS: health; ARGV: field, ms, ...
+var publishScript = newFleetScript(`
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local longest = 0
+for i = 1, #ARGV, 2 do
+  local ms = tonumber(ARGV[i + 1])
+  local old = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
+  if now + ms > old then redis.call('HSET', KEYS[1], ARGV[i], string.format('%.0f', now + ms)) end
+  if ms > longest then longest = ms end
+end
+if redis.call('PTTL', KEYS[1]) < longest then redis.call('PEXPIRE', KEYS[1], longest) end
+return 1
+`)
+
+// heartbeatScript writes a replica's heartbeat and counts the live ones
+// (heartbeats within the TTL). KEYS: replica, live set; ARGV: status JSON,
+// ttl ms, replica id, "1" to drop the members gone (every tenth beat: the
+// set's size is bounded by the replicas seen in ten intervals).
+var heartbeatScript = newFleetScript(`
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+local tm = redis.call('TIME')
+local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+local since = now - tonumber(ARGV[2])
+redis.call('ZADD', KEYS[2], now, ARGV[3])
+if ARGV[4] == '1' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', since) end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return redis.call('ZCOUNT', KEYS[2], since, '+inf')
+`)
+
+// Key names of fleet part 2 (besides fleetcontrol.go's).
+func fleetBudgetKey(prefix, route string) string { return prefix + "budget:" + route }
+func fleetHealthKey(prefix, route string) string { return prefix + "health:" + route }
+func fleetSpendKey(prefix, route string, hour int64) string {
+	return prefix + "spend:" + route + ":" + strconv.FormatInt(hour, 10)
+}
+func fleetTenantKey(prefix, route string, minute int64, tenant string) string {
+	return prefix + "tenant:" + route + ":" + strconv.FormatInt(minute, 10) + ":" + tenant
+}
+func fleetLiveKey(prefix string) string { return prefix + "live" }
+
+// fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
+type fleetSync struct {
+	mu       sync.Mutex
+	routes   map[string]*fleetRoute // by fleetRouteKey (not by *State: Yaegi)
+	switches map[string]Switch      // the fleet switches last read, by route name ("*": all)
+	running  bool                   // the loop's timer is armed or its tick runs
+	closed   bool
+	timer    Timer
+	tick     func() // the loop's one AfterFunc callback (made once: Yaegi)
+	ticks    sync.WaitGroup
+	lastBeat time.Time
+	beats    int64 // heartbeats sent
+	live     int   // replicas counted at the last heartbeat (0: unknown)
+	started  time.Time
+	// pending health events to publish, by health key, field -> ms.
+	pending    map[string]map[string]int64
+	publishing bool
+	publishers sync.WaitGroup
+	idle       chan struct{} // closed when the running publisher ends
+	// onSync, when set (tests), is called after each tick's sync.
+	onSync func()
+}
+
+// maxPendingPublish bounds the health keys waiting to be published.
+const maxPendingPublish int = 64
+
+func newFleetSync() *fleetSync {
+	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]Switch{},
+		pending: map[string]map[string]int64{}}
+}
+
+// fleetDeposit is deposit for a hedger in a fleet: it attaches the route
+// on its first request (and on the first request of a new hedger on the
+// same State), then counts the request.
+func fleetDeposit(h *Hedger) {
+	b := h.state.bucket
+	b.mu.Lock()
+	if b.owner != h.attachKey {
+		b.mu.Unlock()
+		fleetAttach(h)
+		b.mu.Lock()
+	}
+	b.requests++
+	if b.ratio >= 0 {
+		depositLocked(b)
+	}
+	b.mu.Unlock()
+}
+
+// fleetAttach attaches h's route to its fleet: a new route gets a first
+// sync now, within the fleet's timeout, before this request goes on.
+func fleetAttach(h *Hedger) {
+	f := h.fleet
+	fs := f.sync
+	st := h.state
+	fs.mu.Lock()
+	key := fleetRouteKey(h)
+	r := fs.routes[key]
+	if r != nil && r.bucket != st.bucket {
+		r = nil // a State made again for the same route and shape replaces the old one
+	}
+	fresh := r == nil && !fs.closed
+	if fresh {
+		r = newFleetRoute(key, h, f.clock.Now())
+		fs.routes[key] = r
+		// A new State of a known route (a reload that changed its shape)
+		// starts with the switches last read.
+		setFleetSwitches(st.share, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
+	}
+	if r != nil {
+		r.conf = newRouteConf(h)
+	}
+	closed := fs.closed
+	fs.mu.Unlock()
+	b := st.bucket
+	if r == nil {
+		// Closed: the State stays local.
+		b.mu.Lock()
+		b.owner = h.attachKey
+		b.mu.Unlock()
+		return
+	}
+	if fresh {
+		fleetFirstSync(f, r)
+	} else {
+		<-r.ready
+	}
+	b.mu.Lock()
+	b.owner = h.attachKey
+	b.mu.Unlock()
+	if !closed {
+		fleetStartLoop(f)
+	}
+}
+
+func newFleetRoute(key string, h *Hedger, now time.Time) *fleetRoute {
+	st := h.state
+	return &fleetRoute{key: key, name: h.cfg.Route, bucket: st.bucket, spend: st.spend, share: st.share,
+		overload: st.overload, health: st.health, ready: make(chan struct{}), lastActive: now}
+}
+
+// fleetFirstSync is a route's first sync; whatever happens, the requests
+// waiting for it go on.
+func fleetFirstSync(f *Fleet, r *fleetRoute) {
+	defer close(r.ready)
+	fleetSyncRoute(f, r)
+}
+
+// fleetAttachKey is what a hedger attaches with: its fleet and what the
+// loop reads of its configuration. A hedger with another key (a reload
+// that changed the budget, another fleet) attaches again.
+func fleetAttachKey(f *Fleet, cfg *Config, spendCap int64) string {
+	b := &cfg.Budget
+	key := f.replica + "|" + strconv.FormatFloat(b.Ratio, 'g', -1, 64) + "|" + strconv.FormatFloat(b.Burst, 'g', -1, 64) +
+		"|" + strconv.Itoa(b.MaxConcurrentHedges) + "|" + strconv.FormatFloat(b.OverloadRate, 'g', -1, 64) +
+		"|" + strconv.FormatInt(b.TenantTokensPerMinute, 10) + "|" + strconv.FormatInt(spendCap, 10) +
+		"|" + strconv.FormatFloat(b.PromptUSDPerMillion, 'g', -1, 64)
+	for _, u := range cfg.Upstreams {
+		key += "|" + u.Name
+	}
+	return key
+}
+
+// fleetRouteKey names an attached route: its name and its State's shape
+// (what adapters key their States by).
+func fleetRouteKey(h *Hedger) string { return h.cfg.Route + "\x00" + h.state.shape }
+
+// fleetStartLoop arms the loop's timer unless it runs.
+func fleetStartLoop(f *Fleet) {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.running || fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fs.running = true
+	if fs.tick == nil {
+		fs.tick = func() { fleetTick(f) }
+	}
+	fs.timer = fleetArm(f)
+	fs.mu.Unlock()
+}
+
+// fleetArm arms the loop's next tick. Through a typed local: see
+// SystemClock.AfterFunc.
+func fleetArm(f *Fleet) Timer {
+	var t Timer = f.clock.AfterFunc(time.Duration(f.cfg.SyncInterval), f.sync.tick)
+	return t
+}
+
+// fleetTick is one round of the loop: sync, then arm the next.
+func fleetTick(f *Fleet) {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.closed {
+		fs.running = false
+		fs.mu.Unlock()
+		return
+	}
+	fs.ticks.Add(1)
+	fs.mu.Unlock()
+	fleetSyncAll(f)
+	fs.mu.Lock()
+	hook := fs.onSync
+	if fs.closed {
+		fs.running = false
+	} else {
+		fs.timer = fleetArm(f)
+	}
+	fs.mu.Unlock()
+	fs.ticks.Done()
+	if hook != nil {
+		hook()
+	}
+}
+
+// SyncNow runs one round of the sync loop at once, as a tick of the
+// loop would (the heartbeat too when FleetHeartbeatInterval has passed on
+// the Fleet's clock), after the health events this replica has seen are
+// published. It returns when the round is done. For tests that drive the
+// loop themselves (on a Clock whose timers they control).
+func (f *Fleet) SyncNow() {
+	fs := f.sync
+	fs.mu.Lock()
+	idle := fs.idle
+	fs.mu.Unlock()
+	if idle != nil {
+		<-idle // the publisher running now is done
+	}
+	fleetPublishPending(f)
+	fleetSyncAll(f)
+}
+
+// SetSyncHook makes the loop call hook after each of its rounds (nil: none).
+// For tests that wait for the loop instead of sleeping.
+func (f *Fleet) SetSyncHook(hook func()) {
+	f.sync.mu.Lock()
+	f.sync.onSync = hook
+	f.sync.mu.Unlock()
+}
+
+// Close stops the fleet's sync loop and its publisher and waits for them,
+// and removes this replica's heartbeat (within the fleet's timeout). The
+// Fleet stays usable for keyed requests; its routes keep local budgets.
+// Adapters call it when they drop the Fleet (Caddy's Cleanup, the Envoy
+// server's shutdown); closing twice does nothing.
+func (f *Fleet) Close() {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fs.closed = true
+	beat := !fs.lastBeat.IsZero()
+	if fs.timer != nil && fs.timer.Stop() {
+		fs.running = false
+	}
+	routes := make([]*fleetRoute, 0, len(fs.routes))
+	for _, r := range fs.routes {
+		routes = append(routes, r)
+	}
+	fs.mu.Unlock()
+	fs.ticks.Wait()
+	fs.publishers.Wait()
+	// Nobody syncs the routes any more: their budgets are local again.
+	for _, r := range routes {
+		b := r.bucket
+		b.mu.Lock()
+		b.leased = false
+		if b.tokens > b.burst {
+			b.tokens = b.burst
+		}
+		b.mu.Unlock()
+		atomic.StoreInt32(&r.share.live, 0)
+	}
+	if beat {
+		// Best effort: the heartbeat expires anyway.
+		_, _ = fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
+			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
+			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
+	}
+}
+
+// fleetSyncAll syncs every attached route, detaches idle ones, and
+// heartbeats when it is time.
+func fleetSyncAll(f *Fleet) {
+	fs := f.sync
+	now := f.clock.Now()
+	fs.mu.Lock()
+	routes := make([]*fleetRoute, 0, len(fs.routes))
+	for _, r := range fs.routes {
+		routes = append(routes, r)
+	}
+	beat := now.Sub(fs.lastBeat) >= FleetHeartbeatInterval
+	if beat {
+		fs.lastBeat = now
+	}
+	fs.mu.Unlock()
+	for _, r := range routes {
+		if fleetDetachIdle(f, r, now) {
+			continue
+		}
+		fleetSyncRoute(f, r)
+	}
+	if beat {
+		fleetHeartbeat(f, routes, now)
+	}
+}
+
+// fleetDetachIdle detaches r when its route had no request for
+// fleetRouteIdle (a reload replaced its State, or traffic stopped); the
+// State's next request attaches it again.
+func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
+	b := r.bucket
+	b.mu.Lock()
+	requests := b.requests
+	b.mu.Unlock()
+	r.syncMu.Lock()
+	if requests != r.lastRequests {
+		r.lastRequests = requests
+		r.lastActive = now
+	}
+	idle := now.Sub(r.lastActive) >= fleetRouteIdle
+	r.syncMu.Unlock()
+	if !idle {
+		return false
+	}
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.routes[r.key] == r {
+		delete(fs.routes, r.key)
+	}
+	fs.mu.Unlock()
+	b.mu.Lock()
+	b.owner = ""
+	b.leased = false
+	b.pending = 0
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
+	b.mu.Unlock()
+	atomic.StoreInt32(&r.share.live, 0)
+	return true
+}
+
+// leaseWant is how many tokens a sync asks for: enough to hold twice the
+// smoothed demand per sync or what the replica's own requests earned
+// since the last sync (ratio × requests), whichever is more, at least one
+// token and at most fleetMaxLease, less what it holds. After a short lease
+// (the bucket runs dry) the target is about its own share, so that
+// replicas share a scarce bucket rather than race for it. A route's first
+// sync asks for half the burst, as a replica's own bucket would start full.
+func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst float64, first bool) float64 {
+	r.demand = 0.5*r.demand + 0.5*float64(asked)
+	target := math.Ceil(2 * r.demand)
+	share := math.Ceil(ratio * float64(deposits))
+	if share > target {
+		target = share
+	}
+	if r.scarce && share+1 < target {
+		target = share + 1
+	}
+	if first && target < math.Ceil(burst/2) {
+		target = math.Ceil(burst / 2)
+	}
+	if target < 1 {
+		target = 1
+	}
+	if target > fleetMaxLease {
+		target = fleetMaxLease
+	}
+	need := math.Floor(target - held)
+	if held < 1 && need < 1 {
+		need = 1
+	}
+	if need < 0 {
+		need = 0
+	}
+	return need
+}
+
+// fleetSyncRoute settles one route with the fleet (see syncScript).
+func fleetSyncRoute(f *Fleet, r *fleetRoute) {
+	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
+	f.sync.mu.Lock()
+	conf := r.conf
+	f.sync.mu.Unlock()
+	prefix := f.cfg.Prefix
+	now := f.clock.Now()
+	budget := &conf.budget
+
+	b := r.bucket
+	b.mu.Lock()
+	deposits := b.pending
+	b.pending = 0
+	asked := b.asked
+	b.asked = 0
+	held := 0.0
+	if b.leased {
+		held = b.tokens
+	}
+	ratio := b.ratio
+	burst := b.burst
+	b.mu.Unlock()
+	want := 0.0
+	if ratio >= 0 {
+		want = leaseWant(r, held, asked, deposits, ratio, burst, !r.synced)
+	}
+
+	overMS := int64(0)
+	if r.overload.tooHigh(budget.OverloadRate) {
+		overMS = int64(fleetOverloadHold(f) / time.Millisecond)
+	}
+
+	m := r.spend
+	m.mu.Lock()
+	spendRollLocked(m, now)
+	spendAdd := m.unflushed
+	m.unflushed = 0
+	hour := m.hour
+	m.mu.Unlock()
+	spendArg := spendAdd
+	if spendAdd == 0 && conf.spendCap == 0 {
+		spendArg = -1 // nothing to add, no cap to read against
+	}
+
+	var tenants []string
+	var tenantAdds []int64
+	var minute int64
+	if conf.tenantCaps {
+		tm := r.share.tenants
+		tm.mu.Lock()
+		tenantRollLocked(tm, now)
+		minute = tm.minute
+		for t, n := range tm.unflushed {
+			if len(tenants) >= maxTenantsPerSync {
+				break
+			}
+			tenants = append(tenants, t)
+			tenantAdds = append(tenantAdds, n)
+		}
+		for _, t := range tenants {
+			delete(tm.unflushed, t)
+		}
+		// The others' charges to the tenants this replica knows this
+		// minute: read with an increment of 0 (map order rotates them
+		// when there are more than fit).
+		for t := range tm.totals {
+			if len(tenants) >= maxTenantsPerSync {
+				break
+			}
+			if _, flushing := tm.unflushed[t]; !flushing && !containsString(tenants, t) {
+				tenants = append(tenants, t)
+				tenantAdds = append(tenantAdds, 0)
+			}
+		}
+		tm.mu.Unlock()
+	}
+
+	keys := []string{fleetBudgetKey(prefix, r.name), FleetSwitchKey(prefix, r.name), FleetSwitchKey(prefix, SwitchAllRoutes),
+		fleetHealthKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
+	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
+		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
+		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendArg, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
+	for i, t := range tenants {
+		keys = append(keys, fleetTenantKey(prefix, r.name, minute, t))
+		args = append(args, strconv.FormatInt(tenantAdds[i], 10))
+	}
+	v, err := fleetEval(f, context.Background(), fleetOpSync, syncScript, keys, args...)
+	if err == nil && (v.Kind != RedisArray || len(v.Array) != 7) {
+		err = errFleetReply
+	}
+	if err != nil {
+		fleetSyncFailed(f, r, spendAdd, hour, tenants, tenantAdds, minute)
+		return
+	}
+	atomic.StoreInt32(&r.share.live, 1)
+	grant, _ := strconv.ParseFloat(v.Array[0].Str, 64)
+	b.mu.Lock()
+	if !b.leased {
+		// Back on the fleet's bucket: what the local one held is dropped.
+		b.leased = true
+		b.tokens = 0
+	}
+	b.tokens += grant
+	b.mu.Unlock()
+	r.scarce = ratio >= 0 && grant < want
+	r.synced = true
+
+	routeSw := decodeSwitchOrZero(v.Array[2].Str)
+	allSw := decodeSwitchOrZero(v.Array[3].Str)
+	setFleetSwitches(r.share, routeSw, allSw)
+	f.sync.mu.Lock()
+	setSwitchMemo(f.sync, r.name, routeSw)
+	setSwitchMemo(f.sync, SwitchAllRoutes, allSw)
+	f.sync.mu.Unlock()
+
+	applyHealth(r, conf.index, v.Array[4].Array, now)
+
+	m.mu.Lock()
+	if m.hour == hour && v.Array[5].Kind == RedisInt && v.Array[5].Int >= 0 {
+		m.fleet = v.Array[5].Int
+		if conf.spendCap > 0 && m.fleet >= conf.spendCap && !m.capped {
+			m.capped = true
+			m.reached = true
+		}
+	}
+	m.mu.Unlock()
+
+	if len(tenants) > 0 {
+		tm := r.share.tenants
+		tm.mu.Lock()
+		if tm.minute == minute {
+			for i, t := range tenants {
+				if i < len(v.Array[6].Array) {
+					tm.totals[t] = v.Array[6].Array[i].Int
+				}
+			}
+		}
+		tm.mu.Unlock()
+	}
+	fleetSetCap(f, r.share, budget.MaxConcurrentHedges)
+}
+
+var errFleetReply = &fleetError{"llmhedge: fleet: unexpected reply"}
+
+type fleetError struct{ msg string }
+
+func (e *fleetError) Error() string { return e.msg }
+
+// fleetSyncFailed puts a failed sync's counters back and turns the route
+// local: its bucket takes this replica's requests again (keeping the
+// tokens it holds), tenants fall back to this replica's own cap.
+func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []string, adds []int64, minute int64) {
+	b := r.bucket
+	b.mu.Lock()
+	b.leased = false
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
+	b.mu.Unlock()
+	atomic.StoreInt32(&r.share.live, 0)
+	m := r.spend
+	m.mu.Lock()
+	if m.hour == hour {
+		m.unflushed += spendAdd
+	}
+	m.mu.Unlock()
+	tm := r.share.tenants
+	tm.mu.Lock()
+	if tm.minute == minute {
+		for i, t := range tenants {
+			tm.unflushed[t] += adds[i]
+		}
+	}
+	tm.mu.Unlock()
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func decodeSwitchOrZero(v string) Switch {
+	if v == "" {
+		return Switch{}
+	}
+	s, err := DecodeSwitch(v)
+	if err != nil {
+		return Switch{}
+	}
+	return s
+}
+
+// setSwitchMemo remembers the fleet's switch of route, bounded: zero
+// switches are forgotten. Call with fs.mu held.
+func setSwitchMemo(fs *fleetSync, route string, s Switch) {
+	if s.IsZero() {
+		delete(fs.switches, route)
+		return
+	}
+	fs.switches[route] = s
+}
+
+// applyHealth applies the fleet's health fields (name, ms left, ...).
+func applyHealth(r *fleetRoute, upstreams map[string]int, fields []RedisValue, now time.Time) {
+	for i := 0; i+1 < len(fields); i += 2 {
+		name := fields[i].Str
+		ms, err := strconv.ParseInt(fields[i+1].Str, 10, 64)
+		if err != nil || ms <= 0 {
+			continue
+		}
+		until := now.Add(time.Duration(ms) * time.Millisecond)
+		if name == "overload" {
+			applyFleetOverload(r.overload, until)
+			continue
+		}
+		kind, upstream, ok := strings.Cut(name, ":")
+		if !ok {
+			continue
+		}
+		idx, known := upstreams[upstream]
+		if !known || idx >= len(r.health) {
+			continue
+		}
+		applyFleetHealth(r.health[idx], kind == "open", until)
+	}
+}
+
+// fleetOverloadHold is how long a replica's overload stop holds for the
+// fleet after it last saw it: a few sync intervals, at least a second.
+func fleetOverloadHold(f *Fleet) time.Duration {
+	d := 4 * time.Duration(f.cfg.SyncInterval)
+	if d < time.Second {
+		d = time.Second
+	}
+	return d
+}
+
+// fleetSetCap sets st's share of the concurrent-hedge cap: cap / live
+// replicas, at least 1 (no cap: nothing to share).
+func fleetSetCap(f *Fleet, sh *routeShare, limit int) {
+	f.sync.mu.Lock()
+	live := f.sync.live
+	f.sync.mu.Unlock()
+	share := int64(0)
+	if limit > 0 && live > 1 {
+		share = int64(limit / live)
+		if share < 1 {
+			share = 1
+		}
+	}
+	atomic.StoreInt64(&sh.cap, share)
+}
+
+// fleetNoteFailure publishes what a failed attempt started on this
+// replica: a cool-down, an open breaker, the overload stop.
+func fleetNoteFailure(h *Hedger, a *attempt, cooled, opened time.Duration) {
+	key := fleetHealthKey(h.fleet.cfg.Prefix, h.cfg.Route)
+	name := h.cfg.Upstreams[a.upstream].Name
+	if cooled > 0 {
+		fleetPublish(h.fleet, key, "cool:"+name, cooled)
+	}
+	if opened > 0 {
+		fleetPublish(h.fleet, key, "open:"+name, opened)
+	}
+	if (a.status == 429 || a.status == 503) && h.state.overload.tooHigh(h.cfg.Budget.OverloadRate) {
+		fleetPublish(h.fleet, key, "overload", fleetOverloadHold(h.fleet))
+	}
+}
+
+// fleetPublish queues a health event (coalesced: the longest per field)
+// and starts the publisher unless it runs. Bounded: at most
+// maxPendingPublish keys wait; more events are dropped (the local state
+// still has them).
+func fleetPublish(f *Fleet, key, field string, d time.Duration) {
+	fs := f.sync
+	ms := int64(d / time.Millisecond)
+	if ms < 1 {
+		return
+	}
+	fs.mu.Lock()
+	if fs.closed {
+		fs.mu.Unlock()
+		return
+	}
+	fields := fs.pending[key]
+	if fields == nil {
+		if len(fs.pending) >= maxPendingPublish {
+			fs.mu.Unlock()
+			return
+		}
+		fields = map[string]int64{}
+		fs.pending[key] = fields
+	}
+	if ms > fields[field] {
+		fields[field] = ms
+	}
+	start := !fs.publishing
+	if start {
+		fs.publishing = true
+		fs.publishers.Add(1)
+		fs.idle = make(chan struct{})
+	}
+	fs.mu.Unlock()
+	if start {
+		go fleetPublisher(f)
+	}
+}
+
+// fleetPublisher publishes until nothing is pending.
+func fleetPublisher(f *Fleet) {
+	fs := f.sync
+	for {
+		fs.mu.Lock()
+		if len(fs.pending) == 0 {
+			fs.publishing = false
+			close(fs.idle)
+			fs.idle = nil
+			fs.mu.Unlock()
+			fs.publishers.Done()
+			return
+		}
+		fs.mu.Unlock()
+		fleetPublishPending(f)
+	}
+}
+
+// fleetPublishPending sends the pending health events, one script per key.
+func fleetPublishPending(f *Fleet) {
+	fs := f.sync
+	fs.mu.Lock()
+	pending := fs.pending
+	fs.pending = map[string]map[string]int64{}
+	fs.mu.Unlock()
+	for key, fields := range pending {
+		args := make([]string, 0, 2*len(fields))
+		for field, ms := range fields {
+			args = append(args, field, strconv.FormatInt(ms, 10))
+		}
+		// A lost event: this replica still has it, the others' own
+		// failures will tell them (the metrics count the error).
+		_, _ = fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
+	}
+}
+
+// fleetHeartbeat writes this replica's ReplicaStatus and counts the live
+// replicas.
+func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
+	fs := f.sync
+	fs.mu.Lock()
+	if fs.started.IsZero() {
+		fs.started = now
+	}
+	started := fs.started
+	fs.mu.Unlock()
+	host, _ := os.Hostname()
+	status := ReplicaStatus{ID: f.replica, Kind: f.kind, Host: host, PID: os.Getpid(),
+		Started: started.UTC().Format(time.RFC3339), Routes: []ReplicaRoute{}}
+	for _, r := range routes {
+		status.Routes = append(status.Routes, replicaRoute(f, r, now))
+	}
+	body, err := json.Marshal(status)
+	if err != nil {
+		return
+	}
+	fs.mu.Lock()
+	fs.beats++
+	prune := "0"
+	if fs.beats%10 == 1 {
+		prune = "1"
+	}
+	fs.mu.Unlock()
+	v, err := fleetEval(f, context.Background(), fleetOpHeartbeat, heartbeatScript,
+		[]string{FleetReplicaKey(f.cfg.Prefix, f.replica), fleetLiveKey(f.cfg.Prefix)},
+		string(body), millisString(FleetHeartbeatTTL), f.replica, prune)
+	if err != nil || v.Kind != RedisInt {
+		return
+	}
+	fs.mu.Lock()
+	fs.live = int(v.Int)
+	fs.mu.Unlock()
+	if f.metrics != nil {
+		f.metrics.Record(MetricFleetReplicas, []string{f.name}, float64(v.Int))
+	}
+}
+
+// replicaRoute is r as the heartbeat reports it.
+func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
+	f.sync.mu.Lock()
+	conf := r.conf
+	f.sync.mu.Unlock()
+	b := r.bucket
+	b.mu.Lock()
+	out := ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
+	b.mu.Unlock()
+	r.syncMu.Lock()
+	r.rate = append(r.rate, rateSample{requests: out.Requests, hedges: out.Hedges})
+	limit := int(time.Minute/FleetHeartbeatInterval) + 1
+	if len(r.rate) > limit {
+		r.rate = r.rate[len(r.rate)-limit:]
+	}
+	first := r.rate[0]
+	r.syncMu.Unlock()
+	if n := out.Requests - first.requests; n > 0 {
+		out.HedgeRate = float64(out.Hedges-first.hedges) / float64(n)
+	}
+	for i, u := range r.health {
+		if i >= len(conf.names) {
+			break
+		}
+		cooling, open := healthState(u, now)
+		if cooling {
+			out.Cooled = append(out.Cooled, conf.names[i])
+		}
+		if open {
+			out.Open = append(out.Open, conf.names[i])
+		}
+	}
+	out.Switch = mergedSwitch(r.share, r.name).String()
+	spent, capped := spendSnapshot(r.spend, now)
+	out.SpendTokens = spent
+	out.SpendCapped = capped
+	if price := conf.budget.PromptUSDPerMillion; price > 0 {
+		out.SpendUSD = float64(spent) * price / 1e6
+	}
+	return out
+}
+
+// LiveReplicas returns the replicas of the fleet counted at this one's
+// last heartbeat (0 before the first).
+func (f *Fleet) LiveReplicas() int {
+	f.sync.mu.Lock()
+	n := f.sync.live
+	f.sync.mu.Unlock()
+	return n
+}
+
+// ReplicaID is this replica's id in the fleet (its heartbeat's key).
+func (f *Fleet) ReplicaID() string { return f.replica }
