@@ -233,7 +233,10 @@ func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Resp
 		buf = buf[:end+n]
 		a.prefix = buf
 		if n > 0 && det != nil {
-			if v, why := feed(det, buf[end:]); v != verdictPending {
+			if v, why := feed(det, buf[end:]); v == verdictOutput {
+				a.firstAt = clockNow(h) // decided's common case, without its frame
+				return true
+			} else if v != verdictPending {
 				return decided(h, a, p, v, why)
 			}
 		}

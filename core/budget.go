@@ -184,6 +184,27 @@ func admit(u *upstreamHealth, now time.Time) (uint64, bool) {
 // probe between the pick and the admission, the upstream is no longer
 // healthy and it picks again.
 func claimUpstream(h *Hedger, order []int, used []int, now time.Time) (int, bool, uint64) {
+	if used == nil {
+		// Attempt 0, to the first upstream in order when it is healthy (the
+		// common case): admit checks what healthy does, and under Yaegi the
+		// pick's loop and calls cost more than the rest of the request's
+		// routing.
+		first := 0
+		if order != nil {
+			first = order[0]
+		}
+		if probe, ok := admit(h.state.health[first], now); ok {
+			return first, true, probe
+		}
+	}
+	up, available, probe := pickAndAdmit(h, order, used, now)
+	return up, available, probe
+}
+
+// pickAndAdmit is claimUpstream's loop: pick, admit, pick again when
+// another request took the probe in between. (Its own function: under
+// Yaegi claimUpstream's frame would hold its slots on every request.)
+func pickAndAdmit(h *Hedger, order []int, used []int, now time.Time) (int, bool, uint64) {
 	for i := 0; i <= len(h.state.health); i++ {
 		up, available := pickUpstreamIn(h, order, used, now)
 		if !available {

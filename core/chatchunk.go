@@ -55,11 +55,8 @@ func classifyChatChunk(data string) (verdict, bool) {
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
-		if len(ch.Text) > 2 && ch.Text[0] == '"' {
+		if (len(ch.Text) > 0 || ch.FinishReason != nil) && textOrFinish(ch) {
 			return verdictOutput, true
-		}
-		if ch.FinishReason != nil && *ch.FinishReason != "" {
-			return verdictOutput, true // a final event
 		}
 		d := ch.Delta
 		if d == nil {
@@ -79,6 +76,14 @@ func classifyChatChunk(data string) (verdict, bool) {
 		}
 	}
 	return verdictPending, true
+}
+
+// textOrFinish reports whether a choice carries legacy completions text or
+// a finish reason (a final event): either is output. (Its own function:
+// under Yaegi classifyChatChunk's frame, allocated for every chunk, stays
+// smaller; a delta chunk has neither.)
+func textOrFinish(ch *chatEventChoice) bool {
+	return len(ch.Text) > 2 && ch.Text[0] == '"' || ch.FinishReason != nil && *ch.FinishReason != ""
 }
 
 // classifyRichDelta judges a delta with more than a role and content.

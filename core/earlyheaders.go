@@ -26,13 +26,16 @@ const evKeepAlive eventKind = 6
 var keepAliveComment = []byte(": keep-alive\n\n")
 
 // earlyHeaders is the state of a streaming race that may answer its
-// headers before it has a winner. Only the race's goroutine uses it.
+// headers before it has a winner. Only the race's goroutine uses it. Most
+// races are decided before the grace time: what only an answer sent early
+// needs is read when the headers go out (sendEarlyHeaders), not per race.
 type earlyHeaders struct {
-	w         http.ResponseWriter
-	every     time.Duration
-	fire      func() // posts evKeepAlive; created once per race (Yaegi: no literal per re-arm)
-	timer     Timer
-	sent      bool // the status and headers are out
+	w     http.ResponseWriter
+	fire  func()      // posts evKeepAlive; created once per race (Yaegi: no literal per re-arm)
+	sys   *time.Timer // the system clock's timer: stopped by a compiled call, not through Timer
+	timer Timer       // an injected clock's timer
+	sent  bool        // the status and headers are out
+	// Set when the headers go out:
 	anthropic bool // errors go out as Anthropic's `event: error`
 	trailers  bool // the client accepts trailers (TE: trailers)
 }
@@ -43,14 +46,19 @@ type earlyHeaders struct {
 // Anthropic Messages), and the request is raced (pass-through answers go
 // out as they come anyway).
 func earlyHeadersFor(rc *race) bool {
-	if !rc.h.earlyHeaders || !rc.p.streams || rc.passthrough {
+	if rc.h.earlyHeaders == 0 || !rc.p.streams || rc.passthrough {
 		return false
 	}
-	return sseAPIPath(rc.p.orig.URL.Path) && rc.p.orig.Context().Value(noEarlyHeadersKey{}) == nil
+	orig := rc.p.orig
+	return sseAPIPath(orig.URL.Path) && orig.Context().Value(noEarlyHeadersKey) == nil
 }
 
-// noEarlyHeadersKey marks a request context in which early headers are off.
-type noEarlyHeadersKey struct{}
+// noEarlyHeadersKey marks a request context in which early headers are
+// off. A pointer to a compiled type: under Yaegi a key of an interpreted
+// type would be converted to an interface on every lookup.
+var noEarlyHeadersKey = new(earlyHeadersOff)
+
+type earlyHeadersOff int
 
 // WithoutEarlyHeaders returns r marked so that its race sends no early
 // headers: for hosts that cannot send a response's headers before the
@@ -58,32 +66,47 @@ type noEarlyHeadersKey struct{}
 // ImmediateResponse), where early headers would only turn a failure's
 // status into a 200.
 func WithoutEarlyHeaders(r *http.Request) *http.Request {
-	return r.WithContext(context.WithValue(r.Context(), noEarlyHeadersKey{}, true))
+	return r.WithContext(context.WithValue(r.Context(), noEarlyHeadersKey, true))
 }
 
-// sseAPIPath reports whether path is an API whose streams are SSE.
+// sseAPIPath reports whether path is an API whose streams are SSE (OpenAI
+// Chat and Completions, Responses, Anthropic Messages).
 func sseAPIPath(path string) bool {
 	path = strings.TrimRight(path, "/")
-	return strings.HasSuffix(path, "/chat/completions") || strings.HasSuffix(path, "/completions") ||
-		strings.HasSuffix(path, "/responses") || strings.HasSuffix(path, "/messages")
+	return strings.HasSuffix(path, "/completions") || strings.HasSuffix(path, "/responses") || strings.HasSuffix(path, "/messages")
 }
 
 // startEarlyHeaders arms the grace timer of a race that may send early headers.
 func startEarlyHeaders(rc *race, w http.ResponseWriter) {
-	e := &earlyHeaders{w: w, every: time.Duration(rc.h.cfg.EarlyHeaders)}
-	e.anthropic = strings.HasSuffix(strings.TrimRight(rc.p.orig.URL.Path, "/"), "/messages")
-	e.trailers = acceptsTrailers(rc.p.orig)
+	e := &earlyHeaders{w: w}
 	events := rc.events
 	e.fire = func() { events <- event{kind: evKeepAlive} }
 	rc.early = e
-	e.timer = clockAfterFunc(rc.h, e.every, e.fire)
+	armKeepAlive(rc, e)
 }
 
-// stopEarlyHeaders stops the keep-alive timer; an event it posts late is
-// dropped by whoever reads the race's channel next (it names no attempt).
+// armKeepAlive arms the timer of the next keep-alive (the first: the grace
+// time). The system clock's timer is kept as it is: under Yaegi converting
+// it to Timer, and calling Stop through that interface, cost a reflective
+// method value each.
+func armKeepAlive(rc *race, e *earlyHeaders) {
+	h := rc.h
+	if h.systemClock {
+		e.sys = time.AfterFunc(h.earlyHeaders, e.fire)
+		return
+	}
+	e.timer = clockAfterFunc(h, h.earlyHeaders, e.fire)
+}
+
+// stopEarlyHeaders stops the keep-alive timer of a race with early headers
+// (rc.early set); an event it posts late is dropped by whoever reads the
+// race's channel next (it names no attempt).
 func stopEarlyHeaders(rc *race) {
-	if rc.early != nil && rc.early.timer != nil {
-		rc.early.timer.Stop()
+	e := rc.early
+	if e.sys != nil {
+		e.sys.Stop()
+	} else if e.timer != nil {
+		e.timer.Stop()
 	}
 }
 
@@ -100,7 +123,7 @@ func keepAlive(rc *race) {
 	}
 	e.w.Write(keepAliveComment)
 	flush(e.w)
-	e.timer = clockAfterFunc(rc.h, e.every, e.fire)
+	armKeepAlive(rc, e)
 }
 
 // sendEarlyHeaders writes the status and the headers every attempt's
@@ -109,6 +132,9 @@ func keepAlive(rc *race) {
 // trailers when the client accepts them.
 func sendEarlyHeaders(rc *race, e *earlyHeaders) {
 	e.sent = true
+	orig := rc.p.orig
+	e.anthropic = strings.HasSuffix(strings.TrimRight(orig.URL.Path, "/"), "/messages")
+	e.trailers = acceptsTrailers(orig)
 	rc.rep.EarlyHeaders = true
 	hdr := e.w.Header()
 	hdr.Set("Content-Type", "text/event-stream")

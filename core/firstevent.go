@@ -145,7 +145,17 @@ func feed(d *firstEventDetector, p []byte) (verdict, string) {
 			return feedLoop(d, p)
 		}
 		d.started = true // "data: " is not a BOM
-		v, reason := classifySSE(d, string(p[len(sseDataPrefix):i]), "")
+		// classifySSE with no event name, inline: a call's frame per event.
+		data := string(p[len(sseDataPrefix):i])
+		v := verdictPending
+		plain := false
+		if d.chatRule {
+			v, plain = classifyChatChunk(data)
+		}
+		reason := ""
+		if !plain {
+			v, reason = classifyEvent(d.rule, data, "")
+		}
 		p = p[i+2:]
 		if v != verdictPending {
 			return finish(d, v, reason)

@@ -56,6 +56,10 @@ type Hedger struct {
 	// rootBase[i]: upstream i's URL has no path, so the client's path is
 	// used as it is.
 	rootBase []bool
+	// plainBase[i]: upstream i's URL has no path, no escaped path and no
+	// query, and it edits no headers: an attempt to it takes the client's
+	// path and query as they are (attemptRequest's short way).
+	plainBase []bool
 	// tenantCaps: tenants have a hedge budget, so requests name theirs.
 	tenantCaps bool
 	// idempotencyTTL is cfg.Idempotency.TTL (read on every request).
@@ -69,8 +73,12 @@ type Hedger struct {
 	scopeHeaders []string
 	// validation is the route's validity checks, parsed (validate.go).
 	validation *validation
-	// earlyHeaders: cfg.EarlyHeaders is on (earlyheaders.go).
-	earlyHeaders bool
+	// earlyHeaders is cfg.EarlyHeaders, the grace time (0: off; see
+	// earlyheaders.go).
+	earlyHeaders time.Duration
+	// fastest: the route ranks its upstreams (primary fastest; see
+	// planRoute). An ordered route skips the routing code altogether.
+	fastest bool
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet *Fleet
 	// spendCap is the route's hourly spend cap in tokens (0: none).
@@ -125,8 +133,11 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		methods[m] = true
 	}
 	rootBase := make([]bool, len(bases))
+	plainBase := make([]bool, len(bases))
 	for i, base := range bases {
 		rootBase[i] = base.Path == "" || base.Path == "/"
+		u := &cfg.Upstreams[i]
+		plainBase[i] = rootBase[i] && base.RawPath == "" && base.RawQuery == "" && len(u.DeleteHeaders) == 0 && len(u.SetHeaders) == 0
 	}
 	_, systemClock := opts.Clock.(SystemClock)
 	scopeHeaders := make([]string, len(cfg.Idempotency.ScopeHeaders))
@@ -135,14 +146,22 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 	}
 	h := &Hedger{cfg: &cfg, opts: &opts, state: opts.State, bases: bases, rewritesModel: rewritesModel,
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
-		methods: methods, rootBase: rootBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
+		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, earlyHeaders: cfg.EarlyHeaders > 0, fleet: opts.Fleet, validation: newValidation(&cfg),
-		spendCap: spendCapTokens(&cfg.Budget)}
+		scopeHeaders: scopeHeaders, earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
+		fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: spendCapTokens(&cfg.Budget)}
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
 	}
 	return h, nil
+}
+
+// earlyGrace is cfg's early-headers grace time, 0 when they are off.
+func earlyGrace(cfg *Config) time.Duration {
+	if cfg.EarlyHeaders <= 0 {
+		return 0
+	}
+	return time.Duration(cfg.EarlyHeaders)
 }
 
 // publicUpstreamName is how answers to clients name an upstream: by its
@@ -196,25 +215,32 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	p, perr := prepare(h, r)
 	switch {
 	case perr != nil:
-		setNoRaceReport(h, w.Header(), OutcomeRejected)
-		rejectRequest(w, rep, perr)
+		rejectRequest(h, w, rep, perr)
 	case !p.hedgeable || !p.clientKey || h.idempotencyTTL < 0:
 		err = runRace(newRace(h, p, rep, start), w)
 	default:
 		err = handleKeyed(h, w, p, rep, start)
 	}
 	if h.opts.Observer != nil {
-		if p != nil && p.clientKey {
-			// A generated key names nothing the client knows: no hash.
-			rep.KeyHash = KeyHash(p.key)
-		}
-		h.opts.Observer.Observe(rep)
+		observe(h, p, rep)
 	}
 	return err
 }
 
+// observe hands the request's report to the observer. (handle's rare
+// branches are functions of their own: under Yaegi every slot of a frame
+// is allocated on each call.)
+func observe(h *Hedger, p *preparedRequest, rep *Report) {
+	if p != nil && p.clientKey {
+		// A generated key names nothing the client knows: no hash.
+		rep.KeyHash = KeyHash(p.key)
+	}
+	h.opts.Observer.Observe(rep)
+}
+
 // rejectRequest answers a request that prepare refused.
-func rejectRequest(w http.ResponseWriter, rep *Report, err error) {
+func rejectRequest(h *Hedger, w http.ResponseWriter, rep *Report, err error) {
+	setNoRaceReport(h, w.Header(), OutcomeRejected)
 	// A type assertion, not errors.As: under Yaegi compiled errors.As
 	// cannot see that an interpreted type implements error.
 	if bad, ok := err.(*badRequest); ok {

@@ -107,7 +107,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	// Attempt 0 goes out even when every upstream is unavailable.
 	var first int
 	var probe uint64
-	planRoute(rc)
+	if h.fastest {
+		planRoute(rc)
+	}
 	if rc.passthrough {
 		// Pass-through is never a breaker's probe: its answer says
 		// nothing to the breaker (commit records nothing for it), and a
@@ -140,7 +142,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.timer != nil {
 		rc.timer.Stop()
 	}
-	stopEarlyHeaders(rc)
+	if rc.early != nil {
+		stopEarlyHeaders(rc)
+	}
 	var err error
 	if rc.winner != nil {
 		err = deliver(rc, w)
@@ -497,7 +501,9 @@ func awaitAttempts(rc *race) {
 func finishReport(rc *race) {
 	if rc.winner != nil {
 		learnFromWinner(rc)
-		noteValidation(rc)
+		if rc.p.checks != 0 {
+			noteValidation(rc)
+		}
 	}
 	if rc.h.opts.Observer != nil {
 		reportAttempts(rc)
@@ -620,7 +626,7 @@ func errorRank(a *attempt) int {
 func deliver(rc *race, w http.ResponseWriter) error {
 	a := rc.winner
 	commit(rc, a)
-	if earlySent(rc) {
+	if rc.early != nil && rc.early.sent { // earlySent, without a call's frame
 		if !lateWinner(rc, a, w) {
 			putBuffer(a.prefix)
 			a.prefix = nil
@@ -631,9 +637,11 @@ func deliver(rc *race, w http.ResponseWriter) error {
 	}
 	err := deliverBody(rc, a, w)
 	// The prefix has been written, and copied into the tail: its pooled
-	// buffer can go.
-	putBuffer(a.prefix)
-	a.prefix = nil
+	// buffer can go (a streamed body's went already: no call then).
+	if a.prefix != nil {
+		putBuffer(a.prefix)
+		a.prefix = nil
+	}
 	return err
 }
 

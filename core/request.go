@@ -90,7 +90,7 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 			return nil, errInvalidJSON
 		}
 		p.stateful = responsesPath(r.URL.Path) && !h.cfg.HedgeStoredResponses // no "store": that API stores
-		if h.earlyHeaders {
+		if h.earlyHeaders > 0 {
 			p.streams = plainStreamRequested(p.body)
 		}
 		return p, nil
@@ -688,17 +688,14 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	// chains used more than once are read once into locals.
 	orig := p.orig
 	client := orig.URL
-	path := client.Path
-	base := h.bases[up]
-	target := *base // RawPath is base's: "" unless setEscapedPath sets it
-	if client.RawPath != "" || base.RawPath != "" {
-		setEscapedPath(h, &target, client, up)
-	} else if h.rootBase[up] && path != "" {
-		target.Path = path
+	plain := h.plainBase[up]
+	target := *h.bases[up] // RawPath is base's: "" unless setEscapedPath sets it
+	if plain && client.RawPath == "" && client.Path != "" {
+		target.Path = client.Path
+		target.RawQuery = client.RawQuery
 	} else {
-		target.Path = joinPath(base.Path, path)
+		setTargetURL(h, &target, client, up)
 	}
-	target.RawQuery = joinQuery(base.RawQuery, client.RawQuery)
 	var body io.Reader = http.NoBody
 	length := int64(0)
 	if p.rest == nil && p.bodies == nil {
@@ -734,11 +731,29 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	hdr[h.keyHeader] = []string{p.key}
 	hdr[canonicalAttempt] = []string{strconv.Itoa(index)}
 	setForwarded(hdr, orig)
-	u := &h.cfg.Upstreams[up]
-	if len(u.DeleteHeaders) > 0 || len(u.SetHeaders) > 0 {
-		editHeaders(hdr, u)
+	if !plain {
+		editHeaders(hdr, &h.cfg.Upstreams[up])
 	}
 	return req, nil
+}
+
+// setTargetURL sets the path and query of target, a copy of upstream up's
+// URL, for the client's URL: the upstream's path joined with the client's
+// (in their escaped forms when either has one), the upstream's query
+// before the client's. (attemptRequest's long way, for an upstream that is
+// not plainBase: its own function, as under Yaegi every slot of a frame is
+// allocated on each call.)
+func setTargetURL(h *Hedger, target, client *url.URL, up int) {
+	base := h.bases[up]
+	path := client.Path
+	if client.RawPath != "" || base.RawPath != "" {
+		setEscapedPath(h, target, client, up)
+	} else if h.rootBase[up] && path != "" {
+		target.Path = path
+	} else {
+		target.Path = joinPath(base.Path, path)
+	}
+	target.RawQuery = joinQuery(base.RawQuery, client.RawQuery)
 }
 
 // attemptBody returns the body an attempt to upstream up sends when the

@@ -96,10 +96,13 @@ type router struct {
 	// hedging: the route can hedge (max_attempts > 1); without hedges no
 	// attempt is ever beaten, and the median rule decides alone.
 	hedging bool
+	// mostPreferred is the largest preferFactor of any upstream: a primary
+	// with it has no candidate of higher preference (routePlanOf's calm path).
+	mostPreferred float64
 }
 
 func newRouter(n int) *router {
-	r := &router{hedging: true}
+	r := &router{hedging: true, mostPreferred: 1}
 	for i := 0; i < n; i++ {
 		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow),
 			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1}
@@ -117,8 +120,20 @@ func setPreferences(r *router, cfg *Config) {
 		r.est[i].preferFactor = 1 + float64(cfg.Upstreams[i].PreferMargin)
 		r.est[i].score = r.est[i].median / r.est[i].preferFactor
 	}
+	refreshMostPreferred(r)
 	r.hedging = cfg.MaxAttempts != 1
 	r.mu.Unlock()
+}
+
+// refreshMostPreferred recomputes r.mostPreferred after a preferFactor
+// changed; r.mu is held.
+func refreshMostPreferred(r *router) {
+	r.mostPreferred = 0
+	for _, e := range r.est {
+		if e.preferFactor > r.mostPreferred {
+			r.mostPreferred = e.preferFactor
+		}
+	}
 }
 
 // routeSample records a TTFT sample of upstream up in its ring and returns
@@ -161,8 +176,7 @@ func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten 
 	r.mu.Lock()
 	e := r.est[up]
 	v := float64(d)
-	switch {
-	case k == 0 && (!censored || e.count > 0 && v >= e.median):
+	if k == 0 && !censored {
 		// recordSample's work, inline: this is every request's path.
 		e.ring[e.next] = v
 		e.next = (e.next + 1) % len(e.ring)
@@ -170,11 +184,8 @@ func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten 
 			e.count++
 		}
 		e.written++
-	case k != 0 && e.written-k < uint64(len(e.ring)):
-		slot := int((k - 1) % uint64(len(e.ring)))
-		if v > e.ring[slot] {
-			e.ring[slot] = v
-		}
+	} else {
+		finishCensoredOrNoted(e, k, v, censored)
 	}
 	if e.recentCount == len(e.recent) && e.recentBeaten[e.recentNext] {
 		e.beatenRecent--
@@ -190,6 +201,27 @@ func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten 
 	}
 	refreshRanks(e)
 	r.mu.Unlock()
+}
+
+// finishCensoredOrNoted is routeFinish's ring update for an attempt that
+// did not answer (censored) or whose wait was noted when the hedge delay
+// passed (sample k); r.mu is held. (Its own function: under Yaegi every
+// slot of routeFinish's frame is allocated on every request.)
+func finishCensoredOrNoted(e *routeEstimate, k uint64, v float64, censored bool) {
+	switch {
+	case k == 0 && (!censored || e.count > 0 && v >= e.median):
+		e.ring[e.next] = v
+		e.next = (e.next + 1) % len(e.ring)
+		if e.count < len(e.ring) {
+			e.count++
+		}
+		e.written++
+	case k != 0 && e.written-k < uint64(len(e.ring)):
+		slot := int((k - 1) % uint64(len(e.ring)))
+		if v > e.ring[slot] {
+			e.ring[slot] = v
+		}
+	}
 }
 
 // refreshMedian recomputes e's median and score; r.mu is held.
@@ -302,13 +334,33 @@ func routePlanOf(r *router) routeChoice {
 	order := make([]int, 0, n)
 	r.mu.Lock()
 	r.requests++
+	ep := r.est[r.primary]
+	// The calm case without a call: a candidate of no higher preference
+	// needs half of the primary's recent attempts beaten (see takesOver).
+	if !r.hedging || ep.beatenRecent >= routeRecent/2 || r.mostPreferred > ep.preferFactor {
+		c.changed = changePrimary(r, ep)
+	}
+	order = append(order, r.primary)
+	if n == 2 {
+		order = append(order, 1-r.primary) // without a call, the usual route
+	} else {
+		order = appendRanked(r, order)
+	}
+	if n > 1 && r.requests%routeExploreEvery == 0 {
+		explore(r, &c)
+	}
+	r.mu.Unlock()
+	c.order = order
+	return c
+}
+
+// changePrimary makes the fastest upstream that takes over from the
+// primary ep (see takesOver) the primary, and reports whether one did;
+// r.mu is held.
+func changePrimary(r *router, ep *routeEstimate) bool {
 	next := -1
 	nextScore := 0.0
-	ep := r.est[r.primary]
-	for i := 0; i < n; i++ {
-		// The calm case without a call: a candidate of no higher
-		// preference needs half of the primary's recent attempts beaten
-		// (see takesOver).
+	for i := 0; i < len(r.est); i++ {
 		if i == r.primary || r.hedging && ep.beatenRecent < routeRecent/2 && r.est[i].preferFactor <= ep.preferFactor {
 			continue
 		}
@@ -320,25 +372,20 @@ func routePlanOf(r *router) routeChoice {
 			nextScore = s
 		}
 	}
-	changed := next >= 0
-	if changed {
-		r.primary = next
-		r.changes++
+	if next < 0 {
+		return false
 	}
-	order = append(order, r.primary)
-	if n == 2 {
-		order = append(order, 1-r.primary) // without a call, the usual route
-	} else {
-		order = appendRanked(r, order)
+	r.primary = next
+	r.changes++
+	return true
+}
+
+// explore marks c as an exploring request, with its delay cap; r.mu is held.
+func explore(r *router, c *routeChoice) {
+	c.explore = true
+	if e := r.est[r.primary]; e.known {
+		c.exploreCap = time.Duration(e.median * routeHysteresis)
 	}
-	c.explore = n > 1 && r.requests%routeExploreEvery == 0
-	if c.explore && r.est[r.primary].known {
-		c.exploreCap = time.Duration(r.est[r.primary].median * routeHysteresis)
-	}
-	r.mu.Unlock()
-	c.order = order
-	c.changed = changed
-	return c
 }
 
 // appendRanked appends every upstream but order[0] to order: those with an
@@ -379,7 +426,8 @@ func appendRanked(r *router, order []int) []int {
 }
 
 // planRoute ranks the upstreams for a race on a fastest route (rc.order;
-// nil on an ordered route, which keeps the configured order) and marks an
+// it is not called on an ordered route, whose nil order keeps the
+// configured one: Hedger.fastest) and marks an
 // exploring race. An exploring race sends attempt 0 to the second-ranked
 // upstream and hedges to the first, at the first's delay or, sooner, once
 // the probe is clearly slower than the primary (routeHysteresis times the
@@ -387,9 +435,6 @@ func appendRanked(r *router, order []int) []int {
 // the client little more than the primary's median, and the probe's
 // censored sample is still at or above its median when it is as fast.
 func planRoute(rc *race) {
-	if rc.h.cfg.Primary != PrimaryFastest || len(rc.h.cfg.Upstreams) < 2 {
-		return
-	}
 	plan := routePlanOf(rc.h.state.router)
 	order := plan.order
 	if plan.changed {
@@ -400,13 +445,18 @@ func planRoute(rc *race) {
 	}
 	rc.delayFrom = order[0]
 	if plan.explore && !rc.passthrough {
-		rc.exploreCap = plan.exploreCap
-		swap := order[0]
-		order[0] = order[1]
-		order[1] = swap
-		rc.exploring = true
+		exploreRoute(rc, order, plan.exploreCap)
 	}
 	rc.order = order
+}
+
+// exploreRoute makes rc an exploring race: attempt 0 to the runner-up.
+func exploreRoute(rc *race, order []int, exploreCap time.Duration) {
+	rc.exploreCap = exploreCap
+	swap := order[0]
+	order[0] = order[1]
+	order[1] = swap
+	rc.exploring = true
 }
 
 // routeWaiting notes, when the hedge delay passes, that the primary has had

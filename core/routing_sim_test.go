@@ -173,11 +173,8 @@ func (s *raceSim) push(at time.Duration, kind simEventKind, r *simRequest) {
 // ttftOf is upstream up's TTFT for request i sent at t.
 func (s *raceSim) ttftOf(up, i int, t time.Duration) time.Duration {
 	d := s.draws[up][i]
-	if up == 0 && s.factor > 0 && t >= s.epoch {
-		phase := (t - s.epoch) % simPeriod
-		if phase >= simWindowFrom && phase < simWindowTo {
-			d = time.Duration(float64(d) * s.factor)
-		}
+	if up == 0 && s.degraded(t) {
+		d = time.Duration(float64(d) * s.factor)
 	}
 	return d
 }

@@ -131,6 +131,7 @@ func TestRouteLeavesDegradedPrimaryQuickly(t *testing.T) {
 func TestRouteRecoveryThroughExploration(t *testing.T) {
 	s := newRouteSim(2, 2)
 	s.r.est[0].preferFactor = 1.25 // A is the cheaper one
+	refreshMostPreferred(s.r)
 	s.run(1000)
 	s.factor[0] = 8
 	s.run(1000)
@@ -198,6 +199,7 @@ func TestRouteCensoredSamples(t *testing.T) {
 func TestRoutePreferMargin(t *testing.T) {
 	s := newRouteSim(4, 2)
 	s.r.est[0].preferFactor = 1.25
+	refreshMostPreferred(s.r)
 	s.factor[0] = 1.2 // A 20 % slower than B
 	s.run(5000)
 	if s.r.primary != 0 || s.r.changes != 0 {
@@ -217,6 +219,7 @@ func TestRoutePreferMargin(t *testing.T) {
 	}
 	s = newRouteSim(5, 2)
 	s.r.est[0].preferFactor = 1.25
+	refreshMostPreferred(s.r)
 	s.factor[0] = 3
 	s.run(3000)
 	if s.r.primary != 1 {
@@ -446,6 +449,7 @@ func TestRouteStateSurvivesReload(t *testing.T) {
 func TestRouteLeavesDegradedPreferredPrimaryQuickly(t *testing.T) {
 	s := newRouteSim(6, 2)
 	s.r.est[0].preferFactor = 2
+	refreshMostPreferred(s.r)
 	s.run(2000)
 	s.factor[0] = 8
 	start := len(s.primary)

@@ -1,7 +1,6 @@
 package envoyfilter_test
 
 import (
-	"strconv"
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/clientsuite"
@@ -17,16 +16,7 @@ func TestClients(t *testing.T) {
 	clientsuite.Run(t, func(t *testing.T, env *clientsuite.Env, routes []clientsuite.Route) map[string]string {
 		urls := map[string]string{}
 		for _, r := range routes {
-			extra := ""
-			for _, set := range r.Settings() {
-				switch {
-				case set.Value == "":
-					set.Value = "true" // a flag
-				case set.Name == "early_headers":
-					set.Value = strconv.Quote(set.Value) // quoted: YAML reads a bare off as false
-				}
-				extra += "    " + set.Name + ": " + set.Value + "\n"
-			}
+			extra := r.Extra(yamlSetting)
 			h := newHarness(t, harnessOptions{
 				sims: &[2]*llmsim.Running{env.A, env.B},
 				routes: `

@@ -19,6 +19,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/envoyfilter"
+	"github.com/llmhedge/llmhedge/internal/testkit/clientsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
@@ -231,4 +232,16 @@ func waitSim(t *testing.T, s *llmsim.Running, what string, cond func() bool) {
 func chat(h *harness) *openai.ChatCompletionService {
 	c := h.client()
 	return &c.Chat.Completions
+}
+
+// yamlSetting writes a clientsuite route setting as a line of a route's
+// YAML.
+func yamlSetting(set clientsuite.Setting) string {
+	switch {
+	case set.Value == "":
+		set.Value = "true" // a flag
+	case set.Name == "early_headers":
+		set.Value = fmt.Sprintf("%q", set.Value) // quoted: YAML reads a bare off as false
+	}
+	return "    " + set.Name + ": " + set.Value + "\n"
 }

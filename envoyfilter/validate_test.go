@@ -1,39 +1,36 @@
 package envoyfilter_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/validitysuite"
 )
 
-// TestValidate is the answer-validation acceptance (validitysuite.Check)
+// TestValidate is the answer-validation acceptance (validitysuite.Run)
 // through the ext_proc server behind the Envoy-side driver; 50 requests a
 // route, 2,000 with LLMHEDGE_BENCH=1.
 func TestValidate(t *testing.T) {
-	n := validitysuite.Count(50, 2000)
-	aURL, bURL := validitysuite.Sims(t)
-	route := func(extra string, urls ...string) string {
-		s := "\n  - name: chat\n    upstreams:\n"
-		for i, u := range urls {
-			s += fmt.Sprintf("      - {name: %s, url: %q}\n", []string{"A", "B"}[i], u)
+	validitysuite.Run(t, 50, 2000, 10, func(t *testing.T, aURL, bURL string) validitysuite.Routes {
+		route := func(extra string, urls ...string) string {
+			s := "\n  - name: chat\n    upstreams:\n"
+			for i, u := range urls {
+				s += fmt.Sprintf("      - {name: %s, url: %q}\n", []string{"A", "B"}[i], u)
+			}
+			return s + "    delay: 500ms\n" + extra
 		}
-		return s + "    delay: 500ms\n" + extra
-	}
-	validatedURL := validityFront(t, route("    validate: [json_schema]\n", aURL, bURL))
-	plainURL := validityFront(t, route("", aURL, bURL))
-	directURL := validityFront(t, route("", bURL))
-	directValidatedURL := validityFront(t, route("    validate: [json_schema]\n", bURL))
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	validitysuite.Check(t, validitysuite.Load(ctx, n, 10, validatedURL, plainURL, directURL, directValidatedURL))
+		return validitysuite.Routes{
+			Validated:       validityFront(t, route("    validate: [json_schema]\n", aURL, bURL)),
+			Plain:           validityFront(t, route("", aURL, bURL)),
+			Direct:          validityFront(t, route("", bURL)),
+			DirectValidated: validityFront(t, route("    validate: [json_schema]\n", bURL)),
+		}
+	})
 }
 
 // validityFront serves an ext_proc server with these routes behind the

@@ -8,8 +8,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
-	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // Fleet benchmarks through real Caddy processes and a real Redis on
@@ -78,19 +75,19 @@ func TestFleetBenchFollowerLag(t *testing.T) {
 		var lerr, ferr error
 		done := make(chan struct{})
 		go func() {
-			leader, lerr = eventTimes(ctx, client, r.replicas[0].url(0), key, nil)
+			leader, lerr = eventTimes(ctx, client, r.Replicas[0].url(0), key, nil)
 			close(done)
 		}()
-		if err := r.sim.WaitFor(ctx, func() bool { return r.sim.Attempts(key) == 1 }); err != nil {
+		if err := r.Sim.WaitFor(ctx, func() bool { return r.Sim.Attempts(key) == 1 }); err != nil {
 			t.Fatal(err)
 		}
-		follower, ferr = eventTimes(ctx, client, r.replicas[1].url(0), key, nil)
+		follower, ferr = eventTimes(ctx, client, r.Replicas[1].url(0), key, nil)
 		<-done
 		if lerr != nil || ferr != nil || len(leader) < 20 || len(follower) != len(leader) {
 			t.Fatalf("%s: leader %d events (%v), follower %d (%v)", key, len(leader), lerr, len(follower), ferr)
 		}
-		if r.sim.Attempts(key) != 1 {
-			t.Fatalf("%s: %d generations", key, r.sim.Attempts(key))
+		if r.Sim.Attempts(key) != 1 {
+			t.Fatalf("%s: %d generations", key, r.Sim.Attempts(key))
 		}
 		ttfb = append(ttfb, follower[0].Sub(leader[0]))
 		for j := range leader {
@@ -144,7 +141,7 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 2 * time.Millisecond, PingEvery: 10 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	rc, err := fleetredis.New(core.FleetConfig{URL: r.redis.URL()})
+	rc, err := fleetredis.New(core.FleetConfig{URL: r.Redis.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,7 +149,7 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 	const n = 50
 	before := commandStats(t, rc)
 	for i := 0; i < n; i++ {
-		if got := fleetStream(ctx, r.replicas[0], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil); got.err != nil {
+		if got := fleetStream(ctx, r.Replicas[0], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil); got.err != nil {
 			t.Fatal(got.err)
 		}
 	}
@@ -161,59 +158,19 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 	for i := 0; i < n; i++ {
 		key := "pair-" + strconv.Itoa(i)
 		leader := make(chan streamed, 1)
-		go func() { leader <- fleetStream(ctx, r.replicas[0], "sk-alice", key, "hello", nil) }()
-		if err := r.sim.WaitFor(ctx, func() bool { return r.sim.Attempts(key) == 1 }); err != nil {
+		go func() { leader <- fleetStream(ctx, r.Replicas[0], "sk-alice", key, "hello", nil) }()
+		if err := r.Sim.WaitFor(ctx, func() bool { return r.Sim.Attempts(key) == 1 }); err != nil {
 			t.Fatal(err)
 		}
-		fleetStream(ctx, r.replicas[1], "sk-alice", key, "hello", nil)
+		fleetStream(ctx, r.Replicas[1], "sk-alice", key, "hello", nil)
 		<-leader
 	}
 	pair, pairParts := statsDelta(before, commandStats(t, rc))
 	before = commandStats(t, rc)
 	for i := 0; i < n; i++ {
-		fleetStream(ctx, r.replicas[1], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil)
+		fleetStream(ctx, r.Replicas[1], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil)
 	}
 	replay, replayParts := statsDelta(before, commandStats(t, rc))
 	t.Logf("Redis commands: lone leader %.1f per request (%s); leader+follower %.1f per pair (%s); replay %.1f (%s)",
 		float64(lone)/n, loneParts, float64(pair)/n, pairParts, float64(replay)/n, replayParts)
-}
-
-// Keyed requests per second with the fleet on and off: 20 clients, unique
-// keys, a fast upstream, one Caddy.
-func TestFleetBenchThroughput(t *testing.T) {
-	envgate.FleetBench(t)
-	// TokenGap 0 would be the workload default (20ms): a microsecond.
-	w := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: time.Microsecond, PingEvery: time.Second}
-	sim := llmsim.Start("A", w)
-	defer sim.Close()
-	redis := redisproc.Start(t, redisproc.Options{})
-	off := startCaddy(t, "", fmt.Sprintf("\tllm_hedge {\n\t\troute fleet\n\t\tupstream %s {\n\t\t\tname A\n\t\t}\n\t\tmax_attempts 1\n\t}", sim.URL))
-	on := startCaddy(t, "", fleetSite(sim, redis.URL()))
-	run := func(c *caddyProc, prefix string) float64 {
-		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		var count atomic.Int64
-		var wg sync.WaitGroup
-		start := time.Now()
-		for g := 0; g < 20; g++ {
-			g := g
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ctx.Err() == nil; i++ {
-					if _, err := eventTimes(ctx, client, c.url(0), fmt.Sprintf("%s-%d-%d", prefix, g, i), nil); err == nil {
-						count.Add(1)
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		return float64(count.Load()) / time.Since(start).Seconds()
-	}
-	run(off, "warm-off")
-	run(on, "warm-on")
-	offRate := run(off, "off")
-	onRate := run(on, "on")
-	t.Logf("keyed requests/s, 20 clients, one Caddy: fleet off %.0f, fleet on %.0f (%.0f%%)", offRate, onRate, 100*onRate/offRate)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
-	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // Fleet mode through real Caddy processes sharing one real redis-server,
@@ -45,7 +43,7 @@ func fleetSite(a *llmsim.Running, redisURL string) string {
 // failure messages.
 func (r *fleetRig) fleetErrors(t *testing.T) float64 {
 	sum := 0.0
-	for _, c := range r.replicas {
+	for _, c := range r.Replicas {
 		sum += fleetMetric(t, c, "llm_hedge_fleet_operation_errors_total", nil)
 	}
 	return sum
@@ -53,30 +51,27 @@ func (r *fleetRig) fleetErrors(t *testing.T) float64 {
 
 // fleetRig is n Caddy replicas, one upstream, one Redis.
 type fleetRig struct {
-	t        *testing.T
-	redis    *redisproc.Server
-	sim      *llmsim.Running
-	replicas []*caddyProc
+	*fleetsuite.Fleet[*caddyProc]
 }
 
 func startFleet(t *testing.T, n int, w llmsim.Workload) *fleetRig {
 	t.Helper()
-	r := &fleetRig{t: t, redis: redisproc.Start(t, redisproc.Options{}), sim: llmsim.Start("A", w)}
-	t.Cleanup(r.sim.Close)
-	for i := 0; i < n; i++ {
-		r.replicas = append(r.replicas, startCaddy(t, "", fleetSite(r.sim, r.redis.URL())))
-	}
-	return r
+	return &fleetRig{fleetsuite.StartFleet(t, n, w, startFleetCaddy)}
+}
+
+// startFleetCaddy starts one replica: Caddy serving fleetSite.
+func startFleetCaddy(f *fleetsuite.Fleet[*caddyProc]) *caddyProc {
+	return startCaddy(f.T, "", fleetSite(f.Sim, f.Redis.URL()))
 }
 
 // restart replaces replica i by a fresh process (after a kill -9).
 func (r *fleetRig) restart(i int) {
-	r.replicas[i] = startCaddy(r.t, "", fleetSite(r.sim, r.redis.URL()))
+	r.Replicas[i] = startFleetCaddy(r.Fleet)
 }
 
 // kill9 kills replica i's process with SIGKILL.
 func (r *fleetRig) kill9(i int) {
-	c := r.replicas[i]
+	c := r.Replicas[i]
 	c.cmd.Process.Signal(syscall.SIGKILL)
 	<-c.exited
 }
@@ -102,20 +97,33 @@ func fleetMetric(t *testing.T, c *caddyProc, name string, labels map[string]stri
 	return v
 }
 
+// suiteFleet is the fleetsuite.Start of Caddy's fleet.
+func suiteFleet(t *testing.T, replicas int, w llmsim.Workload) (context.Context, fleetsuite.Rig) {
+	return (&fleetRig{}).start(t, replicas, w)
+}
+
+// start is a fleetsuite.Start that keeps the fleet in r.
+func (r *fleetRig) start(t *testing.T, replicas int, w llmsim.Workload) (context.Context, fleetsuite.Rig) {
+	r.Fleet = startFleet(t, replicas, w).Fleet
+	return testContext(t), r.suiteRig()
+}
+
 // suiteRig is what the fleetsuite scenarios drive of this rig.
 func (r *fleetRig) suiteRig() fleetsuite.Rig {
-	return fleetsuite.NewRig(r.sim, r.redis, len(r.replicas), r.stream, r.claims, r.kill9, r.restart)
+	rig := fleetsuite.NewRig(r.Sim, r.Redis, len(r.Replicas), r.stream, r.claims, r.kill9, r.restart)
+	rig.OperationErrors = r.fleetErrors
+	return rig
 }
 
 // stream is fleetStream through replica i.
 func (r *fleetRig) stream(ctx context.Context, i int, apiKey, key, prompt string, firstChunk func()) (string, error) {
-	got := fleetStream(ctx, r.replicas[i], apiKey, key, prompt, firstChunk)
+	got := fleetStream(ctx, r.Replicas[i], apiKey, key, prompt, firstChunk)
 	return got.text, got.err
 }
 
 // claims is how many fleet claims replica i has sent.
 func (r *fleetRig) claims(t *testing.T, i int) float64 {
-	return fleetMetric(t, r.replicas[i], "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
+	return fleetMetric(t, r.Replicas[i], "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
 }
 
 // The same key at two replicas at once: one generation, byte-identical
@@ -123,41 +131,18 @@ func (r *fleetRig) claims(t *testing.T, i int) float64 {
 // caller and key with another body on another replica is a 422, and
 // another caller with the same key has its own race.
 func TestFleetCaddyJoinReplayConflict(t *testing.T) {
-	r := startFleet(t, 3, fleetsuite.JoinWorkload())
-	ctx := testContext(t)
-	n := fleetsuite.Count(20, 200)
-	rig := r.suiteRig()
-	for i := 0; i < n; i++ {
-		key := "join-" + strconv.Itoa(i)
-		got := fleetsuite.AtOnce(ctx, rig, "sk-alice", key)
-		for j := range got {
-			if got[j].Err != nil {
-				t.Fatalf("%s: replica %d: %v", key, j, got[j].Err)
-			}
-		}
-		if got[0].Text != got[1].Text || got[0].Text != llmsim.ExpectedChatText(key, 8) {
-			t.Fatalf("%s: answers %q and %q, want both %q", key, got[0].Text, got[1].Text, llmsim.ExpectedChatText(key, 8))
-		}
-		if gens := r.sim.Attempts(key); gens != 1 {
-			t.Fatalf("%s: %d upstream generations, want 1 (fleet operation errors so far: %v)", key, gens, r.fleetErrors(t))
-		}
-		third := fleetStream(ctx, r.replicas[2], "sk-alice", key, "hello", nil)
-		if third.err != nil || third.text != got[0].Text {
-			t.Fatalf("%s: third replica got %q, %v; want the replay", key, third.text, third.err)
-		}
-		if gens := r.sim.Attempts(key); gens != 1 {
-			t.Fatalf("%s: %d upstream generations after the third replica's request, want 1 (a replay)", key, gens)
-		}
-	}
+	r := &fleetRig{}
+	// The replay goes through a third replica.
+	ctx := fleetsuite.RunJoinReplayConflict(t, r.start, 3, func(int) int { return 2 })
 	joined, replayed := 0.0, 0.0
-	for _, c := range r.replicas {
+	for _, c := range r.Replicas {
 		joined += fleetMetric(t, c, "llm_hedge_idempotent_requests_total", map[string]string{"result": "joined"})
 		replayed += fleetMetric(t, c, "llm_hedge_idempotent_requests_total", map[string]string{"result": "replayed"})
 	}
-	t.Logf("%d keys sent to two replicas at once: one generation each, identical answers; %v requests joined a flight, %v were replayed (a third replica's request that comes before the leader's end is in Redis follows the finished stream)", n, joined, replayed)
+	t.Logf("%v requests joined a flight, %v were replayed (a third replica's request that comes before the leader's end is in Redis follows the finished stream)", joined, replayed)
 	// The replay says so (a header the SDK shows through the response).
 	var resp *http.Response
-	client := fleetClient(r.replicas[2], "sk-alice")
+	client := fleetClient(r.Replicas[2], "sk-alice")
 	stream := client.Chat.Completions.NewStreaming(ctx, openai.ChatCompletionNewParams{Model: "m",
 		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")}}, option.WithHeader("Idempotency-Key", "join-0"), option.WithResponseInto(&resp))
 	for stream.Next() {
@@ -166,7 +151,6 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 	if resp == nil || resp.Header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("third replica's answer: Idempotent-Replayed missing")
 	}
-	fleetsuite.Conflicts(t, ctx, rig, "join-0")
 }
 
 // kill -9 of the leader's Caddy before commit: the follower on another
@@ -174,11 +158,7 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 // answer; at most two generations.
 func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
-	r := startFleet(t, 2, w)
-	ctx := testContext(t)
-	n := fleetsuite.Count(4, 50)
-	twoGens := fleetsuite.LeaderKilledBeforeCommit(t, ctx, n, 5, r.suiteRig())
-	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations, %d with one", n, twoGens, n-twoGens)
+	fleetsuite.RunLeaderKilled(t, suiteFleet, w, fleetsuite.Count(4, 50), 0)
 }
 
 // kill -9 of the leader's Caddy after commit: the follower's answer ends
@@ -186,9 +166,7 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 // with the same key gets a fresh complete answer.
 func TestFleetCaddyLeaderKilledAfterCommit(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 40, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	r := startFleet(t, 2, w)
-	ctx := testContext(t)
-	fleetsuite.LeaderKilledAfterCommit(t, ctx, fleetsuite.Count(2, 10), 40, r.suiteRig())
+	fleetsuite.RunLeaderKilled(t, suiteFleet, w, 0, fleetsuite.Count(2, 10))
 }
 
 // Redis killed and restarted under load: 20 concurrent streams keep
@@ -198,7 +176,7 @@ func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
 	r := startFleet(t, 3, fleetsuite.LoadWorkload())
 	ctx := testContext(t)
 	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, r.suiteRig())
-	if up := fleetMetric(t, r.replicas[0], "llm_hedge_fleet_up", nil); up != 1 {
+	if up := fleetMetric(t, r.Replicas[0], "llm_hedge_fleet_up", nil); up != 1 {
 		t.Errorf("llm_hedge_fleet_up = %v after Redis' return, want 1", up)
 	}
 }

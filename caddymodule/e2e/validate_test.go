@@ -14,20 +14,14 @@ import (
 // check: holding a stream until it is complete, and the invalid first
 // answer before the retry.
 func TestValidate(t *testing.T) {
-	aURL, bURL := validitysuite.Sims(t)
-	site := func(extra string, urls ...string) string {
-		s := "\tllm_hedge {\n"
-		for i, u := range urls {
-			s += fmt.Sprintf("\t\tupstream %s {\n\t\t\tname %s\n\t\t}\n", u, []string{"A", "B"}[i])
+	validitysuite.Run(t, 50, 2000, 10, func(t *testing.T, aURL, bURL string) validitysuite.Routes {
+		a := fmt.Sprintf("\t\tupstream %s {\n\t\t\tname A\n\t\t}\n", aURL)
+		b := fmt.Sprintf("\t\tupstream %s {\n\t\t\tname B\n\t\t}\n", bURL)
+		const validate = "\t\tvalidate json_schema\n"
+		site := func(upstreams, extra string) string {
+			return "\tllm_hedge {\n" + upstreams + "\t\tdelay 500ms\n" + extra + "\t}"
 		}
-		return s + "\t\tdelay 500ms\n" + extra + "\t}"
-	}
-	c := startCaddy(t, "",
-		site("\t\tvalidate json_schema\n", aURL, bURL),
-		site("", aURL, bURL),
-		site("", bURL),
-		site("\t\tvalidate json_schema\n", bURL))
-	ctx := testContext(t)
-	n := validitysuite.Count(50, 2000)
-	validitysuite.Check(t, validitysuite.Load(ctx, n, 10, c.url(0), c.url(1), c.url(2), c.url(3)))
+		c := startCaddy(t, "", site(a+b, validate), site(a+b, ""), site(b, ""), site(b, validate))
+		return validitysuite.Routes{Validated: c.url(0), Plain: c.url(1), Direct: c.url(2), DirectValidated: c.url(3)}
+	})
 }

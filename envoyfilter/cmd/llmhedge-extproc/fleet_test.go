@@ -7,7 +7,6 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -21,7 +20,6 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
-	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // Fleet mode through two real ext_proc server processes (this command,
@@ -37,29 +35,22 @@ type extprocReplica struct {
 	metrics string // http://host:port/metrics
 }
 
+// extprocFleet is n server processes, one upstream, one Redis.
 type extprocFleet struct {
-	t        *testing.T
-	redis    *redisproc.Server
-	sim      *llmsim.Running
-	replicas []*extprocReplica
+	*fleetsuite.Fleet[*extprocReplica]
 }
 
 func startExtprocFleet(t *testing.T, n int, w llmsim.Workload) *extprocFleet {
 	t.Helper()
-	f := &extprocFleet{t: t, redis: redisproc.Start(t, redisproc.Options{}), sim: llmsim.Start("A", w)}
-	t.Cleanup(f.sim.Close)
-	for i := 0; i < n; i++ {
-		f.replicas = append(f.replicas, f.startReplica())
-	}
-	return f
+	return &extprocFleet{fleetsuite.StartFleet(t, n, w, startReplica)}
 }
 
 // startReplica starts one server. Its fleet's operation timeout is 250ms,
 // not 50ms: on the shared 2-core test machine a claim can wait longer than
 // 50ms for a core, and a request whose claim times out runs its own race
 // (correct, but not what these tests count).
-func (f *extprocFleet) startReplica() *extprocReplica {
-	t := f.t
+func startReplica(f *fleetsuite.Fleet[*extprocReplica]) *extprocReplica {
+	t := f.T
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "extproc.yaml")
 	cfg := `
@@ -67,11 +58,11 @@ grpc: {listen: "127.0.0.1:0"}
 metrics: {listen: "127.0.0.1:0"}
 log: {requests: false}
 shutdown: {drain_timeout: 1s, health_grace: 0s}
-fleet: {url: "` + f.redis.URL() + `", lease: 500ms, timeout: 250ms, retry_interval: 200ms}
+fleet: {url: "` + f.Redis.URL() + `", lease: 500ms, timeout: 250ms, retry_interval: 200ms}
 routes:
   - name: chat
     match: {path_prefixes: [/v1/]}
-    upstreams: [{name: A, url: "` + f.sim.URL + `"}]
+    upstreams: [{name: A, url: "` + f.Sim.URL + `"}]
     max_attempts: 1
 `
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
@@ -99,7 +90,7 @@ routes:
 // kill9 kills replica i's process with SIGKILL and starts a fresh one in
 // its place once the old one is gone.
 func (f *extprocFleet) kill9(i int) {
-	r := f.replicas[i]
+	r := f.Replicas[i]
 	r.p.cmd.Process.Signal(syscall.SIGKILL)
 	<-r.p.exited
 }
@@ -116,16 +107,21 @@ func (r *extprocReplica) claims(t *testing.T) float64 {
 	return v
 }
 
+// suiteFleet is the fleetsuite.Start of the ext_proc servers' fleet.
+func suiteFleet(t *testing.T, replicas int, w llmsim.Workload) (context.Context, fleetsuite.Rig) {
+	return fleetContext(t), startExtprocFleet(t, replicas, w).suiteRig()
+}
+
 // suiteRig is what the fleetsuite scenarios drive of this fleet: its
 // replicas are reached as streams, restarted in place.
 func (f *extprocFleet) suiteRig() fleetsuite.Rig {
 	stream := func(ctx context.Context, i int, apiKey, key, prompt string, firstChunk func()) (string, error) {
-		a := fleetAnswer(ctx, f.replicas[i], apiKey, key, prompt, firstChunk)
+		a := fleetAnswer(ctx, f.Replicas[i], apiKey, key, prompt, firstChunk)
 		return a.text, a.err
 	}
-	claims := func(t *testing.T, i int) float64 { return f.replicas[i].claims(t) }
-	restart := func(i int) { f.replicas[i] = f.startReplica() }
-	return fleetsuite.NewRig(f.sim, f.redis, len(f.replicas), stream, claims, f.kill9, restart)
+	claims := func(t *testing.T, i int) float64 { return f.Replicas[i].claims(t) }
+	restart := func(i int) { f.Replicas[i] = startReplica(f.Fleet) }
+	return fleetsuite.NewRig(f.Sim, f.Redis, len(f.Replicas), stream, claims, f.kill9, restart)
 }
 
 // fleetAnswer streams one chat completion with an idempotency key through
@@ -149,27 +145,8 @@ func fleetContext(t *testing.T) context.Context {
 // answers; afterwards a replay from either; another body 422, another
 // caller its own race.
 func TestFleetExtprocJoinReplayConflict(t *testing.T) {
-	f := startExtprocFleet(t, 2, fleetsuite.JoinWorkload())
-	ctx := fleetContext(t)
-	n := fleetsuite.Count(20, 200)
-	rig := f.suiteRig()
-	for i := 0; i < n; i++ {
-		key := "join-" + strconv.Itoa(i)
-		got := fleetsuite.AtOnce(ctx, rig, "sk-alice", key)
-		want := llmsim.ExpectedChatText(key, 8)
-		if got[0].Err != nil || got[1].Err != nil || got[0].Text != want || got[1].Text != want {
-			t.Fatalf("%s: answers %q (%v) and %q (%v), want both %q", key, got[0].Text, got[0].Err, got[1].Text, got[1].Err, want)
-		}
-		if gens := f.sim.Attempts(key); gens != 1 {
-			t.Fatalf("%s: %d upstream generations, want 1", key, gens)
-		}
-		again := fleetAnswer(ctx, f.replicas[i%2], "sk-alice", key, "hello", nil)
-		if again.err != nil || again.text != want || f.sim.Attempts(key) != 1 {
-			t.Fatalf("%s: after completion %q, %v with %d generations; want the replay", key, again.text, again.err, f.sim.Attempts(key))
-		}
-	}
-	t.Logf("%d keys sent to both servers at once: one generation each, identical answers, then replayed", n)
-	fleetsuite.Conflicts(t, ctx, rig, "join-0")
+	// The replay alternates between the two servers.
+	fleetsuite.RunJoinReplayConflict(t, suiteFleet, 2, func(i int) int { return i % 2 })
 }
 
 // kill -9 of the leader's server before commit: the follower's server
@@ -178,12 +155,7 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 // retry with the same key gets a fresh complete answer.
 func TestFleetExtprocLeaderKilled(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
-	f := startExtprocFleet(t, 2, w)
-	ctx := fleetContext(t)
-	n := fleetsuite.Count(3, 50)
-	twoGens := fleetsuite.LeaderKilledBeforeCommit(t, ctx, n, 20, f.suiteRig())
-	t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations", n, twoGens)
-	fleetsuite.LeaderKilledAfterCommit(t, ctx, fleetsuite.Count(2, 10), 20, f.suiteRig())
+	fleetsuite.RunLeaderKilled(t, suiteFleet, w, fleetsuite.Count(3, 50), fleetsuite.Count(2, 10))
 }
 
 // Redis killed and restarted under 20 concurrent streams: zero failed

@@ -28,3 +28,13 @@ func (r Route) Settings() []Setting {
 	}
 	return s
 }
+
+// Extra is the route's Settings written in an adapter's syntax: line
+// writes one setting (with its line end), and Extra joins them.
+func (r Route) Extra(line func(Setting) string) string {
+	extra := ""
+	for _, set := range r.Settings() {
+		extra += line(set)
+	}
+	return extra
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // Count is n in CI and full under LLMHEDGE_FLEET=full (the acceptance counts).
@@ -63,6 +64,9 @@ type Rig struct {
 	// Kill9 kills replica i with SIGKILL and waits for its exit; Restart
 	// starts it again in the same place.
 	Kill9, Restart func(replica int)
+	// OperationErrors, when set, sums the replicas' fleet operation
+	// errors, for failure messages.
+	OperationErrors func(t *testing.T) float64
 }
 
 // Upstream is the simulated upstream of a fleet test (an llmsim server).
@@ -278,4 +282,90 @@ func AtOnce(ctx context.Context, rig Rig, apiKey, key string) [2]Answer {
 	}
 	wg.Wait()
 	return got
+}
+
+// Start starts replicas of the adapter's proxy over one simulated upstream
+// answering workload w, sharing one redis-server, all stopped at the end of
+// the test, and returns their Rig and the test's context.
+type Start func(t *testing.T, replicas int, w llmsim.Workload) (context.Context, Rig)
+
+// RunJoinReplayConflict starts a fleet of replicas over JoinWorkload and
+// sends keys (20, 200 under LLMHEDGE_FLEET=full) to replicas 0 and 1 at
+// once: each key is one generation, both answers complete and identical;
+// the key again through replica replayFrom(i) (the key's number) is
+// replayed, no new generation. Then Conflicts on the first key. It
+// returns the test's context, for an adapter's own checks.
+func RunJoinReplayConflict(t *testing.T, start Start, replicas int, replayFrom func(i int) int) context.Context {
+	ctx, rig := start(t, replicas, JoinWorkload())
+	n := Count(20, 200)
+	for i := 0; i < n; i++ {
+		key := "join-" + strconv.Itoa(i)
+		got := AtOnce(ctx, rig, "sk-alice", key)
+		want := rig.Expected(key, 8)
+		for j := range got {
+			if got[j].Err != nil || got[j].Text != want {
+				t.Fatalf("%s: replica %d answered %q (%v), want %q", key, j, got[j].Text, got[j].Err, want)
+			}
+		}
+		if gens := rig.Attempts(key); gens != 1 {
+			t.Fatalf("%s: %d upstream generations, want 1%s", key, gens, operationErrors(t, rig))
+		}
+		r := replayFrom(i)
+		again, err := rig.Stream(ctx, r, "sk-alice", key, "hello", nil)
+		if err != nil || again != want {
+			t.Fatalf("%s: replica %d after completion got %q, %v; want the replay", key, r, again, err)
+		}
+		if gens := rig.Attempts(key); gens != 1 {
+			t.Fatalf("%s: %d upstream generations after replica %d's request, want 1 (a replay)", key, gens, r)
+		}
+	}
+	t.Logf("%d keys sent to two replicas at once: one generation each, identical answers, then replayed", n)
+	Conflicts(t, ctx, rig, "join-0")
+	return ctx
+}
+
+// operationErrors is the rig's fleet operation errors for a failure
+// message ("" when the rig does not count them).
+func operationErrors(t *testing.T, rig Rig) string {
+	if rig.OperationErrors == nil {
+		return ""
+	}
+	return fmt.Sprintf(" (fleet operation errors so far: %v)", rig.OperationErrors(t))
+}
+
+// RunLeaderKilled runs the leader-killed scenarios on one fleet of two
+// replicas over w (w.Tokens long answers): before keys whose leader is
+// killed before commit (LeaderKilledBeforeCommit), then after keys whose
+// leader is killed after it (LeaderKilledAfterCommit); 0 skips either.
+func RunLeaderKilled(t *testing.T, start Start, w llmsim.Workload, before, after int) {
+	ctx, rig := start(t, 2, w)
+	if before > 0 {
+		twoGens := LeaderKilledBeforeCommit(t, ctx, before, w.Tokens, rig)
+		t.Logf("%d kills of the leader before commit: every follower complete, %d with two generations, %d with one", before, twoGens, before-twoGens)
+	}
+	if after > 0 {
+		LeaderKilledAfterCommit(t, ctx, after, w.Tokens, rig)
+	}
+}
+
+// Fleet is an adapter's replicas (R: how its test reaches one) over one
+// simulated upstream, named A, and one redis-server on loopback, all
+// stopped at the end of the test.
+type Fleet[R any] struct {
+	T        *testing.T
+	Redis    *redisproc.Server
+	Sim      *llmsim.Running
+	Replicas []R
+}
+
+// StartFleet starts the upstream answering w, the redis-server, and n
+// replicas, each by startReplica (which Restart uses too).
+func StartFleet[R any](t *testing.T, n int, w llmsim.Workload, startReplica func(*Fleet[R]) R) *Fleet[R] {
+	t.Helper()
+	f := &Fleet[R]{T: t, Redis: redisproc.Start(t, redisproc.Options{}), Sim: llmsim.Start("A", w)}
+	t.Cleanup(f.Sim.Close)
+	for i := 0; i < n; i++ {
+		f.Replicas = append(f.Replicas, startReplica(f))
+	}
+	return f
 }

@@ -1,7 +1,7 @@
 // Package validitysuite holds what every adapter's TestValidate shares: the
-// two upstreams of the answer-validation acceptance and its checks. Each
-// adapter sets up its own four routes (A+B with and without validate, B
-// alone with and without) and sends the load.
+// two upstreams of the answer-validation acceptance, its load and its
+// checks (Run). Each adapter serves the four routes (A+B with and without
+// validate, B alone with and without) in its own configuration.
 package validitysuite
 
 import (
@@ -34,6 +34,28 @@ func Count(ci, bench int) int {
 		return bench
 	}
 	return ci
+}
+
+// Routes are the base URLs of the acceptance's four routes: A+B with and
+// without validate, B alone without and with it.
+type Routes struct {
+	Validated, Plain, Direct, DirectValidated string
+}
+
+// Start serves the four routes over upstreams A (aURL) and B (bURL), each
+// upstream named as its letter, with a 500ms hedge delay, and returns
+// their base URLs. The proxy stops at the end of the test.
+type Start func(t *testing.T, aURL, bURL string) Routes
+
+// Run is an adapter's TestValidate: it starts the upstreams, has start
+// serve the routes, sends Count(ci, bench) requests to each, clients at a
+// time, within 5 minutes, and checks the acceptance (Check).
+func Run(t *testing.T, ci, bench, clients int, start Start) {
+	aURL, bURL := Sims(t)
+	r := start(t, aURL, bURL)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	Check(t, Load(ctx, Count(ci, bench), clients, r.Validated, r.Plain, r.Direct, r.DirectValidated))
 }
 
 // Results are the four routes' loads of n requests each.
