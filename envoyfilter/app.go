@@ -43,8 +43,10 @@ type App struct {
 	grpc        *grpc.Server
 	health      *health.Server
 	metricsHTTP *http.Server
+	adminHTTP   *http.Server
 	grpcLis     net.Listener
 	metricsLis  net.Listener
+	adminLis    net.Listener
 	serving     sync.WaitGroup
 	serveErr    chan error
 	clock       core.Clock // times the drain's health grace
@@ -104,6 +106,13 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 		mux := http.NewServeMux()
 		mux.Handle(cfg.Metrics.Path, promhttp.HandlerFor(srv.Metrics().Registry, promhttp.HandlerOpts{}))
 		a.metricsHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	}
+	if cfg.Admin.Enabled() {
+		mux := http.NewServeMux()
+		// The per-process switch; the same JSON as the Caddy module's
+		// admin endpoint.
+		mux.HandleFunc("/switch", core.ServeSwitchAdmin)
+		a.adminHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	return a, nil
 }
@@ -177,6 +186,28 @@ func (a *App) Start() error {
 			}
 		}()
 	}
+	if a.adminHTTP != nil {
+		alis, err := net.Listen("tcp", cfg.Admin.Listen)
+		if err != nil {
+			lis.Close()
+			if a.metricsLis != nil {
+				a.metricsHTTP.Close()
+			}
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+		a.adminLis = alis
+		if !isLoopback(alis.Addr()) {
+			a.log.Warn("the admin listener is not on loopback: anyone who reaches it can pause hedging",
+				zap.String("admin", alis.Addr().String()))
+		}
+		a.serving.Add(1)
+		go func() {
+			defer a.serving.Done()
+			if err := a.adminHTTP.Serve(alis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				a.serveErr <- fmt.Errorf("admin: %w", err)
+			}
+		}()
+	}
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	a.health.SetServingStatus(extprocv3.ExternalProcessor_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
 	a.serving.Add(1)
@@ -187,7 +218,7 @@ func (a *App) Start() error {
 		}
 	}()
 	a.log.Info("llmhedge-extproc serving", zap.String("grpc", lis.Addr().String()),
-		zap.String("metrics", a.MetricsAddr()), zap.Bool("tls", cfg.GRPC.TLS.Enabled()), zap.Int("routes", len(cfg.Routes)))
+		zap.String("metrics", a.MetricsAddr()), zap.String("admin", a.AdminAddr()), zap.Bool("tls", cfg.GRPC.TLS.Enabled()), zap.Int("routes", len(cfg.Routes)))
 	return nil
 }
 
@@ -200,6 +231,20 @@ func (a *App) MetricsAddr() string {
 		return ""
 	}
 	return a.metricsLis.Addr().String()
+}
+
+// AdminAddr is the admin listener's address, "" when off.
+func (a *App) AdminAddr() string {
+	if a.adminLis == nil {
+		return ""
+	}
+	return a.adminLis.Addr().String()
+}
+
+// isLoopback reports whether addr is a loopback address.
+func isLoopback(addr net.Addr) bool {
+	tcp, ok := addr.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
 }
 
 // Errors reports a listener that stopped serving on its own.
@@ -260,6 +305,7 @@ func restartOnly(running, next *FileConfig, transportReloads bool) []string {
 	changed("grpc.tls (on/off)", running.GRPC.TLS.Enabled() != next.GRPC.TLS.Enabled())
 	changed("metrics.listen", running.Metrics.Listen != next.Metrics.Listen)
 	changed("metrics.path", running.Metrics.Path != next.Metrics.Path)
+	changed("admin.listen", running.Admin.Listen != next.Admin.Listen)
 	changed("log.format", running.Log.Format != next.Log.Format)
 	changed("transport", !transportReloads &&
 		core.TransportKey(running.Transport.TransportConfig, nil) != core.TransportKey(next.Transport.TransportConfig, nil))
@@ -313,10 +359,12 @@ func (a *App) Shutdown(timeout time.Duration) {
 	})
 	a.grpc.GracefulStop()
 	force.Stop()
-	if a.metricsHTTP != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_ = a.metricsHTTP.Shutdown(ctx) // best effort at exit
-		cancel()
+	for _, srv := range []*http.Server{a.metricsHTTP, a.adminHTTP} {
+		if srv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = srv.Shutdown(ctx) // best effort at exit
+			cancel()
+		}
 	}
 	a.serving.Wait()
 	a.Server.closeFleets()

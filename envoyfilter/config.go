@@ -25,6 +25,9 @@ type FileConfig struct {
 	GRPC GRPCConfig `json:"grpc"`
 	// Metrics configures the Prometheus endpoint.
 	Metrics MetricsConfig `json:"metrics"`
+	// Admin configures the HTTP admin listener (the per-process kill
+	// switch). Default off.
+	Admin AdminConfig `json:"admin"`
 	// Log configures the zap logger.
 	Log LogConfig `json:"log"`
 	// Shutdown configures the drain on SIGTERM.
@@ -83,6 +86,19 @@ type MetricsConfig struct {
 	// Path of the endpoint. Default "/metrics".
 	Path string `json:"path"`
 }
+
+// AdminConfig configures the HTTP admin listener: GET /switch lists this
+// process's kill switches, POST /switch changes one (the top README's
+// "Kill switch and llmhedge-ctl"). It has no authentication: keep it on
+// loopback.
+type AdminConfig struct {
+	// Listen is its address, e.g. "127.0.0.1:9902". Default "" (or "off"):
+	// no admin listener. Not reloadable.
+	Listen string `json:"listen"`
+}
+
+// Enabled reports whether the admin listener is configured.
+func (c AdminConfig) Enabled() bool { return c.Listen != "" && c.Listen != "off" }
 
 // LogConfig configures the zap logger.
 type LogConfig struct {
@@ -310,6 +326,11 @@ func (c *FileConfig) Validate() error {
 		}
 		if !strings.HasPrefix(c.Metrics.Path, "/") {
 			bad("metrics.path %q must start with /", c.Metrics.Path)
+		}
+	}
+	if c.Admin.Enabled() {
+		if _, _, err := net.SplitHostPort(c.Admin.Listen); err != nil {
+			bad("admin.listen %q: %v (or \"off\")", c.Admin.Listen, err)
 		}
 	}
 	if _, err := parseLevel(c.Log.Level); err != nil {

@@ -34,9 +34,20 @@ func New(cfg core.FleetConfig) (*Client, error) { return NewWithRoots(cfg, nil) 
 // NewWithRoots is New with the CAs a rediss:// server is verified against
 // (nil: the system's).
 func NewWithRoots(cfg core.FleetConfig, roots *x509.CertPool) (*Client, error) {
-	addr, err := core.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
+	opts, name, err := Options(cfg, roots)
 	if err != nil {
 		return nil, err
+	}
+	return &Client{rdb: redis.NewClient(opts), name: name}, nil
+}
+
+// Options are the go-redis options of New's client for cfg's URL (and
+// password_env), TLS verified against roots (nil: the system's), and the
+// server's name (host:port/db). llmhedge-ctl dials with them too.
+func Options(cfg core.FleetConfig, roots *x509.CertPool) (*redis.Options, string, error) {
+	addr, err := core.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
+	if err != nil {
+		return nil, "", err
 	}
 	opts := &redis.Options{
 		Addr:     addr.Host,
@@ -64,7 +75,7 @@ func NewWithRoots(cfg core.FleetConfig, roots *x509.CertPool) (*Client, error) {
 		}
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host, RootCAs: roots}
 	}
-	return &Client{rdb: redis.NewClient(opts), name: addr.Name()}, nil
+	return opts, addr.Name(), nil
 }
 
 func cutPort(hostport string) (host, port string, ok bool) {

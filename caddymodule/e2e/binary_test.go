@@ -90,12 +90,16 @@ func TestBinaryRejectsBadConfig(t *testing.T) {
 	}
 }
 
-// TestBinaryListsModule: the binary has the module under its ID.
+// TestBinaryListsModule: the binary has the handler and the admin API
+// module (the per-process switch) under their IDs.
 func TestBinaryListsModule(t *testing.T) {
 	out, err := runCaddy(t, "list-modules", "--skip-standard")
 	if err != nil {
 		t.Fatalf("list-modules: %v", err)
-	} else if !strings.Contains(out, "http.handlers.llm_hedge") {
-		t.Fatalf("list-modules: out = %q, want it to contain \"http.handlers.llm_hedge\"", out)
+	}
+	for _, id := range []string{"http.handlers.llm_hedge", "admin.api.llm_hedge"} {
+		if !strings.Contains(out, id) {
+			t.Errorf("list-modules: out = %q, want it to contain %q", out, id)
+		}
 	}
 }

@@ -1,0 +1,56 @@
+package envoyfilter
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+)
+
+func TestIsLoopback(t *testing.T) {
+	for _, tc := range []struct {
+		ip   string
+		want bool
+	}{{"127.0.0.1", true}, {"::1", true}, {"0.0.0.0", false}, {"::", false}, {"10.0.0.5", false}} {
+		if got := isLoopback(&net.TCPAddr{IP: net.ParseIP(tc.ip), Port: 9902}); got != tc.want {
+			t.Errorf("isLoopback(%s) = %v, want %v", tc.ip, got, tc.want)
+		}
+	}
+}
+
+// The server's heartbeat names it: llmhedge-ctl status lists kind envoy.
+func TestFleetHeartbeatNamesTheEnvoyServer(t *testing.T) {
+	redisSrv := redisproc.Start(t, redisproc.Options{})
+	cfg, err := ParseConfig([]byte("fleet: {url: '" + redisSrv.URL() + "'}\nroutes:\n  - {name: chat, upstreams: [{url: 'http://127.0.0.1:9'}]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := NewServer(cfg, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.closeFleets()
+	if len(s.fleets) != 1 {
+		t.Fatalf("%d fleet clients, want 1", len(s.fleets))
+	}
+	for _, f := range s.fleets {
+		f.fleet.SyncNow() // writes the heartbeat
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		v, err := f.client.Do(ctx, "GET", core.FleetReplicaKey("llmhedge:", f.fleet.ReplicaID()))
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var status core.ReplicaStatus
+		if err := json.Unmarshal([]byte(v.Str), &status); err != nil {
+			t.Fatalf("heartbeat %q: %v", v.Str, err)
+		}
+		if status.Kind != "envoy" {
+			t.Errorf("heartbeat kind = %q, want envoy", status.Kind)
+		}
+	}
+}
