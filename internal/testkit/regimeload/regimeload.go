@@ -423,7 +423,6 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 // aloneSuffix names a calm route's run with no other run beside it.
 const aloneSuffix = "-alone"
 
-
 // report logs the numbers and checks the bounds.
 func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay time.Duration, routes []Route,
 	runs map[string]*Run, regimes map[string]llmsim.Regime) {
