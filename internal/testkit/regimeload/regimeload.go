@@ -72,6 +72,11 @@ type Options struct {
 	// P99Bound is the largest allowed ratio of the fastest route's TTFT
 	// p99 under the regime shift to its calm run's. Default 1.15.
 	P99Bound float64
+	// CalmBound is the largest allowed ratio of the calm fastest route's
+	// TTFT p99 (run alone) to the ideal hedge's on the same draws. Default
+	// 1.05. Whatever the bound, calm fastest must stay within 3 % of
+	// ordered's p99 on the same draws (no worse than the static primary).
+	CalmBound float64
 	// Warmup requests go through every route, A calm, before the runs
 	// (connections, the interpreter under Traefik, a calm history for the
 	// estimates). Default N/20.
@@ -330,6 +335,9 @@ func Bench(t *testing.T, proxy string, start Start, opts Options) {
 	if opts.P99Bound == 0 {
 		opts.P99Bound = 1.15
 	}
+	if opts.CalmBound == 0 {
+		opts.CalmBound = 1.05
+	}
 	if opts.Warmup == 0 {
 		opts.Warmup = opts.N / 20
 	}
@@ -502,7 +510,9 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 	ordOver, fastOver := Overhead(wl, orderedRun), Overhead(wl, calmRun)
 	t.Logf("  calm: the path (client, %s, upstream server) adds to the TTFT of answers attempt 0 won (client TTFT - the draw) p50/p95/p99 %s ms on ordered, %s ms on fastest; a hedged answer pays it in its hedge delay too (measured through it) and in the hedge's TTFT",
 		proxy, pcts(ordOver), pcts(fastOver))
-	check(vsIdeal <= 1.05, "calm fastest p99 %v = %.3fx the ideal hedge (want <= 1.05)", ms(fast.P99), vsIdeal)
+	check(vsIdeal <= opts.CalmBound, "calm fastest p99 %v = %.3fx the ideal hedge (want <= %.2f)", ms(fast.P99), vsIdeal, opts.CalmBound)
+	vsOrdered := float64(fast.P99) / float64(ordered.P99)
+	check(vsOrdered <= 1.03, "calm fastest p99 %v = %.3fx ordered's %v on the same draws (want <= 1.03)", ms(fast.P99), vsOrdered, ms(ordered.P99))
 	check(calmRun.Extra <= peers.IdealExtra+0.01, "calm fastest extra %.2f%% vs ideal %.2f%% (want <= ideal + 1 point)", 100*calmRun.Extra, 100*peers.IdealExtra)
 	t.Logf("  calm fastest: the primary changed %d times in %d requests between two upstreams of equal speed", calmRun.Changes(), opts.N)
 }
