@@ -16,7 +16,7 @@ import (
 // its long form (regimeload.EnvOptions) is LLMHEDGE_BENCH=1 go test -run
 // TestBenchRegimeShift -v ./envoyfilter.
 func TestBenchRegimeShift(t *testing.T) {
-	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, regimeload.EnvOptions(1.25))
+	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, regimeload.EnvOptions(1.25, 0))
 }
 
 // startRegimeRoutes serves the benchmark's routes from one ext_proc server

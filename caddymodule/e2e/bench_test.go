@@ -398,7 +398,7 @@ func TestBenchLightOverhead(t *testing.T) {
 // real Caddy, one site per route; its long form (regimeload.EnvOptions) is
 // LLMHEDGE_BENCH=1 go test -run TestBenchRegimeShift -v ./caddymodule/e2e.
 func TestBenchRegimeShift(t *testing.T) {
-	regimeload.Bench(t, "caddy", startRegimeSites, regimeload.EnvOptions(0))
+	regimeload.Bench(t, "caddy", startRegimeSites, regimeload.EnvOptions(0, 0))
 }
 
 // startRegimeSites serves each route as a Caddy site of its own.

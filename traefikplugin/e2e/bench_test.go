@@ -348,9 +348,13 @@ func TestBenchLightOverhead(t *testing.T) {
 // TestBenchRegimeShift is regimeload's regime-shift benchmark through the
 // real Traefik (the plugin interpreted by Yaegi), one middleware and router
 // per route; its long form (regimeload.EnvOptions) is LLMHEDGE_BENCH=1 go
-// test -run TestBenchRegimeShift -v ./traefikplugin/e2e.
+// test -run TestBenchRegimeShift -v ./traefikplugin/e2e. The calm bound
+// against the ideal hedge is 1.10, not 1.05: the interpreted path adds
+// about 18 ms at p99 to every answer at this time scale (ordered measures
+// 1.10x too); that fastest is no worse than ordered is checked as
+// everywhere.
 func TestBenchRegimeShift(t *testing.T) {
-	regimeload.Bench(t, "traefik", startRegimeMiddlewares, regimeload.EnvOptions(1.25))
+	regimeload.Bench(t, "traefik", startRegimeMiddlewares, regimeload.EnvOptions(1.25, 1.10))
 }
 
 // startRegimeMiddlewares serves each route under /<route>/ through a
