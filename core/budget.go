@@ -47,7 +47,16 @@ func deposit(b *hedgeBucket) {
 		return
 	}
 	b.mu.Lock()
-	depositLocked(b)
+	if b.leased {
+		depositLocked(b)
+	} else {
+		// depositLocked's local branch, inline: one call fewer per request
+		// under Yaegi.
+		b.tokens += b.ratio
+		if b.tokens > b.burst {
+			b.tokens = b.burst
+		}
+	}
 	b.mu.Unlock()
 }
 

@@ -55,10 +55,17 @@ func setFleetSwitches(sh *routeShare, route, all Switch) {
 // (route, all) merged with the fleet's (route, all). The common case, no
 // switch anywhere, is two atomic loads.
 func switchInForce(h *Hedger) Switch {
-	if atomic.LoadInt64(&processSwitchCount) == 0 && atomic.LoadInt32(&h.state.share.switches.set) == 0 {
+	if !switchesSet(h) {
 		return Switch{}
 	}
 	return mergedSwitch(h.state.share, h.cfg.Route)
+}
+
+// switchesSet reports whether any switch may apply to h's route: a process
+// switch, or a fleet switch read for the route. Requests skip the lookup
+// otherwise.
+func switchesSet(h *Hedger) bool {
+	return atomic.LoadInt64(&processSwitchCount) != 0 || atomic.LoadInt32(&h.state.share.switches.set) != 0
 }
 
 // mergedSwitch is the switch in force for route given its fleet switches.
@@ -78,7 +85,7 @@ func (h *Hedger) SwitchInForce() Switch { return switchInForce(h) }
 
 // hedgeDelayOverride returns the switch's delay override, 0 for none.
 func hedgeDelayOverride(h *Hedger) time.Duration {
-	if atomic.LoadInt64(&processSwitchCount) == 0 && atomic.LoadInt32(&h.state.share.switches.set) == 0 {
+	if !switchesSet(h) {
 		return 0
 	}
 	return mergedSwitch(h.state.share, h.cfg.Route).Delay

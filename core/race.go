@@ -126,8 +126,11 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.exploring {
 		rc.delay = exploreDelay(rc, first)
 	}
-	if d := hedgeDelayOverride(h); d > 0 {
-		rc.delay = d
+	// switchesSet, inline: without a switch anywhere, no call (Yaegi).
+	if atomic.LoadInt64(&processSwitchCount) != 0 || atomic.LoadInt32(&h.state.share.switches.set) != 0 {
+		if d := hedgeDelayOverride(h); d > 0 {
+			rc.delay = d
+		}
 	}
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
