@@ -29,6 +29,7 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+	"github.com/llmhedge/llmhedge/internal/testkit/traefikbin"
 )
 
 // TestPrometheusEndToEnd runs a real Prometheus (Debian's package, on a
@@ -268,23 +269,9 @@ http://127.0.0.1:%d {
 // with this checkout as a local plugin and returns its web entry point,
 // which also answers the plugin's metricsPath.
 func startTraefik(t *testing.T, upA, upB string) string {
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	build := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
-	build.Dir = root
-	var stderr bytes.Buffer
-	build.Stderr = &stderr
-	out, err := build.Output()
-	if err != nil {
-		t.Fatalf("build-traefik.sh: %v\n%s", err, stderr.String())
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	bin := strings.TrimSpace(lines[len(lines)-1])
-
+	bin := traefikbin.Binary(t)
 	dir := t.TempDir()
-	layoutTraefikPlugin(t, root, filepath.Join(dir, "plugins-local", "src", "github.com", "llmhedge", "llmhedge"))
+	traefikbin.LayoutPlugin(t, dir)
 	web, ping := proc.FreePort(t), proc.FreePort(t)
 	dynamic := fmt.Sprintf(`http:
   routers:
@@ -337,37 +324,6 @@ global:
 	// plugin, so it proves the plugin loaded too.
 	runProcess(t, "traefik", cmd, base+"/llmhedge/metrics")
 	return base
-}
-
-// layoutTraefikPlugin copies what Traefik interprets of this checkout into
-// dst: the manifest, go.mod and the non-test Go files of core/,
-// traefikplugin/ and resp/ (the plugin's whole import graph).
-func layoutTraefikPlugin(t *testing.T, root, dst string) {
-	copyFile := func(from, to string) {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(to, b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(filepath.Join(root, ".traefik.yml"), filepath.Join(dst, ".traefik.yml"))
-	copyFile(filepath.Join(root, "go.mod"), filepath.Join(dst, "go.mod"))
-	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
-		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("no Go files in %s: %v", pkg, err)
-		}
-		for _, f := range files {
-			if !strings.HasSuffix(f, "_test.go") {
-				copyFile(f, filepath.Join(dst, pkg, filepath.Base(f)))
-			}
-		}
-	}
 }
 
 // startEnvoyServer runs the Envoy ext_proc server in process, with a fleet

@@ -1,7 +1,6 @@
 package fleete2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -12,13 +11,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
 	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
+	"github.com/llmhedge/llmhedge/internal/testkit/traefikbin"
 )
 
 // The harness starts real Caddy and Traefik replicas serving the suite's
@@ -255,68 +254,6 @@ func get(url string) (string, error) {
 
 const moduleName = caddybin.ModulePath
 
-var (
-	traefikOnce sync.Once
-	traefikPath string
-	traefikErr  error
-)
-
-// traefikBinary is the cached Traefik v3.6.12 (examples/traefik/build-traefik.sh
-// builds it on a cold cache, in minutes).
-func traefikBinary(t testing.TB) string {
-	traefikOnce.Do(func() {
-		root, err := caddybin.RepoRoot()
-		if err != nil {
-			traefikErr = err
-			return
-		}
-		cmd := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
-		cmd.Dir = root
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			traefikErr = fmt.Errorf("build-traefik.sh: %v\n%s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		traefikPath = strings.TrimSpace(lines[len(lines)-1])
-	})
-	if traefikErr != nil {
-		t.Fatal(traefikErr)
-	}
-	return traefikPath
-}
-
-// layoutPlugin copies the plugin's import graph (core, traefikplugin, resp;
-// no tests) with the manifest and go.mod into dir/plugins-local.
-func layoutPlugin(t testing.TB, dir string) {
-	root, err := caddybin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(moduleName))
-	files := []string{".traefik.yml", "go.mod"}
-	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
-		matches, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
-		if err != nil || len(matches) == 0 {
-			t.Fatalf("no Go files in %s: %v", pkg, err)
-		}
-		for _, m := range matches {
-			if !strings.HasSuffix(m, "_test.go") {
-				files = append(files, filepath.Join(pkg, filepath.Base(m)))
-			}
-		}
-	}
-	for _, f := range files {
-		b, err := os.ReadFile(filepath.Join(root, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, filepath.Join(dst, f), b)
-	}
-}
-
 func writeFile(t testing.TB, path string, b []byte) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
@@ -396,9 +333,9 @@ func (tr *traefikReplica) writeDynamic() {
 // for it.
 func launchTraefik(t testing.TB, name string, routes []fleetsuite.RouteSpec, redisURL string) *traefikReplica {
 	t.Helper()
-	bin := traefikBinary(t)
+	bin := traefikbin.Binary(t)
 	dir := t.TempDir()
-	layoutPlugin(t, dir)
+	traefikbin.LayoutPlugin(t, dir)
 	web, ping := proc.FreePort(t), proc.FreePort(t)
 	tr := &traefikReplica{t: t, name: name, url: fmt.Sprintf("http://127.0.0.1:%d", web), dynPath: filepath.Join(dir, "dynamic", "dynamic.yml"),
 		ping: fmt.Sprintf("http://127.0.0.1:%d/ping", ping), routes: routes, redisURL: redisURL}

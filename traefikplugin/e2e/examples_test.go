@@ -16,6 +16,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
+	"github.com/llmhedge/llmhedge/internal/testkit/traefikbin"
 	"github.com/llmhedge/llmhedge/traefikplugin"
 )
 
@@ -109,9 +110,9 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 		}
 		return string(raw)
 	}
-	bin := traefikBinary(t)
+	bin := traefikbin.Binary(t)
 	dir := t.TempDir()
-	layoutPlugin(t, dir)
+	traefikbin.LayoutPlugin(t, dir)
 	web := proc.FreePort(t)
 	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic.yml"),
 		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &proc.Buffer{}, exited: make(chan struct{})}

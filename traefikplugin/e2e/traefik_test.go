@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
+	"github.com/llmhedge/llmhedge/internal/testkit/traefikbin"
 )
 
 // The harness builds (or reuses) the real Traefik binary, lays out the
@@ -37,57 +37,6 @@ func repoRoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	return root
-}
-
-// traefikBinary returns the cached Traefik v3.6.12 binary, building it once
-// with examples/traefik/build-traefik.sh (minutes on a cold cache).
-func traefikBinary(t testing.TB) string {
-	buildOnce.Do(func() {
-		root := repoRoot(t)
-		cmd := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
-		cmd.Dir = root
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			buildErr = fmt.Errorf("build-traefik.sh: %v\n%s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		traefikPath = strings.TrimSpace(lines[len(lines)-1])
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return traefikPath
-}
-
-// layoutPlugin copies what Traefik needs of this repository into
-// dir/plugins-local/src/<module>: the manifest, go.mod and the non-test Go
-// files of core/, traefikplugin/ and resp/ (the plugin's whole import graph).
-func layoutPlugin(t testing.TB, dir string) {
-	root := repoRoot(t)
-	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(moduleName))
-	copyFile := func(from, to string) {
-		b, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		writeFile(t, to, b)
-	}
-	copyFile(filepath.Join(root, ".traefik.yml"), filepath.Join(dst, ".traefik.yml"))
-	copyFile(filepath.Join(root, "go.mod"), filepath.Join(dst, "go.mod"))
-	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
-		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
-		if err != nil || len(files) == 0 {
-			t.Fatalf("no Go files in %s: %v", pkg, err)
-		}
-		for _, f := range files {
-			if !strings.HasSuffix(f, "_test.go") {
-				copyFile(f, filepath.Join(dst, pkg, filepath.Base(f)))
-			}
-		}
-	}
 }
 
 // writeFile writes b to path, creating its folder.
@@ -131,9 +80,9 @@ func startTraefik(t testing.TB, logLevel string, d *dynamic, extras ...extraPlug
 // entry point for ping and, with debugAPI, Traefik's API with its debug
 // (pprof) endpoints.
 func launchTraefik(t testing.TB, logLevel string, d *dynamic, debugAPI bool, extras ...extraPlugin) (*traefik, string) {
-	bin := traefikBinary(t)
+	bin := traefikbin.Binary(t)
 	dir := t.TempDir()
-	layoutPlugin(t, dir)
+	traefikbin.LayoutPlugin(t, dir)
 	var extraStatic strings.Builder
 	for _, p := range extras {
 		root := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(p.module))

@@ -1,0 +1,94 @@
+// Package traefikbin gives end-to-end tests the real Traefik v3.6.12 and
+// this checkout laid out as its local plugin, so every test that runs
+// Traefik builds and copies them the same way.
+package traefikbin
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
+)
+
+// ModulePath is the plugin's module: the moduleName of Traefik's
+// experimental.localPlugins entry.
+const ModulePath = caddybin.ModulePath
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// Binary returns the cached Traefik v3.6.12 binary, building it once per
+// test process with examples/traefik/build-traefik.sh (minutes on a cold
+// cache; the script keys its cache by version).
+func Binary(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := caddybin.RepoRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		cmd := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
+		cmd.Dir = root
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			buildErr = fmt.Errorf("build-traefik.sh: %v\n%s", err, stderr.String())
+			return
+		}
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		binPath = strings.TrimSpace(lines[len(lines)-1])
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+// LayoutPlugin copies what Traefik interprets of this checkout into
+// dir/plugins-local/src/<ModulePath>: the manifest, go.mod and the non-test
+// Go files of core/, traefikplugin/ and resp/ (the plugin's whole import
+// graph). Traefik's working directory must then be dir.
+func LayoutPlugin(t testing.TB, dir string) {
+	t.Helper()
+	root, err := caddybin.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(ModulePath))
+	files := []string{".traefik.yml", "go.mod"}
+	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
+		matches, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+		if err != nil || len(matches) == 0 {
+			t.Fatalf("no Go files in %s: %v", pkg, err)
+		}
+		for _, m := range matches {
+			if !strings.HasSuffix(m, "_test.go") {
+				files = append(files, filepath.Join(pkg, filepath.Base(m)))
+			}
+		}
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(filepath.Join(root, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := filepath.Join(dst, f)
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
