@@ -252,7 +252,7 @@ func get(url string) (string, error) {
 
 // ---- Traefik ----
 
-const moduleName = caddybin.ModulePath
+const moduleName = traefikbin.ModulePath
 
 func writeFile(t testing.TB, path string, b []byte) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,13 +21,7 @@ import (
 // repository as a local plugin in a temporary working directory, and runs
 // Traefik there with a file provider it can rewrite (providers.file.watch).
 
-const moduleName = "github.com/llmhedge/llmhedge"
-
-var (
-	buildOnce   sync.Once
-	traefikPath string
-	buildErr    error
-)
+const moduleName = traefikbin.ModulePath
 
 // repoRoot is the module root, two folders up from this package.
 func repoRoot(t testing.TB) string {
