@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
@@ -47,7 +48,7 @@ func TestFleetBenchPauseStopsHedges(t *testing.T) {
 	envgate.FleetBench(t)
 	const replicas, workers = 3, 6
 	redisSrv := redisproc.Start(t, redisproc.Options{})
-	bin := buildCtl(t)
+	bin := caddybin.GoBuild(t, "./cmd/llmhedge-ctl")
 	a, b := startSims(t)
 	site := hedgeSite(a, b, "\t\tfleet "+redisSrv.URL()+"\n\t\tbudget {\n\t\t\tratio off\n\t\t}")
 	var rig []*caddyProc

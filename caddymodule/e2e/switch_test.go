@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -56,22 +55,6 @@ func TestAdminSwitchSetListedAndKeptAcrossReload(t *testing.T) {
 	if got := switchadmin.Listed(t, endpoint); got != "" {
 		t.Errorf("switches after resume and auto = %q, want none", got)
 	}
-}
-
-// buildCtl builds llmhedge-ctl into the test's temp dir.
-func buildCtl(t *testing.T) string {
-	t.Helper()
-	root, err := caddybin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "llmhedge-ctl")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/llmhedge-ctl")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building llmhedge-ctl: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // ctl runs the llmhedge-ctl binary against the fleet at redisURL.
@@ -128,7 +111,7 @@ func waitHeartbeatSwitch(t *testing.T, bin, redisURL, route, want string) time.D
 // (also across a config reload), the primary wins: no hedge started.
 func TestKillSwitchStopsHedgingThroughAdminAndCtl(t *testing.T) {
 	redisSrv := redisproc.Start(t, redisproc.Options{})
-	bin := buildCtl(t)
+	bin := caddybin.GoBuild(t, "./cmd/llmhedge-ctl")
 	a, b := startSims(t)
 	site := func(delay string) string {
 		return strings.Replace(hedgeSite(a, b, "\t\tfleet "+redisSrv.URL()), "delay 50ms", "delay "+delay, 1)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +73,7 @@ func TestFleetAcceptance(t *testing.T) {
 		s.CoolDownPropagation(t, ctx, fleetsuite.Count(2, 50))
 	})
 	t.Run("kill switch", func(t *testing.T) {
-		ctl := buildCtl(t)
+		ctl := caddybin.GoBuild(t, "./cmd/llmhedge-ctl")
 		s.KillSwitch(t, ctx, func(args ...string) (string, error) {
 			cmd := exec.Command(ctl, append([]string{"-fleet", s.RedisURL()}, args...)...)
 			var stderr strings.Builder
@@ -89,20 +88,4 @@ func TestFleetAcceptance(t *testing.T) {
 	t.Run("spend cap", func(t *testing.T) {
 		s.SpendCap(t, ctx, fleetsuite.Count(20, 200))
 	})
-}
-
-// buildCtl builds cmd/llmhedge-ctl into the test's temp dir.
-func buildCtl(t *testing.T) string {
-	t.Helper()
-	root, err := caddybin.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "llmhedge-ctl")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/llmhedge-ctl")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("building llmhedge-ctl: %v\n%s", err, out)
-	}
-	return bin
 }

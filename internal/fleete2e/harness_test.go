@@ -254,15 +254,6 @@ func get(url string) (string, error) {
 
 const moduleName = traefikbin.ModulePath
 
-func writeFile(t testing.TB, path string, b []byte) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // traefikReplica is one Traefik process with a watched dynamic file.
 type traefikReplica struct {
 	t          testing.TB
@@ -323,7 +314,7 @@ func (tr *traefikReplica) dynamic(g int) string {
 
 func (tr *traefikReplica) writeDynamic() {
 	tmp := tr.dynPath + ".tmp"
-	writeFile(tr.t, tmp, []byte(tr.dynamic(tr.generation)))
+	proc.WriteFile(tr.t, tmp, []byte(tr.dynamic(tr.generation)))
 	if err := os.Rename(tmp, tr.dynPath); err != nil {
 		tr.t.Fatal(err)
 	}
@@ -361,7 +352,7 @@ global:
   checkNewVersion: false
   sendAnonymousUsage: false
 `, web, ping, tr.dynPath, moduleName)
-	writeFile(t, filepath.Join(dir, "traefik.yml"), []byte(static))
+	proc.WriteFile(t, filepath.Join(dir, "traefik.yml"), []byte(static))
 	tr.writeDynamic()
 	tr.p = run(t, dir, bin, "--configFile="+filepath.Join(dir, "traefik.yml"))
 	return tr

@@ -32,16 +32,6 @@ func repoRoot(t testing.TB) string {
 	return root
 }
 
-// writeFile writes b to path, creating its folder.
-func writeFile(t testing.TB, path string, b []byte) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, b, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // traefik is a running Traefik process.
 type traefik struct {
 	t       testing.TB
@@ -84,7 +74,7 @@ func launchTraefik(t testing.TB, logLevel string, d *dynamic, debugAPI bool, ext
 			files[name] = src
 		}
 		for name, content := range files {
-			writeFile(t, filepath.Join(root, name), []byte(content))
+			proc.WriteFile(t, filepath.Join(root, name), []byte(content))
 		}
 		fmt.Fprintf(&extraStatic, "    %s:\n      moduleName: %s\n", p.alias, p.module)
 	}

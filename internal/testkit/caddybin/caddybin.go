@@ -23,6 +23,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"testing"
 )
 
 // ModulePath is the Go module the binary is built from.
@@ -153,4 +154,21 @@ func SourceHash(root string) (string, error) {
 		sum.Write(data)
 	}
 	return hex.EncodeToString(sum.Sum(nil))[:16], nil
+}
+
+// GoBuild builds the command pkg of this module (e.g. "./cmd/llmhedge-ctl")
+// into a temporary folder of t and returns the binary's path.
+func GoBuild(t testing.TB, pkg string) string {
+	t.Helper()
+	root, err := RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", bin, pkg)
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+	}
+	return bin
 }

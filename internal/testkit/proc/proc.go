@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,5 +95,16 @@ func Stop(p *os.Process, exited <-chan struct{}, timeout time.Duration) bool {
 		p.Kill()
 		<-exited
 		return false
+	}
+}
+
+// WriteFile writes b to path, creating its folder.
+func WriteFile(t testing.TB, path string, b []byte) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
