@@ -169,13 +169,20 @@ type switchTable struct {
 // every route); the zero Switch removes it.
 func SetProcessSwitch(route string, s Switch) {
 	processSwitches.mu.Lock()
+	storeProcessSwitchLocked(route, s)
+	processSwitches.mu.Unlock()
+}
+
+// storeProcessSwitchLocked sets route's process switch (the zero Switch
+// deletes it) and keeps processSwitchCount in step; processSwitches.mu is
+// held.
+func storeProcessSwitchLocked(route string, s Switch) {
 	if s.IsZero() {
 		delete(processSwitches.m, route)
 	} else {
 		processSwitches.m[route] = s
 	}
 	atomic.StoreInt64(&processSwitchCount, int64(len(processSwitches.m)))
-	processSwitches.mu.Unlock()
 }
 
 // ProcessSwitch returns this process's switch in force for route: its own

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 )
 
@@ -47,12 +46,7 @@ func UpdateProcessSwitch(route string, paused *bool, delay *time.Duration) (Swit
 	processSwitches.mu.Lock()
 	before := processSwitches.m[route]
 	after := ChangeSwitch(before, paused, delay)
-	if after.IsZero() {
-		delete(processSwitches.m, route)
-	} else {
-		processSwitches.m[route] = after
-	}
-	atomic.StoreInt64(&processSwitchCount, int64(len(processSwitches.m)))
+	storeProcessSwitchLocked(route, after)
 	processSwitches.mu.Unlock()
 	return before, after
 }
