@@ -24,6 +24,16 @@ if [ -x "$bin" ]; then
   exit 0
 fi
 mkdir -p "$(dirname "$bin")"
+# The same lock file internal/testkit/caddybin takes: one build at a time,
+# the waiters find the binary built.
+if command -v flock >/dev/null 2>&1; then
+  exec 9>"$bin.lock"
+  flock 9
+  if [ -x "$bin" ]; then
+    echo "$bin"
+    exit 0
+  fi
+fi
 echo "building caddy with llm_hedge (a minute or two on 2 cores)..." >&2
 go build -trimpath -o "$bin.tmp$$" ./caddymodule/cmd/caddy-llmhedge
 mv "$bin.tmp$$" "$bin"

@@ -62,6 +62,16 @@ func build() (string, error) {
 	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
 		return "", err
 	}
+	// Test packages run as parallel processes and each may ask for the
+	// binary: one builds under the lock, the others wait and find it.
+	unlock, err := lockFile(bin + ".lock")
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
+	if info, err := os.Stat(bin); err == nil && info.Mode().IsRegular() {
+		return bin, nil
+	}
 	// Build next to the target and rename: a concurrent builder or an
 	// interrupted build never leaves a half-written binary at the path.
 	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
