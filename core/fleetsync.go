@@ -225,10 +225,14 @@ type fleetSync struct {
 	live     int   // replicas counted at the last heartbeat (0: unknown)
 	started  time.Time
 	// pending health events to publish, by health key, field -> ms.
-	pending    map[string]map[string]int64
-	publishing bool
-	publishers sync.WaitGroup
-	idle       chan struct{} // closed when the running publisher ends
+	pending map[string]map[string]int64
+	// unpublished health events whose publish failed, by health key,
+	// field -> when the event ends (Fleet clock): the next round of the
+	// loop publishes what is left of them.
+	unpublished map[string]map[string]time.Time
+	publishing  bool
+	publishers  sync.WaitGroup
+	idle        chan struct{} // closed when the running publisher ends
 	// onSync, when set (tests), is called after each tick's sync.
 	onSync func()
 }
@@ -238,7 +242,7 @@ const maxPendingPublish int = 64
 
 func newFleetSync() *fleetSync {
 	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]Switch{},
-		pending: map[string]map[string]int64{}}
+		pending: map[string]map[string]int64{}, unpublished: map[string]map[string]time.Time{}}
 }
 
 // fleetDeposit is deposit for a hedger in a fleet: it attaches the route
@@ -371,6 +375,7 @@ func fleetTick(f *Fleet) {
 	}
 	fs.ticks.Add(1)
 	fs.mu.Unlock()
+	fleetRepublish(f)
 	fleetSyncAll(f)
 	fs.mu.Lock()
 	hook := fs.onSync
@@ -400,6 +405,7 @@ func (f *Fleet) SyncNow() {
 		<-idle // the publisher running now is done
 	}
 	fleetPublishPending(f)
+	fleetRepublish(f)
 	fleetSyncAll(f)
 }
 
@@ -885,6 +891,9 @@ func fleetPublisher(f *Fleet) {
 }
 
 // fleetPublishPending sends the pending health events, one script per key.
+// A key whose publish fails (a timeout, Redis away) is kept as unpublished
+// for the loop's next round: a cool-down must not stay on one replica
+// because one write was lost.
 func fleetPublishPending(f *Fleet) {
 	fs := f.sync
 	fs.mu.Lock()
@@ -896,9 +905,67 @@ func fleetPublishPending(f *Fleet) {
 		for field, ms := range fields {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
-		// A lost event: this replica still has it, the others' own
-		// failures will tell them (the metrics count the error).
-		_, _ = fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...)
+		sent := f.clock.Now()
+		if _, err := fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...); err != nil {
+			keepUnpublished(fs, key, fields, sent)
+		}
+	}
+}
+
+// keepUnpublished records the events of key that failed to publish, each
+// ending ms after sent (the longest per field); bounded like pending.
+func keepUnpublished(fs *fleetSync, key string, fields map[string]int64, sent time.Time) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return
+	}
+	kept := fs.unpublished[key]
+	if kept == nil {
+		if len(fs.unpublished) >= maxPendingPublish {
+			return // this replica still has the events; the metrics count the error
+		}
+		kept = map[string]time.Time{}
+		fs.unpublished[key] = kept
+	}
+	for field, ms := range fields {
+		until := sent.Add(time.Duration(ms) * time.Millisecond)
+		if until.After(kept[field]) {
+			kept[field] = until
+		}
+	}
+}
+
+// fleetRepublish publishes again what is left of the unpublished events
+// (the ones that have not ended); what fails again stays for the next round.
+func fleetRepublish(f *Fleet) {
+	fs := f.sync
+	now := f.clock.Now()
+	fs.mu.Lock()
+	if len(fs.unpublished) == 0 {
+		fs.mu.Unlock()
+		return
+	}
+	again := false
+	for key, kept := range fs.unpublished {
+		for field, until := range kept {
+			if ms := int64(until.Sub(now) / time.Millisecond); ms >= 1 {
+				fields := fs.pending[key]
+				if fields == nil {
+					fields = map[string]int64{}
+					fs.pending[key] = fields
+				}
+				if ms > fields[field] {
+					fields[field] = ms
+				}
+				again = true
+			}
+		}
+	}
+	fs.unpublished = map[string]map[string]time.Time{}
+	fs.mu.Unlock()
+	if again {
+		fleetPublishPending(f)
 	}
 }
 

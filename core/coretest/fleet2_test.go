@@ -390,6 +390,48 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 	}
 }
 
+// A cool-down whose publish failed (Redis paused while replica 1 wrote
+// it) is not lost: replica 1's next round publishes what is left of it,
+// and replica 2 then avoids A.
+func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if r.Header.Get("X-Fail") != "" {
+			w.Header().Set("Retry-After", "5")
+			w.WriteHeader(429)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1.do(t, nil)
+	r2.do(t, nil) // both attached, and A is fine
+	redis.Pause()
+	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
+		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
+	}
+	// The first EVALSHA of each script also counts as failed (NOSCRIPT).
+	for published := false; !published; {
+		select {
+		case op := <-r1.sink.failed:
+			published = op == "publish"
+		case <-time.After(10 * time.Second):
+			redis.Resume()
+			t.Fatal("replica 1's publish of the cool-down did not fail within 10s with Redis paused")
+		}
+	}
+	redis.Resume()
+	r1.fleet.SyncNow() // the next round of replica 1's loop
+	r2.fleet.SyncNow()
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "B" {
+		t.Errorf("replica 2's first attempt after replica 1's 429 (its first publish failed) went to %q, want B", got)
+	}
+}
+
 // The same with the real loop on the system clock: from replica 1's 429
 // to replica 2 avoiding A takes less than a second.
 func TestFleetCoolDownWithinASecond(t *testing.T) {

@@ -200,10 +200,11 @@ type fleetSink struct {
 	ops    map[string]int
 	errs   map[string]int
 	claims chan struct{}
+	failed chan string // the op of each failed operation
 }
 
 func newFleetSink() *fleetSink {
-	return &fleetSink{up: -1, ops: map[string]int{}, errs: map[string]int{}, claims: make(chan struct{}, 1000)}
+	return &fleetSink{up: -1, ops: map[string]int{}, errs: map[string]int{}, claims: make(chan struct{}, 1000), failed: make(chan string, 1000)}
 }
 
 func (s *fleetSink) Record(metric int, labels []string, v float64) {
@@ -219,6 +220,10 @@ func (s *fleetSink) Record(metric int, labels []string, v float64) {
 		}
 	case core.MetricFleetErrors:
 		s.errs[labels[1]]++
+		select {
+		case s.failed <- labels[1]:
+		default:
+		}
 	}
 }
 
