@@ -206,6 +206,11 @@ func (c *caddyProc) load(sites ...string) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("load: %d %s", resp.StatusCode, body)
 	}
+	// The old server closes its idle keep-alive connections: a request
+	// sent on one of them gets EOF (see TestReloadUnderLoadLosesNoRequest),
+	// and the SDK clients of most tests do not retry. Requests after a
+	// reload dial afresh.
+	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	return nil
 }
 
