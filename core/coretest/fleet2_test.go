@@ -357,18 +357,21 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 	}
 }
 
+// tooManyOnXFail makes A answer a request with X-Fail 429 Retry-After: 5.
+func tooManyOnXFail(n int64, w http.ResponseWriter, r *http.Request) bool {
+	if r.Header.Get("X-Fail") != "" {
+		w.Header().Set("Retry-After", "5")
+		w.WriteHeader(429)
+		return true
+	}
+	return false
+}
+
 // Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
 // 2's next request goes to B first, and A stays avoided.
 func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
-	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("X-Fail") != "" {
-			w.Header().Set("Retry-After", "5")
-			w.WriteHeader(429)
-			return true
-		}
-		return false
-	})
+	ups := newTwoUpstreams(t, tooManyOnXFail)
 	cfg := fleet2Config(redis.URL(), ups)
 	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
@@ -395,14 +398,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 // and replica 2 then avoids A.
 func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
-	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("X-Fail") != "" {
-			w.Header().Set("Retry-After", "5")
-			w.WriteHeader(429)
-			return true
-		}
-		return false
-	})
+	ups := newTwoUpstreams(t, tooManyOnXFail)
 	cfg := fleet2Config(redis.URL(), ups)
 	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
@@ -436,14 +432,7 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 // to replica 2 avoiding A takes less than a second.
 func TestFleetCoolDownWithinASecond(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
-	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("X-Fail") != "" {
-			w.Header().Set("Retry-After", "5")
-			w.WriteHeader(429)
-			return true
-		}
-		return false
-	})
+	ups := newTwoUpstreams(t, tooManyOnXFail)
 	cfg := fleet2Config(redis.URL(), ups)
 	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	cfg.Fleet.Timeout = core.Duration(200 * time.Millisecond)
