@@ -7,6 +7,7 @@ package proc
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -18,16 +19,43 @@ import (
 	"time"
 )
 
-// FreePort returns a loopback port that was free a moment ago.
+// FreePort is PickPort for a test: it fails t on an error.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := PickPort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
+
+// PickPort returns a loopback port that was free a moment ago and that no
+// earlier call in this process returned: the kernel may hand out a port
+// again as soon as it is closed, and two sites of one test on the same
+// port do not start.
+func PickPort() (int, error) {
+	for try := 0; try < 100; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		portsMu.Lock()
+		fresh := !portsGiven[port]
+		portsGiven[port] = true
+		portsMu.Unlock()
+		if fresh {
+			return port, nil
+		}
+	}
+	return 0, errors.New("PickPort: the kernel returned only ports already handed out, 100 times")
+}
+
+var (
+	portsMu    sync.Mutex
+	portsGiven = map[int]bool{}
+)
 
 // Buffer collects output written from several goroutines (a process's
 // stdout and stderr, a logger).

@@ -64,3 +64,15 @@ func TestStopEndsAProcessOnSIGTERM(t *testing.T) {
 		t.Fatal("Stop of an exited process = false, want true")
 	}
 }
+
+// FreePort never returns a port twice in one process.
+func TestFreePortNeverRepeats(t *testing.T) {
+	seen := map[int]bool{}
+	for i := 0; i < 500; i++ {
+		p := FreePort(t)
+		if seen[p] {
+			t.Fatalf("FreePort returned port %d twice (call %d)", p, i+1)
+		}
+		seen[p] = true
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
@@ -96,13 +97,13 @@ func Start(t testing.TB, opts Options) *Server {
 	// before redis-server binds it: try a few ports.
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := freePort()
+		port, err := proc.PickPort()
 		if err != nil {
 			t.Fatal("redisproc: no free port: " + err.Error())
 		}
 		s.port = port
 		if opts.TLS {
-			tlsPort, err := freePort()
+			tlsPort, err := proc.PickPort()
 			if err != nil {
 				t.Fatal("redisproc: no free port: " + err.Error())
 			}
@@ -394,16 +395,6 @@ func firstExecutable(candidates []string) string {
 		}
 	}
 	return ""
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	_ = l.Close()
-	return port, nil
 }
 
 // writeCertificates writes a self-signed server certificate for 127.0.0.1
