@@ -116,7 +116,8 @@ local grant = 0
 local level = -1
 if ratio >= 0 then
   local burst = tonumber(ARGV[2])
-  local t = tonumber(redis.call('GET', KEYS[1]) or ARGV[2])
+  local held = redis.call('GET', KEYS[1])
+  local t = tonumber(held or ARGV[2])
   t = t + ratio * tonumber(ARGV[3])
   if t > burst then t = burst end
   local want = tonumber(ARGV[4])
@@ -124,7 +125,11 @@ if ratio >= 0 then
   if want < 0 then want = 0 end
   grant = want
   t = t - grant
-  redis.call('SET', KEYS[1], tostring(t), 'PX', ARGV[5])
+  -- A missing key is a full bucket: a bucket that stays full (no hedge
+  -- wanted) is not written again, one command less per sync.
+  if t < burst or (held and tonumber(held) < burst) then
+    redis.call('SET', KEYS[1], tostring(t), 'PX', ARGV[5])
+  end
   level = t
 end
 local sw = redis.call('MGET', KEYS[2], KEYS[3])

@@ -60,9 +60,9 @@ func TestFleetAcceptance(t *testing.T) {
 	// attached route syncs in the background, and the overhead counts the
 	// Redis commands of the fast route's traffic.
 	t.Run("overhead", func(t *testing.T) {
-		form := fleetsuite.OverheadForm{Rounds: 2, WarmUp: 20, PerRound: 100, Conns: 4}
+		form := fleetsuite.OverheadForm{Rounds: 2, WarmUp: 20, PerRound: 100, Conns: 4, CountFor: time.Second}
 		if os.Getenv("LLMHEDGE_BENCH") == "1" || os.Getenv("LLMHEDGE_FLEET") == "full" {
-			form = fleetsuite.OverheadForm{Rounds: 6, WarmUp: 1000, PerRound: 4000, Conns: 16, Assert: true}
+			form = fleetsuite.OverheadForm{Rounds: 6, WarmUp: 1000, PerRound: 4000, Conns: 16, CountFor: 20 * time.Second, Assert: true}
 		}
 		s.Overhead(t, ctx, form)
 	})
