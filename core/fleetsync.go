@@ -114,9 +114,12 @@ var syncScript = newFleetScript(`
 local ratio = tonumber(ARGV[1])
 local grant = 0
 local level = -1
+-- One read for the bucket and both switches.
+local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+local sw = {got[2], got[3]}
 if ratio >= 0 then
   local burst = tonumber(ARGV[2])
-  local held = redis.call('GET', KEYS[1])
+  local held = got[1]
   local t = tonumber(held or ARGV[2])
   t = t + ratio * tonumber(ARGV[3])
   if t > burst then t = burst end
@@ -132,7 +135,6 @@ if ratio >= 0 then
   end
   level = t
 end
-local sw = redis.call('MGET', KEYS[2], KEYS[3])
 local now = 0
 local function clock()
   if now == 0 then
