@@ -157,7 +157,9 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 // replica takes over when the lease expires and its client gets a complete
 // answer; at most two generations.
 func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	// The first token comes 1.5 s after the request: the kill (after the
+	// follower's claim) must land before it even on a loaded machine.
+	w := llmsim.Workload{MedianTTFT: 1500 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	fleetsuite.RunLeaderKilled(t, suiteFleet, w, fleetsuite.Count(4, 50), 0)
 }
 

@@ -154,7 +154,9 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 // generations. After commit: the follower's answer ends broken, and a
 // retry with the same key gets a fresh complete answer.
 func TestFleetExtprocLeaderKilled(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 400 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	// The first token comes 1.5 s after the request: the kill (after the
+	// follower's claim) must land before it even on a loaded machine.
+	w := llmsim.Workload{MedianTTFT: 1500 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	fleetsuite.RunLeaderKilled(t, suiteFleet, w, fleetsuite.Count(3, 50), fleetsuite.Count(2, 10))
 }
 
