@@ -28,7 +28,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 	"github.com/llmhedge/llmhedge/internal/testkit/testcert"
 )
 
@@ -97,13 +96,13 @@ func Start(t testing.TB, opts Options) *Server {
 	// before redis-server binds it: try a few ports.
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
-		port, err := proc.PickPort()
+		port, err := freePort()
 		if err != nil {
 			t.Fatal("redisproc: no free port: " + err.Error())
 		}
 		s.port = port
 		if opts.TLS {
-			tlsPort, err := proc.PickPort()
+			tlsPort, err := freePort()
 			if err != nil {
 				t.Fatal("redisproc: no free port: " + err.Error())
 			}
@@ -395,6 +394,19 @@ func firstExecutable(candidates []string) string {
 		}
 	}
 	return ""
+}
+
+// freePort returns a loopback port that was free a moment ago. Not
+// testkit/proc's PickPort: resp's tests import this package under Yaegi,
+// and proc imports syscall, which Yaegi cannot load.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port, nil
 }
 
 // writeCertificates writes a self-signed server certificate for 127.0.0.1
