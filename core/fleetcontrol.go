@@ -102,10 +102,14 @@ func FleetReplicaPattern(prefix string) string { return prefix + "replica:*" }
 func FleetSwitchPattern(prefix string) string { return prefix + "switch:*" }
 
 // A replica writes its heartbeat every FleetHeartbeatInterval with a TTL
-// of FleetHeartbeatTTL: a replica that stops is gone from status within it.
+// of FleetHeartbeatTTL: a replica that stops is gone from status within it
+// (one that closes removes its heartbeat at once). Every 2 s, not every
+// second: the heartbeat is half of what the fleet costs Redis when no
+// request is keyed, and nothing needs it sooner (the switch and health go
+// with the sync; the live count only sizes the concurrent-hedge shares).
 const (
-	FleetHeartbeatInterval time.Duration = time.Second
-	FleetHeartbeatTTL      time.Duration = 3 * time.Second
+	FleetHeartbeatInterval time.Duration = 2 * time.Second
+	FleetHeartbeatTTL      time.Duration = 3 * FleetHeartbeatInterval
 )
 
 // ReplicaStatus is one replica's heartbeat: what llmhedge-ctl status lists.

@@ -101,21 +101,24 @@ type rateSample struct {
 }
 
 // syncScript settles one route. KEYS: budget, switch of the route, switch
-// of every route, health, spend, then one per tenant flushed. ARGV: ratio
-// (negative: no budget), burst, requests reported, tokens wanted, budget
-// ms, overload ms (0: not overloaded), spend tokens to add (0 with a cap:
-// read the total; -1: neither), spend ms, tenant ms, then one count per
-// tenant key. Health is a
-// hash of "cool:<upstream>", "open:<upstream>" and "overload", each
-// holding the Redis time (ms) it ends at: one clock for every replica.
+// of every route, health, health mark, spend, then one per tenant flushed.
+// ARGV: ratio (negative: no budget), burst, requests reported, tokens
+// wanted, budget ms, overload ms (0: not overloaded), spend tokens to add
+// (0 with a cap: read the total; -1: neither), spend ms, tenant ms, then
+// one count per tenant key. Health is a hash of "cool:<upstream>",
+// "open:<upstream>" and "overload", each holding the Redis time (ms) it
+// ends at: one clock for every replica. The health mark is a string that
+// lives as long as the hash (markHealth): a sync reads it with the bucket
+// and the switches and reads the hash only while it exists, so a fleet
+// without health events pays two commands per sync, not three.
 // Returns {grant, level, route switch, all switch, {field, ms left, ...},
 // spend total (-1: not read), {tenant totals}}.
 var syncScript = newFleetScript(`
 local ratio = tonumber(ARGV[1])
 local grant = 0
 local level = -1
--- One read for the bucket and both switches.
-local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3])
+-- One read for the bucket, both switches and the health mark.
+local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
 local sw = {got[2], got[3]}
 if ratio >= 0 then
   local burst = tonumber(ARGV[2])
@@ -149,8 +152,12 @@ if over > 0 then
   local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
   if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
   if redis.call('PTTL', KEYS[4]) < over then redis.call('PEXPIRE', KEYS[4], over) end
+  local ttl = redis.call('PTTL', KEYS[4])
+  if ttl > 0 then redis.call('SET', KEYS[5], '1', 'PX', ttl) end
+  got[4] = '1'
 end
-local h = redis.call('HGETALL', KEYS[4])
+local h = {}
+if got[4] then h = redis.call('HGETALL', KEYS[4]) end
 local health = {}
 if #h > 0 then clock() end
 for i = 1, #h, 2 do
@@ -163,20 +170,22 @@ end
 local spend = -1
 local add = tonumber(ARGV[7])
 if add > 0 then
-  spend = redis.call('INCRBY', KEYS[5], add)
-  redis.call('PEXPIRE', KEYS[5], ARGV[8])
+  spend = redis.call('INCRBY', KEYS[6], add)
+  redis.call('PEXPIRE', KEYS[6], ARGV[8])
 elseif add == 0 then
-  spend = tonumber(redis.call('GET', KEYS[5]) or '0')
+  spend = tonumber(redis.call('GET', KEYS[6]) or '0')
 end
 local tenants = {}
-for i = 6, #KEYS do
-  tenants[#tenants + 1] = redis.call('INCRBY', KEYS[i], ARGV[i + 4])
+for i = 7, #KEYS do
+  tenants[#tenants + 1] = redis.call('INCRBY', KEYS[i], ARGV[i + 3])
   redis.call('PEXPIRE', KEYS[i], ARGV[9])
 end
 return {tostring(grant), tostring(level), sw[1] or '', sw[2] or '', health, spend, tenants}
 `)
 
-// publishScript records health events. KEYS: health; ARGV: field, ms, ...
+// publishScript records health events. KEYS: health, health mark (set to
+// live as long as the hash: syncScript reads the hash only while the mark
+// exists); ARGV: field, ms, ...
 var publishScript = newFleetScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
@@ -188,27 +197,33 @@ for i = 1, #ARGV, 2 do
   if ms > longest then longest = ms end
 end
 if redis.call('PTTL', KEYS[1]) < longest then redis.call('PEXPIRE', KEYS[1], longest) end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
 return 1
 `)
 
 // heartbeatScript writes a replica's heartbeat and counts the live ones
 // (heartbeats within the TTL). KEYS: replica, live set; ARGV: status JSON,
-// ttl ms, replica id, "1" to drop the members gone (every tenth beat: the
-// set's size is bounded by the replicas seen in ten intervals).
+// ttl ms, replica id, "1" on every tenth beat, live set ttl ms. The tenth
+// beat drops the members gone (the set's size is bounded by the replicas
+// seen in ten intervals) and renews the set's TTL, which outlasts ten
+// intervals; a beat that adds a member (a new replica, or a set that
+// expired and starts over) renews it too, so the set always has one.
 var heartbeatScript = newFleetScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 local since = now - tonumber(ARGV[2])
-redis.call('ZADD', KEYS[2], now, ARGV[3])
+local added = redis.call('ZADD', KEYS[2], now, ARGV[3])
 if ARGV[4] == '1' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', since) end
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
+if ARGV[4] == '1' or added > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
 return redis.call('ZCOUNT', KEYS[2], since, '+inf')
 `)
 
 // Key names of fleet part 2 (besides fleetcontrol.go's).
-func fleetBudgetKey(prefix, route string) string { return prefix + "budget:" + route }
-func fleetHealthKey(prefix, route string) string { return prefix + "health:" + route }
+func fleetBudgetKey(prefix, route string) string     { return prefix + "budget:" + route }
+func fleetHealthKey(prefix, route string) string     { return prefix + "health:" + route }
+func fleetHealthMarkKey(prefix, route string) string { return prefix + "healthmark:" + route }
 func fleetSpendKey(prefix, route string, hour int64) string {
 	return prefix + "spend:" + route + ":" + strconv.FormatInt(hour, 10)
 }
@@ -216,6 +231,11 @@ func fleetTenantKey(prefix, route string, minute int64, tenant string) string {
 	return prefix + "tenant:" + route + ":" + strconv.FormatInt(minute, 10) + ":" + tenant
 }
 func fleetLiveKey(prefix string) string { return prefix + "live" }
+
+// fleetHealthMarkOf is the health mark key of the health key healthKey.
+func fleetHealthMarkOf(prefix, healthKey string) string {
+	return fleetHealthMarkKey(prefix, strings.TrimPrefix(healthKey, prefix+"health:"))
+}
 
 // fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
 type fleetSync struct {
@@ -645,7 +665,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	}
 
 	keys := []string{fleetBudgetKey(prefix, r.name), FleetSwitchKey(prefix, r.name), FleetSwitchKey(prefix, SwitchAllRoutes),
-		fleetHealthKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
+		fleetHealthKey(prefix, r.name), fleetHealthMarkKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
 	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
 		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
 		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendArg, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
@@ -913,7 +933,8 @@ func fleetPublishPending(f *Fleet) {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
 		sent := f.clock.Now()
-		if _, err := fleetEval(f, context.Background(), fleetOpPublish, publishScript, []string{key}, args...); err != nil {
+		if _, err := fleetEval(f, context.Background(), fleetOpPublish, publishScript,
+			[]string{key, fleetHealthMarkOf(f.cfg.Prefix, key)}, args...); err != nil {
 			keepUnpublished(fs, key, fields, sent)
 		}
 	}
@@ -1005,7 +1026,8 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 	fs.mu.Unlock()
 	v, err := fleetEval(f, context.Background(), fleetOpHeartbeat, heartbeatScript,
 		[]string{FleetReplicaKey(f.cfg.Prefix, f.replica), fleetLiveKey(f.cfg.Prefix)},
-		string(body), millisString(FleetHeartbeatTTL), f.replica, prune)
+		string(body), millisString(FleetHeartbeatTTL), f.replica, prune,
+		millisString(10*FleetHeartbeatInterval+FleetHeartbeatTTL))
 	if err != nil || v.Kind != RedisInt {
 		return
 	}

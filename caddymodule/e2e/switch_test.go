@@ -88,7 +88,7 @@ func heartbeatSwitch(t *testing.T, bin, redisURL, route string) string {
 }
 
 // waitHeartbeatSwitch polls the fleet (Caddy is another process; its
-// heartbeat comes every second) until the replica reports want for route,
+// heartbeat comes every 2 s) until the replica reports want for route,
 // and returns how long that took.
 func waitHeartbeatSwitch(t *testing.T, bin, redisURL, route, want string) time.Duration {
 	t.Helper()

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -735,7 +736,8 @@ func TestFleetHeartbeat(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	r1 := newMember(t, cfg, nil, nil)
+	clock := &steppedClock{}
+	r1 := newMember(t, cfg, clock, nil)
 	r1.do(t, nil)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
@@ -754,6 +756,18 @@ func TestFleetHeartbeat(t *testing.T) {
 	}
 	if ttl := redisInt(t, redis, "PTTL", key); ttl <= 0 || ttl > int64(core.FleetHeartbeatTTL/time.Millisecond) {
 		t.Errorf("heartbeat PTTL = %d, want (0, %d]", ttl, core.FleetHeartbeatTTL/time.Millisecond)
+	}
+	// The live set's TTL is renewed every tenth beat: it outlasts ten.
+	liveTTL := int64((10*core.FleetHeartbeatInterval + core.FleetHeartbeatTTL) / time.Millisecond)
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:live"); ttl <= int64(10*core.FleetHeartbeatInterval/time.Millisecond) || ttl > liveTTL {
+		t.Errorf("live set PTTL = %d, want (%d, %d]", ttl, 10*core.FleetHeartbeatInterval/time.Millisecond, liveTTL)
+	}
+	// A set that expired starts over with a TTL at the next beat, tenth or not.
+	redisDo(t, redis, "DEL", "llmhedge:live")
+	clock.advance(core.FleetHeartbeatInterval)
+	r1.fleet.SyncNow()
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:live"); ttl <= 0 {
+		t.Errorf("live set PTTL = %d after it expired and the next (second) beat, want a TTL", ttl)
 	}
 	r1.fleet.Close()
 	if n := redisInt(t, redis, "EXISTS", key); n != 0 {
@@ -793,8 +807,9 @@ func TestFleetRedisAwayUsesLocalBudget(t *testing.T) {
 }
 
 // Redis commands per unkeyed request: the loop's cost is per interval.
-// At 300 requests/s and the default 250ms interval, one sync per 75
-// requests, a heartbeat every fourth.
+// At 160 requests/s (what each replica of the five-replica acceptance run
+// served) and the default 250ms interval, one sync per 40 requests, a
+// heartbeat every eighth.
 func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, nil)
@@ -804,32 +819,131 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	r1 := newMember(t, cfg, clock, nil)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
-	commands := func() int64 {
-		info := redisDo(t, redis, "INFO", "stats").Str
-		for _, line := range strings.Split(info, "\n") {
-			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "total_commands_processed:"); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				return n
-			}
-		}
-		t.Fatal("no total_commands_processed in INFO stats")
-		return 0
-	}
-	before := commands()
+	before := redisCommands(t, redis)
 	const requests = 1200
 	for i := 1; i <= requests; i++ {
 		r1.do(t, nil)
-		if i%75 == 0 {
+		if i%40 == 0 {
 			clock.advance(250 * time.Millisecond)
 			r1.fleet.SyncNow()
 		}
 	}
-	used := commands() - before - 1 // less the INFO itself
+	used := redisCommands(t, redis).minus(before).total()
 	perRequest := float64(used) / requests
 	t.Logf("%d Redis commands for %d unkeyed requests: %.3f per request", used, requests, perRequest)
 	if perRequest > 0.1 {
 		t.Errorf("Redis commands per unkeyed request = %.3f, want at most 0.1", perRequest)
 	}
+}
+
+// What each round of the loop costs Redis, command by command: a sync is
+// its script and one MGET (the bucket full, no health event alive); the
+// health hash is read only while an event lives (its mark exists); a
+// heartbeat is its script with SET, TIME, ZADD and ZCOUNT, and every tenth
+// one also prunes and renews the live set.
+func TestFleetLoopRedisCommands(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	cool := atomic.Bool{}
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
+		if cool.Load() {
+			w.Header().Set("Retry-After", "30")
+			w.WriteHeader(429)
+			return true
+		}
+		return false
+	})
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	clock := &steppedClock{}
+	r1 := newMember(t, cfg, clock, nil)
+	r1.do(t, nil)
+	r1.fleet.SyncNow() // the first sync and heartbeat (a tenth beat)
+	round := func(requests int, step time.Duration) commandCounts {
+		for i := 0; i < requests; i++ {
+			r1.do(t, nil)
+		}
+		clock.advance(step)
+		before := redisCommands(t, redis)
+		r1.fleet.SyncNow()
+		return redisCommands(t, redis).minus(before)
+	}
+	// Refill the fleet's bucket (the first sync leased half the burst;
+	// then the replica holds what its requests earn and leases no more).
+	for i := 0; i < 10; i++ {
+		round(40, 250*time.Millisecond)
+	}
+	if got := round(40, 250*time.Millisecond); got.String() != "evalsha:1 mget:1" {
+		t.Errorf("a sync without a heartbeat or a health event used %s, want evalsha:1 mget:1", got)
+	}
+	if got := round(40, core.FleetHeartbeatInterval); got.String() != "evalsha:2 mget:1 set:1 time:1 zadd:1 zcount:1" {
+		t.Errorf("a sync with a heartbeat used %s, want evalsha:2 mget:1 set:1 time:1 zadd:1 zcount:1", got)
+	}
+	cool.Store(true)
+	r1.do(t, nil) // A answers 429 Retry-After 30: a cool-down, published
+	cool.Store(false)
+	r1.fleet.SyncNow() // after the publisher
+	if ttl, mark := redisInt(t, redis, "PTTL", "llmhedge:health:fleet"), redisInt(t, redis, "PTTL", "llmhedge:healthmark:fleet"); mark <= 0 || mark > ttl {
+		t.Errorf("health mark PTTL %d with the health hash's %d, want (0, the hash's]", mark, ttl)
+	}
+	if got := round(0, 250*time.Millisecond); got.String() != "evalsha:1 hgetall:1 mget:1 time:1" {
+		t.Errorf("a sync while a cool-down lives used %s, want evalsha:1 hgetall:1 mget:1 time:1", got)
+	}
+}
+
+// commandCounts are calls per command (lower case), from INFO commandstats.
+type commandCounts map[string]int64
+
+// redisCommands reads srv's calls per command.
+func redisCommands(t *testing.T, srv *redisproc.Server) commandCounts {
+	t.Helper()
+	counts := commandCounts{}
+	for _, line := range strings.Split(redisDo(t, srv, "INFO", "commandstats").Str, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		n, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			t.Fatalf("INFO commandstats line %q: %v", line, err)
+		}
+		counts[strings.TrimPrefix(name, "cmdstat_")] = n
+	}
+	return counts
+}
+
+// minus is c less before, without the commands that did not change and
+// without the test's own reads (each a new connection: HELLO, then INFO).
+func (c commandCounts) minus(before commandCounts) commandCounts {
+	out := commandCounts{}
+	for name, n := range c {
+		if d := n - before[name]; d != 0 && name != "info" && name != "hello" {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+func (c commandCounts) total() int64 {
+	var n int64
+	for _, v := range c {
+		n += v
+	}
+	return n
+}
+
+// String is "name:calls" per command, by name.
+func (c commandCounts) String() string {
+	names := make([]string, 0, len(c))
+	for name := range c {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, name := range names {
+		parts[i] = name + ":" + strconv.FormatInt(c[name], 10)
+	}
+	return strings.Join(parts, " ")
 }
 
 // Close stops the loop on the system clock and leaves no goroutine.
