@@ -71,7 +71,7 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	}
 	slowest := quantile(stopTimes, 1)
 	// What llmhedge-ctl status and the metrics show of the paused fleet.
-	shown := s.statusSwitches(t, ctl)
+	shown, statusNote := s.waitStatusPaused(t, ctl)
 	pausedGauge := s.gaugeLine(t, "llm_hedge_hedging_paused", map[string]string{"route": RouteSwitch})
 	if !s.allReplicas(t, "llm_hedge_hedging_paused", map[string]string{"route": RouteSwitch}, 1) {
 		t.Errorf("kill switch: llm_hedge_hedging_paused{route=%s} while paused: %s, want 1 on every replica", RouteSwitch, pausedGauge)
@@ -100,9 +100,9 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	t.Logf("ACCEPTANCE kill switch (llmhedge-ctl pause -route %s with %d clients hedging every request on %d replicas): last hedge started %v after the pause (goal ≤ %v; per replica %s); %d hedges from pause+%v until the resume %v later, through a reload of every replica at pause+%v; every replica hedged again %v after the resume; %d requests, %d failed during reloads",
 		RouteSwitch, 2*len(s.Replicas), len(s.Replicas), slowest.Round(time.Millisecond), switchGoal, s.durationsLine(last), len(late), switchGoal,
 		resumedAt.Sub(pausedAt).Round(time.Millisecond), reloadedAt.Sub(pausedAt).Round(time.Millisecond), resumed.Round(time.Millisecond), sent.Load(), failed.Load())
-	t.Logf("while paused, route %s: llmhedge-ctl status shows %s; llm_hedge_hedging_paused %s", RouteSwitch, shown, pausedGauge)
+	t.Logf("while paused, route %s: llmhedge-ctl status shows %s%s; llm_hedge_hedging_paused %s", RouteSwitch, shown, statusNote, pausedGauge)
 	if want := s.pausedLine(); shown != want {
-		t.Errorf("llmhedge-ctl status while paused: route %s on the live replicas %q, want %q", RouteSwitch, shown, want)
+		t.Errorf("llmhedge-ctl status while paused: route %s on the live replicas %q, want %q%s", RouteSwitch, shown, want, statusNote)
 	}
 	if slowest > switchGoal {
 		t.Errorf("kill switch: a replica started a hedge %v after the pause, want within %v (per replica: %s)", slowest, switchGoal, s.durationsLine(last))
@@ -115,31 +115,63 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	}
 }
 
+// waitStatusPaused reads llmhedge-ctl status until it lists the switch
+// route paused on every replica, for one heartbeat TTL at most (a replica
+// reports its switch in its next heartbeat, every FleetHeartbeatInterval;
+// a heartbeat that failed under load is written again at the next one).
+// It returns the last statusSwitches line and, when the first read was not
+// yet all paused, a note of what the first read showed, how long the wait
+// took and the replicas' failed heartbeat writes.
+func (s *Acceptance) waitStatusPaused(t *testing.T, ctl func(args ...string) (string, error)) (string, string) {
+	t.Helper()
+	want := s.pausedLine()
+	began := time.Now()
+	shown, heartbeats := s.statusSwitches(t, ctl)
+	if shown == want {
+		return shown, ""
+	}
+	firstShown, firstHeartbeats := shown, heartbeats
+	for time.Since(began) < core.FleetHeartbeatTTL && shown != want {
+		time.Sleep(100 * time.Millisecond) // another process's heartbeat
+		shown, _ = s.statusSwitches(t, ctl)
+	}
+	return shown, fmt.Sprintf(" (after %v; the first read showed %q, heartbeats: %s; failed heartbeat writes %s)",
+		time.Since(began).Round(time.Millisecond), firstShown, firstHeartbeats,
+		s.gaugeLine(t, "llm_hedge_fleet_operation_errors_total", map[string]string{"op": "heartbeat"}))
+}
+
 // statusSwitches is the switch route's switch on every live replica as
 // llmhedge-ctl status -json lists them: "caddy=paused ..." sorted, one
-// entry per replica (kind=switch).
-func (s *Acceptance) statusSwitches(t *testing.T, ctl func(args ...string) (string, error)) string {
+// entry per replica (kind=switch), and every heartbeat in brief (for a
+// failure's message).
+func (s *Acceptance) statusSwitches(t *testing.T, ctl func(args ...string) (string, error)) (string, string) {
 	t.Helper()
 	out, err := ctl("-json", "status")
 	if err != nil {
 		t.Fatalf("llmhedge-ctl status: %v", err)
 	}
 	var rep struct {
-		Replicas []core.ReplicaStatus `json:"replicas"`
+		Replicas []struct {
+			core.ReplicaStatus
+			AgeMS int64 `json:"heartbeat_age_ms"`
+		} `json:"replicas"`
 	}
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("llmhedge-ctl -json status: %v in %q", err, out)
 	}
-	var entries []string
+	var entries, heartbeats []string
 	for _, r := range rep.Replicas {
+		var routes []string
 		for _, route := range r.Routes {
+			routes = append(routes, route.Name)
 			if route.Name == RouteSwitch {
 				entries = append(entries, r.Kind+"="+route.Switch)
 			}
 		}
+		heartbeats = append(heartbeats, fmt.Sprintf("%s %s pid %d %dms ago [%s]", r.Kind, r.ID, r.PID, r.AgeMS, strings.Join(routes, " ")))
 	}
 	sort.Strings(entries)
-	return strings.Join(entries, " ")
+	return strings.Join(entries, " "), strings.Join(heartbeats, "; ")
 }
 
 // pausedLine is statusSwitches' answer when every replica is paused.
