@@ -3,7 +3,6 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // Fleet benchmarks through real Caddy processes and a real Redis on
@@ -102,36 +102,21 @@ func TestFleetBenchFollowerLag(t *testing.T) {
 }
 
 // commandStats returns the calls of every command in INFO commandstats.
-func commandStats(t *testing.T, c core.RedisClient) map[string]int {
+func commandStats(t *testing.T, c core.RedisClient) redisproc.Calls {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	v, err := c.Do(ctx, "INFO", "commandstats")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int{}
-	for _, line := range strings.Split(v.Str, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		n, _ := strconv.Atoi(strings.SplitN(rest, ",", 2)[0])
-		out[strings.TrimPrefix(name, "cmdstat_")] = n
-	}
-	return out
+	return redisproc.ParseCalls(v.Str)
 }
 
-func statsDelta(before, after map[string]int) (int, string) {
-	total := 0
-	var parts []string
-	for name, n := range after {
-		if d := n - before[name]; d > 0 && name != "info" {
-			total += d
-			parts = append(parts, fmt.Sprintf("%s=%d", name, d))
-		}
-	}
-	sort.Strings(parts)
-	return total, strings.Join(parts, " ")
+// statsDelta is what the commands after before cost (without the INFO
+// that read them): their total and "name=calls" each.
+func statsDelta(before, after redisproc.Calls) (int, string) {
+	d := after.Since(before, "info")
+	return int(d.Total()), d.String()
 }
 
 // Redis commands per keyed request: a lone leader, a leader and a

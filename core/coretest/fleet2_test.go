@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -828,7 +827,7 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 			r1.fleet.SyncNow()
 		}
 	}
-	used := redisCommands(t, redis).minus(before).total()
+	used := redisCommands(t, redis).Since(before, ownReads...).Total()
 	perRequest := float64(used) / requests
 	t.Logf("%d Redis commands for %d unkeyed requests: %.3f per request", used, requests, perRequest)
 	if perRequest > 0.1 {
@@ -858,25 +857,25 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	r1 := newMember(t, cfg, clock, nil)
 	r1.do(t, nil)
 	r1.fleet.SyncNow() // the first sync and heartbeat (a tenth beat)
-	round := func(requests int, step time.Duration) commandCounts {
+	round := func(requests int, step time.Duration) redisproc.Calls {
 		for i := 0; i < requests; i++ {
 			r1.do(t, nil)
 		}
 		clock.advance(step)
 		before := redisCommands(t, redis)
 		r1.fleet.SyncNow()
-		return redisCommands(t, redis).minus(before)
+		return redisCommands(t, redis).Since(before, ownReads...)
 	}
 	// Refill the fleet's bucket (the first sync leased half the burst;
 	// then the replica holds what its requests earn and leases no more).
 	for i := 0; i < 10; i++ {
 		round(40, 250*time.Millisecond)
 	}
-	if got := round(40, 250*time.Millisecond); got.String() != "evalsha:1 mget:1" {
-		t.Errorf("a sync without a heartbeat or a health event used %s, want evalsha:1 mget:1", got)
+	if got := round(40, 250*time.Millisecond); got.String() != "evalsha=1 mget=1" {
+		t.Errorf("a sync without a heartbeat or a health event used %s, want evalsha=1 mget=1", got)
 	}
-	if got := round(40, core.FleetHeartbeatInterval); got.String() != "evalsha:2 mget:1 set:1 time:1 zadd:1 zcount:1" {
-		t.Errorf("a sync with a heartbeat used %s, want evalsha:2 mget:1 set:1 time:1 zadd:1 zcount:1", got)
+	if got := round(40, core.FleetHeartbeatInterval); got.String() != "evalsha=2 mget=1 set=1 time=1 zadd=1 zcount=1" {
+		t.Errorf("a sync with a heartbeat used %s, want evalsha=2 mget=1 set=1 time=1 zadd=1 zcount=1", got)
 	}
 	cool.Store(true)
 	r1.do(t, nil) // A answers 429 Retry-After 30: a cool-down, published
@@ -885,66 +884,20 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	if ttl, mark := redisInt(t, redis, "PTTL", "llmhedge:health:fleet"), redisInt(t, redis, "PTTL", "llmhedge:healthmark:fleet"); mark <= 0 || mark > ttl {
 		t.Errorf("health mark PTTL %d with the health hash's %d, want (0, the hash's]", mark, ttl)
 	}
-	if got := round(0, 250*time.Millisecond); got.String() != "evalsha:1 hgetall:1 mget:1 time:1" {
-		t.Errorf("a sync while a cool-down lives used %s, want evalsha:1 hgetall:1 mget:1 time:1", got)
+	if got := round(0, 250*time.Millisecond); got.String() != "evalsha=1 hgetall=1 mget=1 time=1" {
+		t.Errorf("a sync while a cool-down lives used %s, want evalsha=1 hgetall=1 mget=1 time=1", got)
 	}
 }
-
-// commandCounts are calls per command (lower case), from INFO commandstats.
-type commandCounts map[string]int64
 
 // redisCommands reads srv's calls per command.
-func redisCommands(t *testing.T, srv *redisproc.Server) commandCounts {
+func redisCommands(t *testing.T, srv *redisproc.Server) redisproc.Calls {
 	t.Helper()
-	counts := commandCounts{}
-	for _, line := range strings.Split(redisDo(t, srv, "INFO", "commandstats").Str, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
-		if !ok {
-			continue
-		}
-		calls, _, _ := strings.Cut(rest, ",")
-		n, err := strconv.ParseInt(calls, 10, 64)
-		if err != nil {
-			t.Fatalf("INFO commandstats line %q: %v", line, err)
-		}
-		counts[strings.TrimPrefix(name, "cmdstat_")] = n
-	}
-	return counts
+	return redisproc.ParseCalls(redisDo(t, srv, "INFO", "commandstats").Str)
 }
 
-// minus is c less before, without the commands that did not change and
-// without the test's own reads (each a new connection: HELLO, then INFO).
-func (c commandCounts) minus(before commandCounts) commandCounts {
-	out := commandCounts{}
-	for name, n := range c {
-		if d := n - before[name]; d != 0 && name != "info" && name != "hello" {
-			out[name] = d
-		}
-	}
-	return out
-}
-
-func (c commandCounts) total() int64 {
-	var n int64
-	for _, v := range c {
-		n += v
-	}
-	return n
-}
-
-// String is "name:calls" per command, by name.
-func (c commandCounts) String() string {
-	names := make([]string, 0, len(c))
-	for name := range c {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	parts := make([]string, len(names))
-	for i, name := range names {
-		parts[i] = name + ":" + strconv.FormatInt(c[name], 10)
-	}
-	return strings.Join(parts, " ")
-}
+// ownReads are the commands of the test's own reads (each a new
+// connection: HELLO, then INFO), left out of the loop's counts.
+var ownReads = []string{"hello", "info"}
 
 // Close stops the loop on the system clock and leaves no goroutine.
 func TestFleetCloseLeavesNoGoroutine(t *testing.T) {

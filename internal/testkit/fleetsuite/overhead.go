@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // OverheadForm sizes the overhead benchmark: rounds of PerRound requests
@@ -91,7 +92,8 @@ func (s *Acceptance) Overhead(t *testing.T, ctx context.Context, form OverheadFo
 	wg.Wait()
 	stats := redisDo(t, c, "INFO", "commandstats").Str
 	window := time.Since(began)
-	commands, top := commandCalls(stats)
+	calls := redisproc.ParseCalls(stats).Since(nil, "info", "config")
+	commands, top := calls.Total(), calls.String()
 	perRequest := float64(commands) / float64(requests)
 	// The commands are the replicas' syncs and heartbeats, a rate of
 	// their own: per request they fall as the request rate rises.
@@ -114,28 +116,6 @@ func (s *Acceptance) lightTarget(r Replica, route string, n, conns int) lightloa
 	// that takes seconds is a failure, and must not hold the run.
 	target.Options.Timeout = 3 * time.Second
 	return target
-}
-
-// commandCalls sums the calls of INFO commandstats (without the test's own
-// CONFIG and INFO) and lists them "cmd=calls".
-func commandCalls(stats string) (int64, string) {
-	var total int64
-	var parts []string
-	for _, line := range strings.Split(stats, "\n") {
-		line = strings.TrimSpace(line)
-		name, rest, ok := strings.Cut(strings.TrimPrefix(line, "cmdstat_"), ":")
-		if !ok || !strings.HasPrefix(line, "cmdstat_") || name == "info" || strings.HasPrefix(name, "config") {
-			continue
-		}
-		for _, field := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(field, "calls="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				total += n
-				parts = append(parts, name+"="+v)
-			}
-		}
-	}
-	return total, strings.Join(parts, " ")
 }
 
 func roundRatios(rs []float64) string {
