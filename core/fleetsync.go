@@ -107,10 +107,11 @@ type rateSample struct {
 // (0 with a cap: read the total; -1: neither), spend ms, tenant ms, then
 // one count per tenant key. Health is a hash of "cool:<upstream>",
 // "open:<upstream>" and "overload", each holding the Redis time (ms) it
-// ends at: one clock for every replica. The health mark is a string that
-// lives as long as the hash (markHealth): a sync reads it with the bucket
-// and the switches and reads the hash only while it exists, so a fleet
-// without health events pays two commands per sync, not three.
+// ends at: one clock for every replica. The health mark is a string with
+// the hash's TTL (set wherever the hash is written, here and in
+// publishScript): a sync reads it with the bucket and the switches and
+// reads the hash only while it exists, so a fleet without health events
+// pays two commands per sync, not three.
 // Returns {grant, level, route switch, all switch, {field, ms left, ...},
 // spend total (-1: not read), {tenant totals}}.
 var syncScript = newFleetScript(`
@@ -151,9 +152,9 @@ if over > 0 then
   clock()
   local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
   if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
-  if redis.call('PTTL', KEYS[4]) < over then redis.call('PEXPIRE', KEYS[4], over) end
   local ttl = redis.call('PTTL', KEYS[4])
-  if ttl > 0 then redis.call('SET', KEYS[5], '1', 'PX', ttl) end
+  if ttl < over then redis.call('PEXPIRE', KEYS[4], over); ttl = over end
+  redis.call('SET', KEYS[5], '1', 'PX', ttl)
   got[4] = '1'
 end
 local h = {}
@@ -196,8 +197,8 @@ for i = 1, #ARGV, 2 do
   if now + ms > old then redis.call('HSET', KEYS[1], ARGV[i], string.format('%.0f', now + ms)) end
   if ms > longest then longest = ms end
 end
-if redis.call('PTTL', KEYS[1]) < longest then redis.call('PEXPIRE', KEYS[1], longest) end
 local ttl = redis.call('PTTL', KEYS[1])
+if ttl < longest then redis.call('PEXPIRE', KEYS[1], longest); ttl = longest end
 if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
 return 1
 `)

@@ -367,13 +367,21 @@ func tooManyOnXFail(n int64, w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
-// 2's next request goes to B first, and A stays avoided.
-func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
+// coolDownFleet is the cool-down tests' set-up: a real Redis, A answering
+// a request with X-Fail 429 Retry-After: 5, and a delay no hedge reaches.
+func coolDownFleet(t *testing.T) (*redisproc.Server, *twoUpstreams, core.Config) {
+	t.Helper()
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, tooManyOnXFail)
 	cfg := fleet2Config(redis.URL(), ups)
 	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	return redis, ups, cfg
+}
+
+// Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
+// 2's next request goes to B first, and A stays avoided.
+func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
+	_, ups, cfg := coolDownFleet(t)
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	r2.do(t, nil) // attached, and A is fine
 	if got := r2.reports.lastFirst(); got != "A" {
@@ -397,10 +405,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 // it) is not lost: replica 1's next round publishes what is left of it,
 // and replica 2 then avoids A.
 func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
-	redis := redisproc.Start(t, redisproc.Options{})
-	ups := newTwoUpstreams(t, tooManyOnXFail)
-	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	redis, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	r1.do(t, nil)
@@ -431,10 +436,7 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 // The same with the real loop on the system clock: from replica 1's 429
 // to replica 2 avoiding A takes less than a second.
 func TestFleetCoolDownWithinASecond(t *testing.T) {
-	redis := redisproc.Start(t, redisproc.Options{})
-	ups := newTwoUpstreams(t, tooManyOnXFail)
-	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
+	_, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = core.Duration(200 * time.Millisecond)
 	r1, r2 := newMember(t, cfg, core.SystemClock{}, nil), newMember(t, cfg, core.SystemClock{}, nil)
 	synced := make(chan struct{}, 1)
