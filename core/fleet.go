@@ -282,16 +282,22 @@ func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []
 //	<prefix>{<id>}:lease       the leader's claim: "<holder> <fingerprint>", PX lease
 //	<prefix>{<id>}:done        the stored complete answer, PX ttl
 //	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
-//	<prefix>{<id>}:readers     followers that joined, PX stream linger
+//	<prefix>{<id>}:readers     hash: holder -> followers reading its stream, PX stream linger
 //
 // A stream per generation means a follower can only ever read one
 // generation's bytes: a new leader after a takeover or a cut writes a
-// stream of its own.
+// stream of its own. Every entry carries its sequence number (field n,
+// from 1, the head first), so a follower sees any gap.
+//
+// Fencing: every write of a leader (head, data, end, done) is a script
+// that first checks the lease still holds this leader's value; a leader
+// that lost it (paused past its lease, Redis lost its data) writes
+// nothing more, and no append re-creates a stream that vanished.
 type fleetKeys struct {
 	tag     string
 	lease   string
 	done    string
-	readers string // followers that joined the current generation
+	readers string // followers per generation
 }
 
 func newFleetKeys(f *Fleet, identity string) fleetKeys {
@@ -334,8 +340,9 @@ func millisString(d time.Duration) string {
 // claimScript: KEYS lease, done, readers; ARGV holder, fingerprint, lease
 // ms, readers ms. Returns {"replay", doneValue, pttl}, {"conflict"},
 // {"lead", holder} or {"follow", holder}. A follower counts itself in
-// readers, which tells a leader whose own client left that others still
-// read its answer.
+// the holder's field of readers (and uncounts itself when it stops
+// reading), which tells a leader whose own client left whether others
+// still read its answer.
 var claimScript = newFleetScript(`
 local d = redis.call('GET', KEYS[2])
 if d then
@@ -349,31 +356,71 @@ end
 local l = redis.call('GET', KEYS[1])
 local sp = string.find(l, ' ', 1, true)
 if string.sub(l, sp + 1) ~= ARGV[2] then return {'conflict'} end
-redis.call('INCR', KEYS[3])
+local holder = string.sub(l, 1, sp - 1)
+redis.call('HINCRBY', KEYS[3], holder, 1)
 redis.call('PEXPIRE', KEYS[3], ARGV[4])
-return {'follow', string.sub(l, 1, sp - 1)}
+return {'follow', holder}
 `)
 
-// renewScript: KEYS lease, stream; ARGV lease value, lease ms, stream ms.
-// Extends the lease (and the stream) only while this leader holds it.
+// renewScript: KEYS lease, stream, readers; ARGV lease value, lease ms,
+// stream ms, holder. Extends the lease (and the stream) only while this
+// leader holds it. Returns {1, followers reading} or {0, 0} when the lease
+// is another's or gone.
 var renewScript = newFleetScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return 1
+  return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
 end
-return 0
+return {0, 0}
+`)
+
+// Results of the fenced writes (appendScript, finishScript).
+const (
+	fenceOK   = "ok"   // written
+	fenceLost = "lost" // the lease is another leader's, or gone: nothing written
+	fenceGone = "gone" // the lease holds but the stream vanished: nothing appended
+)
+
+// appendScript: KEYS lease, stream; ARGV lease value, stream ms, sequence
+// number of the first entry, then kind and value of each entry. Appends
+// only while this leader holds the lease, and creates the stream only with
+// its first entry (the head): an append never re-creates a stream that
+// vanished.
+var appendScript = newFleetScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'lost' end
+local n = tonumber(ARGV[3])
+if n > 1 and redis.call('EXISTS', KEYS[2]) == 0 then return 'gone' end
+for i = 4, #ARGV, 2 do
+  redis.call('XADD', KEYS[2], '*', 't', ARGV[i], 'v', ARGV[i + 1], 'n', n)
+  n = n + 1
+end
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+return 'ok'
 `)
 
 // finishScript: KEYS lease, stream, done; ARGV lease value, end kind, done
-// value ("" for none), ttl ms, stream ms. Appends the end, stores the
-// answer, and releases the lease if this leader still holds it: the store
-// comes first, so a claim finds the lease or the answer, never neither
-// while a complete answer exists.
+// value ("" for none), ttl ms, stream ms, sequence number of the first
+// entry, last data ("" for none). While this leader holds the lease it
+// appends the last data and the end (to a stream that still exists),
+// stores the answer and releases the lease: the store comes first, so a
+// claim finds the lease or the answer, never neither while a complete
+// answer exists. A leader that lost the lease writes nothing.
 var finishScript = newFleetScript(`
-redis.call('XADD', KEYS[2], '*', 't', 'e', 'v', ARGV[2])
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'lost' end
+local n = tonumber(ARGV[6])
+local res = 'ok'
+if n == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
+  if ARGV[7] ~= '' then
+    redis.call('XADD', KEYS[2], '*', 't', 'd', 'v', ARGV[7], 'n', n)
+    n = n + 1
+  end
+  redis.call('XADD', KEYS[2], '*', 't', 'e', 'v', ARGV[2], 'n', n)
+  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+else
+  res = 'gone'
+end
 if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) end
-if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
-return 1
+redis.call('DEL', KEYS[1])
+return res
 `)

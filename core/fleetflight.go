@@ -63,6 +63,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	lease := millisString(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
+		claimed := f.clock.Now()
 		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
 			holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL))
 		if err != nil || v.Kind != RedisArray || len(v.Array) == 0 {
@@ -85,7 +86,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			}
 			return fleetJoined{}
 		case "lead":
-			l := startFleetLeader(h, keys, holder, fp)
+			l := startFleetLeader(h, keys, holder, fp, claimed)
 			return fleetJoined{leader: l}
 		case "follow":
 			if len(v.Array) < 2 {
@@ -101,6 +102,11 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			case followLocal:
 				clearNoRaceReport(h, fw.Header())
 				return fleetJoined{}
+			case followUnreadable:
+				rep.Outcome = OutcomeJoined
+				rep.Status = http.StatusConflict
+				writeInFlightConflict(fw)
+				return fleetJoined{answered: true, complete: true}
 			}
 			rep.Outcome = OutcomeJoined
 			rep.Status = fw.status
@@ -140,11 +146,12 @@ func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool
 
 // What a follower's reading ended with.
 const (
-	followComplete int = 0 // end ok: the whole answer was written
-	followCut      int = 1 // the generation ended broken, or Redis failed after head
-	followReclaim  int = 2 // no answer yet and no leader: claim again
-	followLocal    int = 3 // Redis failed before anything was written
-	followGone     int = 4 // the reader's client left
+	followComplete   int = 0 // end ok: the whole answer was written
+	followCut        int = 1 // the generation ended broken, or Redis failed after head
+	followReclaim    int = 2 // no answer yet and no leader: claim again
+	followLocal      int = 3 // Redis failed before anything was written
+	followGone       int = 4 // the reader's client left
+	followUnreadable int = 5 // the stream lacks its start: nothing was written
 )
 
 // fleetBlock is the XREAD BLOCK time: short enough to notice a dead leader
@@ -161,13 +168,24 @@ func fleetBlock(f *Fleet) time.Duration {
 }
 
 // fleetFollow reads the stream of holder's generation from its start and
-// writes it to fw.
+// writes it to fw, then uncounts itself from the generation's readers.
 func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
+	res := fleetRead(f, fw, keys, holder, leaseValue, ctx)
+	// Bounded by the fleet's timeout; the client may have left already.
+	fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, holder, "-1")
+	return res
+}
+
+// fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
+// from the head: a gap (entries trimmed or evicted, a stream that vanished)
+// ends the answer broken, never with a hole.
+func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
 	stream := keys.stream(holder)
 	block := fleetBlock(f)
 	blockMs := millisString(block)
 	last := "0-0"
 	headSeen := false
+	next := 1 // the sequence number the next entry must carry
 	for {
 		if ctx.Err() != nil {
 			return followGone
@@ -206,19 +224,20 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 		for i := range entries {
 			e := &entries[i]
 			last = e.id
+			if e.seq != next || e.kind == "h" && headSeen || e.kind == "d" && !headSeen {
+				return followBroken(headSeen)
+			}
+			next++
 			switch e.kind {
 			case "h":
 				status, hdr, _, ok := decodeFleetHead(e.value)
-				if !ok || headSeen {
-					return followCut
+				if !ok {
+					return followBroken(headSeen)
 				}
 				copyHeader(fw.Header(), hdr)
 				fw.WriteHeader(status)
 				headSeen = true
 			case "d":
-				if !headSeen {
-					return followCut
-				}
 				if _, err := fw.Write([]byte(e.value)); err != nil {
 					return followGone
 				}
@@ -236,6 +255,16 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 	}
 }
 
+// followBroken is a follower's result when what it read cannot be this
+// generation's answer: cut once it wrote some of it, else unreadable (the
+// client gets a status, never a connection closed on it).
+func followBroken(headSeen bool) int {
+	if headSeen {
+		return followCut
+	}
+	return followUnreadable
+}
+
 // followFailed is a follower's result when Redis failed.
 func followFailed(ctx context.Context, headSeen bool) int {
 	if ctx.Err() != nil {
@@ -247,11 +276,12 @@ func followFailed(ctx context.Context, headSeen bool) int {
 	return followLocal
 }
 
-// streamEntry is one entry of an XREAD reply: its id and its t/v fields.
+// streamEntry is one entry of an XREAD reply: its id and its t/v/n fields.
 type streamEntry struct {
 	id    string
 	kind  string
 	value string
+	seq   int
 }
 
 // streamEntries flattens an XREAD reply of one stream:
@@ -277,6 +307,11 @@ func streamEntries(v RedisValue) []streamEntry {
 				e.kind = fields[j+1].Str
 			case "v":
 				e.value = fields[j+1].Str
+			case "n":
+				n, err := strconv.Atoi(fields[j+1].Str)
+				if err == nil {
+					e.seq = n
+				}
 			}
 		}
 		out = append(out, e)
@@ -339,40 +374,57 @@ func decodeFleetHead(text string) (status int, hdr http.Header, rest string, ok 
 }
 
 // fleetLeader feeds one generation's stream from the leader's writer. The
-// writer never waits for Redis: it queues, and one goroutine (fleetAppend)
-// sends whatever is queued in one pipelined round trip, then the next.
+// head goes to Redis before the answer's status reaches the client (the
+// commit is fenced on the lease); after it the writer never waits for
+// Redis: it queues, and one goroutine (fleetAppend) sends whatever is
+// queued in one script call, then the next.
 type fleetLeader struct {
 	f          *Fleet
 	keys       fleetKeys
+	holder     string
 	stream     string
 	leaseValue string
 	fp         string
 	maxBytes   int
 	ttl        time.Duration
+	// readersGone tells the local flight this generation feeds that no
+	// follower on another replica reads (fleetRenew); it stops the race
+	// when nobody reads anywhere. A func, not the *flight: Yaegi mistypes
+	// the mutually recursive structs.
+	readersGone func()
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	head     string // queued, not yet sent
 	data     []byte // queued, not yet sent
-	headSent bool   // a head was queued (so the end is ok or cut)
+	headSent bool   // the head went out (so the end is ok or cut)
+	seq      int    // sequence number of the next entry
 	size     int
 	overflow bool // the answer outgrew maxBytes: the stream ends cut
 	ended    bool
 	endKind  string
 	done     string // the answer to store, "" for none
-	failed   bool   // an append failed: nothing more goes to Redis
+	failed   bool   // an append failed: nothing more goes to the stream
 	stopped  bool   // no more renewals
-	lost     bool   // a renewal found the lease held by another
+	// lost: the lease is another leader's or gone (a fenced write or a
+	// renewal said so), or Redis could not confirm it before it ran out.
+	// This generation must not be committed anywhere: the leader's own
+	// client's answer ends broken.
+	lost bool
+	// validUntil: the lease surely holds until then (the send time of the
+	// last write that found it held, plus the lease; this replica's clock,
+	// never compared with another host's).
+	validUntil time.Time
 
 	renewTimer Timer
 	renewTick  func()
 	finished   chan struct{}
 }
 
-func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string) *fleetLeader {
+func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string, claimed time.Time) *fleetLeader {
 	f := h.fleet
-	l := &fleetLeader{f: f, keys: keys, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
-		maxBytes: int(h.cfg.Idempotency.MaxResponseBytes), ttl: h.idempotencyTTL, finished: make(chan struct{})}
+	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
+		maxBytes: int(h.cfg.Idempotency.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
+		validUntil: claimed.Add(time.Duration(f.cfg.Lease))}
 	l.cond = sync.NewCond(&l.mu)
 	// Created once: the timer re-arms with this same func (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }
@@ -384,11 +436,11 @@ func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string) *fleetLeader
 	return l
 }
 
-// fleetHasReaders reports whether a follower on another replica joined
+// fleetHasReaders reports whether a follower on another replica reads
 // this generation (an error counts as none: the race then stops as it
 // would without a fleet).
 func fleetHasReaders(l *fleetLeader) bool {
-	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "GET", l.keys.readers)
+	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "HGET", l.keys.readers, l.holder)
 	if err != nil || v.Kind != RedisString {
 		return false
 	}
@@ -398,45 +450,72 @@ func fleetHasReaders(l *fleetLeader) bool {
 }
 
 // fleetRenew extends the lease and re-arms itself until the flight ends.
+// It goes on after a failed append: a leader still answering its own
+// client must learn that it lost the lease. When no follower anywhere
+// reads any more, it tells the flight (which stops the race if the
+// leader's client left too).
 func fleetRenew(l *fleetLeader) {
 	f := l.f
 	l.mu.Lock()
-	stop := l.stopped || l.failed
+	stop := l.stopped || l.lost
 	l.mu.Unlock()
 	if stop {
 		return
 	}
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream},
-		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl))
+	sent := f.clock.Now()
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder)
+	readers := int64(-1)
 	l.mu.Lock()
-	if err == nil && v.Kind == RedisInt && v.Int == 0 {
-		l.lost = true
+	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
+		leaseConfirmed(l, sent, v.Array[0].Int == 1)
+		readers = v.Array[1].Int
 	}
-	if !l.stopped && !l.failed && !l.lost {
+	// A renewal that timed out may have landed all the same: the next one
+	// tells. Only the commit and the end need the lease surely held.
+	if !l.stopped && !l.lost {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
 		t := f.clock.AfterFunc(time.Duration(f.cfg.Lease)/3, l.renewTick)
 		l.renewTimer = t
 	}
+	gone := l.readersGone
 	l.mu.Unlock()
+	if readers == 0 && gone != nil {
+		gone()
+	}
 }
 
-// fleetLeaderHead queues the answer's head (at commit).
-func fleetLeaderHead(l *fleetLeader, status int, hdr http.Header) {
+// fleetLeaderCommit sends the answer's head to the stream before the
+// answer's status goes to the client, and reports whether the leader may
+// commit. It may not when it lost the lease: another leader may be
+// answering the same key. When Redis fails the leader commits all the
+// same (its client is answered from local state) and its followers' answers
+// end cut.
+func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	head := encodeFleetHead(status, hdr)
+	sent := l.f.clock.Now()
+	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.lease, l.stream},
+		l.leaseValue, fleetStreamMillis(l.f, l.ttl), "1", "h", head)
 	l.mu.Lock()
-	if !l.headSent {
-		l.headSent = true
-		l.head = head
-		l.cond.Signal()
+	defer l.mu.Unlock()
+	fencedWrite(l, sent, v, err)
+	if err != nil {
+		leaseUnconfirmed(l)
 	}
-	l.mu.Unlock()
+	if l.lost {
+		return false
+	}
+	l.headSent = true
+	l.seq = 2
+	return true
 }
 
 // fleetLeaderData queues bytes of the answer; past maxBytes the stream
-// takes no more (it will end cut).
-func fleetLeaderData(l *fleetLeader, p []byte) {
+// takes no more (it will end cut). It reports false once the leader lost
+// its lease: its client's answer must end broken.
+func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	l.mu.Lock()
-	if !l.overflow && !l.failed {
+	if !l.overflow && !l.failed && !l.lost {
 		l.size += len(p)
 		if l.size > l.maxBytes {
 			l.overflow = true
@@ -446,25 +525,35 @@ func fleetLeaderData(l *fleetLeader, p []byte) {
 			l.cond.Signal()
 		}
 	}
+	lost := l.lost
 	l.mu.Unlock()
+	return !lost
+}
+
+// fleetLeaderLost reports whether the leader lost its lease.
+func fleetLeaderLost(l *fleetLeader) bool {
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	return lost
 }
 
 // fleetLeaderEnd ends the stream after the race: ok when the whole answer
 // was written (stored when it is a 2xx the caller may store and it fitted),
-// cut when an answer started but did not end, none when none started. It
-// returns once the end is in Redis or Redis failed (each operation is
-// bounded).
+// cut when an answer started but did not end (or the stream missed some of
+// it), none when none started. It returns once the end is in Redis or
+// Redis failed (each operation is bounded).
 func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	l.mu.Lock()
 	kind := "none"
 	if l.headSent {
 		kind = "cut"
-		if complete && !l.overflow {
+		if complete && !l.overflow && !l.failed {
 			kind = "ok"
 		}
 	}
 	done := ""
-	if kind == "ok" && store {
+	if complete && store && !l.lost {
 		lead.mu.Lock()
 		if !lead.overflow && lead.status >= 200 && lead.status < 300 {
 			done = l.fp + "\n" + encodeFleetHead(lead.status, lead.header) + string(lead.body)
@@ -484,73 +573,100 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	<-l.finished
 }
 
-// fleetAppend is the leader's one sender: it sends the queued head and
-// data, then the end, each batch in one round trip.
+// fleetAppend is the leader's one sender: it sends the queued data, then
+// the end with the last data, each batch in one fenced script call.
 func fleetAppend(l *fleetLeader) {
 	f := l.f
 	ctx := context.Background()
 	for {
 		l.mu.Lock()
-		for l.head == "" && len(l.data) == 0 && !l.ended {
+		for len(l.data) == 0 && !l.ended {
 			l.cond.Wait()
 		}
-		head := l.head
 		data := l.data
 		ended := l.ended
-		failed := l.failed
-		l.head = ""
+		skip := l.failed || l.lost
+		lost := l.lost
+		seq := l.seq
 		l.data = nil
-		l.mu.Unlock()
-		if !failed {
-			var cmds [][]string
-			if head != "" {
-				cmds = append(cmds, []string{"XADD", l.stream, "*", "t", "h", "v", head})
-				cmds = append(cmds, []string{"PEXPIRE", l.stream, fleetStreamMillis(f, l.ttl)})
-			}
-			if len(data) > 0 {
-				cmds = append(cmds, []string{"XADD", l.stream, "*", "t", "d", "v", string(data)})
-			}
-			// Multi-value results into fresh locals, one target per
-			// assignment (Yaegi).
-			var err error
-			finishKeys := []string{l.keys.lease, l.stream, l.keys.done}
-			var finishArgs []string
-			if ended {
-				// endKind and done were set before ended, under the lock
-				// this goroutine took since.
-				finishArgs = []string{l.leaseValue, l.endKind, l.done, millisString(l.ttl), fleetStreamMillis(f, l.ttl)}
-			}
-			finished := false
-			if ended && len(cmds) > 0 {
-				// The last bytes and the end in one round trip.
-				cmds = append(cmds, fleetScriptCmd("EVALSHA", finishScript.sha, finishKeys, finishArgs))
-				_, perr := fleetPipeline(f, ctx, fleetOpFinish, cmds)
-				err = perr
-				finished = perr == nil
-				if perr != nil && isNoScript(perr) {
-					// The appends went through; the script is unknown.
-					err = nil
-				}
-			} else if len(cmds) > 0 {
-				_, perr := fleetPipeline(f, ctx, fleetOpAppend, cmds)
-				err = perr
-			}
-			if err == nil && ended && !finished {
-				_, ferr := fleetEval(f, ctx, fleetOpFinish, finishScript, finishKeys, finishArgs...)
-				err = ferr
-			}
-			if err != nil {
-				// Followers see the lease expire (no more renewals) and
-				// end their answers; this replica's client is unaffected.
-				l.mu.Lock()
-				l.failed = true
-				l.data = nil
-				l.mu.Unlock()
-			}
+		if len(data) > 0 && !ended {
+			l.seq++
 		}
+		l.mu.Unlock()
 		if ended {
+			if !lost {
+				fleetFinish(l, seq, data)
+			}
 			close(l.finished)
 			return
 		}
+		if skip {
+			continue
+		}
+		sent := f.clock.Now()
+		v, err := fleetEval(f, ctx, fleetOpAppend, appendScript, []string{l.keys.lease, l.stream},
+			l.leaseValue, fleetStreamMillis(f, l.ttl), strconv.Itoa(seq), "d", string(data))
+		l.mu.Lock()
+		fencedWrite(l, sent, v, err)
+		l.mu.Unlock()
+	}
+}
+
+// fleetFinish sends the end (with the last data, unless the stream took no
+// more), stores the answer and releases the lease. A leader whose stream
+// failed still stores a complete answer and releases: its followers' answers
+// end cut, later claims replay it.
+func fleetFinish(l *fleetLeader, seq int, data []byte) {
+	l.mu.Lock()
+	kind, done, failed := l.endKind, l.done, l.failed
+	l.mu.Unlock()
+	last := string(data)
+	if failed {
+		last = ""
+	}
+	// endKind and done were set before ended, under the lock this goroutine
+	// took since.
+	sent := l.f.clock.Now()
+	v, err := fleetEval(l.f, context.Background(), fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
+		l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last)
+	l.mu.Lock()
+	fencedWrite(l, sent, v, err)
+	if err != nil {
+		leaseUnconfirmed(l)
+	}
+	l.mu.Unlock()
+}
+
+// fencedWrite records the result of a fenced write sent at sent (l.mu
+// held). Anything but ok means the stream takes no more: followers see a
+// cut end, a gap or the lease gone, and end their answers broken.
+func fencedWrite(l *fleetLeader, sent time.Time, v RedisValue, err error) {
+	if err == nil {
+		leaseConfirmed(l, sent, v.Str != fenceLost)
+	}
+	if err != nil || v.Str != fenceOK {
+		l.failed = true
+		l.data = nil
+	}
+}
+
+// leaseConfirmed records what a fenced write or a renewal sent at sent
+// found of the lease (l.mu held).
+func leaseConfirmed(l *fleetLeader, sent time.Time, held bool) {
+	if !held {
+		l.lost = true
+		return
+	}
+	if until := sent.Add(time.Duration(l.f.cfg.Lease)); until.After(l.validUntil) {
+		l.validUntil = until
+	}
+}
+
+// leaseUnconfirmed: Redis did not answer the commit or the end (l.mu
+// held). The lease may have run out meanwhile and another leader claimed
+// the key: once it may have, this leader counts as having lost it.
+func leaseUnconfirmed(l *fleetLeader) {
+	if !l.f.clock.Now().Before(l.validUntil) {
+		l.lost = true
 	}
 }

@@ -71,6 +71,9 @@ type Hedger struct {
 	publicNames []string
 	// scopeHeaders is cfg.Idempotency.ScopeHeaders in canonical form.
 	scopeHeaders []string
+	// routeScope is the route's part of every idempotency identity (see
+	// routeScope): two routes sharing a fleet never share an answer.
+	routeScope string
 	// validation is the route's validity checks, parsed (validate.go).
 	validation *validation
 	// earlyHeaders is cfg.EarlyHeaders, the grace time (0: off; see
@@ -148,7 +151,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
+		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
 		fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: spendCapTokens(&cfg.Budget)}
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
@@ -323,6 +326,9 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 		remote = joined.leader
 		fw.remote = remote
 		if remote != nil {
+			remote.mu.Lock()
+			remote.readersGone = func() { lead.remoteReadersGone() }
+			remote.mu.Unlock()
 			lead.mu.Lock()
 			lead.remote = remote
 			lead.mu.Unlock()
@@ -332,10 +338,32 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	rc.clientCtx = readers
 	rc.ctx = readers
 	err := runRace(rc, fw)
+	if fw.refused {
+		// The 503 to retry is the whole answer (the local followers get it
+		// too); the race's winner is not.
+		rep.Outcome = OutcomeRejected
+		rep.Status = http.StatusServiceUnavailable
+		err = nil
+	}
 	// An answer that reached its end (an error answer included) is complete
 	// for the followers too; only a winner's is stored.
-	complete = err == nil && rep.Outcome != OutcomeClientGone
+	complete = err == nil && rep.Outcome != OutcomeClientGone && !fw.fenced
 	store = complete && rep.Outcome == OutcomeOK
+	if remote != nil {
+		// Ended before the handler returns: a leader that lost its lease
+		// (the end's fenced write says so) must not end its client's answer
+		// as a whole one, since another leader may answer the key.
+		fleetLeaderEnd(remote, lead, complete, store)
+		lost := fleetLeaderLost(remote)
+		remote = nil
+		if (lost || fw.fenced) && fw.status != 0 && !fw.refused {
+			complete, store = false, false
+			if clientCtx.Err() == nil && !fw.clientGone {
+				rep.Outcome = OutcomeStreamFailed
+				err = ErrStreamAborted
+			}
+		}
+	}
 	if fw.clientGone {
 		// The answer went on to the followers, not to this client.
 		rep.Outcome = OutcomeClientGone

@@ -3,6 +3,7 @@ package core
 import (
 	"container/list"
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 	"time"
@@ -281,6 +282,19 @@ func (f *flight) leaderLeft() bool {
 	return reading
 }
 
+// remoteReadersGone is told by the fleet leader's renewal that no
+// follower on another replica reads: when the leader's client and every
+// local follower left too, the race is cancelled.
+func (f *flight) remoteReadersGone() {
+	f.mu.Lock()
+	stop := f.leaderGone && f.followers == 0
+	cancel := f.stopReaders
+	f.mu.Unlock()
+	if stop && cancel != nil {
+		cancel()
+	}
+}
+
 func (f *flight) start(status int, header http.Header) {
 	f.mu.Lock()
 	if !f.started {
@@ -345,8 +359,7 @@ func (f *flight) follow(ctx context.Context, w http.ResponseWriter) (status int,
 		if !started || (overflow && !headerSent) {
 			// The leader ended without a response, or its response is too
 			// large to share: this follower cannot get the same answer.
-			writeJSONError(w, http.StatusConflict, errTypeInvalidRequest, "idempotency_key_in_use",
-				"a request with this idempotency key was in flight and its response cannot be shared; retry the request")
+			writeInFlightConflict(w)
 			return http.StatusConflict, false
 		}
 		if !headerSent {
@@ -375,6 +388,15 @@ func (f *flight) follow(ctx context.Context, w http.ResponseWriter) (status int,
 	}
 }
 
+// writeInFlightConflict answers a follower that cannot get the answer of
+// the request it joined (too large to share, or its start is gone): 409,
+// to retry with the same key (it then replays or leads anew).
+func writeInFlightConflict(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "1")
+	writeJSONError(w, http.StatusConflict, errTypeInvalidRequest, "idempotency_key_in_use",
+		"a request with this idempotency key was in flight and its response cannot be shared; retry the request")
+}
+
 // flightWriter is the leader's writer: the answer goes to the leader's
 // client and into the flight. The race writes the answer's headers into a
 // map of the flightWriter's own, so that followers and replays get the
@@ -392,7 +414,17 @@ type flightWriter struct {
 	// remote, when this request leads a fleet flight, gets the answer too
 	// for the followers on other replicas.
 	remote *fleetLeader
+	// refused: the leader lost its fleet lease before commit; the client
+	// got a 503 to retry, and the race's answer goes nowhere.
+	refused bool
+	// fenced: the leader lost its lease after commit; the client's answer
+	// must end broken (leadKeyed).
+	fenced bool
 }
+
+// errFleetFenced is what a leader's writer returns once its answer may no
+// longer go out (see flightWriter.refused and fenced).
+var errFleetFenced = errors.New("llmhedge: the fleet lease of this answer was lost")
 
 // Header is the answer's own header map until the status is written;
 // after it, only trailers are set (forwardTrailers), and they must reach
@@ -408,12 +440,13 @@ func (fw *flightWriter) WriteHeader(status int) {
 	if fw.status != 0 {
 		return
 	}
-	fw.status = status
 	rec := recordedHeader(fw.hdr, fw.reportHeader)
-	fw.f.start(status, rec)
-	if fw.remote != nil {
-		fleetLeaderHead(fw.remote, status, rec)
+	if fw.remote != nil && !fleetLeaderCommit(fw.remote, status, rec) {
+		refuseCommit(fw)
+		return
 	}
+	fw.status = status
+	fw.f.start(status, rec)
 	dst := fw.w.Header()
 	copyHeader(dst, fw.hdr)
 	if _, ok := fw.hdr["Content-Length"]; !ok {
@@ -426,10 +459,16 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 	if fw.status == 0 {
 		fw.WriteHeader(http.StatusOK)
 	}
-	fw.f.write(p)
-	if fw.remote != nil {
-		fleetLeaderData(fw.remote, p)
+	if fw.refused || fw.fenced {
+		return 0, errFleetFenced
 	}
+	if fw.remote != nil && !fleetLeaderData(fw.remote, p) {
+		// Another leader may answer this key: this answer stops here,
+		// for the followers in process too (the flight ends incomplete).
+		fw.fenced = true
+		return 0, errFleetFenced
+	}
+	fw.f.write(p)
 	if fw.clientGone {
 		return len(p), nil
 	}
@@ -440,6 +479,20 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		return len(p), nil
 	}
 	return n, err
+}
+
+// refuseCommit answers the client (and the local followers) with a 503
+// to retry instead of the race's answer: the leader lost its fleet lease
+// before commit, so another replica may be answering the same key.
+func refuseCommit(fw *flightWriter) {
+	fw.remote = nil
+	for k := range fw.hdr {
+		delete(fw.hdr, k)
+	}
+	fw.hdr.Set("Retry-After", "1")
+	writeJSONError(fw, http.StatusServiceUnavailable, errTypeUpstream, "idempotency_lease_lost",
+		"another gateway replica took over the request with this idempotency key; retry it with the same key")
+	fw.refused = true
 }
 
 func (fw *flightWriter) Flush() {

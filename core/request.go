@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -294,12 +295,13 @@ func (p *preparedRequest) fingerprint() string {
 }
 
 // idempotencyIdentity is what the idempotency table is keyed by: a SHA-256
-// of the caller (the values of every scope header, in configured order)
+// of the route (routeScope), the caller (the values of every scope header, in configured order)
 // and the client's key. Every value is length-prefixed and every header's
 // value count written, so that no two callers share an input; the raw key
 // never reaches the store.
 func idempotencyIdentity(h *Hedger, p *preparedRequest) string {
 	sum := sha256.New()
+	io.WriteString(sum, h.routeScope)
 	hdr := p.orig.Header
 	for _, name := range h.scopeHeaders {
 		values := hdr[name]
@@ -310,6 +312,32 @@ func idempotencyIdentity(h *Hedger, p *preparedRequest) string {
 	}
 	writeField(sum, p.key)
 	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// routeScope is what tells a route's keyed requests from another route's
+// in a shared fleet: the route's name and, for each upstream, its URL,
+// model and the headers it sets (hashed with the rest: a credential never
+// leaves the process). Two deployments on one Redis with the same route
+// name still differ by their upstreams or credentials; two that match in
+// all of these send the same request to the same place, and may share it.
+func routeScope(cfg *Config) string {
+	sum := sha256.New()
+	writeField(sum, cfg.Route)
+	for i := range cfg.Upstreams {
+		u := &cfg.Upstreams[i]
+		writeField(sum, u.URL)
+		writeField(sum, u.Model)
+		names := make([]string, 0, len(u.SetHeaders))
+		for name := range u.SetHeaders {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			writeField(sum, name)
+			writeField(sum, u.SetHeaders[name])
+		}
+	}
+	return hex.EncodeToString(sum.Sum(nil)) + "#"
 }
 
 // writeField writes s length-prefixed.

@@ -37,8 +37,8 @@ type gatedUpstream struct {
 	before  map[string]chan struct{} // hold a key's answers before the first event
 	after   map[string]chan struct{} // hold them after the first event
 	tail    map[string]chan struct{} // hold their EOF after [DONE]
-	// cancelled gets the key of an answer held at its tail whose request
-	// was cancelled.
+	// cancelled gets the key of an answer held after its first event or
+	// at its tail whose request was cancelled.
 	cancelled chan string
 	waiters   []genWaiter // startedOf
 	events    int         // events per answer
@@ -70,7 +70,13 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	u.waiters = kept
 	before := u.before[key]
+	if g := u.before[key+"#"+strconv.Itoa(gen)]; g != nil {
+		before = g
+	}
 	after := u.after[key]
+	if g := u.after[key+"#"+strconv.Itoa(gen)]; g != nil {
+		after = g
+	}
 	events := u.events
 	size := u.size
 	u.mu.Unlock()
@@ -93,6 +99,7 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-after:
 			case <-r.Context().Done():
+				u.cancelled <- key
 				return
 			}
 		}
@@ -150,6 +157,11 @@ func (u *gatedUpstream) hold(key string, post bool) func() {
 	u.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }
+}
+
+// holdGen is hold for generation gen of key only.
+func (u *gatedUpstream) holdGen(key string, gen int, post bool) func() {
+	return u.hold(key+"#"+strconv.Itoa(gen), post)
 }
 
 // waitStarted waits for the next generation of key to reach the upstream

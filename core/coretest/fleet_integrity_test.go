@@ -1,0 +1,210 @@
+package coretest
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+)
+
+// The fleet's integrity under Redis faults and paused leaders: one key,
+// one generation, every answer whole or visibly broken.
+
+// Continuity: the stream vanishes (FLUSHALL: a restart empty, an eviction
+// or a failover to a lagging replica look the same) while a follower has
+// read part of it. The leader's next append must not re-create it, and the
+// follower's answer must end broken, never clean with a hole. The leader,
+// whose lease went with the data, ends its own answer broken too.
+func TestFleetVanishedStreamEndsFollowersBroken(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("v1", true)
+	defer release()
+	leader := a.open(t, "v1", "alice", chatBody)
+	defer leader.Body.Close()
+	leaderGot := readUntil(t, leader.Body, "gen1-tok0")
+	follower := b.open(t, "v1", "alice", chatBody)
+	defer follower.Body.Close()
+	got := readUntil(t, follower.Body, "gen1-tok0")
+	redisDo(t, rig.redis, "FLUSHALL")
+	release()
+	rest, err := io.ReadAll(follower.Body)
+	body := got + string(rest)
+	if err == nil {
+		t.Errorf("follower's answer after the stream vanished ended cleanly: %q, want broken", body)
+	}
+	if strings.Contains(body, "[DONE]") {
+		t.Errorf("follower's answer %q has the end of an answer whose middle it missed", body)
+	}
+	leaderRest, leaderErr := io.ReadAll(leader.Body)
+	if leaderErr == nil {
+		t.Errorf("leader's answer after its lease vanished ended cleanly: %q, want broken (a new leader may answer the key)", leaderGot+string(leaderRest))
+	}
+	for _, k := range redisArray(t, rig.redis, "KEYS", "*:s:*") {
+		t.Errorf("stream %q exists after FLUSHALL: an append re-created it", k)
+	}
+}
+
+// Fencing: a leader cut off from Redis past its lease (a GC pause, a
+// frozen VM) before commit; a follower takes over and completes
+// generation 2. When the old leader comes back it must not commit, store
+// or replay generation 1: its client gets a 503 to retry, and replays are
+// generation 2.
+func TestFleetPausedLeaderCannotCommitAfterTakeover(t *testing.T) {
+	rig := newFleetRig(t, 3, nil)
+	a, b, c := rig.replicas[0], rig.replicas[1], rig.replicas[2]
+	release := rig.upstream.holdGen("p1", 1, false)
+	defer release()
+	first := a.sendAsync(t, "p1", "alice", chatBody)
+	rig.upstream.waitStarted(t, "p1")
+	second := b.sendAsync(t, "p1", "alice", chatBody)
+	b.sink.waitClaim(t)
+	a.client.dead.Store(true) // a is paused as far as Redis can tell
+	if started := rig.upstream.waitStarted(t, "p1"); started != "p1#2" {
+		t.Fatalf("takeover started %s, want p1#2", started)
+	}
+	rb := recvAnswer(t, second)
+	if !rb.complete || rb.status != 200 || !strings.Contains(rb.body, "gen2-tok4") {
+		t.Fatalf("follower that took over: status %d complete %v body %q, want generation 2 whole", rb.status, rb.complete, rb.body)
+	}
+	a.client.dead.Store(false) // a resumes
+	release()
+	ra := recvAnswer(t, first)
+	if ra.status != 503 || strings.Contains(ra.body, "gen1-") || ra.header.Get("Retry-After") == "" {
+		t.Errorf("old leader after the takeover: status %d Retry-After %q body %q, want a 503 to retry without generation 1",
+			ra.status, ra.header.Get("Retry-After"), ra.body)
+	}
+	for i := 0; i < 2; i++ {
+		rc := c.send(t, "p1", "alice", chatBody)
+		if rc.header.Get("Idempotent-Replayed") != "true" || rc.body != rb.body {
+			t.Errorf("replay %d at a third replica: replayed %q body %q, want generation 2's answer %q",
+				i, rc.header.Get("Idempotent-Replayed"), rc.body, rb.body)
+		}
+	}
+	if got := rig.upstream.generations("p1"); got != 2 {
+		t.Errorf("generations = %d, want 2", got)
+	}
+}
+
+// Fencing after commit: the leader is cut off past its lease mid-answer;
+// its follower's answer ends cut, a new request leads generation 2 and
+// completes. The old leader, back, must end its own answer broken (it may
+// not pass for a whole answer of the key) and store nothing.
+func TestFleetPausedLeaderAfterCommitEndsBroken(t *testing.T) {
+	rig := newFleetRig(t, 3, nil)
+	a, c := rig.replicas[0], rig.replicas[2]
+	release := rig.upstream.holdGen("p2", 1, true)
+	defer release()
+	leader := a.open(t, "p2", "alice", chatBody)
+	defer leader.Body.Close()
+	got := readUntil(t, leader.Body, "gen1-tok0")
+	a.client.dead.Store(true)
+	// Once a's lease expired a new request leads generation 2.
+	// Until then a request follows generation 1 and is cut with it.
+	var rc answer
+	for i := 0; ; i++ {
+		rc = c.send(t, "p2", "alice", chatBody)
+		if rc.complete && rc.status == 200 && strings.Contains(rc.body, "gen2-tok4") {
+			break
+		}
+		if rc.complete || strings.Contains(rc.body, "gen2-") || i == 20 {
+			t.Fatalf("request %d while a is paused: status %d complete %v body %q, want generation 1 cut or generation 2 whole",
+				i, rc.status, rc.complete, rc.body)
+		}
+	}
+	a.client.dead.Store(false)
+	release()
+	rest, err := io.ReadAll(leader.Body)
+	if err == nil {
+		t.Errorf("old leader's answer ended cleanly after it lost its lease: %q, want broken", got+string(rest))
+	}
+	replay := c.send(t, "p2", "alice", chatBody)
+	if replay.header.Get("Idempotent-Replayed") != "true" || replay.body != rc.body {
+		t.Errorf("replay: replayed %q body %q, want generation 2's %q", replay.header.Get("Idempotent-Replayed"), replay.body, rc.body)
+	}
+}
+
+// A late follower that finds a stream without its start (its first
+// entries trimmed or evicted) has written nothing: it gets a 409 to retry,
+// not a connection closed on it.
+func TestFleetHeadlessStreamIsAConflict(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("h1", true)
+	defer release()
+	leader := a.sendAsync(t, "h1", "alice", chatBody)
+	rig.upstream.waitStarted(t, "h1")
+	stream := waitEntries(t, rig, 2)                      // the head and the first event
+	redisDo(t, rig.redis, "XTRIM", stream, "MAXLEN", "1") // only the first event stays
+	rb := b.send(t, "h1", "alice", chatBody)
+	if rb.status != 409 || !rb.complete || !strings.Contains(rb.body, "idempotency_key_in_use") {
+		t.Errorf("follower of a headless stream: status %d complete %v body %q, want a whole 409", rb.status, rb.complete, rb.body)
+	}
+	release()
+	if ra := recvAnswer(t, leader); !ra.complete || ra.status != 200 {
+		t.Errorf("leader: status %d complete %v, want 200 whole", ra.status, ra.complete)
+	}
+}
+
+// waitEntries waits until the one stream in Redis holds n entries (the
+// leader appends its events as they come) and returns its key.
+func waitEntries(t *testing.T, rig *fleetRig, n int64) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if keys := redisArray(t, rig.redis, "KEYS", "*:s:*"); len(keys) == 1 && redisInt(t, rig.redis, "XLEN", keys[0]) >= n {
+			return keys[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no stream with %d entries within 10s", n)
+		}
+		time.Sleep(5 * time.Millisecond) // polling Redis for the event, not a margin
+	}
+}
+
+// Identity: two routes on one Redis with the same caller, key and body
+// never share an answer.
+func TestFleetRoutesDoNotShareAnswers(t *testing.T) {
+	n := 0
+	rig := newFleetRig(t, 2, func(cfg *core.Config) {
+		cfg.Route = []string{"gpt", "claude"}[n]
+		n++
+	})
+	a, b := rig.replicas[0], rig.replicas[1]
+	if ra := a.send(t, "r1", "alice", chatBody); !ra.complete || ra.status != 200 {
+		t.Fatalf("route gpt: status %d complete %v", ra.status, ra.complete)
+	}
+	rb := b.send(t, "r1", "alice", chatBody)
+	if rb.header.Get("Idempotent-Replayed") != "" || rb.status != 200 {
+		t.Errorf("route claude got status %d replayed %q, want its own answer, not route gpt's replay", rb.status, rb.header.Get("Idempotent-Replayed"))
+	}
+	if got := rig.upstream.generations("r1"); got != 2 {
+		t.Errorf("generations = %d, want 2 (one per route)", got)
+	}
+}
+
+// A remote follower that leaves is uncounted: when the leader's client
+// left and the last follower anywhere leaves, the leader cancels its race
+// (the tokens are not paid for nobody).
+func TestFleetAbandonedGenerationIsCancelled(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("g1", true)
+	defer release()
+	leader := a.open(t, "g1", "alice", chatBody)
+	readUntil(t, leader.Body, "gen1-tok0")
+	follower := b.open(t, "g1", "alice", chatBody)
+	readUntil(t, follower.Body, "gen1-tok0")
+	leader.Body.Close()
+	follower.Body.Close()
+	select {
+	case key := <-rig.upstream.cancelled:
+		if key != "g1" {
+			t.Errorf("cancelled %q, want g1", key)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the generation nobody reads was not cancelled within 10s (the follower that left is still counted)")
+	}
+}
