@@ -77,6 +77,12 @@ const (
 // errFleetDown is the error of an operation the breaker did not let through.
 var errFleetDown = errors.New("llmhedge: fleet down")
 
+// ErrRedisBusy is what a RedisClient returns (wrapped or not) when its
+// command never reached Redis because the client had no connection free
+// within the deadline: the replica is busy, Redis is not failing, so it
+// neither takes the fleet down nor counts as a fleet operation error.
+var ErrRedisBusy = errors.New("llmhedge: no Redis connection free")
+
 // NewFleet returns a Fleet over client for cfg (defaults applied). It does
 // not touch Redis: the first keyed request does. It starts up.
 func NewFleet(client RedisClient, cfg FleetConfig, opts FleetOptions) *Fleet {
@@ -217,14 +223,16 @@ func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string)
 // fleetObserve records an operation's latency and error, and tells the
 // breaker. An error reply such as NOSCRIPT proves the connection works.
 func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, err error, probe bool) {
+	busy := err != nil && errors.Is(err, ErrRedisBusy)
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
-		if err != nil {
+		if err != nil && !busy {
 			f.metrics.Record(MetricFleetErrors, []string{f.name, op}, 1)
 		}
 	}
-	if err != nil && parent.Err() != nil {
-		// The request left: nothing learnt about Redis.
+	if err != nil && (parent.Err() != nil || busy) {
+		// The request left, or the client had no connection free:
+		// nothing learnt about Redis.
 		if probe {
 			f.mu.Lock()
 			f.probing = false

@@ -39,6 +39,10 @@ type RedisValue struct {
 type RedisClient interface {
 	// Do sends one command and returns its reply. A Redis error reply is
 	// returned as a non-nil error; so is a network failure or a timeout.
+	// A blocking read (XREAD ... BLOCK) may hold its connection for its
+	// block time: clients keep such reads on connections of their own, so
+	// that followers never starve the claims and renewals. A command that
+	// found no connection free by ctx's deadline returns ErrRedisBusy.
 	Do(ctx context.Context, args ...string) (RedisValue, error)
 	// Pipeline sends cmds in one round trip and returns one reply per
 	// command, in order. The call fails as a whole (error non-nil) when any
