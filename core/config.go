@@ -223,9 +223,13 @@ type IdempotencyConfig struct {
 	// ("off") disables joins and replays (keys are still generated and sent).
 	TTL Duration `json:"ttl,omitempty"`
 	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
-	// 64 MiB.
-	MaxEntries int      `json:"max_entries,omitempty"`
-	MaxBytes   ByteSize `json:"max_bytes,omitempty"`
+	// 64 MiB. In a fleet MaxBytes also bounds the route's stored answers in
+	// Redis (fleet-wide), and MaxBytesPerCaller one caller's share of them
+	// (default a quarter of MaxBytes); an answer that does not fit is not
+	// stored (its flight is still joined; later requests run afresh).
+	MaxEntries        int      `json:"max_entries,omitempty"`
+	MaxBytes          ByteSize `json:"max_bytes,omitempty"`
+	MaxBytesPerCaller ByteSize `json:"max_bytes_per_caller,omitempty"`
 	// MaxResponseBytes is the largest response recorded for joins and
 	// replays. Default 1 MiB.
 	MaxResponseBytes ByteSize `json:"max_response_bytes,omitempty"`
@@ -415,6 +419,9 @@ func (c Config) WithDefaults() Config {
 	if c.Idempotency.MaxBytes == 0 {
 		c.Idempotency.MaxBytes = 64 << 20
 	}
+	if c.Idempotency.MaxBytesPerCaller == 0 {
+		c.Idempotency.MaxBytesPerCaller = c.Idempotency.MaxBytes / 4
+	}
 	if c.Idempotency.MaxResponseBytes == 0 {
 		c.Idempotency.MaxResponseBytes = 1 << 20
 	}
@@ -543,7 +550,7 @@ func (c Config) Validate() error {
 	if !validHeaderName(c.Idempotency.Header) {
 		bad("idempotency header %q is not a valid token", c.Idempotency.Header)
 	}
-	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 {
+	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 || c.Idempotency.MaxBytesPerCaller < 1 {
 		bad("idempotency max_entries, max_bytes and max_response_bytes must be positive")
 	}
 	for _, name := range c.Idempotency.ScopeHeaders {

@@ -105,12 +105,13 @@ type Upstream struct {
 // replays, and so do the forms an unquoted YAML off takes on its way here
 // ("false", "0") and a zero duration ("0s").
 type Idempotency struct {
-	Header           string        `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
-	TTL              string        `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
-	MaxEntries       int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
-	MaxBytes         core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
-	MaxResponseBytes core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
-	ScopeHeaders     []string      `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
+	Header            string        `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
+	TTL               string        `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
+	MaxEntries        int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
+	MaxBytes          core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
+	MaxBytesPerCaller core.ByteSize `json:"maxBytesPerCaller,omitempty" yaml:"maxBytesPerCaller,omitempty" core:"Idempotency.MaxBytesPerCaller"`
+	MaxResponseBytes  core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
+	ScopeHeaders      []string      `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
 }
 
 // Budget is core.BudgetConfig.
