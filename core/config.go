@@ -242,6 +242,12 @@ type IdempotencyConfig struct {
 	ScopeHeaders []string `json:"scope_headers,omitempty"`
 }
 
+// What a 429 to the caller's own credentials does (BudgetConfig.Caller429).
+const (
+	Caller429Caller = "caller"
+	Caller429Route  = "route"
+)
+
 // BudgetConfig rations hedges (the extra load).
 type BudgetConfig struct {
 	// Ratio of requests that may start a hedge, as a token bucket refilled by
@@ -266,6 +272,14 @@ type BudgetConfig struct {
 	// minutes or BreakerOpen if that is longer.
 	BreakerFailures int      `json:"breaker_failures,omitempty"`
 	BreakerOpen     Duration `json:"breaker_open,omitempty"`
+	// Caller429 is what a 429 does when it answered the caller's own
+	// credentials (the request carried Authorization, X-Api-Key, Api-Key or
+	// X-Goog-Api-Key and the upstream passed it on unchanged): "caller"
+	// (default) takes it for that caller's own rate limit, so it cools the
+	// upstream for nobody, opens no breaker and counts toward no overload
+	// stop (the attempt still fails over); "route" treats it as any 429.
+	// A 429 to the route's own key (set_headers) always cools the route.
+	Caller429 string `json:"caller_429,omitempty"`
 	// TenantHeader names the header that identifies a tenant; with
 	// TenantTokensPerMinute > 0 each tenant may spend at most that many
 	// estimated extra prompt tokens (body bytes / 4) per minute on hedges.
@@ -462,6 +476,9 @@ func (c Config) WithDefaults() Config {
 	if b.BreakerFailures == 0 {
 		b.BreakerFailures = 5
 	}
+	if b.Caller429 == "" {
+		b.Caller429 = Caller429Caller
+	}
 	if b.BreakerOpen == 0 {
 		b.BreakerOpen = Duration(10 * time.Second)
 	}
@@ -570,6 +587,9 @@ func (c Config) Validate() error {
 	}
 	if b.OverloadRate <= 0 || b.OverloadRate > 1 || b.OverloadWindow < 1 {
 		bad("budget overload_rate must be in (0,1] and overload_window positive")
+	}
+	if b.Caller429 != Caller429Caller && b.Caller429 != Caller429Route {
+		bad("budget caller_429 %q: want caller or route", b.Caller429)
 	}
 	if b.BreakerFailures < 1 || b.BreakerOpen <= 0 {
 		bad("budget breaker_failures and breaker_open must be positive")

@@ -125,6 +125,7 @@ type Budget struct {
 	OverloadWindow        int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty" core:"Budget.OverloadWindow"`
 	BreakerFailures       int     `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty" core:"Budget.BreakerFailures"`
 	BreakerOpen           string  `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty" core:"Budget.BreakerOpen"`
+	Caller429             string  `json:"caller429,omitempty" yaml:"caller429,omitempty" core:"Budget.Caller429"`
 	TenantHeader          string  `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty" core:"Budget.TenantHeader"`
 	TenantTokensPerMinute int64   `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty" core:"Budget.TenantTokensPerMinute"`
 	SpendCapTokensPerHour int64   `json:"spendCapTokensPerHour,omitempty" yaml:"spendCapTokensPerHour,omitempty" core:"Budget.SpendCapTokensPerHour"`
