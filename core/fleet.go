@@ -31,6 +31,8 @@ type Fleet struct {
 	replica string
 	// holders counts the flights this replica led, for unique holder ids.
 	holders int64
+	// followers counts this replica's requests following another's flight.
+	followers int64
 	// kind is the proxy, for the heartbeat (FleetOptions.Kind).
 	kind string
 	// sync is the sync loop's state (fleetsync.go).

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -93,8 +94,18 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 				return fleetJoined{}
 			}
 			other := v.Array[1].Str
+			if atomic.AddInt64(&f.followers, 1) > int64(f.cfg.MaxFollowers) {
+				// Over the cap: no blocking read, and no second generation.
+				atomic.AddInt64(&f.followers, -1)
+				fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, other, "-1")
+				rep.Outcome = OutcomeJoined
+				rep.Status = http.StatusConflict
+				writeInFlightConflict(fw)
+				return fleetJoined{answered: true, complete: true}
+			}
 			setNoRaceReport(h, fw.Header(), OutcomeJoined)
 			res := fleetFollow(f, fw, keys, other, other+" "+fp, readers)
+			atomic.AddInt64(&f.followers, -1)
 			switch res {
 			case followReclaim:
 				clearNoRaceReport(h, fw.Header())

@@ -87,6 +87,8 @@ type Fleet struct {
 	RetryInterval string `json:"retryInterval,omitempty" yaml:"retryInterval,omitempty" core:"Fleet.RetryInterval"`
 	// SyncInterval of the fleet's budget, health and switch sync. Default "250ms".
 	SyncInterval string `json:"syncInterval,omitempty" yaml:"syncInterval,omitempty" core:"Fleet.SyncInterval"`
+	// MaxFollowers caps this replica's requests following another's flight.
+	MaxFollowers int `json:"maxFollowers,omitempty" yaml:"maxFollowers,omitempty" core:"Fleet.MaxFollowers"`
 }
 
 // Upstream is core.UpstreamConfig. SetHeaders values are never logged.

@@ -3,7 +3,6 @@ package traefikplugin
 import (
 	"io"
 	"sync"
-	"time"
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/resp"
@@ -41,11 +40,7 @@ func clientKey(cfg core.FleetConfig) string {
 }
 
 // fleetKey identifies a fleet: its connection and the protocol's settings.
-func fleetKey(cfg core.FleetConfig) string {
-	return clientKey(cfg) + "\x00" + time.Duration(cfg.Timeout).String() + "\x00" + cfg.Prefix +
-		"\x00" + time.Duration(cfg.Lease).String() + "\x00" + time.Duration(cfg.RetryInterval).String() +
-		"\x00" + time.Duration(cfg.SyncInterval).String()
-}
+func fleetKey(cfg core.FleetConfig) string { return cfg.Key() }
 
 // checkFleet reports what would keep the fleet's client from being made
 // (an unset password variable), for New. It creates nothing that lasts.
