@@ -37,6 +37,9 @@ type Fleet struct {
 	kind string
 	// sync is the sync loop's state (fleetsync.go).
 	sync *fleetSync
+	// policy is what the fleet read of Redis' maxmemory-policy
+	// (fleetpolicy.go).
+	policy *fleetPolicy
 
 	mu        sync.Mutex
 	up        bool
@@ -100,7 +103,8 @@ func NewFleet(client RedisClient, cfg FleetConfig, opts FleetOptions) *Fleet {
 	var id [6]byte
 	rand.Read(id[:])
 	f := &Fleet{client: client, cfg: cfg, name: name, clock: opts.Clock, metrics: opts.Metrics,
-		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true, kind: opts.Kind, sync: newFleetSync()}
+		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true, kind: opts.Kind, sync: newFleetSync(),
+		policy: &fleetPolicy{due: true}}
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetUp, []string{name}, 1)
 	}
@@ -178,6 +182,9 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 	}
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetUp, []string{f.name}, v)
+	}
+	if up {
+		fleetPolicyDue(f) // the Redis back may be another one
 	}
 	if f.log == nil {
 		return

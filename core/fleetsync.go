@@ -489,8 +489,9 @@ func (f *Fleet) Close() {
 }
 
 // fleetSyncAll syncs every attached route, detaches idle ones, and
-// heartbeats when it is time.
+// heartbeats when it is time (and reads Redis' eviction policy when due).
 func fleetSyncAll(f *Fleet) {
+	fleetCheckPolicy(f)
 	fs := f.sync
 	now := f.clock.Now()
 	fs.mu.Lock()
