@@ -252,6 +252,9 @@ func TestFleetStoreHoldsAnswersOnceWithinItsBudget(t *testing.T) {
 		cfg.Idempotency.MaxBytes = core.ByteSize(budget)
 		cfg.Idempotency.MaxBytesPerCaller = core.ByteSize(budget)
 		cfg.Idempotency.MaxResponseBytes = 2 << 20
+		// About memory, not Redis faults: an end that timed out would
+		// leave its stream for the in-flight linger.
+		cfg.Fleet.Timeout = core.Duration(5 * time.Second)
 	})
 	rig.upstream.mu.Lock()
 	rig.upstream.events, rig.upstream.size = 16, eventSize
