@@ -174,15 +174,18 @@ func acquire(c *Client, ctx context.Context, p *pool) (*conn, error) {
 }
 
 // waitForConn waits for w's answer. The wait ends with an error when ctx
-// ends or, for a context without a deadline, after ReadTimeout.
+// ends or, for a context without a deadline, after ReadTimeout. A wait that
+// outlasted its deadline wraps core.ErrRedisBusy (the command never reached
+// Redis: every connection was in use, which says nothing of Redis' health)
+// and the context's error.
 func waitForConn(c *Client, ctx context.Context, p *pool, w *waiter) grant {
 	stop := context.AfterFunc(ctx, func() {
-		abandonWait(p, w, fmt.Errorf("resp: waiting for a connection to %s: %w", c.ep.addr, context.Cause(ctx)))
+		abandonWait(p, w, waitError(c, ctx, p))
 	})
 	var timer *time.Timer
 	if _, ok := ctx.Deadline(); !ok && c.opts.ReadTimeout > 0 {
 		timer = time.AfterFunc(c.opts.ReadTimeout, func() {
-			abandonWait(p, w, errors.New("resp: waiting for a connection to "+c.ep.addr+": all "+strconv.Itoa(p.maxOpen)+" in use for "+c.opts.ReadTimeout.String()))
+			abandonWait(p, w, fmt.Errorf("resp: waiting for a connection to %s: all %d in use for %s: %w", c.ep.addr, p.maxOpen, c.opts.ReadTimeout, core.ErrRedisBusy))
 		})
 	}
 	g := <-w.ch
@@ -191,6 +194,17 @@ func waitForConn(c *Client, ctx context.Context, p *pool, w *waiter) grant {
 		timer.Stop()
 	}
 	return g
+}
+
+// waitError is the error of a wait for a connection that ctx ended: busy
+// when its deadline passed, the cancellation's cause otherwise (the caller
+// left).
+func waitError(c *Client, ctx context.Context, p *pool) error {
+	cause := context.Cause(ctx)
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("resp: waiting for a connection to %s (all %d in use): %w (%w)", c.ep.addr, p.maxOpen, core.ErrRedisBusy, cause)
+	}
+	return fmt.Errorf("resp: waiting for a connection to %s: %w", c.ep.addr, cause)
 }
 
 // dial connects, completes TLS, and authenticates and selects the database

@@ -449,6 +449,66 @@ func TestBlockingCommandsHaveTheirOwnConnections(t *testing.T) {
 	}
 }
 
+// A blocking pool full of readers (and with more readers waiting for one of
+// its connections) leaves ordinary commands their own pool; a reader whose
+// deadline passes while it waits gets core.ErrRedisBusy, not a Redis error.
+func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), MaxOpen: 1, MaxBlocking: 2})
+	held := make(chan error, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	for i := 0; i < 2; i++ {
+		go blockForever(c, ctx, held)
+	}
+	waitBlockedClients(t, c, 2)
+	queued := make(chan error, 1)
+	go blockForever(c, ctx, queued)
+	waitBlockingWaiters(t, c, 1)
+
+	// The one ordinary connection is free: the command is answered well
+	// within a deadline shorter than any blocked read.
+	if _, err := c.Do(ctxTimeout(t, 2*time.Second), "SET", "k", "v"); err != nil {
+		t.Fatalf("SET with the blocking pool full and a reader queued: %v", err)
+	}
+	if v := do(t, c, "GET", "k"); v.Str != "v" {
+		t.Fatalf("GET k = %s, want \"v\"", describe(v))
+	}
+
+	// A reader that waits for a blocking connection past its deadline.
+	_, err := c.Do(ctxTimeout(t, 50*time.Millisecond), "XREAD", "BLOCK", "10", "STREAMS", "s", "$")
+	if !errors.Is(err, core.ErrRedisBusy) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("XREAD BLOCK waiting on a full blocking pool: err = %v, want core.ErrRedisBusy and context.DeadlineExceeded", err)
+	}
+	cancel()
+	for i := 0; i < 3; i++ {
+		var err error
+		if i < 2 {
+			err = <-held
+		} else {
+			err = <-queued
+		}
+		if !errors.Is(err, context.Canceled) || errors.Is(err, core.ErrRedisBusy) {
+			t.Fatalf("cancelled reader %d: err = %v, want context.Canceled and not busy (the caller left)", i, err)
+		}
+	}
+}
+
+// waitBlockingWaiters polls until n callers wait for a blocking connection.
+func waitBlockingWaiters(t *testing.T, c *Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := poolWaiters(c.blocking)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("callers waiting for a blocking connection = %d, never %d", got, n)
+		}
+		time.Sleep(time.Millisecond) // polling the pool, bounded by deadline
+	}
+}
+
 func readAfter(c *Client, id string, results chan core.RedisValue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -483,6 +543,9 @@ func TestPoolWaitEndsAtTheDeadline(t *testing.T) {
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), "waiting for a connection") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want a DeadlineExceeded wait for a connection", err)
+	}
+	if !errors.Is(err, core.ErrRedisBusy) {
+		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want it to wrap core.ErrRedisBusy (no connection free is not a Redis failure)", err)
 	}
 	if took > 500*time.Millisecond {
 		t.Fatalf("second caller waited %v, want its 100ms deadline", took)

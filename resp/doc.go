@@ -16,7 +16,8 @@
 //   - AUTH (user and password, or password only) and SELECT on every new
 //     connection, in one round trip.
 //   - A bounded pool: connections are reused (at most MaxIdle kept idle, at
-//     most MaxOpen open, callers beyond that wait until their deadline); a
+//     most MaxOpen open, callers beyond that wait until their deadline,
+//     and a wait past it returns an error wrapping core.ErrRedisBusy); a
 //     connection that saw a network error, a protocol error, a timeout or a
 //     cancellation is closed, never reused; an idle connection the server
 //     closes is noticed at once (a goroutine waits in a Read on each idle
@@ -27,7 +28,9 @@
 //   - Pipeline writes every command in one write and then reads every
 //     reply.
 //   - Blocking commands (XREAD BLOCK, BLPOP, ...) run on connections of
-//     their own pool, so long waits never starve ordinary commands.
+//     their own pool (at most MaxBlocking, default 256), so long waits
+//     never starve ordinary commands, and a full blocking pool delays only
+//     the readers that wait for it.
 //
 // Errors never contain the password: they name the operation and the
 // server address only, and Redis' own error replies (WRONGPASS, NOAUTH)

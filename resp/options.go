@@ -17,7 +17,9 @@ const (
 	DefaultWriteTimeout = 3 * time.Second
 	DefaultMaxIdle      = 16
 	DefaultMaxOpen      = 64
-	// DefaultMaxBlocking bounds the connections of blocking commands.
+	// DefaultMaxBlocking bounds the connections of blocking commands (per
+	// Redis node): 256 followers of one replica read at once, more wait
+	// their turn.
 	DefaultMaxBlocking = 256
 	// DefaultIdleTimeout closes connections unused this long (below the
 	// 300 s idle timeout many Redis services set).
@@ -48,8 +50,13 @@ type Options struct {
 
 	// MaxIdle connections are kept for reuse; MaxOpen bounds the open
 	// connections of ordinary commands and MaxBlocking those of blocking
-	// commands. A caller that finds every connection in use waits for one
-	// until its context ends. Zero means the default.
+	// commands (XREAD ... BLOCK, BLPOP, WAIT...: a fleet follower holds
+	// one for up to its block time), two pools, so that readers never
+	// take the connections claims, syncs and renewals need. A caller that
+	// finds every connection of its pool in use waits for one until its
+	// context ends; a wait that outlasts the deadline returns an error
+	// wrapping core.ErrRedisBusy (and context.DeadlineExceeded). Zero
+	// means the default (DefaultMaxOpen, DefaultMaxBlocking).
 	MaxIdle     int
 	MaxOpen     int
 	MaxBlocking int

@@ -272,3 +272,11 @@ func poolStats(p *pool) (uint64, int, int) {
 	idle := len(p.idle)
 	return dials, open, idle
 }
+
+// poolWaiters counts the callers waiting for a connection.
+func poolWaiters(p *pool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.waiters)
+	return n
+}
