@@ -498,7 +498,7 @@ func waitBlockingWaiters(t *testing.T, c *Client, n int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		got := poolWaiters(c.blocking)
+		got := poolWaiters(c.single.blocking)
 		if got == n {
 			return
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -29,7 +30,10 @@ const (
 // Options configure a Client. Only URL is required.
 type Options struct {
 	// URL is redis://[user:password@]host[:port][/db] or rediss://... for
-	// TLS. The port defaults to 6379, the database to 0.
+	// TLS. The port defaults to 6379, the database to 0. A Redis Cluster
+	// is redis+cluster://[user:password@]host:port,host:port.../ (or
+	// rediss+cluster://): any of its nodes will do, the client learns the
+	// others. A redis:// URL naming a cluster node is refused (see New).
 	URL string
 	// PasswordEnv names an environment variable holding the password; when
 	// set it replaces the URL's password (the URL then need not carry a
@@ -69,8 +73,10 @@ type Options struct {
 
 // endpoint is what a URL resolves to.
 type endpoint struct {
-	addr     string // host:port
-	host     string // for TLS ServerName
+	addr     string   // host:port (the first node of a cluster URL)
+	host     string   // for TLS ServerName
+	cluster  bool     // redis+cluster:// or rediss+cluster://
+	seeds    []string // a cluster URL's nodes, host:port
 	useTLS   bool
 	user     string
 	password string
@@ -79,8 +85,55 @@ type endpoint struct {
 
 // parseURL reads redis://[user:password@]host[:port][/db] and rediss://
 // with the fleet's own parser (whose errors quote the URL redacted), and
-// the password from passwordEnv when that is set.
+// the password from passwordEnv when that is set; and the cluster forms
+// redis+cluster://[user:password@]host:port,host:port.../ (rediss+cluster
+// for TLS), each node as its own redis:// URL would be.
 func parseURL(raw, passwordEnv string) (endpoint, error) {
+	scheme, rest, found := strings.Cut(raw, "://")
+	if found && (strings.EqualFold(scheme, "redis+cluster") || strings.EqualFold(scheme, "rediss+cluster")) {
+		return parseClusterURL(scheme[:len(scheme)-len("+cluster")], rest, passwordEnv)
+	}
+	return parseServerURL(raw, passwordEnv)
+}
+
+// parseClusterURL reads the part after "<scheme>+cluster://": one or more
+// host:port separated by commas, database 0 only (a cluster has no other).
+func parseClusterURL(scheme, rest, passwordEnv string) (endpoint, error) {
+	authority := rest
+	tail := ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority = rest[:i]
+		tail = rest[i:]
+	}
+	userinfo := ""
+	hosts := authority
+	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
+		userinfo = authority[:at+1]
+		hosts = authority[at+1:]
+	}
+	var ep endpoint
+	for _, h := range strings.Split(hosts, ",") {
+		if h == "" {
+			return ep, errors.New("resp: Redis Cluster URL " + scheme + "+cluster://...: an empty node in the host list (want host:port,host:port)")
+		}
+		one, err := parseServerURL(scheme+"://"+userinfo+h+tail, passwordEnv)
+		if err != nil {
+			return ep, err
+		}
+		if one.db != 0 {
+			return ep, errors.New("resp: Redis Cluster URL: database " + strconv.Itoa(one.db) + ": a cluster has database 0 only")
+		}
+		if len(ep.seeds) == 0 {
+			ep = one
+		}
+		ep.seeds = append(ep.seeds, one.addr)
+	}
+	ep.cluster = true
+	return ep, nil
+}
+
+// parseServerURL reads a single server's URL.
+func parseServerURL(raw, passwordEnv string) (endpoint, error) {
 	var ep endpoint
 	a, err := core.ParseRedisURL(raw, passwordEnv)
 	if err != nil {
