@@ -139,6 +139,9 @@ func parseServerURL(raw, passwordEnv string) (endpoint, error) {
 	if err != nil {
 		return ep, errors.New("resp: " + err.Error())
 	}
+	if a.Cluster {
+		return ep, errors.New("resp: a Redis Cluster URL (" + a.Name() + "): this client speaks to one server only")
+	}
 	host, port, err := net.SplitHostPort(a.Host)
 	if err != nil {
 		return ep, errors.New("resp: Redis URL: host:port " + strconv.Quote(a.Host) + " is not valid")
