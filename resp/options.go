@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -83,74 +82,37 @@ type endpoint struct {
 	db       int
 }
 
-// parseURL reads redis://[user:password@]host[:port][/db] and rediss://
-// with the fleet's own parser (whose errors quote the URL redacted), and
-// the password from passwordEnv when that is set; and the cluster forms
-// redis+cluster://[user:password@]host:port,host:port.../ (rediss+cluster
-// for TLS), each node as its own redis:// URL would be.
+// parseURL reads redis://[user:password@]host[:port][/db] and rediss://,
+// and a Redis Cluster's redis+cluster://[user:password@]host:port,host:port/
+// and rediss+cluster://, with the fleet's own parser (whose errors quote the
+// URL redacted), and the password from passwordEnv when that is set.
 func parseURL(raw, passwordEnv string) (endpoint, error) {
-	scheme, rest, found := strings.Cut(raw, "://")
-	if found && (strings.EqualFold(scheme, "redis+cluster") || strings.EqualFold(scheme, "rediss+cluster")) {
-		return parseClusterURL(scheme[:len(scheme)-len("+cluster")], rest, passwordEnv)
-	}
-	return parseServerURL(raw, passwordEnv)
-}
-
-// parseClusterURL reads the part after "<scheme>+cluster://": one or more
-// host:port separated by commas, database 0 only (a cluster has no other).
-func parseClusterURL(scheme, rest, passwordEnv string) (endpoint, error) {
-	authority := rest
-	tail := ""
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority = rest[:i]
-		tail = rest[i:]
-	}
-	userinfo := ""
-	hosts := authority
-	if at := strings.LastIndexByte(authority, '@'); at >= 0 {
-		userinfo = authority[:at+1]
-		hosts = authority[at+1:]
-	}
-	var ep endpoint
-	for _, h := range strings.Split(hosts, ",") {
-		if h == "" {
-			return ep, errors.New("resp: Redis Cluster URL " + scheme + "+cluster://...: an empty node in the host list (want host:port,host:port)")
-		}
-		one, err := parseServerURL(scheme+"://"+userinfo+h+tail, passwordEnv)
-		if err != nil {
-			return ep, err
-		}
-		if one.db != 0 {
-			return ep, errors.New("resp: Redis Cluster URL: database " + strconv.Itoa(one.db) + ": a cluster has database 0 only")
-		}
-		if len(ep.seeds) == 0 {
-			ep = one
-		}
-		ep.seeds = append(ep.seeds, one.addr)
-	}
-	ep.cluster = true
-	return ep, nil
-}
-
-// parseServerURL reads a single server's URL.
-func parseServerURL(raw, passwordEnv string) (endpoint, error) {
 	var ep endpoint
 	a, err := core.ParseRedisURL(raw, passwordEnv)
 	if err != nil {
 		return ep, errors.New("resp: " + err.Error())
 	}
-	if a.Cluster {
-		return ep, errors.New("resp: a Redis Cluster URL (" + a.Name() + "): this client speaks to one server only")
+	hosts := a.Hosts
+	if !a.Cluster {
+		hosts = []string{a.Host}
 	}
-	host, port, err := net.SplitHostPort(a.Host)
-	if err != nil {
-		return ep, errors.New("resp: Redis URL: host:port " + strconv.Quote(a.Host) + " is not valid")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return ep, errors.New("resp: Redis URL: port " + strconv.Quote(port) + " is not 1-65535")
+	for _, h := range hosts {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			return ep, errors.New("resp: Redis URL: host:port " + strconv.Quote(h) + " is not valid")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return ep, errors.New("resp: Redis URL: port " + strconv.Quote(port) + " is not 1-65535")
+		}
+		if ep.host == "" {
+			ep.host = host
+		}
 	}
 	ep.addr = a.Host
-	ep.host = host
+	ep.cluster = a.Cluster
+	if a.Cluster {
+		ep.seeds = hosts
+	}
 	ep.useTLS = a.TLS
 	ep.user = a.Username
 	ep.password = a.Password
