@@ -87,6 +87,11 @@ type Fleet struct {
 	RetryInterval string `json:"retryInterval,omitempty" yaml:"retryInterval,omitempty" core:"Fleet.RetryInterval"`
 	// SyncInterval of the fleet's budget, health and switch sync. Default "250ms".
 	SyncInterval string `json:"syncInterval,omitempty" yaml:"syncInterval,omitempty" core:"Fleet.SyncInterval"`
+	// MaxBlocking bounds the Redis connections of the followers' blocking
+	// reads, per Redis node (the plugin's own option: package resp's
+	// Options.MaxBlocking). Default 256; a follower beyond it waits for
+	// one, and a wait past its deadline is no Redis failure.
+	MaxBlocking int `json:"maxBlocking,omitempty" yaml:"maxBlocking,omitempty" core:"-"`
 }
 
 // Upstream is core.UpstreamConfig. SetHeaders values are never logged.

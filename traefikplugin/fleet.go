@@ -1,7 +1,9 @@
 package traefikplugin
 
 import (
+	"errors"
 	"io"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,46 +37,52 @@ func newFleetRegistry() *fleetRegistry {
 }
 
 // clientKey identifies a Redis connection: the URL (password included: it
-// stays in memory, never in a log) and the password variable.
-func clientKey(cfg core.FleetConfig) string {
-	return cfg.URL + "\x00" + cfg.PasswordEnv
+// stays in memory, never in a log), the password variable and the bound of
+// the blocking reads' pool.
+func clientKey(cfg core.FleetConfig, maxBlocking int) string {
+	return cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + strconv.Itoa(maxBlocking)
 }
 
 // fleetKey identifies a fleet: its connection and the protocol's settings.
-func fleetKey(cfg core.FleetConfig) string {
-	return clientKey(cfg) + "\x00" + time.Duration(cfg.Timeout).String() + "\x00" + cfg.Prefix +
+func fleetKey(cfg core.FleetConfig, maxBlocking int) string {
+	return clientKey(cfg, maxBlocking) + "\x00" + time.Duration(cfg.Timeout).String() + "\x00" + cfg.Prefix +
 		"\x00" + time.Duration(cfg.Lease).String() + "\x00" + time.Duration(cfg.RetryInterval).String() +
 		"\x00" + time.Duration(cfg.SyncInterval).String()
 }
 
 // checkFleet reports what would keep the fleet's client from being made
 // (an unset password variable), for New. It creates nothing that lasts.
-func checkFleet(cfg core.FleetConfig) error {
+func checkFleet(cfg core.FleetConfig, maxBlocking int) error {
 	if !cfg.Enabled() {
 		return nil
 	}
-	_, err := resp.New(fleetClientOptions(cfg))
+	if maxBlocking < 0 {
+		return errors.New("maxBlocking " + strconv.Itoa(maxBlocking) + " must not be negative (0: the default, " + strconv.Itoa(resp.DefaultMaxBlocking) + ")")
+	}
+	_, err := resp.New(fleetClientOptions(cfg, maxBlocking))
 	return err
 }
 
-func fleetClientOptions(cfg core.FleetConfig) resp.Options {
-	return resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv}
+// fleetClientOptions are the Redis client's options: the URL, the password
+// variable and the blocking pool's bound (0: resp.DefaultMaxBlocking).
+func fleetClientOptions(cfg core.FleetConfig, maxBlocking int) resp.Options {
+	return resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv, MaxBlocking: maxBlocking}
 }
 
 // fleetFor returns the fleet of cfg (defaults applied), making it and its
 // client on first use. Fleet state changes are logged to logOut (nil: not
 // logged) of the handler that made it, and counted in sharedMetrics.
-func fleetFor(g *fleetRegistry, cfg core.FleetConfig, logOut io.Writer) (*core.Fleet, error) {
+func fleetFor(g *fleetRegistry, cfg core.FleetConfig, maxBlocking int, logOut io.Writer) (*core.Fleet, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	key := fleetKey(cfg)
+	key := fleetKey(cfg, maxBlocking)
 	if f, ok := g.fleets[key]; ok {
 		return f, nil
 	}
-	ck := clientKey(cfg)
+	ck := clientKey(cfg, maxBlocking)
 	client, ok := g.clients[ck]
 	if !ok {
-		made, err := resp.New(fleetClientOptions(cfg))
+		made, err := resp.New(fleetClientOptions(cfg, maxBlocking))
 		if err != nil {
 			return nil, err
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
 )
@@ -232,6 +233,38 @@ func TestFleetPasswordFromAnUnsetVariableFailsNew(t *testing.T) {
 	}
 	if strings.Contains(err.Error(), "hunter2") {
 		t.Fatalf("error %q contains the URL's password", err.Error())
+	}
+}
+
+// fleet.maxBlocking: negative fails New; each value is a client of its own
+// (the pool's bound is the client's).
+func TestFleetMaxBlockingOption(t *testing.T) {
+	cfg := oneUpstream("http://127.0.0.1:1", "fleet-max-blocking")
+	cfg.Fleet.URL = "redis://127.0.0.1:1/0"
+	cfg.Fleet.MaxBlocking = -1
+	_, err := New(context.Background(), http.NotFoundHandler(), cfg, "mb")
+	if err == nil || !strings.Contains(err.Error(), "maxBlocking -1") {
+		t.Fatalf("New with fleet.maxBlocking -1: err = %v, want one naming maxBlocking -1", err)
+	}
+	if got := fleetClientOptions(core.FleetConfig{URL: "redis://h:1/0"}, 7).MaxBlocking; got != 7 {
+		t.Fatalf("client options' MaxBlocking = %d, want 7 (fleet.maxBlocking)", got)
+	}
+	srv := redisproc.Start(t, redisproc.Options{})
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{nonStream: true} })
+	saved := fleets
+	fleets = newFleetRegistry()
+	defer func() { fleets = saved }()
+	route := "fleet-mb-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	for i, bound := range []int{0, 3, 3} {
+		cfg := fleetConfig(a.srv.URL, srv.URL(), route)
+		cfg.Fleet.MaxBlocking = bound
+		h := newHedge(t, cfg, "mb"+strconv.Itoa(i), nil, nil)
+		if st, _ := keyedPost(t, h, "k-mb-"+strconv.Itoa(i)); st != http.StatusOK {
+			t.Fatalf("request with fleet.maxBlocking %d: status %d, want 200", bound, st)
+		}
+	}
+	if len(fleets.clients) != 2 || len(fleets.fleets) != 2 {
+		t.Fatalf("clients %d, fleets %d for maxBlocking 0, 3, 3 on one Redis; want 2 and 2", len(fleets.clients), len(fleets.fleets))
 	}
 }
 

@@ -31,6 +31,8 @@ type Hedge struct {
 	passThrough bool
 	logOut      io.Writer // nil: no log lines
 	metricsPath string    // "": no metrics (see metrics.go)
+	// fleetMaxBlocking is fleet.maxBlocking (0: resp's default).
+	fleetMaxBlocking int
 
 	// stateKey keys the route's shared state; newSeq is this handler's New
 	// in the registry's count (see shared.go).
@@ -57,10 +59,11 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 	if p := config.MetricsPath; p != "" && !strings.HasPrefix(p, "/") {
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: metricsPath %q must start with /", name, p)
 	}
-	if err := checkFleet(cfg.Fleet); err != nil {
+	if err := checkFleet(cfg.Fleet, config.Fleet.MaxBlocking); err != nil {
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: fleet: %w", name, err)
 	}
 	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough, metricsPath: config.MetricsPath}
+	h.fleetMaxBlocking = config.Fleet.MaxBlocking
 	h.stateKey = core.StateKey(h.cfg)
 	// A New is a use of the route's state: Traefik calls New for every
 	// live middleware on every reload, so an unchanged route keeps it.

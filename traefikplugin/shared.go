@@ -188,7 +188,7 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 		Store:     store,
 	}
 	if h.cfg.Fleet.Enabled() {
-		fleet, err := fleetFor(fleets, h.cfg.Fleet, h.logOut)
+		fleet, err := fleetFor(fleets, h.cfg.Fleet, h.fleetMaxBlocking, h.logOut)
 		if err != nil {
 			return nil, nil, err
 		}
