@@ -515,15 +515,18 @@ func clusterRun(c *Client, ctx context.Context, cmds [][]string, blocking bool) 
 		}
 		got, gotErrs, failure, how := roundTrip(c, ctx, n, batch, blocking)
 		if failure != nil {
-			if how == dialFailed && attempt < maxRedirects && slot >= 0 && refreshAndWait(c, ctx, version) {
-				next, nextVersion := route(c, slot)
-				if next != n {
-					// The slot has another master now: nothing was sent.
-					n = next
-					version = nextVersion
-					asking = false
-					continue
+			if how == dialFailed && attempt < maxRedirects && slot >= 0 {
+				if refreshAndWait(c, ctx, version) {
+					next, nextVersion := route(c, slot)
+					if next != n {
+						// The slot has another master now: nothing was sent.
+						n = next
+						version = nextVersion
+						asking = false
+						continue
+					}
 				}
+				return nil, failure
 			}
 			if how == ioFailed || how == dialFailed {
 				refreshAsync(c)

@@ -379,3 +379,19 @@ func failoverWriter(c *Client, keys []string, w *failoverCounts, done chan strin
 		}
 	}
 }
+
+// A redis+cluster:// URL that names a server without cluster support: the
+// first read of the map (CLUSTER SLOTS) refuses the client, and every
+// command then fails with a message that says to use redis://.
+func TestClusterURLAtAPlainServerIsRefused(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: "redis+cluster://" + srv.Addr() + "/"})
+	var err error
+	waitCondition(t, "the refusal of redis+cluster:// at a plain server", func() bool {
+		_, err = c.Do(ctxTimeout(t, 5*time.Second), "GET", "k")
+		return err != nil
+	})
+	if !strings.Contains(err.Error(), "is not a Redis Cluster node") || !strings.Contains(err.Error(), "use redis://") {
+		t.Fatalf("GET through redis+cluster:// at a plain server: err = %v, want a refusal that says to use redis://", err)
+	}
+}

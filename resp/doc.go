@@ -63,7 +63,11 @@
 // one hash tag): otherwise the call fails before sending anything, with an
 // error wrapping ErrCrossSlot. Inside a pipeline, commands redirected by
 // ASK are sent again (after ASKING) and their replies put back in order.
-// Stats counts the MOVED and ASK followed and the maps read.
+// Stats counts the MOVED and ASK followed and the maps read. Over TLS each
+// node's certificate is checked against the host the cluster names it by
+// (an IP address unless cluster-announce-hostname and
+// cluster-preferred-endpoint-type say otherwise), or against
+// TLSConfig.ServerName when that is set.
 //
 // A redis:// (or rediss://) URL that names a cluster node is refused: the
 // first connection asks INFO cluster, and cluster_enabled:1 (or a MOVED or
