@@ -212,7 +212,7 @@ func run(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]core
 	if c.cl != nil {
 		return clusterRun(c, ctx, cmds, blocking)
 	}
-	values, replyErrs, failure, _ := roundTrip(c, ctx, c.single, cmds, blocking)
+	values, replyErrs, _, failure := roundTrip(c, ctx, c.single, cmds, blocking)
 	if failure != nil {
 		return nil, failure
 	}
@@ -240,25 +240,25 @@ const (
 // (closed when anything but a Redis error reply went wrong). It returns the
 // replies and each command's error reply (nil when there are none), or a
 // failure and how it happened.
-func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blocking bool) ([]core.RedisValue, []error, error, int) {
+func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blocking bool) ([]core.RedisValue, []error, int, error) {
 	if err := context.Cause(ctx); err != nil {
 		// Taken connection or not, the command could not be sent.
-		return nil, nil, fmt.Errorf("resp: %s at %s: %w", cmds[0][0], n.addr, err), sentNothing
+		return nil, nil, sentNothing, fmt.Errorf("resp: %s at %s: %w", cmds[0][0], n.addr, err)
 	}
 	p := n.general
 	if blocking {
 		p = n.blocking
 	}
-	cn, err, how := acquire(c, ctx, n, p)
+	cn, how, err := acquire(c, ctx, n, p)
 	if err != nil {
-		return nil, nil, err, how
+		return nil, nil, how, err
 	}
 	values, replyErrs, ioErr, reusable := exchange(c, ctx, cn, cmds, blocking)
 	releaseConn(p, cn, !reusable)
 	if ioErr != nil {
-		return nil, nil, opError(ctx, n.addr, cmds[0][0], ioErr), ioFailed
+		return nil, nil, ioFailed, opError(ctx, n.addr, cmds[0][0], ioErr)
 	}
-	return values, replyErrs, nil, 0
+	return values, replyErrs, 0, nil
 }
 
 // firstError is the first non-nil of errs.
@@ -273,36 +273,36 @@ func firstError(errs []error) error {
 
 // acquire takes a pooled connection, dials a new one, or waits for one
 // until ctx ends. A failure says how (sentNothing or dialFailed).
-func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, error, int) {
+func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, int, error) {
 	cn, slot, w, err := takeConn(p)
 	if err != nil {
-		return nil, err, sentNothing
+		return nil, sentNothing, err
 	}
 	if cn != nil {
-		return cn, nil, 0
+		return cn, 0, nil
 	}
 	if w != nil {
 		g := waitForConn(c, ctx, n, p, w)
 		if g.err != nil {
-			return nil, g.err, sentNothing
+			return nil, sentNothing, g.err
 		}
 		if g.c != nil {
-			return g.c, nil, 0
+			return g.c, 0, nil
 		}
 		slot = g.slot
 	}
 	if !slot {
-		return nil, errors.New("resp: internal error: no connection granted"), sentNothing
+		return nil, sentNothing, errors.New("resp: internal error: no connection granted")
 	}
 	cn, err = dial(c, ctx, n)
 	if err != nil {
 		releaseConn(p, nil, true)
 		if refusal(c) != nil {
-			return nil, err, sentNothing
+			return nil, sentNothing, err
 		}
-		return nil, err, dialFailed
+		return nil, dialFailed, err
 	}
-	return cn, nil, 0
+	return cn, 0, nil
 }
 
 // waitForConn waits for w's answer. The wait ends with an error when ctx

@@ -421,14 +421,14 @@ func refreshSlots(c *Client) {
 	for _, addr := range refreshOrder(cl) {
 		n := nodeAt(c, cl, addr)
 		ctx, cancel := context.WithTimeout(context.Background(), refreshTimeout(c))
-		values, replyErrs, failure, _ := roundTrip(c, ctx, n, [][]string{{"CLUSTER", "SLOTS"}}, false)
+		values, replyErrs, _, failure := roundTrip(c, ctx, n, [][]string{{"CLUSTER", "SLOTS"}}, false)
 		cancel()
 		if failure != nil {
 			continue
 		}
 		if replyErr := firstError(replyErrs); replyErr != nil {
 			if strings.Contains(replyErr.Error(), "cluster support disabled") {
-				refuse(c, errors.New("resp: "+addr+" is not a Redis Cluster node ("+replyErr.Error()+"), but the URL is redis+cluster://: use redis:// (or rediss://) for a single server"))
+				_ = refuse(c, errors.New("resp: "+addr+" is not a Redis Cluster node ("+replyErr.Error()+"), but the URL is redis+cluster://: use redis:// (or rediss://) for a single server"))
 				break
 			}
 			continue
@@ -513,7 +513,7 @@ func clusterRun(c *Client, ctx context.Context, cmds [][]string, blocking bool) 
 			}
 			batch = append(batch, cmds[i])
 		}
-		got, gotErrs, failure, how := roundTrip(c, ctx, n, batch, blocking)
+		got, gotErrs, how, failure := roundTrip(c, ctx, n, batch, blocking)
 		if failure != nil {
 			if how == dialFailed && attempt < maxRedirects && slot >= 0 {
 				if refreshAndWait(c, ctx, version) {
