@@ -249,9 +249,18 @@ func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blockin
 	if blocking {
 		p = n.blocking
 	}
-	cn, how, err := acquire(c, ctx, n, p)
+	cn, waited, how, err := acquire(c, ctx, n, p)
 	if err != nil {
 		return nil, nil, how, err
+	}
+	if blocking {
+		fitted, ok := fitBlock(ctx, cmds, waited)
+		if !ok {
+			releaseConn(p, cn, false)
+			return nil, nil, sentNothing, fmt.Errorf("resp: %s at %s: no time left to block after waiting for a blocking connection (all %d in use): %w (%w)",
+				cmds[0][0], n.addr, p.maxOpen, core.ErrRedisBusy, context.DeadlineExceeded)
+		}
+		cmds = fitted
 	}
 	values, replyErrs, ioErr, reusable := exchange(c, ctx, cn, cmds, blocking)
 	releaseConn(p, cn, !reusable)
@@ -272,37 +281,103 @@ func firstError(errs []error) error {
 }
 
 // acquire takes a pooled connection, dials a new one, or waits for one
-// until ctx ends. A failure says how (sentNothing or dialFailed).
-func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, int, error) {
+// until ctx ends; waited tells whether it had to wait. A failure says how
+// (sentNothing or dialFailed).
+func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, bool, int, error) {
 	cn, slot, w, err := takeConn(p)
 	if err != nil {
-		return nil, sentNothing, err
+		return nil, false, sentNothing, err
 	}
 	if cn != nil {
-		return cn, 0, nil
+		return cn, false, 0, nil
 	}
-	if w != nil {
+	waited := w != nil
+	if waited {
 		g := waitForConn(c, ctx, n, p, w)
 		if g.err != nil {
-			return nil, sentNothing, g.err
+			return nil, true, sentNothing, g.err
 		}
 		if g.c != nil {
-			return g.c, 0, nil
+			return g.c, true, 0, nil
 		}
 		slot = g.slot
 	}
 	if !slot {
-		return nil, sentNothing, errors.New("resp: internal error: no connection granted")
+		return nil, waited, sentNothing, errors.New("resp: internal error: no connection granted")
 	}
 	cn, err = dial(c, ctx, n)
 	if err != nil {
 		releaseConn(p, nil, true)
 		if refusal(c) != nil {
-			return nil, sentNothing, err
+			return nil, waited, sentNothing, err
 		}
-		return nil, dialFailed, err
+		return nil, waited, dialFailed, err
 	}
-	return cn, 0, nil
+	return cn, waited, 0, nil
+}
+
+// blockSlack is the time an XREAD BLOCK leaves before its context's
+// deadline: Redis times blocked clients out on its clock tick (hz), up to
+// about 100ms late at the default hz 10, and the reply must still travel.
+const blockSlack = 200 * time.Millisecond
+
+// fitBlock shortens the XREAD BLOCK times of cmds that would outlast ctx's
+// deadline (less blockSlack), so that a read that got its connection late
+// (after a wait for the blocking pool) ends with Redis' own timeout, a nil
+// reply, instead of the caller's deadline and a dropped connection; an
+// XREAD BLOCK reply is "nothing yet" either way. ok is false when waited is
+// true and no time is left to block at all. BLOCK 0 (until the context
+// ends) is left alone, and so are commands when ctx has no deadline.
+// Commands are copied, never changed in place.
+func fitBlock(ctx context.Context, cmds [][]string, waited bool) ([][]string, bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return cmds, true
+	}
+	room := time.Until(deadline) - blockSlack
+	var out [][]string
+	for i, cmd := range cmds {
+		at := xreadBlockArg(cmd)
+		if at < 0 {
+			continue
+		}
+		ms, err := strconv.ParseInt(cmd[at], 10, 64)
+		if err != nil || ms <= 0 || time.Duration(ms)*time.Millisecond <= room {
+			continue
+		}
+		if room < time.Millisecond {
+			if waited {
+				return nil, false
+			}
+			continue // the caller's own short deadline: as asked
+		}
+		if out == nil {
+			out = make([][]string, len(cmds))
+			copy(out, cmds)
+		}
+		fitted := make([]string, len(cmd))
+		copy(fitted, cmd)
+		fitted[at] = strconv.FormatInt(int64(room/time.Millisecond), 10)
+		out[i] = fitted
+	}
+	if out == nil {
+		return cmds, true
+	}
+	return out, true
+}
+
+// xreadBlockArg is the index of an XREAD or XREADGROUP command's BLOCK time
+// (-1: none).
+func xreadBlockArg(cmd []string) int {
+	if !strings.EqualFold(cmd[0], "XREAD") && !strings.EqualFold(cmd[0], "XREADGROUP") {
+		return -1
+	}
+	for i := 1; i+1 < len(cmd); i++ {
+		if strings.EqualFold(cmd[i], "BLOCK") {
+			return i + 1
+		}
+	}
+	return -1
 }
 
 // waitForConn waits for w's answer. The wait ends with an error when ctx
@@ -549,23 +624,17 @@ func blockDuration(cmds [][]string) time.Duration {
 		if !isBlocking(cmd) {
 			continue
 		}
-		name := strings.ToUpper(cmd[0])
-		if name != "XREAD" && name != "XREADGROUP" {
+		at := xreadBlockArg(cmd)
+		if at < 0 {
+			return -1 // a list or sorted-set command, WAIT
+		}
+		ms, err := strconv.ParseInt(cmd[at], 10, 64)
+		if err != nil || ms <= 0 {
 			return -1
 		}
-		for i := 1; i+1 < len(cmd); i++ {
-			if !strings.EqualFold(cmd[i], "BLOCK") {
-				continue
-			}
-			ms, err := strconv.ParseInt(cmd[i+1], 10, 64)
-			if err != nil || ms <= 0 {
-				return -1
-			}
-			d := time.Duration(ms) * time.Millisecond
-			if d > longest {
-				longest = d
-			}
-			break
+		d := time.Duration(ms) * time.Millisecond
+		if d > longest {
+			longest = d
 		}
 	}
 	return longest

@@ -493,6 +493,84 @@ func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
 	}
 }
 
+// Three times as many readers as blocking connections, each bounded like a
+// fleet follower's read (a deadline past its BLOCK time plus blockSlack):
+// no reader fails with anything but core.ErrRedisBusy (a reader that got
+// its connection late blocks for what is left, so Redis' own timeout ends
+// it before its deadline), and plain commands meanwhile succeed. The first
+// eight block 200ms; the next eight get connections at 200ms or later and
+// block until 400ms at most (600 - 200 slack); the last eight get theirs at
+// 400ms or later, with no time left: busy, without being sent.
+func TestReadersBeyondTheBlockingPoolAreBusyNotFailed(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), MaxBlocking: 8})
+	const readers = 24
+	results := make(chan error, readers)
+	for i := 0; i < readers; i++ {
+		go boundedRead(c, results)
+	}
+	waitBlockedClients(t, c, 8)
+	if _, err := c.Do(ctxTimeout(t, time.Second), "SET", "plain", "1"); err != nil {
+		t.Fatalf("SET with %d readers on 8 blocking connections: %v", readers, err)
+	}
+	busy := 0
+	for i := 0; i < readers; i++ {
+		err := <-results
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, core.ErrRedisBusy) {
+			t.Fatalf("reader error %v, want nil or core.ErrRedisBusy", err)
+		}
+		busy++
+	}
+	if busy < 8 || busy > readers-8 {
+		t.Fatalf("busy readers = %d, want 8 to %d (the first 8 read, the last 8 cannot)", busy, readers-8)
+	}
+	if s := c.Stats(); s.Open > 8+1 {
+		t.Fatalf("open connections = %d, want at most 8 blocking + 1", s.Open)
+	}
+}
+
+func boundedRead(c *Client, results chan error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond+blockSlack+200*time.Millisecond)
+	defer cancel()
+	_, err := c.Do(ctx, "XREAD", "BLOCK", "200", "STREAMS", "nothing", "$")
+	results <- err
+}
+
+// fitBlock shortens a BLOCK that would outlast the deadline (less
+// blockSlack), copies what it changes, and leaves BLOCK 0, other commands
+// and a caller's own short deadline alone.
+func TestFitBlock(t *testing.T) {
+	ctx := ctxTimeout(t, blockSlack+time.Second)
+	cmds := [][]string{{"XREAD", "COUNT", "1", "BLOCK", "5000", "STREAMS", "s", "$"}, {"PING"}, {"XREAD", "BLOCK", "0", "STREAMS", "s", "$"}}
+	fitted, ok := fitBlock(ctx, cmds, true)
+	if !ok {
+		t.Fatal("fitBlock with 1s of room: not ok")
+	}
+	ms, err := strconv.Atoi(fitted[0][4])
+	if err != nil || ms > 1000 || ms < 1 {
+		t.Fatalf("BLOCK 5000 with 1s of room became %q, want 1..1000", fitted[0][4])
+	}
+	if cmds[0][4] != "5000" {
+		t.Fatalf("the caller's command changed to BLOCK %s", cmds[0][4])
+	}
+	if fitted[1][0] != "PING" || fitted[2][2] != "0" {
+		t.Fatalf("other commands changed: %q", fitted[1:])
+	}
+	short := ctxTimeout(t, blockSlack/2)
+	if got, ok := fitBlock(short, cmds, false); !ok || got[0][4] != "5000" {
+		t.Fatalf("no room, no wait: %q, %v; want the command as asked", got, ok)
+	}
+	if _, ok := fitBlock(short, cmds, true); ok {
+		t.Fatal("no room after a wait: ok, want not ok (busy)")
+	}
+	if got, ok := fitBlock(context.Background(), cmds, true); !ok || got[0][4] != "5000" {
+		t.Fatalf("no deadline: %q, %v; want the command as asked", got, ok)
+	}
+}
+
 // waitBlockingWaiters polls until n callers wait for a blocking connection.
 func waitBlockingWaiters(t *testing.T, c *Client, n int) {
 	t.Helper()
