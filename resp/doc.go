@@ -30,7 +30,11 @@
 //   - Blocking commands (XREAD BLOCK, BLPOP, ...) run on connections of
 //     their own pool (at most MaxBlocking, default 256), so long waits
 //     never starve ordinary commands, and a full blocking pool delays only
-//     the readers that wait for it.
+//     the readers that wait for it. An XREAD BLOCK whose BLOCK time would
+//     outlast its context's deadline (less 200ms for Redis' timeout tick)
+//     blocks only for what is left, so it ends with Redis' nil reply, not
+//     a deadline error; after a wait for a connection with no time left,
+//     it is not sent and returns an error wrapping core.ErrRedisBusy.
 //   - Redis Cluster, with redis+cluster://[user:password@]host:port,...
 //     (rediss+cluster:// for TLS; database 0 only). See below.
 //
