@@ -74,7 +74,10 @@ func New(opts Options) (*Client, error) {
 func newNode(c *Client, addr string) *node {
 	n := &node{addr: addr}
 	n.general = newPool(c.opts.MaxOpen, c.opts.MaxIdle, c.opts.IdleTimeout)
-	n.blocking = newPool(c.opts.MaxBlocking, c.opts.MaxIdle, c.opts.IdleTimeout)
+	// Every blocking connection may stay idle: a follower's next read comes
+	// milliseconds after its last, and MaxIdle would close (and the next
+	// read redial) all but a few. IdleTimeout still closes unused ones.
+	n.blocking = newPool(c.opts.MaxBlocking, c.opts.MaxBlocking, c.opts.IdleTimeout)
 	if c.tlsBase != nil {
 		cfg := c.tlsBase.Clone()
 		if cfg.ServerName == "" {

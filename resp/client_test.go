@@ -587,6 +587,30 @@ func waitBlockingWaiters(t *testing.T, c *Client, n int) {
 	}
 }
 
+// Readers that come back for their next read find their connections idle:
+// the blocking pool keeps every one (MaxIdle bounds ordinary ones only).
+func TestBlockingConnectionsStayForTheNextReads(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), MaxIdle: 1, MaxBlocking: 8})
+	results := make(chan core.RedisValue, 8)
+	for round := 1; round <= 3; round++ {
+		after := strconv.Itoa(round) + "-1"
+		for i := 0; i < 8; i++ {
+			go readAfter(c, after, results)
+		}
+		waitBlockedClients(t, c, 8)
+		do(t, c, "XADD", "s", strconv.Itoa(round+1)+"-1", "f", "v")
+		for i := 0; i < 8; i++ {
+			if v := <-results; v.Kind != core.RedisArray {
+				t.Fatalf("round %d: reader %d got %s, want the new entry", round, i, describe(v))
+			}
+		}
+	}
+	if dials, _, _ := poolStats(c.single.blocking); dials != 8 {
+		t.Fatalf("blocking connections dialed over 3 rounds of 8 readers = %d, want 8 (kept idle between rounds)", dials)
+	}
+}
+
 func readAfter(c *Client, id string, results chan core.RedisValue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

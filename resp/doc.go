@@ -28,7 +28,9 @@
 //   - Pipeline writes every command in one write and then reads every
 //     reply.
 //   - Blocking commands (XREAD BLOCK, BLPOP, ...) run on connections of
-//     their own pool (at most MaxBlocking, default 256), so long waits
+//     their own pool (at most MaxBlocking, default 256, each of which may
+//     stay idle until IdleTimeout, so a follower's next read does not
+//     redial), so long waits
 //     never starve ordinary commands, and a full blocking pool delays only
 //     the readers that wait for it. An XREAD BLOCK whose BLOCK time would
 //     outlast its context's deadline (less 200ms for Redis' timeout tick)

@@ -51,8 +51,9 @@ type Options struct {
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 
-	// MaxIdle connections are kept for reuse; MaxOpen bounds the open
-	// connections of ordinary commands and MaxBlocking those of blocking
+	// MaxIdle ordinary connections are kept for reuse (every blocking one
+	// may be: a follower's reads come one after the other); MaxOpen bounds
+	// the open connections of ordinary commands and MaxBlocking those of blocking
 	// commands (XREAD ... BLOCK, BLPOP, WAIT...: a fleet follower holds
 	// one for up to its block time), two pools, so that readers never
 	// take the connections claims, syncs and renewals need. A caller that
