@@ -16,7 +16,9 @@ import (
 // is no fleet and every replica keeps its own table, as before.
 type FleetConfig struct {
 	// URL of the Redis server: redis://[user:password@]host:port/db, or
-	// rediss:// for TLS. Required to turn the fleet on.
+	// rediss:// for TLS; a Redis Cluster's is
+	// redis+cluster://[user:password@]host1:port1,host2:port2/ (or
+	// rediss+cluster://). Required to turn the fleet on.
 	URL string `json:"url,omitempty"`
 	// PasswordEnv names an environment variable holding the password, so
 	// that it stays out of the configuration. It replaces a password in URL.
@@ -119,24 +121,51 @@ func validateFleet(bad func(string, ...interface{}), c FleetConfig) {
 
 // RedisAddress is a parsed fleet URL: what a Redis client dials.
 type RedisAddress struct {
-	TLS      bool   // rediss://
-	Host     string // host:port (port 6379 when absent)
+	TLS     bool   // rediss:// or rediss+cluster://
+	Cluster bool   // redis+cluster:// or rediss+cluster://: a Redis Cluster
+	Host    string // host:port (port 6379 when absent); a cluster's first node
+	// Hosts are a cluster's seed nodes, host:port each, in the URL's order
+	// (nil for a single server).
+	Hosts    []string
 	Username string // for AUTH username password (Redis 6 ACLs)
 	Password string
 	DB       int
 }
 
-// Name is how metrics and logs name the server: host:port/db, never the
-// user name or the password.
-func (a RedisAddress) Name() string { return a.Host + "/" + strconv.Itoa(a.DB) }
+// Name is how metrics and logs name the server: host:port/db (a cluster's
+// seed nodes comma-separated), never the user name or the password.
+func (a RedisAddress) Name() string {
+	if a.Cluster {
+		return strings.Join(a.Hosts, ",") + "/" + strconv.Itoa(a.DB)
+	}
+	return a.Host + "/" + strconv.Itoa(a.DB)
+}
 
-// ParseRedisURL parses redis://[user:password@]host:port/db or rediss://.
+// ParseRedisURL parses redis://[user:password@]host:port/db or rediss://,
+// and a Redis Cluster's redis+cluster://[user:password@]host1:port1,host2:port2/
+// or rediss+cluster:// (database 0 only: a cluster has no other).
 // A non-empty passwordEnv names the environment variable the password is
 // read from (it replaces one in the URL). Errors quote the URL redacted.
 func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
 	var a RedisAddress
 	shown := redactURL(raw)
-	u, err := url.Parse(raw)
+	// A cluster URL lists its nodes where one host stands: parse it with a
+	// placeholder host, then each node on its own.
+	parsed, hostList := raw, ""
+	if strings.HasPrefix(raw, "redis+cluster://") || strings.HasPrefix(raw, "rediss+cluster://") {
+		start := strings.Index(raw, "://") + 3
+		end := strings.IndexAny(raw[start:], "/?#")
+		if end < 0 {
+			end = len(raw) - start
+		}
+		end += start
+		if at := strings.LastIndex(raw[start:end], "@"); at >= 0 {
+			start += at + 1
+		}
+		hostList = raw[start:end]
+		parsed = raw[:start] + "cluster.invalid" + raw[end:]
+	}
+	u, err := url.Parse(parsed)
 	if err != nil {
 		return a, fmt.Errorf("url %q is not a valid URL: %s", shown, urlParseProblem(err, raw))
 	}
@@ -144,17 +173,34 @@ func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
 	case "redis":
 	case "rediss":
 		a.TLS = true
+	case "redis+cluster":
+		a.Cluster = true
+	case "rediss+cluster":
+		a.Cluster = true
+		a.TLS = true
 	default:
-		return a, fmt.Errorf("url %q: scheme must be redis or rediss", shown)
+		return a, fmt.Errorf("url %q: scheme must be redis or rediss (redis+cluster or rediss+cluster for a Redis Cluster)", shown)
 	}
-	if u.Hostname() == "" {
-		return a, fmt.Errorf("url %q has no host", shown)
+	if a.Cluster {
+		hosts, err := clusterHosts(hostList)
+		if err != "" {
+			return a, fmt.Errorf("url %q: %s", shown, err)
+		}
+		a.Hosts = hosts
+		a.Host = hosts[0]
+	} else {
+		if u.Hostname() == "" {
+			return a, fmt.Errorf("url %q has no host", shown)
+		}
+		if strings.Contains(u.Host, ",") {
+			return a, fmt.Errorf("url %q: a list of nodes is a Redis Cluster's: redis+cluster://host1:port1,host2:port2/", shown)
+		}
+		host := u.Host
+		if u.Port() == "" {
+			host = u.Host + ":6379"
+		}
+		a.Host = host
 	}
-	host := u.Host
-	if u.Port() == "" {
-		host = u.Host + ":6379"
-	}
-	a.Host = host
 	if u.User != nil {
 		a.Username = u.User.Username()
 		password, _ := u.User.Password()
@@ -170,8 +216,31 @@ func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
 		}
 		a.DB = n
 	}
+	if a.Cluster && a.DB != 0 {
+		return a, fmt.Errorf("url %q: a Redis Cluster has database 0 only", shown)
+	}
 	if passwordEnv != "" {
 		a.Password = os.Getenv(passwordEnv)
 	}
 	return a, nil
+}
+
+// clusterHosts reads a cluster URL's comma-separated host[:port] list
+// (port 6379 when absent); the problem, if any, is the second result.
+func clusterHosts(list string) ([]string, string) {
+	if list == "" {
+		return nil, "has no host"
+	}
+	var hosts []string
+	for _, h := range strings.Split(list, ",") {
+		u, err := url.Parse("redis://" + h)
+		if h == "" || err != nil || u.Hostname() == "" || u.User != nil || u.Path != "" || u.RawQuery != "" {
+			return nil, fmt.Sprintf("node %q of the cluster's list is not host:port", h)
+		}
+		if u.Port() == "" {
+			h += ":6379"
+		}
+		hosts = append(hosts, h)
+	}
+	return hosts, ""
 }

@@ -32,6 +32,47 @@ func TestParseRedisURL(t *testing.T) {
 	}
 }
 
+// A cluster URL lists its nodes (port 6379 when absent), takes database 0
+// only, and its Name lists the nodes without the password.
+func TestParseRedisClusterURL(t *testing.T) {
+	a, err := ParseRedisURL("redis+cluster://gw:s3cret-pw@10.0.0.1:7000,10.0.0.2,[::1]:7002/", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Cluster || a.TLS || a.Username != "gw" || a.Password != "s3cret-pw" || a.DB != 0 {
+		t.Errorf("parsed %+v, want a cluster without TLS, user gw, db 0", a)
+	}
+	if strings.Join(a.Hosts, " ") != "10.0.0.1:7000 10.0.0.2:6379 [::1]:7002" || a.Host != "10.0.0.1:7000" {
+		t.Errorf("hosts %q, host %q; want the three nodes with ports and the first as host", a.Hosts, a.Host)
+	}
+	if a.Name() != "10.0.0.1:7000,10.0.0.2:6379,[::1]:7002/0" {
+		t.Errorf("Name() = %q, want the nodes and /0", a.Name())
+	}
+	s, err := ParseRedisURL("rediss+cluster://h:1", "")
+	if err != nil || !s.Cluster || !s.TLS || len(s.Hosts) != 1 || s.Host != "h:1" {
+		t.Errorf("rediss+cluster://h:1: %+v, %v; want one TLS cluster node h:1", s, err)
+	}
+	if p, _ := ParseRedisURL("redis://h:1/2", ""); p.Cluster || p.Hosts != nil {
+		t.Errorf("redis://h:1/2 parsed as a cluster: %+v", p)
+	}
+	for _, bad := range []string{
+		"redis+cluster://u:s3cret-pw@h:1,,h:2/",
+		"redis+cluster://u:s3cret-pw@/",
+		"redis+cluster://u:s3cret-pw@h:1,h:2/1",
+		"redis+cluster://u:s3cret-pw@h:1,h:2/?x=1",
+		"redis://u:s3cret-pw@h:1,h:2/0",
+	} {
+		_, err := ParseRedisURL(bad, "")
+		if err == nil {
+			t.Errorf("%s: no error", redactURL(bad))
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret-pw") {
+			t.Errorf("error %q shows the password", err)
+		}
+	}
+}
+
 // A bad fleet URL is reported without its password.
 func TestFleetConfigErrorsHideThePassword(t *testing.T) {
 	for _, raw := range []string{"http://u:s3cret-pw@h:1/0", "redis://u:s3cret-pw@h:1/x", "redis://u:s3cret-pw@:1/0", "redis://u:s3cret-pw@h:1/0?x=1"} {

@@ -54,6 +54,11 @@ type Options struct {
 	TLS bool
 	// Args are further redis-server arguments, e.g. "--maxclients", "100".
 	Args []string
+
+	// cluster makes the server a Redis Cluster node (StartCluster): it
+	// gets a cluster bus port of its own and clusterNodeTimeout.
+	cluster            bool
+	clusterNodeTimeout time.Duration
 }
 
 // Server is one running (or killed, or paused) redis-server.
@@ -64,6 +69,7 @@ type Server struct {
 	opts    Options
 	port    int
 	tlsPort int
+	busPort int // cluster bus (cluster nodes only)
 
 	// CAFile is the PEM file of the certificate clients trust (TLS only;
 	// the server's own, self-signed); CAPool holds it.
@@ -107,6 +113,15 @@ func Start(t testing.TB, opts Options) *Server {
 				t.Fatal("redisproc: no free port: " + err.Error())
 			}
 			s.tlsPort = tlsPort
+		}
+		if opts.cluster {
+			// Not port+10000 (the default): an ephemeral port plus
+			// 10000 may be past 65535.
+			busPort, err := freePort()
+			if err != nil {
+				t.Fatal("redisproc: no free port: " + err.Error())
+			}
+			s.busPort = busPort
 		}
 		lastErr = s.start()
 		if lastErr == nil {
@@ -222,6 +237,19 @@ func (s *Server) start() error {
 	}
 	if s.opts.Password != "" {
 		args = append(args, "--requirepass", s.opts.Password)
+		if s.opts.cluster {
+			// Replicas authenticate to their master with it.
+			args = append(args, "--masterauth", s.opts.Password)
+		}
+	}
+	if s.opts.cluster {
+		args = append(args,
+			"--cluster-enabled", "yes",
+			"--cluster-port", strconv.Itoa(s.busPort),
+			"--cluster-config-file", filepath.Join(s.dir, "nodes.conf"),
+			"--cluster-node-timeout", strconv.FormatInt(s.opts.clusterNodeTimeout.Milliseconds(), 10),
+			// A replica takes over however long it was cut off.
+			"--cluster-replica-validity-factor", "0")
 	}
 	if s.opts.User != "" {
 		args = append(args, "--user", s.opts.User, "on", ">"+s.opts.UserPassword, "~*", "&*", "+@all")
