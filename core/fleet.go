@@ -219,7 +219,7 @@ func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string)
 func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, err error, probe bool) {
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
-		if err != nil {
+		if err != nil && !isNoScript(err) { // fleetEval sends the script then
 			f.metrics.Record(MetricFleetErrors, []string{f.name, op}, 1)
 		}
 	}
