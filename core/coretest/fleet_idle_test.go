@@ -13,12 +13,7 @@ import (
 // the script in full: not a failed operation, in the metrics as for the
 // breaker.
 func TestFleetNoScriptIsNoOperationError(t *testing.T) {
-	redis := redisproc.Start(t, redisproc.Options{})
-	cfg := fleet2Config(redis.URL(), newTwoUpstreams(t, nil))
-	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
-	r1.do(t, nil) // the route's first sync
-	r1.fleet.SyncNow()
+	redis, _, clock, r1 := syncedReplica(t)
 	redisDo(t, redis, "SCRIPT", "FLUSH")
 	before := redisCommands(t, redis)
 	clock.advance(core.FleetHeartbeatInterval)
@@ -39,6 +34,18 @@ func TestFleetNoScriptIsNoOperationError(t *testing.T) {
 	}
 }
 
+// syncedReplica is a replica of fleet2Config on a steppedClock that has
+// served one request and synced.
+func syncedReplica(t *testing.T) (*redisproc.Server, core.Config, *steppedClock, *member) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	cfg := fleet2Config(redis.URL(), newTwoUpstreams(t, nil))
+	clock := &steppedClock{}
+	r1 := newMember(t, cfg, clock, nil)
+	r1.do(t, nil)
+	r1.fleet.SyncNow()
+	return redis, cfg, clock, r1
+}
+
 // heartbeatOf reads m's heartbeat from Redis.
 func heartbeatOf(t *testing.T, redis *redisproc.Server, m *member) core.ReplicaStatus {
 	t.Helper()
@@ -54,12 +61,7 @@ func heartbeatOf(t *testing.T, redis *redisproc.Server, m *member) core.ReplicaS
 // its routes (llmhedge-ctl status) and takes a pause of the kill switch
 // (llm_hedge_hedging_paused) before its next request.
 func TestFleetIdleReplicaReportsRoutesAndSwitch(t *testing.T) {
-	redis := redisproc.Start(t, redisproc.Options{})
-	cfg := fleet2Config(redis.URL(), newTwoUpstreams(t, nil))
-	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
-	r1.do(t, nil)
-	r1.fleet.SyncNow()
+	redis, _, clock, r1 := syncedReplica(t)
 	// Five idle minutes, a round every heartbeat interval.
 	for i := 0; i < int(5*time.Minute/core.FleetHeartbeatInterval); i++ {
 		clock.advance(core.FleetHeartbeatInterval)
@@ -87,12 +89,7 @@ func TestFleetIdleReplicaReportsRoutesAndSwitch(t *testing.T) {
 // A reload that changes a route's shape makes a new State: once the old
 // one is idle, the heartbeat reports the route once, from the new State.
 func TestFleetSupersededStateDetaches(t *testing.T) {
-	redis := redisproc.Start(t, redisproc.Options{})
-	cfg := fleet2Config(redis.URL(), newTwoUpstreams(t, nil))
-	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
-	r1.do(t, nil)
-	r1.fleet.SyncNow()
+	redis, cfg, clock, r1 := syncedReplica(t)
 	reloaded := cfg
 	reloaded.Budget.Burst = 20 // another shape: a new State
 	h2, err := core.New(reloaded, core.Options{Fleet: r1.fleet, Log: r1.logs.log})
