@@ -235,7 +235,7 @@ func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, 
 	busy := err != nil && errors.Is(err, ErrRedisBusy)
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
-		if err != nil && !busy {
+		if err != nil && !busy && !isNoScript(err) { // fleetEval sends the script then
 			f.metrics.Record(MetricFleetErrors, []string{f.name, op}, 1)
 		}
 	}
