@@ -589,12 +589,22 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	return !lost
 }
 
-// fleetLeaderLost reports whether the leader lost its lease.
-func fleetLeaderLost(l *fleetLeader) bool {
+// fleetLeaderConfirm renews the lease at once and reports whether it
+// surely holds (a renewal that failed still counts while the lease cannot
+// have run out). The end of the answer waits for it.
+func fleetLeaderConfirm(l *fleetLeader) bool {
+	f := l.f
+	sent := f.clock.Now()
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder)
 	l.mu.Lock()
-	lost := l.lost
-	l.mu.Unlock()
-	return lost
+	defer l.mu.Unlock()
+	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
+		leaseConfirmed(l, sent, v.Array[0].Int == 1)
+	} else {
+		leaseUnconfirmed(l)
+	}
+	return !l.lost
 }
 
 // fleetLeaderEnd ends the stream after the race: ok when the whole answer

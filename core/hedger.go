@@ -379,20 +379,12 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	// for the followers too; only a winner's is stored.
 	complete = err == nil && rep.Outcome != OutcomeClientGone && !fw.fenced
 	store = complete && rep.Outcome == OutcomeOK
-	if remote != nil {
-		// Ended before the handler returns: a leader that lost its lease
-		// (the end's fenced write says so) must not end its client's answer
-		// as a whole one, since another leader may answer the key.
-		fleetLeaderEnd(remote, lead, complete, store)
-		lost := fleetLeaderLost(remote)
-		remote = nil
-		if (lost || fw.fenced) && fw.status != 0 && !fw.refused {
-			complete, store = false, false
-			if clientCtx.Err() == nil && !fw.clientGone {
-				rep.Outcome = OutcomeStreamFailed
-				err = ErrStreamAborted
-			}
-		}
+	if fw.fenced && !fw.refused && clientCtx.Err() == nil && !fw.clientGone {
+		// Committed, but the lease was lost before the answer's end went
+		// out: another leader may answer the key, so this answer ends
+		// broken (not stored, followers cut).
+		rep.Outcome = OutcomeStreamFailed
+		err = ErrStreamAborted
 	}
 	if fw.clientGone {
 		// The answer went on to the followers, not to this client.

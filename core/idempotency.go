@@ -420,6 +420,9 @@ type flightWriter struct {
 	// fenced: the leader lost its lease after commit; the client's answer
 	// must end broken (leadKeyed).
 	fenced bool
+	// tail is the answer's last bytes while it leads a fleet flight: the
+	// write that ends a stream waits for the lease to be confirmed.
+	tail []byte
 }
 
 // errFleetFenced is what a leader's writer returns once its answer may no
@@ -462,11 +465,16 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 	if fw.refused || fw.fenced {
 		return 0, errFleetFenced
 	}
-	if fw.remote != nil && !fleetLeaderData(fw.remote, p) {
-		// Another leader may answer this key: this answer stops here,
-		// for the followers in process too (the flight ends incomplete).
-		fw.fenced = true
-		return 0, errFleetFenced
+	if fw.remote != nil {
+		fw.tail = keepTail(fw.tail, p)
+		// A stream's end marker goes out only while the lease surely
+		// holds: a client takes an answer with its end for whole.
+		if !fleetLeaderData(fw.remote, p) || streamFinished(fw.tail) && !fleetLeaderConfirm(fw.remote) {
+			// Another leader may answer this key: this answer stops here,
+			// for the followers in process too (the flight ends incomplete).
+			fw.fenced = true
+			return 0, errFleetFenced
+		}
 	}
 	fw.f.write(p)
 	if fw.clientGone {
