@@ -421,8 +421,10 @@ type flightWriter struct {
 	// must end broken (leadKeyed).
 	fenced bool
 	// tail is the answer's last bytes while it leads a fleet flight: the
-	// write that ends a stream waits for the lease to be confirmed.
-	tail []byte
+	// write that ends a stream waits for the lease to be confirmed (once:
+	// confirmed).
+	tail      []byte
+	confirmed bool
 }
 
 // errFleetFenced is what a leader's writer returns once its answer may no
@@ -469,12 +471,14 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		fw.tail = keepTail(fw.tail, p)
 		// A stream's end marker goes out only while the lease surely
 		// holds: a client takes an answer with its end for whole.
-		if !fleetLeaderData(fw.remote, p) || streamFinished(fw.tail) && !fleetLeaderConfirm(fw.remote) {
+		ending := !fw.confirmed && streamFinished(fw.tail)
+		if !fleetLeaderData(fw.remote, p) || ending && !fleetLeaderConfirm(fw.remote) {
 			// Another leader may answer this key: this answer stops here,
 			// for the followers in process too (the flight ends incomplete).
 			fw.fenced = true
 			return 0, errFleetFenced
 		}
+		fw.confirmed = fw.confirmed || ending
 	}
 	fw.f.write(p)
 	if fw.clientGone {
