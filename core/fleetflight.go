@@ -197,7 +197,15 @@ func fleetBlock(f *Fleet) time.Duration {
 // fleetFollow reads the stream of holder's generation from its start and
 // writes it to fw, then uncounts itself from the generation's readers.
 func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
-	res := fleetRead(f, fw, keys, holder, leaseValue, ctx)
+	var tail []byte
+	res := fleetRead(f, fw, keys, holder, leaseValue, ctx, &tail)
+	if res == followCut && streamFinished(tail) {
+		// The generation's bytes reached their end marker, which its
+		// leader writes only while its lease surely holds: the answer is
+		// whole even though the stream's own end never came (Redis
+		// failed, or the leader died, after it).
+		res = followComplete
+	}
 	// Bounded by the fleet's timeout; the client may have left already.
 	fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, holder, "-1")
 	return res
@@ -206,7 +214,8 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 // fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
 // from the head: a gap (entries trimmed or evicted, a stream that vanished)
 // ends the answer broken, never with a hole.
-func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
+// tail keeps the last bytes written, for fleetFollow.
+func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context, tail *[]byte) int {
 	stream := keys.stream(holder)
 	block := fleetBlock(f)
 	blockMs := millisString(block)
@@ -270,6 +279,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 					return followGone
 				}
 				written += len(e.value)
+				*tail = keepTail(*tail, []byte(e.value))
 			case "e":
 				if !headSeen {
 					return followReclaim // ended without an answer: lead anew

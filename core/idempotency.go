@@ -472,7 +472,8 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		// A stream's end marker goes out only while the lease surely
 		// holds: a client takes an answer with its end for whole.
 		ending := !fw.confirmed && streamFinished(fw.tail)
-		if !fleetLeaderData(fw.remote, p) || ending && !fleetLeaderConfirm(fw.remote) {
+		// Confirmed first: followers get the end marker only if it holds.
+		if ending && !fleetLeaderConfirm(fw.remote) || !fleetLeaderData(fw.remote, p) {
 			// Another leader may answer this key: this answer stops here,
 			// for the followers in process too (the flight ends incomplete).
 			fw.fenced = true
