@@ -24,7 +24,9 @@ type FleetConfig struct {
 	// that it stays out of the configuration. It replaces a password in URL.
 	PasswordEnv string `json:"password_env,omitempty"`
 	// Timeout bounds every fleet operation; on a timeout the request goes on
-	// with this replica's own state. Default 50ms.
+	// with this replica's own state. Default 250ms: a burst of keyed
+	// requests pays connection set-up, and a claim that times out leaves
+	// its request without the fleet.
 	Timeout Duration `json:"timeout,omitempty"`
 	// Prefix of every key, so that several gateways can share one Redis.
 	// Default "llmhedge:".
@@ -67,7 +69,7 @@ func (c FleetConfig) Enabled() bool { return c.URL != "" }
 // WithDefaults returns c with its zero fields set to their defaults.
 func (c FleetConfig) WithDefaults() FleetConfig {
 	if c.Timeout == 0 {
-		c.Timeout = Duration(50 * time.Millisecond)
+		c.Timeout = Duration(250 * time.Millisecond)
 	}
 	if c.Prefix == "" {
 		c.Prefix = "llmhedge:"

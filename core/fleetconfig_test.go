@@ -93,8 +93,8 @@ func TestFleetConfigErrorsHideThePassword(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Errorf("valid fleet: %v", err)
 	}
-	if d := ok.WithDefaults().Fleet; d.Prefix != "llmhedge:" || d.Timeout.D().Milliseconds() != 50 {
-		t.Errorf("fleet defaults = %+v, want prefix llmhedge: and timeout 50ms", d)
+	if d := ok.WithDefaults().Fleet; d.Prefix != "llmhedge:" || d.Timeout.D().Milliseconds() != 250 {
+		t.Errorf("fleet defaults = %+v, want prefix llmhedge: and timeout 250ms", d)
 	}
 	if off := (Config{}).WithDefaults().Fleet; off != (FleetConfig{}) {
 		t.Errorf("no fleet: defaults filled in %+v, want none", off)

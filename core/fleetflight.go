@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sort"
 	"strconv"
@@ -64,9 +65,16 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	lease := millisString(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
-		claimed := f.clock.Now()
-		v, err := fleetEval(f, readers, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
-			holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL))
+		claimed, v, err := fleetClaim(f, keys, holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL), readers)
+		if err != nil && errors.Is(err, ErrRedisBusy) {
+			// This replica has no connection free: Redis is not away,
+			// another replica may well lead the key. A 409 to retry,
+			// never a race of its own.
+			rep.Outcome = OutcomeJoined
+			rep.Status = http.StatusConflict
+			writeInFlightConflict(fw)
+			return fleetJoined{answered: true, complete: true}
+		}
 		if err != nil || v.Kind != RedisArray || len(v.Array) == 0 {
 			return fleetJoined{}
 		}
@@ -130,6 +138,23 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 		return fleetJoined{}
 	}
 	return fleetJoined{}
+}
+
+// fleetClaim sends the claim and returns when it was sent and Redis'
+// reply. A claim that failed while the fleet is up (a timeout on a busy
+// replica) is sent once more by the same holder, which leads (or follows)
+// as its first claim would have: without the fleet the request runs a
+// race of its own, maybe a second generation.
+func fleetClaim(f *Fleet, keys fleetKeys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, RedisValue, error) {
+	claimed := f.clock.Now()
+	v, err := fleetEval(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+		holder, fp, lease, readersMs)
+	if err != nil && err != errFleetDown && f.Up() && ctx.Err() == nil {
+		claimed = f.clock.Now()
+		v, err = fleetEval(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+			holder, fp, lease, readersMs)
+	}
+	return claimed, v, err
 }
 
 // fleetReplay writes a stored answer (done value) and reports whether it

@@ -15,7 +15,7 @@ const (
 	DefaultDialTimeout  = 2 * time.Second
 	DefaultReadTimeout  = 3 * time.Second
 	DefaultWriteTimeout = 3 * time.Second
-	DefaultMaxIdle      = 16
+	DefaultMaxIdle      = 64 // every ordinary connection: a burst of claims finds them open
 	DefaultMaxOpen      = 64
 	// DefaultMaxBlocking bounds the connections of blocking commands (per
 	// Redis node): 256 followers of one replica read at once, more wait

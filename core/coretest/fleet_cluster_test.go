@@ -45,7 +45,7 @@ func doneKeys(t *testing.T, cl *redisproc.Cluster) map[string]string {
 // identities land on each of the three masters.
 func TestFleetClusterJoinAndReplay(t *testing.T) {
 	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
-	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), nil)
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), "go-redis", nil)
 	a, b := rig.replicas[0], rig.replicas[1]
 	covered := map[string]int{}
 	for i := 0; len(covered) < 3; i++ {
@@ -187,7 +187,7 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
 	const events = 20
 	up := newPacedUpstream(t, events)
-	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), func(cfg *core.Config) {
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), "go-redis", func(cfg *core.Config) {
 		cfg.Upstreams[0].URL = up.srv.URL
 	})
 	a, b := rig.replicas[0], rig.replicas[1]

@@ -2,6 +2,7 @@ package coretest
 
 import (
 	"io"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -306,4 +307,77 @@ func keysMemory(t *testing.T, rig *fleetRig) int64 {
 		total += redisInt(t, rig.redis, "MEMORY", "USAGE", k, "SAMPLES", "0")
 	}
 	return total
+}
+
+// Follower storms: many keys led on one replica and followed from two
+// others at once, through each Redis client the adapters use. Blocking
+// reads have connections of their own (max_followers of them), so claims
+// and renewals never wait behind them: the fleet stays up, no follower
+// starts a second generation, and every answer is whole.
+// LLMHEDGE_FLEET=full runs 1,000 followers (500 keys, two followers each).
+func TestFleetFollowerStorm(t *testing.T) {
+	keys := 100
+	if os.Getenv("LLMHEDGE_FLEET") == "full" {
+		keys = 500
+	}
+	for _, client := range []string{"go-redis", "resp"} {
+		t.Run(client, func(t *testing.T) {
+			// The default lease and timeout (the rig's 300 ms lease is for
+			// takeover tests).
+			rig := newFleetRigClient(t, 3, client, func(cfg *core.Config) { cfg.Fleet.Lease = 0 })
+			a, b, c := rig.replicas[0], rig.replicas[1], rig.replicas[2]
+			release := rig.upstream.holdAll()
+			defer release()
+			leaders := make([]*http.Response, keys)
+			for i := range leaders {
+				k := "storm" + strconv.Itoa(i)
+				leaders[i] = a.open(t, k, "alice", chatBody)
+				t.Cleanup(func() { leaders[i].Body.Close() }) // (i is per iteration: Go 1.22)
+				readUntil(t, leaders[i].Body, "gen1-tok0")
+			}
+			var followers []chan answer
+			for i := 0; i < keys; i++ {
+				k := "storm" + strconv.Itoa(i)
+				followers = append(followers, b.sendAsync(t, k, "alice", chatBody), c.sendAsync(t, k, "alice", chatBody))
+			}
+			// Every follower has claimed (and so reads) before the release.
+			for n := 0; n < 2*keys; n++ {
+				if n%2 == 0 {
+					b.sink.waitClaim(t)
+				} else {
+					c.sink.waitClaim(t)
+				}
+			}
+			release()
+			whole, cut, other := 0, 0, 0
+			for i, ch := range followers {
+				r := recvAnswer(t, ch)
+				switch {
+				case r.status == 200 && r.complete && strings.Contains(r.body, "gen1-tok4") && strings.Contains(r.body, "[DONE]"):
+					whole++
+				case r.status == 200:
+					cut++
+					t.Errorf("follower %d of storm%d: cut answer %q", i, i/2, r.body)
+				default:
+					other++
+					t.Errorf("follower %d of storm%d: status %d body %q", i, i/2, r.status, r.body)
+				}
+			}
+			for _, l := range leaders {
+				io.Copy(io.Discard, l.Body)
+				l.Body.Close()
+			}
+			second := 0
+			for i := 0; i < keys; i++ {
+				if g := rig.upstream.generations("storm" + strconv.Itoa(i)); g != 1 {
+					second++
+				}
+			}
+			t.Logf("ACCEPTANCE follower storm (%s): %d followers across 2 replicas of %d keys: %d whole, %d cut, %d other; keys with a second generation %d; fleet up %v %v",
+				client, 2*keys, keys, whole, cut, other, second, b.fleet.Up(), c.fleet.Up())
+			if second != 0 || !b.fleet.Up() || !c.fleet.Up() {
+				t.Errorf("keys with a second generation %d, fleet up %v/%v; want 0 and up", second, b.fleet.Up(), c.fleet.Up())
+			}
+		})
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+	"github.com/llmhedge/llmhedge/resp"
 )
 
 // The fleet protocol against a real redis-server (internal/testkit/redisproc):
@@ -76,6 +77,9 @@ func (u *gatedUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	after := u.after[key]
 	if g := u.after[key+"#"+strconv.Itoa(gen)]; g != nil {
 		after = g
+	}
+	if after == nil {
+		after = u.after["*"] // holdAll
 	}
 	events := u.events
 	size := u.size
@@ -158,6 +162,10 @@ func (u *gatedUpstream) hold(key string, post bool) func() {
 	var once sync.Once
 	return func() { once.Do(func() { close(ch) }) }
 }
+
+// holdAll makes every key's answers without a gate of their own wait
+// after their first event until the returned function is called.
+func (u *gatedUpstream) holdAll() func() { return u.hold("*", true) }
 
 // holdGen is hold for generation gen of key only.
 func (u *gatedUpstream) holdGen(key string, gen int, post bool) func() {
@@ -285,14 +293,25 @@ func newFleetRig(t *testing.T, n int, tune func(*core.Config)) *fleetRig {
 // newFleetRigClocks is newFleetRig with replica i on clocks[i] (nil: the
 // system clock).
 func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*core.Config)) *fleetRig {
+	return newFleetRigWith(t, clocks, "go-redis", tune)
+}
+
+// newFleetRigClient is newFleetRig with replicas on the Redis client the
+// Caddy module and the Envoy server use ("go-redis": fleetredis) or the
+// Traefik plugin's ("resp").
+func newFleetRigClient(t *testing.T, n int, client string, tune func(*core.Config)) *fleetRig {
+	return newFleetRigWith(t, make([]core.Clock, n), client, tune)
+}
+
+func newFleetRigWith(t *testing.T, clocks []core.Clock, clientKind string, tune func(*core.Config)) *fleetRig {
 	srv := redisproc.Start(t, redisproc.Options{})
-	rig := newFleetRigOn(t, srv.URL(), clocks, tune)
+	rig := newFleetRigOn(t, srv.URL(), clocks, clientKind, tune)
 	rig.redis = srv
 	return rig
 }
 
 // newFleetRigOn is newFleetRigClocks on the Redis at url (rig.redis nil).
-func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, tune func(*core.Config)) *fleetRig {
+func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, clientKind string, tune func(*core.Config)) *fleetRig {
 	rig := &fleetRig{upstream: newGatedUpstream(t)}
 	for i := range clocks {
 		cfg := core.Config{
@@ -304,7 +323,7 @@ func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, tune func(*cor
 		if tune != nil {
 			tune(&cfg)
 		}
-		client, err := fleetredis.New(cfg.Fleet)
+		client, err := newRedisClient(clientKind, cfg.Fleet)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,6 +349,21 @@ func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, tune func(*cor
 		rig.replicas = append(rig.replicas, rep)
 	}
 	return rig
+}
+
+// closingClient is a core.RedisClient the rig closes.
+type closingClient interface {
+	core.RedisClient
+	Close() error
+}
+
+// newRedisClient makes a replica's Redis client of the kind an adapter
+// uses, sized as the adapter sizes it.
+func newRedisClient(kind string, cfg core.FleetConfig) (closingClient, error) {
+	if kind == "resp" {
+		return resp.New(resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv, MaxBlocking: cfg.WithDefaults().MaxFollowers})
+	}
+	return fleetredis.New(cfg)
 }
 
 // answer is what a client got.
