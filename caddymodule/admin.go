@@ -38,7 +38,8 @@ func (AdminSwitch) Routes() []caddy.AdminRoute {
 }
 
 // serveAdminSwitch answers itself, errors included ({"error": ...}, as
-// Caddy's admin API answers its own).
+// Caddy's admin API answers its own). Caddy checks the Host; the switch
+// refuses a foreign Origin and a POST not declared JSON.
 func serveAdminSwitch(w http.ResponseWriter, r *http.Request) error {
 	core.ServeSwitchAdmin(w, r)
 	return nil

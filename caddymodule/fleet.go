@@ -37,12 +37,7 @@ func checkFleet(client *fleetredis.Client) error {
 
 // fleetKey keys a fleet in the usage pool: its settings, defaults applied.
 // It holds the URL (maybe with a password) but is never logged.
-func fleetKey(cfg core.FleetConfig) string {
-	cfg = cfg.WithDefaults()
-	return "fleet\x00" + cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + cfg.Prefix + "\x00" +
-		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String() +
-		"\x00" + cfg.SyncInterval.D().String()
-}
+func fleetKey(cfg core.FleetConfig) string { return "fleet\x00" + cfg.Key() }
 
 // acquireFleet returns the pooled fleet for cfg, creating it on first use.
 // The caller must release key with shared.Delete.

@@ -309,3 +309,58 @@ func TestTenantNotChargedWhenBucketDenies(t *testing.T) {
 		t.Fatalf("tenant charged %d tokens for one hedge, want %d", used, perHedge)
 	}
 }
+
+// A 429 to the caller's own credentials (passed through unchanged) is that
+// caller's rate limit: it fails over, but cools the upstream for nobody
+// else; with caller_429 route, or when the route sets its own key, it
+// cools the upstream for every caller.
+func TestCallersOwn429CoolsOnlyThatCaller(t *testing.T) {
+	cases := []struct {
+		name      string
+		caller429 string
+		setKey    bool
+		wantNext  string
+	}{
+		{"own key, default", "", false, "a.test"},
+		{"own key, caller_429 route", Caller429Route, false, "b.test"},
+		{"route's key", "", true, "b.test"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.Budget.Caller429 = tc.caller429
+			if tc.setKey {
+				cfg.Upstreams[0].SetHeaders = map[string]string{"Authorization": "Bearer route-key"}
+			}
+			hs := newHarness(t, cfg)
+			alice := chatRequest("")
+			alice.Header.Set("Authorization", "Bearer alice")
+			out := hs.serve(alice)
+			a := hs.tr.next(t)
+			a.respond(429, "application/json", "Retry-After", "30")
+			a.write(`{"error":{"message":"alice is rate limited"}}`)
+			a.end()
+			b := hs.tr.next(t)
+			if b.req.URL.Host != "b.test" {
+				t.Fatalf("alice's retry went to %s, want b.test", b.req.URL.Host)
+			}
+			b.respond(200, "text/event-stream")
+			b.write(tokenChunk("x"))
+			b.end()
+			<-out
+			<-hs.reports
+			bob := chatRequest("")
+			bob.Header.Set("Authorization", "Bearer bob")
+			out = hs.serve(bob)
+			c := hs.tr.next(t)
+			if c.req.URL.Host != tc.wantNext {
+				t.Errorf("bob's request after alice's 429 went to %s, want %s", c.req.URL.Host, tc.wantNext)
+			}
+			c.respond(200, "text/event-stream")
+			c.write(tokenChunk("y"))
+			c.end()
+			<-out
+			<-hs.reports
+		})
+	}
+}

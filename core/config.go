@@ -223,9 +223,13 @@ type IdempotencyConfig struct {
 	// ("off") disables joins and replays (keys are still generated and sent).
 	TTL Duration `json:"ttl,omitempty"`
 	// MaxEntries and MaxBytes bound the in-memory store. Defaults 10000 and
-	// 64 MiB.
-	MaxEntries int      `json:"max_entries,omitempty"`
-	MaxBytes   ByteSize `json:"max_bytes,omitempty"`
+	// 64 MiB. In a fleet MaxBytes also bounds the route's stored answers in
+	// Redis (fleet-wide), and MaxBytesPerCaller one caller's share of them
+	// (default a quarter of MaxBytes); an answer that does not fit is not
+	// stored (its flight is still joined; later requests run afresh).
+	MaxEntries        int      `json:"max_entries,omitempty"`
+	MaxBytes          ByteSize `json:"max_bytes,omitempty"`
+	MaxBytesPerCaller ByteSize `json:"max_bytes_per_caller,omitempty"`
 	// MaxResponseBytes is the largest response recorded for joins and
 	// replays. Default 1 MiB.
 	MaxResponseBytes ByteSize `json:"max_response_bytes,omitempty"`
@@ -237,6 +241,12 @@ type IdempotencyConfig struct {
 	// query, a cookie, mTLS, a proxy in front) needs them set.
 	ScopeHeaders []string `json:"scope_headers,omitempty"`
 }
+
+// What a 429 to the caller's own credentials does (BudgetConfig.Caller429).
+const (
+	Caller429Caller = "caller"
+	Caller429Route  = "route"
+)
 
 // BudgetConfig rations hedges (the extra load).
 type BudgetConfig struct {
@@ -262,6 +272,14 @@ type BudgetConfig struct {
 	// minutes or BreakerOpen if that is longer.
 	BreakerFailures int      `json:"breaker_failures,omitempty"`
 	BreakerOpen     Duration `json:"breaker_open,omitempty"`
+	// Caller429 is what a 429 does when it answered the caller's own
+	// credentials (the request carried Authorization, X-Api-Key, Api-Key or
+	// X-Goog-Api-Key and the upstream passed it on unchanged): "caller"
+	// (default) takes it for that caller's own rate limit, so it cools the
+	// upstream for nobody, opens no breaker and counts toward no overload
+	// stop (the attempt still fails over); "route" treats it as any 429.
+	// A 429 to the route's own key (set_headers) always cools the route.
+	Caller429 string `json:"caller_429,omitempty"`
 	// TenantHeader names the header that identifies a tenant; with
 	// TenantTokensPerMinute > 0 each tenant may spend at most that many
 	// estimated extra prompt tokens (body bytes / 4) per minute on hedges.
@@ -415,6 +433,9 @@ func (c Config) WithDefaults() Config {
 	if c.Idempotency.MaxBytes == 0 {
 		c.Idempotency.MaxBytes = 64 << 20
 	}
+	if c.Idempotency.MaxBytesPerCaller == 0 {
+		c.Idempotency.MaxBytesPerCaller = c.Idempotency.MaxBytes / 4
+	}
 	if c.Idempotency.MaxResponseBytes == 0 {
 		c.Idempotency.MaxResponseBytes = 1 << 20
 	}
@@ -454,6 +475,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if b.BreakerFailures == 0 {
 		b.BreakerFailures = 5
+	}
+	if b.Caller429 == "" {
+		b.Caller429 = Caller429Caller
 	}
 	if b.BreakerOpen == 0 {
 		b.BreakerOpen = Duration(10 * time.Second)
@@ -543,7 +567,7 @@ func (c Config) Validate() error {
 	if !validHeaderName(c.Idempotency.Header) {
 		bad("idempotency header %q is not a valid token", c.Idempotency.Header)
 	}
-	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 {
+	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 || c.Idempotency.MaxBytesPerCaller < 1 {
 		bad("idempotency max_entries, max_bytes and max_response_bytes must be positive")
 	}
 	for _, name := range c.Idempotency.ScopeHeaders {
@@ -563,6 +587,9 @@ func (c Config) Validate() error {
 	}
 	if b.OverloadRate <= 0 || b.OverloadRate > 1 || b.OverloadWindow < 1 {
 		bad("budget overload_rate must be in (0,1] and overload_window positive")
+	}
+	if b.Caller429 != Caller429Caller && b.Caller429 != Caller429Route {
+		bad("budget caller_429 %q: want caller or route", b.Caller429)
 	}
 	if b.BreakerFailures < 1 || b.BreakerOpen <= 0 {
 		bad("budget breaker_failures and breaker_open must be positive")

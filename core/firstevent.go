@@ -361,6 +361,22 @@ var anthropicKinds = map[string]bool{
 	"ping":                true,
 }
 
+// Event kinds of Cohere's v2 chat stream that carry no output: the
+// message's and a content block's start (content-start's text is empty;
+// its delta follows) and ends, citations and debug events. content-delta,
+// tool-plan-delta and the tool-call events are output, message-end (with
+// its finish_reason) is final; unknown events count as output, as for any
+// other SSE.
+var cohereControlKinds = map[string]bool{
+	"message-start":  true,
+	"content-start":  true,
+	"content-end":    true,
+	"tool-call-end":  true,
+	"citation-start": true,
+	"citation-end":   true,
+	"debug":          true,
+}
+
 // classifySSE classifies one dispatched SSE event of d's stream: a plain
 // Chat chunk by its fast path, anything else by the general rules.
 func classifySSE(d *firstEventDetector, data, event string) (verdict, string) {
@@ -428,6 +444,8 @@ func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind
 			family = RuleOpenAIResponses
 		case anthropicKinds[kind]:
 			family = RuleAnthropic
+		case cohereControlKinds[kind]:
+			return verdictPending, "" // Cohere v2: no output yet
 		default:
 			// Unknown event: output for auto/any unless it carries nothing.
 			return outputIf(!isEmptyJSON(val))

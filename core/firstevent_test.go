@@ -251,6 +251,23 @@ func TestFirstEventSSEAnthropic(t *testing.T) {
 	})
 }
 
+// Cohere v2 chat: message-start and content-start announce the answer and
+// carry none of it; a stream that stalls after them is hedged.
+func TestFirstEventSSECohere(t *testing.T) {
+	ev := func(typ, rest string) string {
+		return "event: " + typ + "\ndata: {\"type\":\"" + typ + "\"" + rest + "}\n\n"
+	}
+	start := ev("message-start", `,"id":"c1","delta":{"message":{"role":"assistant","content":[],"tool_plan":"","tool_calls":[],"citations":[]}}`) +
+		ev("content-start", `,"index":0,"delta":{"message":{"content":{"type":"text","text":""}}}`)
+	runDetectorCases(t, formatSSE, []detectorCase{
+		{"control events never win", "", start, verdictFailure, "stream ended before the first output event"},
+		{"control events never win, rule any", RuleAny, start + ev("content-end", `,"index":0`), verdictFailure, "stream ended before the first output event"},
+		{"content-delta", "", start + ev("content-delta", `,"index":0,"delta":{"message":{"content":{"text":"Hi"}}}`), verdictOutput, ""},
+		{"tool-plan-delta", "", ev("message-start", `,"id":"c1"`) + ev("tool-plan-delta", `,"delta":{"message":{"tool_plan":"I will"}}`), verdictOutput, ""},
+		{"message-end is final", "", start + ev("message-end", `,"delta":{"finish_reason":"MAX_TOKENS"}`), verdictOutput, ""},
+	})
+}
+
 func TestFirstEventSSEAny(t *testing.T) {
 	runDetectorCases(t, formatSSE, []detectorCase{
 		{"plain text data", "", otherStream, verdictOutput, ""},

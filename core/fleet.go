@@ -31,10 +31,15 @@ type Fleet struct {
 	replica string
 	// holders counts the flights this replica led, for unique holder ids.
 	holders int64
+	// followers counts this replica's requests following another's flight.
+	followers int64
 	// kind is the proxy, for the heartbeat (FleetOptions.Kind).
 	kind string
 	// sync is the sync loop's state (fleetsync.go).
 	sync *fleetSync
+	// policy is what the fleet read of Redis' maxmemory-policy
+	// (fleetpolicy.go).
+	policy *fleetPolicy
 
 	mu        sync.Mutex
 	up        bool
@@ -98,7 +103,8 @@ func NewFleet(client RedisClient, cfg FleetConfig, opts FleetOptions) *Fleet {
 	var id [6]byte
 	rand.Read(id[:])
 	f := &Fleet{client: client, cfg: cfg, name: name, clock: opts.Clock, metrics: opts.Metrics,
-		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true, kind: opts.Kind, sync: newFleetSync()}
+		log: opts.Log, replica: hex.EncodeToString(id[:]), up: true, kind: opts.Kind, sync: newFleetSync(),
+		policy: &fleetPolicy{due: true}}
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetUp, []string{name}, 1)
 	}
@@ -177,6 +183,9 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetUp, []string{f.name}, v)
 	}
+	if up {
+		fleetPolicyDue(f) // the Redis back may be another one
+	}
 	if f.log == nil {
 		return
 	}
@@ -226,7 +235,7 @@ func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, 
 	busy := err != nil && errors.Is(err, ErrRedisBusy)
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
-		if err != nil && !busy {
+		if err != nil && !busy && !isNoScript(err) { // fleetEval sends the script then
 			f.metrics.Record(MetricFleetErrors, []string{f.name, op}, 1)
 		}
 	}
@@ -330,11 +339,15 @@ func fleetNewHolder(f *Fleet) string {
 const streamLinger = 60 * time.Second
 
 func fleetStreamMillis(f *Fleet, ttl time.Duration) string {
-	d := streamLinger
+	return fleetLingerMillis(streamLinger, ttl)
+}
+
+// fleetLingerMillis is d capped by the TTL, in milliseconds.
+func fleetLingerMillis(d, ttl time.Duration) string {
 	if ttl > 0 && ttl < d {
 		d = ttl
 	}
-	return strconv.FormatInt(int64(d/time.Millisecond), 10)
+	return millisString(d)
 }
 
 func millisString(d time.Duration) string {
@@ -409,13 +422,24 @@ return 'ok'
 
 // finishScript: KEYS lease, stream, done; ARGV lease value, end kind, done
 // value ("" for none), ttl ms, stream ms, sequence number of the first
-// entry, last data ("" for none). While this leader holds the lease it
+// entry, last data ("" for none), linger ms of an ended stream, of a
+// stored answer's, holder. While this leader holds the lease it
 // appends the last data and the end (to a stream that still exists),
 // stores the answer and releases the lease: the store comes first, so a
 // claim finds the lease or the answer, never neither while a complete
-// answer exists. A leader that lost the lease writes nothing.
+// answer exists. An ended stream lingers only for the followers reading
+// it (endLinger), a stored answer's only doneLinger (they finish from the
+// stored answer), so Redis holds a stored answer once. A leader that lost
+// the lease writes nothing. Sent again after a failure, it finds its own
+// end (or its stored answer) and says ok.
 var finishScript = newFleetScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'lost' end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+  if #last == 1 and last[1][2][2] == 'e' then return 'ok' end
+  local d = redis.call('GET', KEYS[3])
+  if d and string.find(d, '\n@' .. ARGV[10] .. '\n', 1, true) then return 'ok' end
+  return 'lost'
+end
 local n = tonumber(ARGV[6])
 local res = 'ok'
 if n == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
@@ -424,11 +448,64 @@ if n == 1 or redis.call('EXISTS', KEYS[2]) == 1 then
     n = n + 1
   end
   redis.call('XADD', KEYS[2], '*', 't', 'e', 'v', ARGV[2], 'n', n)
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
+  redis.call('PEXPIRE', KEYS[2], ARGV[8])
 else
   res = 'gone'
 end
-if ARGV[3] ~= '' then redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4]) end
+if ARGV[3] ~= '' then
+  redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[9])
+end
 redis.call('DEL', KEYS[1])
 return res
 `)
+
+// An ended stream's readers are the followers that joined before its end:
+// blocked ones get the end at once, others are catching up. It lingers
+// endLinger for them, or doneLinger when the same bytes were stored (a
+// follower further behind finishes from the stored answer); a new request
+// after the end replays the stored answer or runs afresh, never reads it.
+const (
+	endLinger  = 10 * time.Second
+	doneLinger = time.Second
+)
+
+// storeBudgetScript admits an answer to the fleet store within the
+// route's and the caller's byte budgets (Redis' clock). KEYS route set,
+// route total, caller set, caller total; ARGV size, ttl ms, member (the
+// identity), route budget, caller budget. Each set holds "<size>:<member>"
+// scored by its expiry; expired ones leave the totals first. Returns 1
+// when the answer fits both (and counts it), else 0: a full store stores
+// nothing new until stored answers expire.
+var storeBudgetScript = newFleetScript(`
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function used(set, total)
+  local gone = redis.call('ZRANGEBYSCORE', set, '-inf', now)
+  if #gone > 0 then
+    local sum = 0
+    for _, m in ipairs(gone) do sum = sum + tonumber(string.match(m, '^(%d+):')) end
+    redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+    redis.call('DECRBY', total, sum)
+  end
+  return tonumber(redis.call('GET', total) or '0')
+end
+local size = tonumber(ARGV[1])
+if used(KEYS[1], KEYS[2]) + size > tonumber(ARGV[4]) then return 0 end
+if used(KEYS[3], KEYS[4]) + size > tonumber(ARGV[5]) then return 0 end
+for i = 1, 3, 2 do
+  redis.call('ZADD', KEYS[i], now + tonumber(ARGV[2]), ARGV[1] .. ':' .. ARGV[3])
+  redis.call('INCRBY', KEYS[i + 1], size)
+  redis.call('PEXPIRE', KEYS[i], ARGV[2])
+  redis.call('PEXPIRE', KEYS[i + 1], ARGV[2])
+end
+return 1
+`)
+
+// fleetStoreKeys are the keys of storeBudgetScript for a route and a
+// caller: the route's hash tag, so that one script reaches them on a Redis
+// Cluster.
+func fleetStoreKeys(prefix, route, caller string) []string {
+	tag := prefix + "{store:" + route + "}"
+	return []string{tag + ":set", tag + ":bytes", tag + ":set:" + caller, tag + ":bytes:" + caller}
+}

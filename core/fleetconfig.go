@@ -1,6 +1,7 @@
 package core
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"os"
@@ -41,6 +42,23 @@ type FleetConfig struct {
 	// replica saw reaches this one within about this long. Default 250ms,
 	// at most 1s.
 	SyncInterval Duration `json:"sync_interval,omitempty"`
+	// MaxFollowers caps the requests of this replica that follow another
+	// replica's flight at once (each holds a blocking Redis read). One over
+	// the cap gets a 409 to retry (never a second generation). Default 512;
+	// compiled clients keep as many connections for blocking reads.
+	MaxFollowers int `json:"max_followers,omitempty"`
+}
+
+// Key identifies the fleet c configures (defaults applied): routes whose
+// keys are equal share one client and one Fleet. Built from every field,
+// so a new field can never make two configurations share one by mistake.
+// It holds the URL, maybe with a password: never log it.
+func (c FleetConfig) Key() string {
+	b, err := json.Marshal(c.WithDefaults())
+	if err != nil {
+		return "" // a struct of strings, numbers and durations always marshals
+	}
+	return string(b)
 }
 
 // Enabled reports whether the fleet is configured.
@@ -62,6 +80,9 @@ func (c FleetConfig) WithDefaults() FleetConfig {
 	}
 	if c.SyncInterval == 0 {
 		c.SyncInterval = Duration(250 * time.Millisecond)
+	}
+	if c.MaxFollowers == 0 {
+		c.MaxFollowers = 512
 	}
 	return c
 }
@@ -86,6 +107,9 @@ func validateFleet(bad func(string, ...interface{}), c FleetConfig) {
 	}
 	if c.SyncInterval < Duration(10*time.Millisecond) || c.SyncInterval > Duration(time.Second) {
 		bad("fleet sync_interval %v: want 10ms..1s", c.SyncInterval)
+	}
+	if c.MaxFollowers < 1 {
+		bad("fleet max_followers %d must be at least 1", c.MaxFollowers)
 	}
 	if strings.ContainsAny(c.Prefix, "{}") {
 		bad("fleet prefix %q must not contain { or } (they mark the hash tag)", c.Prefix)

@@ -3,8 +3,10 @@ package core
 import (
 	"net/http"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseRedisURL(t *testing.T) {
@@ -108,5 +110,31 @@ func TestFleetHeadRoundTrip(t *testing.T) {
 	}
 	if _, _, _, ok := decodeFleetHead("20x\n\n"); ok {
 		t.Error("a bad status decoded")
+	}
+}
+
+// Key is built from every field: a value set in any one of them (a new
+// field included) gives another key, so two configurations never share a
+// Fleet by mistake.
+func TestFleetConfigKeyCoversEveryField(t *testing.T) {
+	base := FleetConfig{URL: "redis://127.0.0.1:6379/0"}
+	v := reflect.ValueOf(&base).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		changed := base
+		f := reflect.ValueOf(&changed).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString(f.String() + "x")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(f.Int() + 12345)
+		default:
+			t.Fatalf("field %s has kind %s: teach this test to change it", v.Type().Field(i).Name, f.Kind())
+		}
+		if changed.Key() == base.Key() {
+			t.Errorf("changing %s leaves the key %q unchanged", v.Type().Field(i).Name, base.Key())
+		}
+	}
+	if (FleetConfig{URL: base.URL, Lease: Duration(2 * time.Second)}).Key() != base.Key() {
+		t.Error("a field set to its default gives another key than the default itself")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -86,15 +87,25 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			}
 			return fleetJoined{}
 		case "lead":
-			l := startFleetLeader(h, keys, holder, fp, claimed)
+			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed)
 			return fleetJoined{leader: l}
 		case "follow":
 			if len(v.Array) < 2 {
 				return fleetJoined{}
 			}
 			other := v.Array[1].Str
+			if atomic.AddInt64(&f.followers, 1) > int64(f.cfg.MaxFollowers) {
+				// Over the cap: no blocking read, and no second generation.
+				atomic.AddInt64(&f.followers, -1)
+				fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, other, "-1")
+				rep.Outcome = OutcomeJoined
+				rep.Status = http.StatusConflict
+				writeInFlightConflict(fw)
+				return fleetJoined{answered: true, complete: true}
+			}
 			setNoRaceReport(h, fw.Header(), OutcomeJoined)
 			res := fleetFollow(f, fw, keys, other, other+" "+fp, readers)
+			atomic.AddInt64(&f.followers, -1)
 			switch res {
 			case followReclaim:
 				clearNoRaceReport(h, fw.Header())
@@ -124,11 +135,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 // fleetReplay writes a stored answer (done value) and reports whether it
 // could be decoded.
 func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool {
-	rest, ok := strings.CutPrefix(done, fp+"\n")
-	if !ok {
-		return false
-	}
-	status, hdr, body, ok := decodeFleetHead(rest)
+	_, status, hdr, body, ok := decodeFleetDone(done, fp)
 	if !ok {
 		return false
 	}
@@ -142,6 +149,26 @@ func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool
 		return true // the client left; the answer was the replay all the same
 	}
 	return true
+}
+
+// decodeFleetDone decodes a stored answer (done value) of the request with
+// fingerprint fp: the generation that answered (its holder; "" in values
+// stored before it was recorded), status, headers and body.
+func decodeFleetDone(done, fp string) (holder string, status int, hdr http.Header, body string, ok bool) {
+	rest, found := strings.CutPrefix(done, fp+"\n")
+	if !found {
+		return "", 0, nil, "", false
+	}
+	if strings.HasPrefix(rest, "@") {
+		line, after, cut := strings.Cut(rest, "\n")
+		if !cut {
+			return "", 0, nil, "", false
+		}
+		holder = line[1:]
+		rest = after
+	}
+	st, h, b, good := decodeFleetHead(rest)
+	return holder, st, h, b, good
 }
 
 // What a follower's reading ended with.
@@ -170,7 +197,15 @@ func fleetBlock(f *Fleet) time.Duration {
 // fleetFollow reads the stream of holder's generation from its start and
 // writes it to fw, then uncounts itself from the generation's readers.
 func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
-	res := fleetRead(f, fw, keys, holder, leaseValue, ctx)
+	var tail []byte
+	res := fleetRead(f, fw, keys, holder, leaseValue, ctx, &tail)
+	if res == followCut && streamFinished(tail) {
+		// The generation's bytes reached their end marker, which its
+		// leader writes only while its lease surely holds: the answer is
+		// whole even though the stream's own end never came (Redis
+		// failed, or the leader died, after it).
+		res = followComplete
+	}
 	// Bounded by the fleet's timeout; the client may have left already.
 	fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, holder, "-1")
 	return res
@@ -179,13 +214,15 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 // fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
 // from the head: a gap (entries trimmed or evicted, a stream that vanished)
 // ends the answer broken, never with a hole.
-func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
+// tail keeps the last bytes written, for fleetFollow.
+func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context, tail *[]byte) int {
 	stream := keys.stream(holder)
 	block := fleetBlock(f)
 	blockMs := millisString(block)
 	last := "0-0"
 	headSeen := false
-	next := 1 // the sequence number the next entry must carry
+	next := 1    // the sequence number the next entry must carry
+	written := 0 // bytes of the answer's body written
 	for {
 		if ctx.Err() != nil {
 			return followGone
@@ -214,7 +251,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 			}
 			if rest.Kind == RedisNil {
 				if headSeen {
-					return followCut
+					return followFromStore(f, fw, keys, holder, written, ctx)
 				}
 				return followReclaim
 			}
@@ -241,6 +278,8 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 				if _, err := fw.Write([]byte(e.value)); err != nil {
 					return followGone
 				}
+				written += len(e.value)
+				*tail = keepTail(*tail, []byte(e.value))
 			case "e":
 				if !headSeen {
 					return followReclaim // ended without an answer: lead anew
@@ -253,6 +292,29 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 		}
 		fw.Flush()
 	}
+}
+
+// followFromStore finishes a follower whose stream ended without its end
+// entry: when the same generation's answer was stored (its stream lingers
+// only briefly after), the rest of it comes from there; else the
+// generation was cut.
+func followFromStore(f *Fleet, fw *flightWriter, keys fleetKeys, holder string, written int, ctx context.Context) int {
+	v, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.done)
+	if err != nil || v.Kind != RedisString {
+		return followFailed(ctx, true)
+	}
+	fp := v.Str
+	if i := strings.IndexByte(fp, '\n'); i >= 0 {
+		fp = fp[:i]
+	}
+	gen, _, _, body, ok := decodeFleetDone(v.Str, fp)
+	if !ok || gen != holder || len(body) < written {
+		return followCut
+	}
+	if _, err := fw.Write([]byte(body[written:])); err != nil {
+		return followGone
+	}
+	return followComplete
 }
 
 // followBroken is a follower's result when what it read cannot be this
@@ -387,6 +449,10 @@ type fleetLeader struct {
 	fp         string
 	maxBytes   int
 	ttl        time.Duration
+	// store: the keys and budgets of storeBudgetScript for this answer.
+	storeKeys                 []string
+	identity                  string
+	routeBudget, callerBudget int64
 	// readersGone tells the local flight this generation feeds that no
 	// follower on another replica reads (fleetRenew); it stops the race
 	// when nobody reads anywhere. A func, not the *flight: Yaegi mistypes
@@ -420,11 +486,14 @@ type fleetLeader struct {
 	finished   chan struct{}
 }
 
-func startFleetLeader(h *Hedger, keys fleetKeys, holder, fp string, claimed time.Time) *fleetLeader {
+func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, holder, fp string, claimed time.Time) *fleetLeader {
 	f := h.fleet
+	caller := callerHash(h, p)
+	idem := &h.cfg.Idempotency
 	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
-		maxBytes: int(h.cfg.Idempotency.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
-		validUntil: claimed.Add(time.Duration(f.cfg.Lease))}
+		maxBytes: int(idem.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
+		validUntil: claimed.Add(time.Duration(f.cfg.Lease)), storeKeys: fleetStoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]),
+		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller)}
 	l.cond = sync.NewCond(&l.mu)
 	// Created once: the timer re-arms with this same func (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }
@@ -530,12 +599,22 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	return !lost
 }
 
-// fleetLeaderLost reports whether the leader lost its lease.
-func fleetLeaderLost(l *fleetLeader) bool {
+// fleetLeaderConfirm renews the lease at once and reports whether it
+// surely holds (a renewal that failed still counts while the lease cannot
+// have run out). The end of the answer waits for it.
+func fleetLeaderConfirm(l *fleetLeader) bool {
+	f := l.f
+	sent := f.clock.Now()
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder)
 	l.mu.Lock()
-	lost := l.lost
-	l.mu.Unlock()
-	return lost
+	defer l.mu.Unlock()
+	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
+		leaseConfirmed(l, sent, v.Array[0].Int == 1)
+	} else {
+		leaseUnconfirmed(l)
+	}
+	return !l.lost
 }
 
 // fleetLeaderEnd ends the stream after the race: ok when the whole answer
@@ -552,14 +631,21 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 			kind = "ok"
 		}
 	}
+	lost := l.lost
+	l.mu.Unlock()
 	done := ""
-	if complete && store && !l.lost {
+	if complete && store && !lost {
 		lead.mu.Lock()
 		if !lead.overflow && lead.status >= 200 && lead.status < 300 {
-			done = l.fp + "\n" + encodeFleetHead(lead.status, lead.header) + string(lead.body)
+			// The generation's holder, for followers that finish from it.
+			done = l.fp + "\n@" + l.holder + "\n" + encodeFleetHead(lead.status, lead.header) + string(lead.body)
 		}
 		lead.mu.Unlock()
 	}
+	if done != "" && !fleetStoreAdmits(l, redisFootprint(len(done))) {
+		done = ""
+	}
+	l.mu.Lock()
 	l.ended = true
 	l.endKind = kind
 	l.done = done
@@ -571,6 +657,35 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 		timer.Stop()
 	}
 	<-l.finished
+}
+
+// redisFootprint is what a string value of n bytes takes in Redis: its
+// allocation rounded up to the allocator's size class (jemalloc's: four
+// classes per power of two, so up to 25 % more), plus the key's own.
+func redisFootprint(n int) int {
+	const keyOverhead = 128
+	if n <= 64 {
+		return 64 + keyOverhead
+	}
+	step := 1
+	for step*8 < n-1 {
+		step *= 2
+	}
+	return (n+step-1)/step*step + keyOverhead
+}
+
+// fleetStoreAdmits reports whether an answer of size bytes fits the
+// route's and the caller's budgets of the fleet store (and counts it).
+// Redis failing admits nothing.
+func fleetStoreAdmits(l *fleetLeader, size int) bool {
+	args := []string{strconv.Itoa(size), millisString(l.ttl), l.identity, strconv.FormatInt(l.routeBudget, 10), strconv.FormatInt(l.callerBudget, 10)}
+	v, err := fleetEval(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
+	if err != nil {
+		// Once more (a timed-out one that landed counts the answer twice
+		// until it expires: the budget errs on the safe side).
+		v, err = fleetEval(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
+	}
+	return err == nil && v.Kind == RedisInt && v.Int == 1
 }
 
 // fleetAppend is the leader's one sender: it sends the queued data, then
@@ -623,12 +738,22 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	last := string(data)
 	if failed {
 		last = ""
+		if kind == "ok" {
+			kind = "cut" // the stream missed some of the answer
+		}
 	}
 	// endKind and done were set before ended, under the lock this goroutine
 	// took since.
 	sent := l.f.clock.Now()
-	v, err := fleetEval(l.f, context.Background(), fleetOpFinish, finishScript, []string{l.keys.lease, l.stream, l.keys.done},
-		l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last)
+	keys := []string{l.keys.lease, l.stream, l.keys.done}
+	args := []string{l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last,
+		fleetLingerMillis(endLinger, l.ttl), fleetLingerMillis(doneLinger, l.ttl), l.holder}
+	v, err := fleetEval(l.f, context.Background(), fleetOpFinish, finishScript, keys, args...)
+	if err != nil {
+		// Once more: whether it landed decides whether this answer
+		// may stand (the script knows its own end).
+		v, err = fleetEval(l.f, context.Background(), fleetOpFinish, finishScript, keys, args...)
+	}
 	l.mu.Lock()
 	fencedWrite(l, sent, v, err)
 	if err != nil {

@@ -39,8 +39,13 @@ const fleetMaxLease float64 = 64
 // expires (and starts over, full).
 const fleetBudgetTTL time.Duration = time.Minute
 
-// fleetRouteIdle: a route without requests for this long detaches (its
-// next request attaches it again).
+// fleetRouteIdle: a route without requests for this long is idle. An idle
+// route stays attached, reported in the heartbeat and synced with it (once
+// per FleetHeartbeatInterval, not every sync_interval), so that
+// llmhedge-ctl status lists it and it takes the kill switch before its next
+// request; an idle route that another State of the same name superseded (a
+// reload that changed the route's shape) detaches (its next request
+// attaches it again).
 const fleetRouteIdle time.Duration = 2 * time.Minute
 
 // More fleet operation names (the op label).
@@ -488,9 +493,11 @@ func (f *Fleet) Close() {
 	}
 }
 
-// fleetSyncAll syncs every attached route, detaches idle ones, and
-// heartbeats when it is time.
+// fleetSyncAll syncs every attached route (an idle one only when the
+// heartbeat is due), detaches superseded idle ones, heartbeats when it is
+// time, and reads Redis' eviction policy when due.
 func fleetSyncAll(f *Fleet) {
+	fleetCheckPolicy(f)
 	fs := f.sync
 	now := f.clock.Now()
 	fs.mu.Lock()
@@ -503,35 +510,64 @@ func fleetSyncAll(f *Fleet) {
 		fs.lastBeat = now
 	}
 	fs.mu.Unlock()
-	for _, r := range routes {
-		if fleetDetachIdle(f, r, now) {
+	active := make([]time.Time, len(routes))
+	for i, r := range routes {
+		active[i] = fleetNoteActivity(r, now)
+	}
+	kept := make([]*fleetRoute, 0, len(routes))
+	for i, r := range routes {
+		idle := now.Sub(active[i]) >= fleetRouteIdle
+		if idle && fleetSuperseded(routes, active, i) {
+			fleetDetach(f, r)
+			continue
+		}
+		kept = append(kept, r)
+		if idle && !beat {
 			continue
 		}
 		fleetSyncRoute(f, r)
 	}
 	if beat {
-		fleetHeartbeat(f, routes, now)
+		fleetHeartbeat(f, kept, now)
 	}
 }
 
-// fleetDetachIdle detaches r when its route had no request for
-// fleetRouteIdle (a reload replaced its State, or traffic stopped); the
-// State's next request attaches it again.
-func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
+// fleetNoteActivity returns when r's route last had a request (as seen by
+// the loop's rounds).
+func fleetNoteActivity(r *fleetRoute, now time.Time) time.Time {
 	b := r.bucket
 	b.mu.Lock()
 	requests := b.requests
 	b.mu.Unlock()
 	r.syncMu.Lock()
+	defer r.syncMu.Unlock()
 	if requests != r.lastRequests {
 		r.lastRequests = requests
 		r.lastActive = now
 	}
-	idle := now.Sub(r.lastActive) >= fleetRouteIdle
-	r.syncMu.Unlock()
-	if !idle {
-		return false
+	return r.lastActive
+}
+
+// fleetSuperseded reports whether another attached route of the same name
+// had a request more recently than routes[i] (ties: the greater key
+// stays), active being each one's last request.
+func fleetSuperseded(routes []*fleetRoute, active []time.Time, i int) bool {
+	r := routes[i]
+	for j, o := range routes {
+		if j == i || o.name != r.name {
+			continue
+		}
+		if active[j].After(active[i]) || active[j].Equal(active[i]) && o.key > r.key {
+			return true
+		}
 	}
+	return false
+}
+
+// fleetDetach detaches r (a superseded State of its route): the State's
+// next request attaches it again.
+func fleetDetach(f *Fleet, r *fleetRoute) {
+	b := r.bucket
 	fs := f.sync
 	fs.mu.Lock()
 	if fs.routes[r.key] == r {
@@ -547,7 +583,6 @@ func fleetDetachIdle(f *Fleet, r *fleetRoute, now time.Time) bool {
 	}
 	b.mu.Unlock()
 	atomic.StoreInt32(&r.share.live, 0)
-	return true
 }
 
 // leaseWant is how many tokens a sync asks for: enough to hold twice the

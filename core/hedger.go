@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -71,6 +72,9 @@ type Hedger struct {
 	publicNames []string
 	// scopeHeaders is cfg.Idempotency.ScopeHeaders in canonical form.
 	scopeHeaders []string
+	// passedCredentials[i] are the credential headers upstream i gets from
+	// the caller unchanged (it neither sets nor deletes them).
+	passedCredentials [][]string
 	// routeScope is the route's part of every idempotency identity (see
 	// routeScope): two routes sharing a fleet never share an answer.
 	routeScope string
@@ -151,12 +155,38 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
+		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), passedCredentials: passedCredentials(cfg.Upstreams), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
 		fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: spendCapTokens(&cfg.Budget)}
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
 	}
 	return h, nil
+}
+
+// passedCredentials lists, per upstream, the credential headers it gets
+// from the caller unchanged.
+func passedCredentials(ups []UpstreamConfig) [][]string {
+	out := make([][]string, len(ups))
+	for i := range ups {
+		u := &ups[i]
+		for _, name := range credentialHeaders {
+			touched := false
+			for k := range u.SetHeaders {
+				if strings.EqualFold(k, name) {
+					touched = true
+				}
+			}
+			for _, k := range u.DeleteHeaders {
+				if strings.EqualFold(k, name) {
+					touched = true
+				}
+			}
+			if !touched {
+				out[i] = append(out[i], name)
+			}
+		}
+	}
+	return out
 }
 
 // earlyGrace is cfg's early-headers grace time, 0 when they are off.
@@ -349,20 +379,12 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	// for the followers too; only a winner's is stored.
 	complete = err == nil && rep.Outcome != OutcomeClientGone && !fw.fenced
 	store = complete && rep.Outcome == OutcomeOK
-	if remote != nil {
-		// Ended before the handler returns: a leader that lost its lease
-		// (the end's fenced write says so) must not end its client's answer
-		// as a whole one, since another leader may answer the key.
-		fleetLeaderEnd(remote, lead, complete, store)
-		lost := fleetLeaderLost(remote)
-		remote = nil
-		if (lost || fw.fenced) && fw.status != 0 && !fw.refused {
-			complete, store = false, false
-			if clientCtx.Err() == nil && !fw.clientGone {
-				rep.Outcome = OutcomeStreamFailed
-				err = ErrStreamAborted
-			}
-		}
+	if fw.fenced && !fw.refused && clientCtx.Err() == nil && !fw.clientGone {
+		// Committed, but the lease was lost before the answer's end went
+		// out: another leader may answer the key, so this answer ends
+		// broken (not stored, followers cut).
+		rep.Outcome = OutcomeStreamFailed
+		err = ErrStreamAborted
 	}
 	if fw.clientGone {
 		// The answer went on to the followers, not to this client.

@@ -420,6 +420,11 @@ type flightWriter struct {
 	// fenced: the leader lost its lease after commit; the client's answer
 	// must end broken (leadKeyed).
 	fenced bool
+	// tail is the answer's last bytes while it leads a fleet flight: the
+	// write that ends a stream waits for the lease to be confirmed (once:
+	// confirmed).
+	tail      []byte
+	confirmed bool
 }
 
 // errFleetFenced is what a leader's writer returns once its answer may no
@@ -462,11 +467,19 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 	if fw.refused || fw.fenced {
 		return 0, errFleetFenced
 	}
-	if fw.remote != nil && !fleetLeaderData(fw.remote, p) {
-		// Another leader may answer this key: this answer stops here,
-		// for the followers in process too (the flight ends incomplete).
-		fw.fenced = true
-		return 0, errFleetFenced
+	if fw.remote != nil {
+		fw.tail = keepTail(fw.tail, p)
+		// A stream's end marker goes out only while the lease surely
+		// holds: a client takes an answer with its end for whole.
+		ending := !fw.confirmed && streamFinished(fw.tail)
+		// Confirmed first: followers get the end marker only if it holds.
+		if ending && !fleetLeaderConfirm(fw.remote) || !fleetLeaderData(fw.remote, p) {
+			// Another leader may answer this key: this answer stops here,
+			// for the followers in process too (the flight ends incomplete).
+			fw.fenced = true
+			return 0, errFleetFenced
+		}
+		fw.confirmed = fw.confirmed || ending
 	}
 	fw.f.write(p)
 	if fw.clientGone {

@@ -36,6 +36,8 @@ const (
 	MetricHedgingPaused   int = 19
 	MetricBudgetTokens    int = 20
 	MetricFleetReplicas   int = 21
+	// MetricFleetEvictionSafe: fleetpolicy.go.
+	MetricFleetEvictionSafe int = 22
 )
 
 // MetricDef describes one metric.
@@ -133,6 +135,9 @@ var metricDefs = []MetricDef{
 		Labels: []string{"route"}, FromHedger: true},
 	{Name: "llm_hedge_fleet_replicas", Type: MetricGauge,
 		Help:   "Live replicas of the fleet as this one last counted them (from the heartbeats), by fleet.",
+		Labels: []string{"fleet"}},
+	{Name: "llm_hedge_fleet_eviction_policy_safe", Type: MetricGauge,
+		Help:   "1 when the fleet's Redis has maxmemory-policy noeviction, 0 when it may evict fleet keys (a live lease: a second generation); absent while Redis refuses CONFIG GET, by fleet.",
 		Labels: []string{"fleet"}},
 }
 

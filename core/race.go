@@ -400,6 +400,11 @@ func noteFailure(rc *race, a *attempt) {
 	a.result = failedResult(a)
 	h, st := rc.h, rc.h.state
 	now := clockNow(h)
+	if a.status == 429 && callersOwn429(h, rc.p, a.upstream) {
+		// That caller's rate limit, not the upstream's state.
+		releaseProbe(st.health[a.upstream], a.probe)
+		return
+	}
 	if a.status != 0 {
 		recordStatus(st.overload, a.status)
 	}
@@ -423,6 +428,20 @@ func noteFailure(rc *race, a *attempt) {
 	if h.fleet != nil {
 		fleetNoteFailure(h, a, cooled, opened)
 	}
+}
+
+// callersOwn429 reports whether a 429 from upstream i answered the
+// caller's own credentials (see BudgetConfig.Caller429).
+func callersOwn429(h *Hedger, p *preparedRequest, i int) bool {
+	if h.cfg.Budget.Caller429 != Caller429Caller {
+		return false
+	}
+	for _, name := range h.passedCredentials[i] {
+		if p.orig.Header.Get(name) != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // drain cancels every attempt and waits for each goroutine's terminal event,

@@ -295,13 +295,21 @@ func (p *preparedRequest) fingerprint() string {
 }
 
 // idempotencyIdentity is what the idempotency table is keyed by: a SHA-256
-// of the route (routeScope), the caller (the values of every scope header, in configured order)
-// and the client's key. Every value is length-prefixed and every header's
-// value count written, so that no two callers share an input; the raw key
-// never reaches the store.
+// of the route (routeScope), the caller (callerHash) and the client's key,
+// each length-prefixed; the raw key never reaches the store.
 func idempotencyIdentity(h *Hedger, p *preparedRequest) string {
 	sum := sha256.New()
 	io.WriteString(sum, h.routeScope)
+	writeField(sum, callerHash(h, p))
+	writeField(sum, p.key)
+	return hex.EncodeToString(sum.Sum(nil))
+}
+
+// callerHash names the caller: a SHA-256 of the values of every scope
+// header, in configured order. Every value is length-prefixed and every
+// header's value count written, so that no two callers share an input.
+func callerHash(h *Hedger, p *preparedRequest) string {
+	sum := sha256.New()
 	hdr := p.orig.Header
 	for _, name := range h.scopeHeaders {
 		values := hdr[name]
@@ -310,7 +318,6 @@ func idempotencyIdentity(h *Hedger, p *preparedRequest) string {
 			writeField(sum, v)
 		}
 	}
-	writeField(sum, p.key)
 	return hex.EncodeToString(sum.Sum(nil))
 }
 

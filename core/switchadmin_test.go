@@ -1,9 +1,12 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,7 +16,9 @@ import (
 func serveSwitchAdmin(t *testing.T, method, body string) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	ServeSwitchAdmin(rec, httptest.NewRequest(method, "/switch", strings.NewReader(body)))
+	req := httptest.NewRequest(method, "/switch", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	ServeSwitchAdmin(rec, req)
 	return rec.Code, rec.Body.String()
 }
 
@@ -90,5 +95,140 @@ func TestSwitchAdminRejectsBadRequests(t *testing.T) {
 	}
 	if got := ProcessSwitches(); len(got) != 0 {
 		t.Errorf("ProcessSwitches() = %q after bad requests, want none", got)
+	}
+}
+
+// adminCall is one request to the switch of an admin listener (what
+// ServeSwitchAdminListener serves), allowed hosts
+// "admin.internal" (any port) and "ops.example:8443"; origin and
+// contentType "" send none.
+type adminCall struct {
+	name, method, host, origin, contentType, body string
+}
+
+func (c adminCall) serve(t *testing.T, local string) (int, string) {
+	t.Helper()
+	req := httptest.NewRequest(c.method, "/switch", strings.NewReader(c.body))
+	req.Host = c.host
+	if c.origin != "" {
+		req.Header.Set("Origin", c.origin)
+	}
+	if c.contentType != "" {
+		req.Header.Set("Content-Type", c.contentType)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", local)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, net.Addr(addr)))
+	rec := httptest.NewRecorder()
+	ServeSwitchAdminListener(rec, req, []string{"admin.internal", "ops.example:8443"}, "admin.allowed_hosts")
+	return rec.Code, rec.Body.String()
+}
+
+const pauseChat = `{"route":"chat","paused":true}`
+
+// What a web page on the host could send is refused, and the switch does
+// not change: a foreign Origin, a Host a DNS-rebinding name brings, a
+// text/plain or form body (a cross-origin POST a browser sends without a
+// preflight).
+func TestSwitchAdminListenerRefusesWhatAPageCouldSend(t *testing.T) {
+	defer SetProcessSwitch("chat", Switch{})
+	const local = "127.0.0.1:9902"
+	for _, tc := range []struct {
+		call adminCall
+		code int
+		want string
+	}{
+		{adminCall{"foreign origin", "POST", local, "http://evil.example", "application/json", pauseChat}, 403, `origin \"http://evil.example\" not allowed`},
+		{adminCall{"foreign origin, GET", "GET", local, "https://evil.example", "", ""}, 403, "not allowed"},
+		{adminCall{"null origin", "POST", local, "null", "application/json", pauseChat}, 403, `origin \"null\" not allowed`},
+		{adminCall{"loopback origin of another port", "POST", local, "http://localhost:3000", "application/json", pauseChat}, 403, "not allowed"},
+		{adminCall{"DNS rebinding", "POST", "rebind.evil.example:9902", "http://rebind.evil.example:9902", "application/json", pauseChat}, 403, `host \"rebind.evil.example:9902\" not allowed`},
+		{adminCall{"DNS rebinding, no origin", "POST", "rebind.evil.example:9902", "", "application/json", pauseChat}, 403, "admin.allowed_hosts"},
+		{adminCall{"DNS rebinding, GET", "GET", "rebind.evil.example:9902", "", "", ""}, 403, "not allowed"},
+		{adminCall{"allowed host on another port", "POST", "ops.example:9902", "", "application/json", pauseChat}, 403, "not allowed"},
+		{adminCall{"another address", "POST", "10.1.2.3:9902", "", "application/json", pauseChat}, 403, "not allowed"},
+		{adminCall{"no host", "POST", "", "", "application/json", pauseChat}, 403, "not allowed"},
+		{adminCall{"text/plain", "POST", local, "", "text/plain", pauseChat}, 415, "content type text/plain not allowed"},
+		{adminCall{"text/plain from a page", "POST", local, "http://evil.example", "text/plain", pauseChat}, 403, "not allowed"},
+		{adminCall{"form", "POST", local, "", "application/x-www-form-urlencoded", pauseChat}, 415, "application/json"},
+		{adminCall{"no content type", "POST", local, "", "", pauseChat}, 415, "content type none not allowed"},
+	} {
+		code, body := tc.call.serve(t, local)
+		if code != tc.code || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d with an error saying %s", tc.call.name, code, strings.TrimSpace(body), tc.code, tc.want)
+		}
+		var e struct{ Error string }
+		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" {
+			t.Errorf("%s: body %q is not {\"error\": ...} (%v)", tc.call.name, body, err)
+		}
+		if got := ProcessSwitch("chat"); got.Paused {
+			t.Fatalf("%s: ProcessSwitch(chat) = %s after a refused request, want it unchanged (on)", tc.call.name, got)
+		}
+	}
+}
+
+// What curl, scripts and llmhedge-ctl send passes: no Origin, a loopback
+// Host by any name, the listener's own address, a configured host, the
+// endpoint's own origin.
+func TestSwitchAdminListenerAllowsLocalCallers(t *testing.T) {
+	defer SetProcessSwitch("chat", Switch{})
+	for _, tc := range []struct {
+		local string
+		call  adminCall
+	}{
+		{"127.0.0.1:9902", adminCall{"curl", "POST", "127.0.0.1:9902", "", "application/json", ""}},
+		{"127.0.0.1:9902", adminCall{"localhost", "POST", "localhost:9902", "", "application/json; charset=utf-8", ""}},
+		{"[::1]:9902", adminCall{"IPv6 loopback", "POST", "[::1]:9902", "", "application/json", ""}},
+		{"10.1.2.3:9902", adminCall{"the listener's own address", "POST", "10.1.2.3:9902", "", "application/json", ""}},
+		{"10.1.2.3:9902", adminCall{"configured host", "POST", "admin.internal:9902", "", "application/json", ""}},
+		{"10.1.2.3:8443", adminCall{"configured host:port", "POST", "ops.example:8443", "", "application/json", ""}},
+		{"10.1.2.3:9902", adminCall{"own origin", "POST", "admin.internal:9902", "http://admin.internal:9902", "application/json", ""}},
+		{"127.0.0.1:9902", adminCall{"loopback origin of this port", "POST", "127.0.0.1:9902", "http://localhost:9902", "application/json", ""}},
+	} {
+		for _, paused := range []bool{true, false} {
+			c := tc.call
+			c.body = `{"route":"chat","paused":` + strconv.FormatBool(paused) + `}`
+			code, body := c.serve(t, tc.local)
+			if code != 200 {
+				t.Errorf("%s (paused %v): %d %s, want 200", c.name, paused, code, strings.TrimSpace(body))
+			}
+			if got := ProcessSwitch("chat"); got.Paused != paused {
+				t.Errorf("%s: ProcessSwitch(chat) = %s after a POST of paused %v, want paused %v", c.name, got, paused, paused)
+			}
+		}
+	}
+	get := adminCall{"GET", "GET", "localhost:9902", "", "", ""}
+	if code, body := get.serve(t, "127.0.0.1:9902"); code != 200 {
+		t.Errorf("GET with no content type: %d %s, want 200", code, body)
+	}
+}
+
+// Caddy's admin API checks the Host itself; ServeSwitchAdmin still
+// refuses a foreign Origin and a body not declared JSON.
+func TestSwitchAdminRefusesForeignOriginAndPlainText(t *testing.T) {
+	defer SetProcessSwitch("chat", Switch{})
+	for _, tc := range []struct {
+		origin, contentType string
+		code                int
+	}{
+		{"http://evil.example", "application/json", 403},
+		{"", "text/plain;charset=UTF-8", 415},
+		{"http://localhost:2019", "application/json", 200},
+	} {
+		req := httptest.NewRequest("POST", "http://localhost:2019/llm_hedge/switch", strings.NewReader(pauseChat))
+		if tc.origin != "" {
+			req.Header.Set("Origin", tc.origin)
+		}
+		req.Header.Set("Content-Type", tc.contentType)
+		rec := httptest.NewRecorder()
+		ServeSwitchAdmin(rec, req)
+		if rec.Code != tc.code {
+			t.Errorf("Origin %q, Content-Type %q: %d %s, want %d", tc.origin, tc.contentType, rec.Code, strings.TrimSpace(rec.Body.String()), tc.code)
+		}
+		if got, want := ProcessSwitch("chat").Paused, tc.code == 200; got != want {
+			t.Errorf("Origin %q, Content-Type %q: ProcessSwitch(chat).Paused = %v, want %v", tc.origin, tc.contentType, got, want)
+		}
 	}
 }

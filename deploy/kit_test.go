@@ -247,3 +247,46 @@ func TestRulesPassPromtool(t *testing.T) {
 		t.Fatalf("promtool test rules: %v\n%s", err, out)
 	}
 }
+
+// selector finds each metric or recording rule an expression reads, with
+// its label matchers when it has any.
+var selector = regexp.MustCompile(`\b(llm_hedge_[a-z_]+|llmhedge:[a-z0-9_:]+)(\{[^}]*\})?`)
+
+// TestDashboardHonoursRouteAndShowsEveryMetric fails on a panel query that
+// reads a series with a route label without selecting route=~"$route"
+// (the panel would show every route whatever the variable says), and on a
+// metric of core.MetricDefs that no panel shows.
+func TestDashboardHonoursRouteAndShowsEveryMetric(t *testing.T) {
+	hasRoute := map[string]bool{}
+	for _, d := range core.MetricDefs() {
+		for _, l := range d.Labels {
+			if l == "route" {
+				for _, s := range []string{"", "_bucket", "_sum", "_count"} {
+					hasRoute[d.Name+s] = true
+				}
+			}
+		}
+	}
+	records, _ := loadRules(t)
+	for _, r := range records {
+		if strings.Contains(r.expr, "route") {
+			hasRoute[r.name] = true
+		}
+	}
+	shown := map[string]bool{}
+	_, qs := loadDashboard(t)
+	for _, q := range qs {
+		for _, m := range selector.FindAllStringSubmatch(q.expr, -1) {
+			name := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSuffix(m[1], "_bucket"), "_sum"), "_count")
+			shown[name] = true
+			if hasRoute[m[1]] && !strings.Contains(m[2], `route=~"$route"`) {
+				t.Errorf("panel %q query %s reads %s%s without route=~\"$route\"", q.panel, q.refID, m[1], m[2])
+			}
+		}
+	}
+	for _, d := range core.MetricDefs() {
+		if !shown[d.Name] {
+			t.Errorf("no panel shows %s", d.Name)
+		}
+	}
+}

@@ -104,6 +104,10 @@ func TestKubernetesExtprocConfigIsValid(t *testing.T) {
 		if cfg.GRPC.Listen != "0.0.0.0:50051" || cfg.Metrics.Listen != "0.0.0.0:9464" {
 			t.Errorf("grpc.listen = %q, metrics.listen = %q, want 0.0.0.0:50051 and 0.0.0.0:9464 (the Deployment's ports)", cfg.GRPC.Listen, cfg.Metrics.Listen)
 		}
+		// Two replicas: a fleet, else idempotency is per pod.
+		if cfg.Fleet.URL == "" || cfg.Routes[0].Fleet.URL != cfg.Fleet.URL {
+			t.Errorf("fleet.url = %q (route %s: %q), want the fleet's Redis for every route", cfg.Fleet.URL, cfg.Routes[0].Name, cfg.Routes[0].Fleet.URL)
+		}
 	}
 	if found != 1 {
 		t.Fatalf("llmhedge-extproc ConfigMaps = %d, want 1", found)

@@ -2,6 +2,7 @@ package envoyfilter_test
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -108,6 +109,98 @@ routes:
 	}
 }
 
+// adminRequest sends method to the admin listener's /switch at addr with
+// the Host, Origin and Content-Type given ("" for none; host "" is addr).
+func adminRequest(t *testing.T, addr, method, host, origin, contentType, body string) (int, string) {
+	t.Helper()
+	hdr := map[string]string{}
+	for k, v := range map[string]string{"Host": host, "Origin": origin, "Content-Type": contentType} {
+		if v != "" {
+			hdr[k] = v
+		}
+	}
+	code, answer := switchadmin.Send(t, "http://"+addr+"/switch", method, body, hdr)
+	return code, strings.TrimSpace(answer)
+}
+
+// A web page on the host cannot pause hedging through the admin listener:
+// a cross-origin POST (text/plain, which needs no preflight, or JSON), a
+// DNS-rebinding name as Host, and a body not declared JSON are refused
+// with a JSON error and the switch unchanged; curl's requests (no Origin,
+// a loopback Host) and a host listed in admin.allowed_hosts pass, and a
+// reload changes the list.
+func TestAdminListenerRefusesWebPages(t *testing.T) {
+	defer core.SetProcessSwitch("chat", core.Switch{})
+	path := filepath.Join(t.TempDir(), "extproc.yaml")
+	config := func(hosts string) []byte {
+		return []byte(`
+grpc: {listen: "127.0.0.1:0"}
+metrics: {listen: "off"}
+admin: {listen: "127.0.0.1:0", allowed_hosts: [` + hosts + `]}
+log: {level: warn}
+routes:
+  - name: chat
+    upstreams: [{name: A, url: "http://127.0.0.1:9"}]
+`)
+	}
+	os.WriteFile(path, config("llmhedge-admin.internal"), 0o600)
+	app, _ := startApp(t, path, zap.NewNop(), envoyfilter.Options{})
+	defer app.Shutdown(time.Second)
+	addr := app.AdminAddr()
+	_, port, _ := net.SplitHostPort(addr)
+	const pause = `{"route":"chat","paused":true}`
+	for _, tc := range []struct {
+		name, host, origin, contentType string
+		code                            int
+		want                            string
+	}{
+		{"cross-origin text/plain", "", "http://evil.example", "text/plain;charset=UTF-8", 403, `origin \"http://evil.example\" not allowed`},
+		{"cross-origin JSON", "", "https://evil.example", "application/json", 403, "not allowed"},
+		{"DNS rebinding", "rebind.evil.example:" + port, "http://rebind.evil.example:" + port, "text/plain", 403, `host \"rebind.evil.example:` + port + `\" not allowed`},
+		{"DNS rebinding, JSON", "rebind.evil.example:" + port, "http://rebind.evil.example:" + port, "application/json", 403, "admin.allowed_hosts"},
+		{"text/plain without an origin", "", "", "text/plain", 415, "Content-Type: application/json"},
+		{"form without an origin", "localhost:" + port, "", "application/x-www-form-urlencoded", 415, "not allowed"},
+	} {
+		code, body := adminRequest(t, addr, http.MethodPost, tc.host, tc.origin, tc.contentType, pause)
+		if code != tc.code || !strings.Contains(body, tc.want) || !strings.HasPrefix(body, `{"error":`) {
+			t.Errorf("%s: %d %s, want %d and {\"error\": ...} saying %s", tc.name, code, body, tc.code, tc.want)
+		}
+		if got := core.ProcessSwitch("chat"); got.Paused {
+			t.Fatalf("%s: core.ProcessSwitch(chat) = %s after a refused POST, want it unchanged (on)", tc.name, got)
+		}
+	}
+	if code, body := adminRequest(t, addr, http.MethodGet, "rebind.evil.example:"+port, "", "", ""); code != http.StatusForbidden {
+		t.Errorf("GET with a DNS-rebinding Host: %d %s, want 403", code, body)
+	}
+	allowed := func(name, host string) {
+		t.Helper()
+		for _, paused := range []bool{true, false} {
+			body := `{"route":"chat","paused":` + strconv.FormatBool(paused) + `}`
+			if code, answer := adminRequest(t, addr, http.MethodPost, host, "", "application/json", body); code != http.StatusOK {
+				t.Errorf("%s: %d %s, want 200", name, code, answer)
+			}
+			if got := core.ProcessSwitch("chat"); got.Paused != paused {
+				t.Errorf("%s: core.ProcessSwitch(chat) = %s after a POST of paused %v, want paused %v", name, got, paused, paused)
+			}
+		}
+	}
+	allowed("curl (no Origin, Host 127.0.0.1)", "")
+	allowed("Host localhost", "localhost:"+port)
+	allowed("configured host", "llmhedge-admin.internal:"+port)
+
+	os.WriteFile(path, config("ops.example"), 0o600)
+	if err := app.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := adminRequest(t, addr, http.MethodPost, "llmhedge-admin.internal:"+port, "", "application/json", pause); code != http.StatusForbidden {
+		t.Errorf("a host the reload removed from admin.allowed_hosts: %d %s, want 403", code, body)
+	}
+	if got := core.ProcessSwitch("chat"); got.Paused {
+		t.Errorf("core.ProcessSwitch(chat) = %s after a refused POST, want it unchanged (on)", got)
+	}
+	allowed("a host the reload added", "ops.example:"+port)
+}
+
 func TestAdminListenerIsOffByDefaultAndValidated(t *testing.T) {
 	cfg, err := envoyfilter.ParseConfig([]byte("routes: [{name: chat, upstreams: [{url: http://127.0.0.1:9}]}]"))
 	if err != nil {
@@ -119,5 +212,21 @@ func TestAdminListenerIsOffByDefaultAndValidated(t *testing.T) {
 	_, err = envoyfilter.ParseConfig([]byte("admin: {listen: 9902}\nroutes: [{name: chat, upstreams: [{url: http://127.0.0.1:9}]}]"))
 	if err == nil || !strings.Contains(err.Error(), "admin.listen") {
 		t.Errorf("admin.listen 9902 (no host): error %v, want one naming admin.listen", err)
+	}
+	for _, tc := range []struct {
+		host string
+		ok   bool
+	}{
+		{"admin.internal", true}, {"admin.internal:9902", true}, {"10.0.0.5", true}, {"[fd00::1]:9902", true}, {"fd00::1", true},
+		{"http://admin.internal", false}, {"admin.internal/switch", false}, {"admin.internal:", false},
+		{"admin.internal:99999", false}, {":9902", false}, {"", false},
+	} {
+		_, err := envoyfilter.ParseConfig([]byte("admin: {listen: 127.0.0.1:9902, allowed_hosts: ['" + tc.host + "']}\nroutes: [{name: chat, upstreams: [{url: http://127.0.0.1:9}]}]"))
+		if tc.ok && err != nil {
+			t.Errorf("admin.allowed_hosts [%q]: error %v, want none", tc.host, err)
+		}
+		if !tc.ok && (err == nil || !strings.Contains(err.Error(), "admin.allowed_hosts[0]")) {
+			t.Errorf("admin.allowed_hosts [%q]: error %v, want one naming admin.allowed_hosts[0]", tc.host, err)
+		}
 	}
 }

@@ -110,8 +110,11 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 	if cfg.Admin.Enabled() {
 		mux := http.NewServeMux()
 		// The per-process switch; the same JSON as the Caddy module's
-		// admin endpoint.
-		mux.HandleFunc("/switch", core.ServeSwitchAdmin)
+		// admin endpoint. Nothing else guards this listener: the Host
+		// check too (the allowed hosts of the configuration in force).
+		mux.HandleFunc("/switch", func(w http.ResponseWriter, r *http.Request) {
+			core.ServeSwitchAdminListener(w, r, a.cfg.Load().Admin.AllowedHosts, "admin.allowed_hosts")
+		})
 		a.adminHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}
 	return a, nil

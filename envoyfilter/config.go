@@ -7,6 +7,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -90,11 +91,18 @@ type MetricsConfig struct {
 // AdminConfig configures the HTTP admin listener: GET /switch lists this
 // process's kill switches, POST /switch changes one (the top README's
 // "Kill switch and llmhedge-ctl"). It has no authentication: keep it on
-// loopback.
+// loopback. It refuses what a web page could send (a foreign Origin, a
+// Host other than a loopback name, the listener's address or
+// AllowedHosts, a POST body not declared application/json).
 type AdminConfig struct {
 	// Listen is its address, e.g. "127.0.0.1:9902". Default "" (or "off"):
 	// no admin listener. Not reloadable.
 	Listen string `json:"listen"`
+	// AllowedHosts are the further Host names the listener answers
+	// ("name" for any port, "name:port" for one), e.g. the name of a
+	// Kubernetes Service in front of it. Default none: loopback names and
+	// addresses and the listener's own address only. Reloadable.
+	AllowedHosts []string `json:"allowed_hosts"`
 }
 
 // Enabled reports whether the admin listener is configured.
@@ -333,6 +341,11 @@ func (c *FileConfig) Validate() error {
 			bad("admin.listen %q: %v (or \"off\")", c.Admin.Listen, err)
 		}
 	}
+	for i, h := range c.Admin.AllowedHosts {
+		if !validAdminHost(h) {
+			bad("admin.allowed_hosts[%d] %q: want a host name or address, with a port or without (no scheme, no path)", i, h)
+		}
+	}
 	if _, err := parseLevel(c.Log.Level); err != nil {
 		bad("log.level: %v", err)
 	}
@@ -399,6 +412,29 @@ func (c *FileConfig) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validAdminHost reports whether h is a Host header value: "name",
+// "name:port", an address or "[v6]:port".
+func validAdminHost(h string) bool {
+	if h == "" || strings.ContainsAny(h, "/?#@ \t") {
+		return false
+	}
+	host := h
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+		hh, port, err := net.SplitHostPort(h)
+		if err != nil && strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+			hh, port, err = strings.Trim(h, "[]"), "1", nil
+		}
+		if err != nil || hh == "" || port == "" {
+			return false
+		}
+		if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+			return false
+		}
+		host = hh
+	}
+	return httpguts.ValidHostHeader(host)
 }
 
 // envReference is "${NAME}" in an upstream value.

@@ -24,12 +24,7 @@ func (f *serverFleet) close() {
 
 // fleetKey identifies a fleet's settings (defaults applied). It holds the
 // URL, maybe with a password: it is never logged.
-func fleetKey(cfg core.FleetConfig) string {
-	cfg = cfg.WithDefaults()
-	return cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + cfg.Prefix + "\x00" +
-		cfg.Timeout.D().String() + "\x00" + cfg.Lease.D().String() + "\x00" + cfg.RetryInterval.D().String() +
-		"\x00" + cfg.SyncInterval.D().String()
-}
+func fleetKey(cfg core.FleetConfig) string { return cfg.Key() }
 
 // fleetPicker hands out the fleets of one configuration being built:
 // those of the running configuration where the settings are unchanged,

@@ -11,15 +11,20 @@ import (
 // (requests then use local state), info when it is back.
 //
 // A line with a "msg" field is one of the engine's own (core's
-// Options.Log, e.g. the spend cap reached): a warning with that message.
+// Options.Log, e.g. the spend cap reached, Redis' eviction policy): a
+// warning with that message, or of the level its "level" field names
+// ("info", "debug").
 func LogFleetState(logger *zap.Logger, fields []core.LogField) {
 	zf := make([]zap.Field, 0, len(fields))
 	up := false
-	msg := ""
+	msg, level := "", ""
 	for _, f := range fields {
 		switch {
 		case f.Key == "msg":
 			msg = f.Str
+			continue
+		case f.Key == "level":
+			level = f.Str
 			continue
 		case f.Kind == core.LogInt:
 			zf = append(zf, zap.Int64(f.Key, f.Int))
@@ -33,7 +38,14 @@ func LogFleetState(logger *zap.Logger, fields []core.LogField) {
 		}
 	}
 	if msg != "" {
-		logger.Warn(msg, zf...)
+		switch level {
+		case "info":
+			logger.Info(msg, zf...)
+		case "debug":
+			logger.Debug(msg, zf...)
+		default:
+			logger.Warn(msg, zf...)
+		}
 		return
 	}
 	if up {

@@ -9,19 +9,40 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
 )
 
 // Client is a pooled Redis client, safe for concurrent use. It dials
-// nothing until the first command.
+// nothing until the first command. It talks to one server (redis://,
+// rediss://) or to a Redis Cluster (redis+cluster://, rediss+cluster://:
+// one node per pool set, see cluster.go).
 type Client struct {
-	ep        endpoint
-	opts      Options
-	tlsConfig *tls.Config
-	general   *pool // ordinary commands
-	blocking  *pool // XREAD BLOCK, BLPOP, ...: they hold a connection while they wait
+	ep      endpoint
+	opts    Options
+	tlsBase *tls.Config   // nil without TLS; ServerName empty unless set by the caller
+	single  *node         // the server (nil in cluster mode)
+	cl      *clusterState // cluster mode (nil for one server)
+
+	mu sync.Mutex
+	// modeChecked: a connection of a single-server client has shown that
+	// the server is no cluster node (INFO cluster, see dial).
+	modeChecked bool
+	// refused fails every command: the URL's kind does not match the
+	// server (a cluster node behind redis://, a plain server behind
+	// redis+cluster://).
+	refused error
+}
+
+// node is one server's connections: ordinary commands and blocking ones on
+// pools of their own.
+type node struct {
+	addr      string      // host:port
+	tlsConfig *tls.Config // nil without TLS
+	general   *pool       // ordinary commands
+	blocking  *pool       // XREAD BLOCK, BLPOP, ...: they hold a connection while they wait
 }
 
 var _ core.RedisClient = (*Client)(nil)
@@ -34,52 +55,120 @@ func New(opts Options) (*Client, error) {
 	}
 	c := &Client{ep: ep, opts: resolved}
 	if ep.useTLS {
-		var cfg *tls.Config
 		if resolved.TLSConfig != nil {
-			cfg = resolved.TLSConfig.Clone()
+			c.tlsBase = resolved.TLSConfig.Clone()
 		} else {
-			cfg = &tls.Config{MinVersion: tls.VersionTLS12}
+			c.tlsBase = &tls.Config{MinVersion: tls.VersionTLS12}
 		}
-		if cfg.ServerName == "" {
-			cfg.ServerName = ep.host
-		}
-		c.tlsConfig = cfg
 	}
-	c.general = newPool(resolved.MaxOpen, resolved.MaxIdle, resolved.IdleTimeout)
-	c.blocking = newPool(resolved.MaxBlocking, resolved.MaxIdle, resolved.IdleTimeout)
+	if ep.cluster {
+		c.cl = newClusterState(ep.seeds)
+	} else {
+		c.single = newNode(c, ep.addr)
+	}
 	return c, nil
 }
 
-// Addr is the server's host:port (no credentials), for logs.
-func (c *Client) Addr() string { return c.ep.addr }
+// newNode makes the pools of the server at addr. Its TLS ServerName is the
+// caller's, or addr's host.
+func newNode(c *Client, addr string) *node {
+	n := &node{addr: addr}
+	n.general = newPool(c.opts.MaxOpen, c.opts.MaxIdle, c.opts.IdleTimeout)
+	// Every blocking connection may stay idle: a follower's next read comes
+	// milliseconds after its last, and MaxIdle would close (and the next
+	// read redial) all but a few. IdleTimeout still closes unused ones.
+	n.blocking = newPool(c.opts.MaxBlocking, c.opts.MaxBlocking, c.opts.IdleTimeout)
+	if c.tlsBase != nil {
+		cfg := c.tlsBase.Clone()
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(addr)
+			if err != nil {
+				host = addr
+			}
+			cfg.ServerName = host
+		}
+		n.tlsConfig = cfg
+	}
+	return n
+}
+
+func closeNode(n *node) {
+	closePool(n.general)
+	closePool(n.blocking)
+}
+
+// Addr is the server's host:port (no credentials), for logs; for a
+// cluster, the URL's nodes separated by commas.
+func (c *Client) Addr() string {
+	if c.cl != nil {
+		return strings.Join(c.ep.seeds, ",")
+	}
+	return c.ep.addr
+}
 
 // Close closes idle connections now and the others when their command
 // returns; later commands fail.
 func (c *Client) Close() error {
-	closePool(c.general)
-	closePool(c.blocking)
+	if c.cl != nil {
+		closeCluster(c.cl)
+		return nil
+	}
+	closeNode(c.single)
 	return nil
 }
 
 // Stats are the client's connection counters.
 type Stats struct {
 	// Dials counts the connections ever dialed, failed attempts included
-	// (both pools).
+	// (both pools, every node of a cluster).
 	Dials uint64
 	// Open counts connections open now, Idle those of them not in use.
 	Open int
 	Idle int
+	// Redis Cluster only: MOVED and ASK redirections followed, and slot
+	// maps read (CLUSTER SLOTS).
+	Moved    uint64
+	Asked    uint64
+	SlotMaps uint64
 }
 
 // Stats reads the connection counters.
 func (c *Client) Stats() Stats {
 	var s Stats
-	d1, o1, i1 := poolStats(c.general)
-	d2, o2, i2 := poolStats(c.blocking)
-	s.Dials = d1 + d2
-	s.Open = o1 + o2
-	s.Idle = i1 + i2
+	var nodes []*node
+	if c.cl != nil {
+		nodes = clusterNodes(c.cl)
+		s.Moved, s.Asked, s.SlotMaps = clusterCounters(c.cl)
+	} else {
+		nodes = append(nodes, c.single)
+	}
+	for _, n := range nodes {
+		d1, o1, i1 := poolStats(n.general)
+		d2, o2, i2 := poolStats(n.blocking)
+		s.Dials += d1 + d2
+		s.Open += o1 + o2
+		s.Idle += i1 + i2
+	}
 	return s
+}
+
+// refusal is the error that fails every command, if any.
+func refusal(c *Client) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	err := c.refused
+	return err
+}
+
+// refuse makes err fail every later command (the first refusal stays).
+func refuse(c *Client, err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.refused == nil {
+		c.refused = err
+	}
+	first := c.refused
+	return first
 }
 
 // Do sends one command and returns its reply; a Redis error reply is
@@ -99,7 +188,9 @@ func (c *Client) Do(ctx context.Context, args ...string) (core.RedisValue, error
 
 // Pipeline sends cmds in one write and reads their replies in order. The
 // first error reply fails the call (after every reply has been read, so the
-// connection stays usable); the replies are returned with it.
+// connection stays usable); the replies are returned with it. On a Redis
+// Cluster every command with a key must be on one hash slot (an error
+// wrapping ErrCrossSlot otherwise, before anything is sent).
 func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
 	if len(cmds) == 0 {
 		return nil, nil
@@ -116,73 +207,195 @@ func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisVal
 	return run(c, ctx, cmds, blocking)
 }
 
-// run takes a connection, exchanges cmds on it and gives it back (closed
-// when anything but a Redis error reply went wrong).
+// run sends cmds to the server, or to the cluster node of their slot.
 func run(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]core.RedisValue, error) {
-	if err := context.Cause(ctx); err != nil {
-		// Taken connection or not, the command could not be sent.
-		return nil, fmt.Errorf("resp: %s at %s: %w", cmds[0][0], c.ep.addr, err)
-	}
-	p := c.general
-	if blocking {
-		p = c.blocking
-	}
-	cn, err := acquire(c, ctx, p)
-	if err != nil {
+	if err := refusal(c); err != nil {
 		return nil, err
 	}
-	values, replyErr, ioErr, reusable := exchange(c, ctx, cn, cmds, blocking)
+	if c.cl != nil {
+		return clusterRun(c, ctx, cmds, blocking)
+	}
+	values, replyErrs, _, failure := roundTrip(c, ctx, c.single, cmds, blocking)
+	if failure != nil {
+		return nil, failure
+	}
+	for _, e := range replyErrs {
+		if e == nil {
+			continue
+		}
+		if _, _, _, redirected := parseRedirect(e.Error()); redirected {
+			// The server is a cluster node after all (it became one
+			// after the connection was checked).
+			return nil, refuse(c, clusterNodeError(c))
+		}
+	}
+	return values, firstError(replyErrs)
+}
+
+// How a round trip failed.
+const (
+	sentNothing = 1 // the context had ended, no connection was free, or the client is closed
+	dialFailed  = 2 // no connection could be made: nothing was sent
+	ioFailed    = 3 // the exchange failed: the commands may have run
+)
+
+// roundTrip takes a connection of n, exchanges cmds on it and gives it back
+// (closed when anything but a Redis error reply went wrong). It returns the
+// replies and each command's error reply (nil when there are none), or a
+// failure and how it happened.
+func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blocking bool) ([]core.RedisValue, []error, int, error) {
+	if err := context.Cause(ctx); err != nil {
+		// Taken connection or not, the command could not be sent.
+		return nil, nil, sentNothing, fmt.Errorf("resp: %s at %s: %w", cmds[0][0], n.addr, err)
+	}
+	p := n.general
+	if blocking {
+		p = n.blocking
+	}
+	cn, waited, how, err := acquire(c, ctx, n, p)
+	if err != nil {
+		return nil, nil, how, err
+	}
+	if blocking {
+		fitted, ok := fitBlock(ctx, cmds, waited)
+		if !ok {
+			releaseConn(p, cn, false)
+			return nil, nil, sentNothing, fmt.Errorf("resp: %s at %s: no time left to block after waiting for a blocking connection (all %d in use): %w (%w)",
+				cmds[0][0], n.addr, p.maxOpen, core.ErrRedisBusy, context.DeadlineExceeded)
+		}
+		cmds = fitted
+	}
+	values, replyErrs, ioErr, reusable := exchange(c, ctx, cn, cmds, blocking)
 	releaseConn(p, cn, !reusable)
 	if ioErr != nil {
-		return nil, opError(c, ctx, cmds[0][0], ioErr)
+		return nil, nil, ioFailed, opError(ctx, n.addr, cmds[0][0], ioErr)
 	}
-	if replyErr != nil {
-		return values, replyErr
+	return values, replyErrs, 0, nil
+}
+
+// firstError is the first non-nil of errs.
+func firstError(errs []error) error {
+	for _, e := range errs {
+		if e != nil {
+			return e
+		}
 	}
-	return values, nil
+	return nil
 }
 
 // acquire takes a pooled connection, dials a new one, or waits for one
-// until ctx ends.
-func acquire(c *Client, ctx context.Context, p *pool) (*conn, error) {
+// until ctx ends; waited tells whether it had to wait. A failure says how
+// (sentNothing or dialFailed).
+func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, bool, int, error) {
 	cn, slot, w, err := takeConn(p)
 	if err != nil {
-		return nil, err
+		return nil, false, sentNothing, err
 	}
 	if cn != nil {
-		return cn, nil
+		return cn, false, 0, nil
 	}
-	if w != nil {
-		g := waitForConn(c, ctx, p, w)
+	waited := w != nil
+	if waited {
+		g := waitForConn(c, ctx, n, p, w)
 		if g.err != nil {
-			return nil, g.err
+			return nil, true, sentNothing, g.err
 		}
 		if g.c != nil {
-			return g.c, nil
+			return g.c, true, 0, nil
 		}
 		slot = g.slot
 	}
 	if !slot {
-		return nil, errors.New("resp: internal error: no connection granted")
+		return nil, waited, sentNothing, errors.New("resp: internal error: no connection granted")
 	}
-	cn, err = dial(c, ctx)
+	cn, err = dial(c, ctx, n)
 	if err != nil {
 		releaseConn(p, nil, true)
-		return nil, err
+		if refusal(c) != nil {
+			return nil, waited, sentNothing, err
+		}
+		return nil, waited, dialFailed, err
 	}
-	return cn, nil
+	return cn, waited, 0, nil
+}
+
+// blockSlack is the time an XREAD BLOCK leaves before its context's
+// deadline: Redis times blocked clients out on its clock tick (hz), up to
+// about 100ms late at the default hz 10, and the reply must still travel.
+const blockSlack = 200 * time.Millisecond
+
+// fitBlock shortens the XREAD BLOCK times of cmds that would outlast ctx's
+// deadline (less blockSlack), so that a read that got its connection late
+// (after a wait for the blocking pool) ends with Redis' own timeout, a nil
+// reply, instead of the caller's deadline and a dropped connection; an
+// XREAD BLOCK reply is "nothing yet" either way. ok is false when waited is
+// true and no time is left to block at all. BLOCK 0 (until the context
+// ends) is left alone, and so are commands when ctx has no deadline.
+// Commands are copied, never changed in place.
+func fitBlock(ctx context.Context, cmds [][]string, waited bool) ([][]string, bool) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return cmds, true
+	}
+	room := time.Until(deadline) - blockSlack
+	var out [][]string
+	for i, cmd := range cmds {
+		at := xreadBlockArg(cmd)
+		if at < 0 {
+			continue
+		}
+		ms, err := strconv.ParseInt(cmd[at], 10, 64)
+		if err != nil || ms <= 0 || time.Duration(ms)*time.Millisecond <= room {
+			continue
+		}
+		if room < time.Millisecond {
+			if waited {
+				return nil, false
+			}
+			continue // the caller's own short deadline: as asked
+		}
+		if out == nil {
+			out = make([][]string, len(cmds))
+			copy(out, cmds)
+		}
+		fitted := make([]string, len(cmd))
+		copy(fitted, cmd)
+		fitted[at] = strconv.FormatInt(int64(room/time.Millisecond), 10)
+		out[i] = fitted
+	}
+	if out == nil {
+		return cmds, true
+	}
+	return out, true
+}
+
+// xreadBlockArg is the index of an XREAD or XREADGROUP command's BLOCK time
+// (-1: none).
+func xreadBlockArg(cmd []string) int {
+	if !strings.EqualFold(cmd[0], "XREAD") && !strings.EqualFold(cmd[0], "XREADGROUP") {
+		return -1
+	}
+	for i := 1; i+1 < len(cmd); i++ {
+		if strings.EqualFold(cmd[i], "BLOCK") {
+			return i + 1
+		}
+	}
+	return -1
 }
 
 // waitForConn waits for w's answer. The wait ends with an error when ctx
-// ends or, for a context without a deadline, after ReadTimeout.
-func waitForConn(c *Client, ctx context.Context, p *pool, w *waiter) grant {
+// ends or, for a context without a deadline, after ReadTimeout. A wait that
+// outlasted its deadline wraps core.ErrRedisBusy (the command never reached
+// Redis: every connection was in use, which says nothing of Redis' health)
+// and the context's error.
+func waitForConn(c *Client, ctx context.Context, n *node, p *pool, w *waiter) grant {
 	stop := context.AfterFunc(ctx, func() {
-		abandonWait(p, w, fmt.Errorf("resp: waiting for a connection to %s: %w", c.ep.addr, context.Cause(ctx)))
+		abandonWait(p, w, waitError(ctx, n, p))
 	})
 	var timer *time.Timer
 	if _, ok := ctx.Deadline(); !ok && c.opts.ReadTimeout > 0 {
 		timer = time.AfterFunc(c.opts.ReadTimeout, func() {
-			abandonWait(p, w, errors.New("resp: waiting for a connection to "+c.ep.addr+": all "+strconv.Itoa(p.maxOpen)+" in use for "+c.opts.ReadTimeout.String()))
+			abandonWait(p, w, fmt.Errorf("resp: waiting for a connection to %s: all %d in use for %s: %w", n.addr, p.maxOpen, c.opts.ReadTimeout, core.ErrRedisBusy))
 		})
 	}
 	g := <-w.ch
@@ -193,9 +406,22 @@ func waitForConn(c *Client, ctx context.Context, p *pool, w *waiter) grant {
 	return g
 }
 
-// dial connects, completes TLS, and authenticates and selects the database
-// in one round trip, all within DialTimeout and ctx.
-func dial(c *Client, ctx context.Context) (*conn, error) {
+// waitError is the error of a wait for a connection that ctx ended: busy
+// when its deadline passed, the cancellation's cause otherwise (the caller
+// left).
+func waitError(ctx context.Context, n *node, p *pool) error {
+	cause := context.Cause(ctx)
+	if ctx.Err() == context.DeadlineExceeded {
+		return fmt.Errorf("resp: waiting for a connection to %s (all %d in use): %w (%w)", n.addr, p.maxOpen, core.ErrRedisBusy, cause)
+	}
+	return fmt.Errorf("resp: waiting for a connection to %s: %w", n.addr, cause)
+}
+
+// dial connects to n, completes TLS, and authenticates and selects the
+// database in one round trip, all within DialTimeout and ctx. Until one
+// connection has shown it, a single-server client also asks whether the
+// server is a cluster node (INFO cluster): such a server is refused.
+func dial(c *Client, ctx context.Context, n *node) (*conn, error) {
 	dialCtx := ctx
 	if c.opts.DialTimeout > 0 {
 		var cancel context.CancelFunc
@@ -203,15 +429,15 @@ func dial(c *Client, ctx context.Context) (*conn, error) {
 		defer cancel()
 	}
 	var d net.Dialer
-	nc, err := d.DialContext(dialCtx, "tcp", c.ep.addr)
+	nc, err := d.DialContext(dialCtx, "tcp", n.addr)
 	if err != nil {
-		return nil, opError(c, dialCtx, "dial", err)
+		return nil, opError(dialCtx, n.addr, "dial", err)
 	}
-	if c.tlsConfig != nil {
-		tc := tls.Client(nc, c.tlsConfig)
+	if n.tlsConfig != nil {
+		tc := tls.Client(nc, n.tlsConfig)
 		if err := tc.HandshakeContext(dialCtx); err != nil {
 			_ = nc.Close()
-			return nil, opError(c, dialCtx, "TLS handshake", err)
+			return nil, opError(dialCtx, n.addr, "TLS handshake", err)
 		}
 		nc = tc
 	}
@@ -227,48 +453,84 @@ func dial(c *Client, ctx context.Context) (*conn, error) {
 	if c.ep.db != 0 {
 		setup = append(setup, []string{"SELECT", strconv.Itoa(c.ep.db)})
 	}
+	c.mu.Lock()
+	checkMode := c.cl == nil && !c.modeChecked
+	c.mu.Unlock()
+	if checkMode {
+		setup = append(setup, []string{"INFO", "cluster"})
+	}
 	if len(setup) == 0 {
 		return cn, nil
 	}
-	_, replyErr, ioErr, reusable := exchange(c, dialCtx, cn, setup, false)
+	values, replyErrs, ioErr, reusable := exchange(c, dialCtx, cn, setup, false)
 	if ioErr == nil && !reusable {
 		ioErr = errors.New("interrupted")
 	}
 	if ioErr != nil {
 		_ = nc.Close()
-		return nil, opError(c, dialCtx, setup[0][0], ioErr)
+		return nil, opError(dialCtx, n.addr, setup[0][0], ioErr)
 	}
-	if replyErr != nil {
+	if checkMode && replyErrs != nil && replyErrs[len(replyErrs)-1] != nil && firstError(replyErrs[:len(replyErrs)-1]) == nil {
+		// INFO refused (an ACL without it, a service that renames it):
+		// nothing known, nothing refused; later connections ask again.
+		return cn, nil
+	}
+	if replyErr := firstError(replyErrs); replyErr != nil {
 		_ = nc.Close()
+		if _, _, _, redirected := parseRedirect(replyErr.Error()); redirected || strings.Contains(replyErr.Error(), "SELECT is not allowed in cluster mode") {
+			return nil, refuse(c, clusterNodeError(c))
+		}
 		// Redis' AUTH errors (WRONGPASS, ERR AUTH <password> called without
 		// any password configured) never contain the password.
-		return nil, errors.New("resp: connection setup at " + c.ep.addr + ": " + replyErr.Error())
+		return nil, errors.New("resp: connection setup at " + n.addr + ": " + replyErr.Error())
+	}
+	if checkMode {
+		if strings.Contains(values[len(values)-1].Str, "cluster_enabled:1") {
+			_ = nc.Close()
+			return nil, refuse(c, clusterNodeError(c))
+		}
+		c.mu.Lock()
+		c.modeChecked = true
+		c.mu.Unlock()
 	}
 	return cn, nil
+}
+
+// clusterNodeError refuses a single-server URL that names a cluster node:
+// such a client would reach only the keys of that node's slots.
+func clusterNodeError(c *Client) error {
+	scheme := "redis"
+	if c.ep.useTLS {
+		scheme = "rediss"
+	}
+	return errors.New("resp: " + c.ep.addr + " is a Redis Cluster node (cluster_enabled:1), but the URL is " + scheme +
+		"://, a single server's: use " + scheme + "+cluster://" + c.ep.addr + "[,host:port...]/ so that the client follows the cluster's slots")
 }
 
 // exchange writes cmds in one write, then reads one reply per command. It
 // returns the first Redis error reply and, separately, a network or
 // protocol error (after which cn must be closed), and whether cn may be
 // reused.
-func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, error, error, bool) {
+func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, []error, error, bool) {
 	// A cancelled (not only expired) context interrupts blocked I/O by
 	// moving the deadline into the past.
 	var stop func() bool
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(time.Unix(1, 0)) })
 	}
-	values, replyErr, ioErr := writeAndRead(c, ctx, cn, cmds, blocking)
+	values, replyErrs, ioErr := writeAndRead(c, ctx, cn, cmds, blocking)
 	reusable := ioErr == nil
 	if stop != nil && !stop() {
 		// The interruption ran (or runs): whether or not the replies had
 		// all arrived, the connection's deadline may have been moved.
 		reusable = false
 	}
-	return values, replyErr, ioErr, reusable
+	return values, replyErrs, ioErr, reusable
 }
 
-func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, error, error) {
+// writeAndRead returns the replies, each command's error reply (nil when
+// there is none) and a network or protocol error.
+func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, []error, error) {
 	buf := cn.wbuf[:0]
 	for _, cmd := range cmds {
 		buf = appendCommand(buf, cmd)
@@ -296,18 +558,21 @@ func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blo
 		return nil, nil, err
 	}
 	values := make([]core.RedisValue, len(cmds))
-	var firstReplyErr error
+	var replyErrs []error
 	for i := range cmds {
 		v, replyErr, ioErr := readReply(cn.r)
 		if ioErr != nil {
 			return nil, nil, ioErr
 		}
-		if replyErr != nil && firstReplyErr == nil {
-			firstReplyErr = replyErr
+		if replyErr != nil {
+			if replyErrs == nil {
+				replyErrs = make([]error, len(cmds))
+			}
+			replyErrs[i] = replyErr
 		}
 		values[i] = v
 	}
-	return values, firstReplyErr, nil
+	return values, replyErrs, nil
 }
 
 // ioDeadline is the earlier of ctx's deadline and now + timeout + extra
@@ -362,23 +627,17 @@ func blockDuration(cmds [][]string) time.Duration {
 		if !isBlocking(cmd) {
 			continue
 		}
-		name := strings.ToUpper(cmd[0])
-		if name != "XREAD" && name != "XREADGROUP" {
+		at := xreadBlockArg(cmd)
+		if at < 0 {
+			return -1 // a list or sorted-set command, WAIT
+		}
+		ms, err := strconv.ParseInt(cmd[at], 10, 64)
+		if err != nil || ms <= 0 {
 			return -1
 		}
-		for i := 1; i+1 < len(cmd); i++ {
-			if !strings.EqualFold(cmd[i], "BLOCK") {
-				continue
-			}
-			ms, err := strconv.ParseInt(cmd[i+1], 10, 64)
-			if err != nil || ms <= 0 {
-				return -1
-			}
-			d := time.Duration(ms) * time.Millisecond
-			if d > longest {
-				longest = d
-			}
-			break
+		d := time.Duration(ms) * time.Millisecond
+		if d > longest {
+			longest = d
 		}
 	}
 	return longest
@@ -388,17 +647,17 @@ func blockDuration(cmds [][]string) time.Duration {
 // address (never its arguments or credentials). When ctx has ended, its
 // cause is what is wrapped, so callers can test for
 // context.DeadlineExceeded.
-func opError(c *Client, ctx context.Context, op string, err error) error {
+func opError(ctx context.Context, addr, op string, err error) error {
 	if cause := context.Cause(ctx); cause != nil {
-		return fmt.Errorf("resp: %s at %s: %w (%v)", op, c.ep.addr, cause, err)
+		return fmt.Errorf("resp: %s at %s: %w (%v)", op, addr, cause, err)
 	}
 	if ne, ok := err.(net.Error); ok && ne.Timeout() {
 		// The I/O deadline was ctx's and passed a moment before ctx's own
 		// timer marked it done.
 		if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
-			return fmt.Errorf("resp: %s at %s: %w (%v)", op, c.ep.addr, context.DeadlineExceeded, err)
+			return fmt.Errorf("resp: %s at %s: %w (%v)", op, addr, context.DeadlineExceeded, err)
 		}
-		return fmt.Errorf("resp: %s at %s: timeout: %w", op, c.ep.addr, err)
+		return fmt.Errorf("resp: %s at %s: timeout: %w", op, addr, err)
 	}
-	return fmt.Errorf("resp: %s at %s: %w", op, c.ep.addr, err)
+	return fmt.Errorf("resp: %s at %s: %w", op, addr, err)
 }

@@ -449,6 +449,168 @@ func TestBlockingCommandsHaveTheirOwnConnections(t *testing.T) {
 	}
 }
 
+// A blocking pool full of readers (and with more readers waiting for one of
+// its connections) leaves ordinary commands their own pool; a reader whose
+// deadline passes while it waits gets core.ErrRedisBusy, not a Redis error.
+func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), MaxOpen: 1, MaxBlocking: 2})
+	held := make(chan error, 2)
+	ctx, cancel := context.WithCancel(context.Background())
+	for i := 0; i < 2; i++ {
+		go blockForever(c, ctx, held)
+	}
+	waitBlockedClients(t, c, 2)
+	queued := make(chan error, 1)
+	go blockForever(c, ctx, queued)
+	waitBlockingWaiters(t, c, 1)
+
+	// The one ordinary connection is free: the command is answered well
+	// within a deadline shorter than any blocked read.
+	if _, err := c.Do(ctxTimeout(t, 2*time.Second), "SET", "k", "v"); err != nil {
+		t.Fatalf("SET with the blocking pool full and a reader queued: %v", err)
+	}
+	if v := do(t, c, "GET", "k"); v.Str != "v" {
+		t.Fatalf("GET k = %s, want \"v\"", describe(v))
+	}
+
+	// A reader that waits for a blocking connection past its deadline.
+	_, err := c.Do(ctxTimeout(t, 50*time.Millisecond), "XREAD", "BLOCK", "10", "STREAMS", "s", "$")
+	if !errors.Is(err, core.ErrRedisBusy) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("XREAD BLOCK waiting on a full blocking pool: err = %v, want core.ErrRedisBusy and context.DeadlineExceeded", err)
+	}
+	cancel()
+	for i := 0; i < 3; i++ {
+		var err error
+		if i < 2 {
+			err = <-held
+		} else {
+			err = <-queued
+		}
+		if !errors.Is(err, context.Canceled) || errors.Is(err, core.ErrRedisBusy) {
+			t.Fatalf("cancelled reader %d: err = %v, want context.Canceled and not busy (the caller left)", i, err)
+		}
+	}
+}
+
+// Three times as many readers as blocking connections, each bounded like a
+// fleet follower's read (a deadline past its BLOCK time plus blockSlack):
+// no reader fails with anything but core.ErrRedisBusy (a reader that got
+// its connection late blocks for what is left, so Redis' own timeout ends
+// it before its deadline), and plain commands meanwhile succeed. The first
+// eight block 200ms; the next eight get connections at 200ms or later and
+// block until 400ms at most (600 - 200 slack); the last eight get theirs at
+// 400ms or later, with no time left: busy, without being sent.
+func TestReadersBeyondTheBlockingPoolAreBusyNotFailed(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), MaxBlocking: 8})
+	const readers = 24
+	results := make(chan error, readers)
+	for i := 0; i < readers; i++ {
+		go boundedRead(c, results)
+	}
+	waitBlockedClients(t, c, 8)
+	if _, err := c.Do(ctxTimeout(t, time.Second), "SET", "plain", "1"); err != nil {
+		t.Fatalf("SET with %d readers on 8 blocking connections: %v", readers, err)
+	}
+	busy := 0
+	for i := 0; i < readers; i++ {
+		err := <-results
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, core.ErrRedisBusy) {
+			t.Fatalf("reader error %v, want nil or core.ErrRedisBusy", err)
+		}
+		busy++
+	}
+	if busy < 8 || busy > readers-8 {
+		t.Fatalf("busy readers = %d, want 8 to %d (the first 8 read, the last 8 cannot)", busy, readers-8)
+	}
+	if s := c.Stats(); s.Open > 8+1 {
+		t.Fatalf("open connections = %d, want at most 8 blocking + 1", s.Open)
+	}
+}
+
+func boundedRead(c *Client, results chan error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond+blockSlack+200*time.Millisecond)
+	defer cancel()
+	_, err := c.Do(ctx, "XREAD", "BLOCK", "200", "STREAMS", "nothing", "$")
+	results <- err
+}
+
+// fitBlock shortens a BLOCK that would outlast the deadline (less
+// blockSlack), copies what it changes, and leaves BLOCK 0, other commands
+// and a caller's own short deadline alone.
+func TestFitBlock(t *testing.T) {
+	ctx := ctxTimeout(t, blockSlack+time.Second)
+	cmds := [][]string{{"XREAD", "COUNT", "1", "BLOCK", "5000", "STREAMS", "s", "$"}, {"PING"}, {"XREAD", "BLOCK", "0", "STREAMS", "s", "$"}}
+	fitted, ok := fitBlock(ctx, cmds, true)
+	if !ok {
+		t.Fatal("fitBlock with 1s of room: not ok")
+	}
+	ms, err := strconv.Atoi(fitted[0][4])
+	if err != nil || ms > 1000 || ms < 1 {
+		t.Fatalf("BLOCK 5000 with 1s of room became %q, want 1..1000", fitted[0][4])
+	}
+	if cmds[0][4] != "5000" {
+		t.Fatalf("the caller's command changed to BLOCK %s", cmds[0][4])
+	}
+	if fitted[1][0] != "PING" || fitted[2][2] != "0" {
+		t.Fatalf("other commands changed: %q", fitted[1:])
+	}
+	short := ctxTimeout(t, blockSlack/2)
+	if got, ok := fitBlock(short, cmds, false); !ok || got[0][4] != "5000" {
+		t.Fatalf("no room, no wait: %q, %v; want the command as asked", got, ok)
+	}
+	if _, ok := fitBlock(short, cmds, true); ok {
+		t.Fatal("no room after a wait: ok, want not ok (busy)")
+	}
+	if got, ok := fitBlock(context.Background(), cmds, true); !ok || got[0][4] != "5000" {
+		t.Fatalf("no deadline: %q, %v; want the command as asked", got, ok)
+	}
+}
+
+// waitBlockingWaiters polls until n callers wait for a blocking connection.
+func waitBlockingWaiters(t *testing.T, c *Client, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := poolWaiters(c.single.blocking)
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("callers waiting for a blocking connection = %d, never %d", got, n)
+		}
+		time.Sleep(time.Millisecond) // polling the pool, bounded by deadline
+	}
+}
+
+// Readers that come back for their next read find their connections idle:
+// the blocking pool keeps every one (MaxIdle bounds ordinary ones only).
+func TestBlockingConnectionsStayForTheNextReads(t *testing.T) {
+	srv := redisproc.Start(t, redisproc.Options{})
+	c := newClient(t, Options{URL: srv.URL(), MaxIdle: 1, MaxBlocking: 8})
+	results := make(chan core.RedisValue, 8)
+	for round := 1; round <= 3; round++ {
+		after := strconv.Itoa(round) + "-1"
+		for i := 0; i < 8; i++ {
+			go readAfter(c, after, results)
+		}
+		waitBlockedClients(t, c, 8)
+		do(t, c, "XADD", "s", strconv.Itoa(round+1)+"-1", "f", "v")
+		for i := 0; i < 8; i++ {
+			if v := <-results; v.Kind != core.RedisArray {
+				t.Fatalf("round %d: reader %d got %s, want the new entry", round, i, describe(v))
+			}
+		}
+	}
+	if dials, _, _ := poolStats(c.single.blocking); dials != 8 {
+		t.Fatalf("blocking connections dialed over 3 rounds of 8 readers = %d, want 8 (kept idle between rounds)", dials)
+	}
+}
+
 func readAfter(c *Client, id string, results chan core.RedisValue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -483,6 +645,9 @@ func TestPoolWaitEndsAtTheDeadline(t *testing.T) {
 	cancel()
 	if err == nil || !strings.Contains(err.Error(), "waiting for a connection") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want a DeadlineExceeded wait for a connection", err)
+	}
+	if !errors.Is(err, core.ErrRedisBusy) {
+		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want it to wrap core.ErrRedisBusy (no connection free is not a Redis failure)", err)
 	}
 	if took > 500*time.Millisecond {
 		t.Fatalf("second caller waited %v, want its 100ms deadline", took)

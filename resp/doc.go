@@ -16,7 +16,8 @@
 //   - AUTH (user and password, or password only) and SELECT on every new
 //     connection, in one round trip.
 //   - A bounded pool: connections are reused (at most MaxIdle kept idle, at
-//     most MaxOpen open, callers beyond that wait until their deadline); a
+//     most MaxOpen open, callers beyond that wait until their deadline,
+//     and a wait past it returns an error wrapping core.ErrRedisBusy); a
 //     connection that saw a network error, a protocol error, a timeout or a
 //     cancellation is closed, never reused; an idle connection the server
 //     closes is noticed at once (a goroutine waits in a Read on each idle
@@ -27,7 +28,58 @@
 //   - Pipeline writes every command in one write and then reads every
 //     reply.
 //   - Blocking commands (XREAD BLOCK, BLPOP, ...) run on connections of
-//     their own pool, so long waits never starve ordinary commands.
+//     their own pool (at most MaxBlocking, default 256, each of which may
+//     stay idle until IdleTimeout, so a follower's next read does not
+//     redial), so long waits
+//     never starve ordinary commands, and a full blocking pool delays only
+//     the readers that wait for it. An XREAD BLOCK whose BLOCK time would
+//     outlast its context's deadline (less 200ms for Redis' timeout tick)
+//     blocks only for what is left, so it ends with Redis' nil reply, not
+//     a deadline error; after a wait for a connection with no time left,
+//     it is not sent and returns an error wrapping core.ErrRedisBusy.
+//   - Redis Cluster, with redis+cluster://[user:password@]host:port,...
+//     (rediss+cluster:// for TLS; database 0 only). See below.
+//
+// # Redis Cluster
+//
+// A cluster client keeps a map from the 16384 hash slots to their masters,
+// read with CLUSTER SLOTS (Redis 3+, where CLUSTER SHARDS needs 7.0) from
+// any node it knows, and a node per master, each with its own two pools
+// (MaxOpen, MaxBlocking and MaxIdle are per node). A command goes to the
+// master of its first key's slot: CRC16 (XMODEM) of the key, or of its
+// hash tag, the text between the first "{" and the next "}" when that is
+// not empty, modulo 16384. EVAL and EVALSHA route by their first key
+// (none: any node), XREAD by its first stream; commands without keys
+// (PING, INFO, SCRIPT, CLUSTER ...) go to the node that last served the
+// map. Redirections:
+//
+//   - MOVED: the slot is recorded at its new master, the command is sent
+//     there, and the whole map is read again in the background.
+//   - ASK (a slot being migrated): the command is sent once to the target,
+//     after ASKING on the same connection; the map is not changed.
+//   - A master that cannot be dialed (killed, its replica not yet
+//     promoted): nothing was sent, so the map is read again (one read at a
+//     time, waited for within the caller's deadline) and the command goes
+//     to the slot's new master if there is one, else its dial error is
+//     returned. A failure after the command was written is returned as is
+//     (it may have run) and the map is read again in the background.
+//
+// At most 5 redirections are followed per call. A pipeline runs on one
+// node, so its commands with keys must all be on one slot (give the keys
+// one hash tag): otherwise the call fails before sending anything, with an
+// error wrapping ErrCrossSlot. Inside a pipeline, commands redirected by
+// ASK are sent again (after ASKING) and their replies put back in order.
+// Stats counts the MOVED and ASK followed and the maps read. Over TLS each
+// node's certificate is checked against the host the cluster names it by
+// (an IP address unless cluster-announce-hostname and
+// cluster-preferred-endpoint-type say otherwise), or against
+// TLSConfig.ServerName when that is set.
+//
+// A redis:// (or rediss://) URL that names a cluster node is refused: the
+// first connection asks INFO cluster, and cluster_enabled:1 (or a MOVED or
+// ASK reply later) makes every command fail with an error that says to use
+// redis+cluster://. A redis+cluster:// URL that names a server without
+// cluster support is refused likewise once CLUSTER SLOTS has said so.
 //
 // Errors never contain the password: they name the operation and the
 // server address only, and Redis' own error replies (WRONGPASS, NOAUTH)

@@ -17,7 +17,9 @@ const (
 	DefaultWriteTimeout = 3 * time.Second
 	DefaultMaxIdle      = 16
 	DefaultMaxOpen      = 64
-	// DefaultMaxBlocking bounds the connections of blocking commands.
+	// DefaultMaxBlocking bounds the connections of blocking commands (per
+	// Redis node): 256 followers of one replica read at once, more wait
+	// their turn.
 	DefaultMaxBlocking = 256
 	// DefaultIdleTimeout closes connections unused this long (below the
 	// 300 s idle timeout many Redis services set).
@@ -27,7 +29,10 @@ const (
 // Options configure a Client. Only URL is required.
 type Options struct {
 	// URL is redis://[user:password@]host[:port][/db] or rediss://... for
-	// TLS. The port defaults to 6379, the database to 0.
+	// TLS. The port defaults to 6379, the database to 0. A Redis Cluster
+	// is redis+cluster://[user:password@]host:port,host:port.../ (or
+	// rediss+cluster://): any of its nodes will do, the client learns the
+	// others. A redis:// URL naming a cluster node is refused (see New).
 	URL string
 	// PasswordEnv names an environment variable holding the password; when
 	// set it replaces the URL's password (the URL then need not carry a
@@ -46,10 +51,16 @@ type Options struct {
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
 
-	// MaxIdle connections are kept for reuse; MaxOpen bounds the open
-	// connections of ordinary commands and MaxBlocking those of blocking
-	// commands. A caller that finds every connection in use waits for one
-	// until its context ends. Zero means the default.
+	// MaxIdle ordinary connections are kept for reuse (every blocking one
+	// may be: a follower's reads come one after the other); MaxOpen bounds
+	// the open connections of ordinary commands and MaxBlocking those of blocking
+	// commands (XREAD ... BLOCK, BLPOP, WAIT...: a fleet follower holds
+	// one for up to its block time), two pools, so that readers never
+	// take the connections claims, syncs and renewals need. A caller that
+	// finds every connection of its pool in use waits for one until its
+	// context ends; a wait that outlasts the deadline returns an error
+	// wrapping core.ErrRedisBusy (and context.DeadlineExceeded). Zero
+	// means the default (DefaultMaxOpen, DefaultMaxBlocking).
 	MaxIdle     int
 	MaxOpen     int
 	MaxBlocking int
@@ -62,35 +73,47 @@ type Options struct {
 
 // endpoint is what a URL resolves to.
 type endpoint struct {
-	addr     string // host:port
-	host     string // for TLS ServerName
+	addr     string   // host:port (the first node of a cluster URL)
+	host     string   // for TLS ServerName
+	cluster  bool     // redis+cluster:// or rediss+cluster://
+	seeds    []string // a cluster URL's nodes, host:port
 	useTLS   bool
 	user     string
 	password string
 	db       int
 }
 
-// parseURL reads redis://[user:password@]host[:port][/db] and rediss://
-// with the fleet's own parser (whose errors quote the URL redacted), and
-// the password from passwordEnv when that is set.
+// parseURL reads redis://[user:password@]host[:port][/db] and rediss://,
+// and a Redis Cluster's redis+cluster://[user:password@]host:port,host:port/
+// and rediss+cluster://, with the fleet's own parser (whose errors quote the
+// URL redacted), and the password from passwordEnv when that is set.
 func parseURL(raw, passwordEnv string) (endpoint, error) {
 	var ep endpoint
 	a, err := core.ParseRedisURL(raw, passwordEnv)
 	if err != nil {
 		return ep, errors.New("resp: " + err.Error())
 	}
-	if a.Cluster {
-		return ep, errors.New("resp: a Redis Cluster URL (" + a.Name() + "): this client speaks to one server only")
+	hosts := a.Hosts
+	if !a.Cluster {
+		hosts = []string{a.Host}
 	}
-	host, port, err := net.SplitHostPort(a.Host)
-	if err != nil {
-		return ep, errors.New("resp: Redis URL: host:port " + strconv.Quote(a.Host) + " is not valid")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
-		return ep, errors.New("resp: Redis URL: port " + strconv.Quote(port) + " is not 1-65535")
+	for _, h := range hosts {
+		host, port, err := net.SplitHostPort(h)
+		if err != nil {
+			return ep, errors.New("resp: Redis URL: host:port " + strconv.Quote(h) + " is not valid")
+		}
+		if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+			return ep, errors.New("resp: Redis URL: port " + strconv.Quote(port) + " is not 1-65535")
+		}
+		if ep.host == "" {
+			ep.host = host
+		}
 	}
 	ep.addr = a.Host
-	ep.host = host
+	ep.cluster = a.Cluster
+	if a.Cluster {
+		ep.seeds = hosts
+	}
 	ep.useTLS = a.TLS
 	ep.user = a.Username
 	ep.password = a.Password

@@ -54,7 +54,8 @@ func TestParseURLErrorsHideThePassword(t *testing.T) {
 		"redis://u:hunter2@:1",
 		"redis://u:hunter2@h:1/%zz",
 		"redis://u:hunter2@h\x7f:1",
-		"redis+cluster://u:hunter2@h:1,h:2/", // one server only
+		"redis+cluster://u:hunter2@h:1,h:x/",
+		"redis+cluster://u:hunter2@h:1,h:2/1", // database 0 only
 	}
 	for _, raw := range bad {
 		_, err := parseURL(raw, "")

@@ -234,16 +234,21 @@ func abandonWait(p *pool, w *waiter, err error) {
 	if w.done {
 		return
 	}
-	for i, other := range p.waiters {
-		if other == w {
-			copy(p.waiters[i:], p.waiters[i+1:])
-			p.waiters[len(p.waiters)-1] = nil
-			p.waiters = p.waiters[:len(p.waiters)-1]
-			break
-		}
-	}
+	p.waiters = removeWaiter(p.waiters, w)
 	w.done = true
 	w.ch <- grant{err: err}
+}
+
+// removeWaiter returns list without w (in place, order kept).
+func removeWaiter(list []*waiter, w *waiter) []*waiter {
+	for i, other := range list {
+		if other == w {
+			copy(list[i:], list[i+1:])
+			list[len(list)-1] = nil
+			return list[:len(list)-1]
+		}
+	}
+	return list
 }
 
 // closePool closes the idle connections and fails the waiters; connections
@@ -271,4 +276,12 @@ func poolStats(p *pool) (uint64, int, int) {
 	open := p.open
 	idle := len(p.idle)
 	return dials, open, idle
+}
+
+// poolWaiters counts the callers waiting for a connection.
+func poolWaiters(p *pool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.waiters)
+	return n
 }

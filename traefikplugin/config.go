@@ -87,6 +87,8 @@ type Fleet struct {
 	RetryInterval string `json:"retryInterval,omitempty" yaml:"retryInterval,omitempty" core:"Fleet.RetryInterval"`
 	// SyncInterval of the fleet's budget, health and switch sync. Default "250ms".
 	SyncInterval string `json:"syncInterval,omitempty" yaml:"syncInterval,omitempty" core:"Fleet.SyncInterval"`
+	// MaxFollowers caps this replica's requests following another's flight.
+	MaxFollowers int `json:"maxFollowers,omitempty" yaml:"maxFollowers,omitempty" core:"Fleet.MaxFollowers"`
 }
 
 // Upstream is core.UpstreamConfig. SetHeaders values are never logged.
@@ -105,12 +107,13 @@ type Upstream struct {
 // replays, and so do the forms an unquoted YAML off takes on its way here
 // ("false", "0") and a zero duration ("0s").
 type Idempotency struct {
-	Header           string        `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
-	TTL              string        `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
-	MaxEntries       int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
-	MaxBytes         core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
-	MaxResponseBytes core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
-	ScopeHeaders     []string      `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
+	Header            string        `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
+	TTL               string        `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
+	MaxEntries        int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
+	MaxBytes          core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
+	MaxBytesPerCaller core.ByteSize `json:"maxBytesPerCaller,omitempty" yaml:"maxBytesPerCaller,omitempty" core:"Idempotency.MaxBytesPerCaller"`
+	MaxResponseBytes  core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
+	ScopeHeaders      []string      `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
 }
 
 // Budget is core.BudgetConfig.
@@ -124,6 +127,7 @@ type Budget struct {
 	OverloadWindow        int     `json:"overloadWindow,omitempty" yaml:"overloadWindow,omitempty" core:"Budget.OverloadWindow"`
 	BreakerFailures       int     `json:"breakerFailures,omitempty" yaml:"breakerFailures,omitempty" core:"Budget.BreakerFailures"`
 	BreakerOpen           string  `json:"breakerOpen,omitempty" yaml:"breakerOpen,omitempty" core:"Budget.BreakerOpen"`
+	Caller429             string  `json:"caller429,omitempty" yaml:"caller429,omitempty" core:"Budget.Caller429"`
 	TenantHeader          string  `json:"tenantHeader,omitempty" yaml:"tenantHeader,omitempty" core:"Budget.TenantHeader"`
 	TenantTokensPerMinute int64   `json:"tenantTokensPerMinute,omitempty" yaml:"tenantTokensPerMinute,omitempty" core:"Budget.TenantTokensPerMinute"`
 	SpendCapTokensPerHour int64   `json:"spendCapTokensPerHour,omitempty" yaml:"spendCapTokensPerHour,omitempty" core:"Budget.SpendCapTokensPerHour"`

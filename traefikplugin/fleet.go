@@ -2,8 +2,8 @@ package traefikplugin
 
 import (
 	"io"
+	"strconv"
 	"sync"
-	"time"
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/resp"
@@ -35,17 +35,14 @@ func newFleetRegistry() *fleetRegistry {
 }
 
 // clientKey identifies a Redis connection: the URL (password included: it
-// stays in memory, never in a log) and the password variable.
+// stays in memory, never in a log), the password variable and the bound of
+// the blocking reads' pool (max_followers).
 func clientKey(cfg core.FleetConfig) string {
-	return cfg.URL + "\x00" + cfg.PasswordEnv
+	return cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + strconv.Itoa(cfg.WithDefaults().MaxFollowers)
 }
 
 // fleetKey identifies a fleet: its connection and the protocol's settings.
-func fleetKey(cfg core.FleetConfig) string {
-	return clientKey(cfg) + "\x00" + time.Duration(cfg.Timeout).String() + "\x00" + cfg.Prefix +
-		"\x00" + time.Duration(cfg.Lease).String() + "\x00" + time.Duration(cfg.RetryInterval).String() +
-		"\x00" + time.Duration(cfg.SyncInterval).String()
-}
+func fleetKey(cfg core.FleetConfig) string { return cfg.Key() }
 
 // checkFleet reports what would keep the fleet's client from being made
 // (an unset password variable), for New. It creates nothing that lasts.
@@ -57,8 +54,11 @@ func checkFleet(cfg core.FleetConfig) error {
 	return err
 }
 
+// fleetClientOptions are the Redis client's options: the URL, the password
+// variable, and as many connections for blocking reads as the fleet lets
+// requests follow at once (max_followers).
 func fleetClientOptions(cfg core.FleetConfig) resp.Options {
-	return resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv}
+	return resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv, MaxBlocking: cfg.WithDefaults().MaxFollowers}
 }
 
 // fleetFor returns the fleet of cfg (defaults applied), making it and its

@@ -2,6 +2,7 @@ package traefikplugin
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
 )
@@ -20,11 +22,17 @@ import (
 // replica's registries are in place.
 func replica(t *testing.T, cfg *Config, name string) http.Handler {
 	t.Helper()
+	return loggedReplica(t, cfg, name, nil)
+}
+
+// loggedReplica is replica with its log lines in logs (nil: none).
+func loggedReplica(t *testing.T, cfg *Config, name string, logs io.Writer) http.Handler {
+	t.Helper()
 	savedShared := shared
 	savedFleets := fleets
 	shared = newRegistry()
 	fleets = newFleetRegistry()
-	h := newHedge(t, cfg, name, nil, nil)
+	h := newHedge(t, cfg, name, nil, logs)
 	_, err := h.(*Hedge).engine()
 	shared = savedShared
 	fleets = savedFleets
@@ -69,14 +77,51 @@ func sendKeyedStream(h http.Handler, key, text string, out chan streamResult) {
 // replay; another body under the key is a 422.
 func TestFleetSharesOneGenerationAcrossReplicas(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
+	sharesOneGeneration(t, srv.URL(), func(n int) { waitBlockedReaders(t, srv, n) })
+}
+
+// The same on a Redis Cluster (3 masters) through redis+cluster://: the
+// client follows the slots of the flight's keys.
+func TestFleetSharesOneGenerationOnACluster(t *testing.T) {
+	rc := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3})
+	sharesOneGeneration(t, rc.URL(), func(n int) {
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			blocked := 0
+			for _, addr := range rc.Addrs() {
+				info, err := rc.Do(addr, "INFO", "clients")
+				if err != nil {
+					t.Fatalf("INFO clients at %s: %v", addr, err)
+				}
+				for _, line := range strings.Split(info, "\r\n") {
+					if v, ok := strings.CutPrefix(line, "blocked_clients:"); ok {
+						k, _ := strconv.Atoi(v)
+						blocked += k
+					}
+				}
+			}
+			if blocked == n {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the cluster never had %d blocked clients (%d)", n, blocked)
+			}
+			time.Sleep(2 * time.Millisecond) // polling Redis, bounded by deadline
+		}
+	})
+}
+
+// sharesOneGeneration runs two replicas on the Redis at redisURL;
+// waitBlocked(n) returns once Redis has n clients in a blocking read.
+func sharesOneGeneration(t *testing.T, redisURL string, waitBlocked func(n int)) {
 	gate := make(chan struct{})
 	a := startUpstream(t, "A", func(_ *http.Request) script { return script{tokens: 4, gate: gate} })
 	// Runs before the upstream's Close (cleanups run last-in first-out):
 	// a failed test must not leave the upstream waiting at the gate.
 	t.Cleanup(func() { close(gate) })
 	route := "fleet-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	one := replica(t, fleetConfig(a.srv.URL, srv.URL(), route), "one")
-	two := replica(t, fleetConfig(a.srv.URL, srv.URL(), route), "two")
+	one := replica(t, fleetConfig(a.srv.URL, redisURL, route), "one")
+	two := replica(t, fleetConfig(a.srv.URL, redisURL, route), "two")
 
 	results := make(chan streamResult, 2)
 	go sendKeyedStream(one, "k-fleet", "hi", results)
@@ -84,7 +129,7 @@ func TestFleetSharesOneGenerationAcrossReplicas(t *testing.T) {
 	go sendKeyedStream(two, "k-fleet", "hi", results)
 	// The follower on the other replica waits in a blocking read of the
 	// leader's stream before the answer goes on.
-	waitBlockedReaders(t, srv, 1)
+	waitBlocked(1)
 	for i := 0; i < 3; i++ {
 		gate <- struct{}{}
 	}
@@ -191,6 +236,34 @@ func TestFleetPasswordFromAnUnsetVariableFailsNew(t *testing.T) {
 	}
 }
 
+// fleet.maxFollowers sizes the blocking reads' pool (its default too); each
+// value is a client of its own (the pool's bound is the client's).
+func TestFleetMaxFollowersSizesTheBlockingPool(t *testing.T) {
+	if got := fleetClientOptions(core.FleetConfig{URL: "redis://h:1/0", MaxFollowers: 7}).MaxBlocking; got != 7 {
+		t.Fatalf("client options' MaxBlocking = %d, want 7 (fleet.maxFollowers)", got)
+	}
+	if got := fleetClientOptions(core.FleetConfig{URL: "redis://h:1/0"}).MaxBlocking; got != 512 {
+		t.Fatalf("client options' MaxBlocking = %d, want 512 (fleet.maxFollowers' default)", got)
+	}
+	srv := redisproc.Start(t, redisproc.Options{})
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{nonStream: true} })
+	saved := fleets
+	fleets = newFleetRegistry()
+	defer func() { fleets = saved }()
+	route := "fleet-mb-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	for i, bound := range []int{0, 3, 3} {
+		cfg := fleetConfig(a.srv.URL, srv.URL(), route)
+		cfg.Fleet.MaxFollowers = bound
+		h := newHedge(t, cfg, "mb"+strconv.Itoa(i), nil, nil)
+		if st, _ := keyedPost(t, h, "k-mb-"+strconv.Itoa(i)); st != http.StatusOK {
+			t.Fatalf("request with fleet.maxFollowers %d: status %d, want 200", bound, st)
+		}
+	}
+	if len(fleets.clients) != 2 || len(fleets.fleets) != 2 {
+		t.Fatalf("clients %d, fleets %d for maxFollowers 0, 3, 3 on one Redis; want 2 and 2", len(fleets.clients), len(fleets.fleets))
+	}
+}
+
 // Redis away: keyed requests are answered from this replica's own state,
 // and the fleet logs going down once, without the URL's password.
 func TestFleetDownRequestsStillSucceed(t *testing.T) {
@@ -200,17 +273,7 @@ func TestFleetDownRequestsStillSucceed(t *testing.T) {
 	cfg := fleetConfig(a.srv.URL, srv.URL(), route)
 	cfg.Fleet.Timeout = "100ms"
 	logs := &lineBuffer{}
-	savedShared := shared
-	savedFleets := fleets
-	shared = newRegistry()
-	fleets = newFleetRegistry()
-	h := newHedge(t, cfg, "down", nil, logs)
-	_, err := h.(*Hedge).engine()
-	shared = savedShared
-	fleets = savedFleets
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := loggedReplica(t, cfg, "down", logs)
 	srv.Kill()
 	for i := 0; i < 6; i++ {
 		st, _ := keyedPost(t, h, "k-down-"+strconv.Itoa(i))
@@ -231,5 +294,34 @@ func TestFleetDownRequestsStillSucceed(t *testing.T) {
 		if strings.Contains(l, "hunter2") {
 			t.Fatalf("a log line contains the Redis password: %s", l)
 		}
+	}
+}
+
+// A redis:// fleet URL that names a Redis Cluster node: the client refuses
+// it on its first connection, the fleet goes down with one log line that
+// says to use redis+cluster://, and keyed requests are answered from this
+// replica's own state.
+func TestFleetAtAClusterNodeThroughARedisURLIsTurnedOff(t *testing.T) {
+	rc := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3})
+	a := startUpstream(t, "A", func(_ *http.Request) script { return script{nonStream: true} })
+	route := "fleet-cluster-node-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	node := rc.Nodes[0].Addr()
+	cfg := fleetConfig(a.srv.URL, "redis://"+node+"/0", route)
+	logs := &lineBuffer{}
+	h := loggedReplica(t, cfg, "cluster-node", logs)
+	for i := 0; i < 6; i++ {
+		st, _ := keyedPost(t, h, "k-node-"+strconv.Itoa(i))
+		if st != http.StatusOK {
+			t.Fatalf("request %d with the fleet at a cluster node: status %d, want 200", i, st)
+		}
+	}
+	var down []string
+	for _, l := range logs.all() {
+		if strings.Contains(l, "llmhedge fleet down") {
+			down = append(down, l)
+		}
+	}
+	if len(down) != 1 || !strings.Contains(down[0], "is a Redis Cluster node") || !strings.Contains(down[0], "redis+cluster://"+node) {
+		t.Fatalf("fleet down lines %q, want one that names the cluster node and redis+cluster://%s", down, node)
 	}
 }

@@ -25,6 +25,20 @@ func TestAdminSwitchSetListedAndKeptAcrossReload(t *testing.T) {
 	if got := switchadmin.Listed(t, endpoint); got != "" {
 		t.Fatalf("switches at start = %q, want none", got)
 	}
+	// What a web page could send (no preflight: text/plain; or a foreign
+	// Origin) is refused, and nothing changes.
+	for _, hdr := range []map[string]string{
+		{"Content-Type": "text/plain;charset=UTF-8"},
+		{"Content-Type": "application/json", "Origin": "http://evil.example"},
+	} {
+		code, body := switchadmin.Send(t, endpoint, http.MethodPost, `{"route":"e2e","paused":true}`, hdr)
+		if code != http.StatusUnsupportedMediaType && code != http.StatusForbidden {
+			t.Errorf("POST with %v: %d %s, want 415 or 403", hdr, code, body)
+		}
+		if got := switchadmin.Listed(t, endpoint); got != "" {
+			t.Fatalf("switches after a POST with %v = %q, want none (refused)", hdr, got)
+		}
+	}
 	code, body := switchadmin.Call(t, endpoint, http.MethodPost, `{"route":"e2e","paused":true}`)
 	if code != http.StatusOK || !strings.Contains(body, `"before":"on"`) || !strings.Contains(body, `"after":"paused"`) {
 		t.Fatalf("POST pause: %d %s, want 200 with before on, after paused", code, body)

@@ -196,7 +196,7 @@ func printStatus(out io.Writer, rep statusReport, now time.Time) {
 		}
 		fmt.Fprintf(out, "  heartbeat %v ago\n", (time.Duration(r.HeartbeatAgeMS) * time.Millisecond).Round(100*time.Millisecond))
 		if len(r.Routes) == 0 {
-			fmt.Fprintln(out, "  no routes")
+			fmt.Fprintln(out, "  no routes yet (a route shows from its first request on)")
 			continue
 		}
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)

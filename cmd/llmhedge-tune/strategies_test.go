@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
@@ -55,7 +56,12 @@ type truthRow struct {
 // all on the Messages API, whose streams report usage. Every row's TTFT
 // and total p99 are within 10 % of the same strategy computed from the
 // simulator's draws for the same request ids, and every cost is exact.
+//
+// Its latencies are wall-clock measurements held to 10 %: a benchmark,
+// run with LLMHEDGE_BENCH=1 (a loaded machine stalls the process for
+// longer than that, and no margin is the fix).
 func TestStrategyTableMatchesSimulatedTruth(t *testing.T) {
+	envgate.Bench(t)
 	const n = 400
 	std := tierWorkload()
 	prio := llmsim.PriorityTier(std)

@@ -4,7 +4,7 @@
 // llmhedge-extproc over gRPC, so that curl or an SDK can go through the
 // server:
 //
-//	go run ./examples/envoy-standin -listen 127.0.0.1:8080 -extproc 127.0.0.1:50051
+//	go run ./examples/envoy-standin -listen 127.0.0.1:8083 -extproc 127.0.0.1:50051
 //
 // It is the Envoy-side driver of the server's tests
 // (internal/testkit/envoydriver), written from Envoy's ext_proc source, with
@@ -36,7 +36,7 @@ import (
 
 func main() {
 	opts := options{}
-	flag.StringVar(&opts.listen, "listen", "127.0.0.1:8080", "HTTP address clients connect to (examples/envoy/envoy.yaml's listener port)")
+	flag.StringVar(&opts.listen, "listen", "127.0.0.1:8083", "HTTP address clients connect to (examples/envoy/envoy.yaml's listener port)")
 	flag.StringVar(&opts.extproc, "extproc", "127.0.0.1:50051", "gRPC address of the running llmhedge-extproc (its grpc.listen; plaintext only)")
 	flag.StringVar(&opts.mode, "mode", "full_duplex_streamed", "request body mode of the emulated filter: full_duplex_streamed (Envoy >= 1.37) or buffered")
 	flag.StringVar(&opts.upstream, "upstream", "", "base URL for the requests the server hands back to Envoy (routes it does not match); none by default: those get 503")

@@ -38,6 +38,7 @@ var optional = map[string]bool{
 	"llm_hedge_fleet_operation_errors_total":     true,
 	"llm_hedge_fleet_operation_duration_seconds": true,
 	"llm_hedge_fleet_replicas":                   true,
+	"llm_hedge_fleet_eviction_policy_safe":       true,
 	"llm_hedge_invalid_answers_total":            true,
 }
 

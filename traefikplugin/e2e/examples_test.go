@@ -117,7 +117,7 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 	tr := &traefik{t: t, dir: dir, dynPath: filepath.Join(dir, "dynamic.yml"),
 		URL: fmt.Sprintf("http://127.0.0.1:%d", web), logs: &proc.Buffer{}, exited: make(chan struct{})}
 	dyn := strings.NewReplacer(replace...).Replace(read(dynamicFile))
-	static := strings.NewReplacer(`":8080"`, fmt.Sprintf(`"127.0.0.1:%d"`, web),
+	static := strings.NewReplacer(`":8082"`, fmt.Sprintf(`"127.0.0.1:%d"`, web),
 		"filename: dynamic.yml", fmt.Sprintf("filename: %q", tr.dynPath)).Replace(read("traefik-local.yml"))
 	if dyn == read(dynamicFile) {
 		t.Fatalf("the examples changed: the replacements left %s as it was; update them", dynamicFile)

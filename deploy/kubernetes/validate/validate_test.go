@@ -6,8 +6,10 @@ package validate
 
 import (
 	"bytes"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	traefikv1alpha1 "github.com/traefik/traefik/v3/pkg/provider/kubernetes/crd/traefikio/v1alpha1"
@@ -183,4 +185,81 @@ func TestExtprocDeploymentAndService(t *testing.T) {
 			t.Errorf("Service port %s targets %q, not a named container port", p.Name, p.TargetPort.String())
 		}
 	}
+	// Headless: Envoy's STRICT_DNS cluster sees every pod as a host (per-host
+	// health checks and drain).
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service llmhedge-extproc clusterIP = %q, want %q (headless)", svc.Spec.ClusterIP, corev1.ClusterIPNone)
+	}
+	checkFleet(t, objs, d)
+}
+
+// checkFleet fails when d runs more than one replica without a fleet, or
+// when its fleet's Redis (fleet.url, fleet.password_env) is not one of the
+// examples' Services and Secrets.
+func checkFleet(t *testing.T, objs *objects, d *appsv1.Deployment) {
+	cm := objs.configMaps[d.Name]
+	if cm == nil {
+		t.Fatalf("no ConfigMap %s", d.Name)
+	}
+	var cfg struct {
+		Fleet struct {
+			URL         string `json:"url"`
+			PasswordEnv string `json:"password_env"`
+		} `json:"fleet"`
+	}
+	if err := yaml.Unmarshal([]byte(cm.Data[d.Name+".yaml"]), &cfg); err != nil {
+		t.Fatalf("ConfigMap %s: %v", cm.Name, err)
+	}
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	if replicas > 1 && cfg.Fleet.URL == "" {
+		t.Fatalf("Deployment %s runs %d replicas without a fleet: idempotency would be per pod", d.Name, replicas)
+	}
+	if cfg.Fleet.URL == "" {
+		return
+	}
+	u, err := url.Parse(cfg.Fleet.URL)
+	if err != nil {
+		t.Fatalf("fleet.url %q: %v", cfg.Fleet.URL, err)
+	}
+	svc := objs.services[u.Hostname()]
+	if svc == nil {
+		t.Fatalf("fleet.url %q: no Service %q in the examples", cfg.Fleet.URL, u.Hostname())
+	}
+	found := false
+	for _, p := range svc.Spec.Ports {
+		found = found || strconv.Itoa(int(p.Port)) == u.Port()
+	}
+	if !found {
+		t.Errorf("fleet.url %q: Service %s has no port %s", cfg.Fleet.URL, svc.Name, u.Port())
+	}
+	var backends int
+	for _, rd := range objs.deployments {
+		match := len(svc.Spec.Selector) > 0
+		for k, v := range svc.Spec.Selector {
+			match = match && rd.Spec.Template.Labels[k] == v
+		}
+		if match {
+			backends++
+		}
+	}
+	if backends == 0 {
+		t.Errorf("Service %s (the fleet's Redis) selects no Deployment of the examples", svc.Name)
+	}
+	if cfg.Fleet.PasswordEnv == "" {
+		return
+	}
+	for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+		if e.Name != cfg.Fleet.PasswordEnv {
+			continue
+		}
+		if ref := e.ValueFrom; ref == nil || ref.SecretKeyRef == nil || objs.secrets[ref.SecretKeyRef.Name] == nil ||
+			objs.secrets[ref.SecretKeyRef.Name].StringData[ref.SecretKeyRef.Key] == "" {
+			t.Errorf("env %s is not a key of a Secret of the examples", e.Name)
+		}
+		return
+	}
+	t.Errorf("fleet.password_env %s is not in the container's env", cfg.Fleet.PasswordEnv)
 }

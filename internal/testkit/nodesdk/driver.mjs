@@ -31,6 +31,10 @@ async function oneCall(c) {
     fetch: countingFetch(stats, c.stripShouldRetry),
   };
   if (c.timeoutMs) opts.timeout = c.timeoutMs;
+  // Per-request options (the second argument of create).
+  const reqOpts = {};
+  if (c.idempotencyKey) reqOpts.idempotencyKey = c.idempotencyKey;
+  if (c.requestHeaders) reqOpts.headers = c.requestHeaders;
   if (c.maxRetries !== undefined && c.maxRetries !== null) opts.maxRetries = c.maxRetries;
   const t0 = performance.now();
   let firstMs = null;
@@ -46,7 +50,7 @@ async function oneCall(c) {
       const client = new OpenAI(opts);
       const stream = await client.chat.completions.create({
         model: 'client-model', stream: true, messages: [{ role: 'user', content: 'Say something.' }],
-      });
+      }, reqOpts);
       for await (const chunk of stream) {
         for (const choice of chunk.choices || []) got(choice.delta && choice.delta.content);
       }
@@ -61,7 +65,7 @@ async function oneCall(c) {
       const client = new Anthropic(opts);
       const stream = await client.messages.create({
         model: 'client-model', max_tokens: 64, stream: true, messages: [{ role: 'user', content: 'Say something.' }],
-      });
+      }, reqOpts);
       for await (const ev of stream) {
         if (ev.type === 'content_block_delta' && ev.delta && ev.delta.type === 'text_delta') got(ev.delta.text);
       }

@@ -52,6 +52,10 @@ type Call struct {
 	// SDK sees it: the client as it behaved against a gateway that did not
 	// send the header.
 	StripShouldRetry bool `json:"stripShouldRetry,omitempty"`
+	// IdempotencyKey is the request option idempotencyKey of the call
+	// (chat and messages), RequestHeaders its request option headers.
+	IdempotencyKey string            `json:"idempotencyKey,omitempty"`
+	RequestHeaders map[string]string `json:"requestHeaders,omitempty"`
 }
 
 // Result is what one call got.

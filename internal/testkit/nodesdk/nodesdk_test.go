@@ -1,6 +1,10 @@
 package nodesdk
 
 import (
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"testing"
 	"time"
 
@@ -26,5 +30,42 @@ func TestDriverAgainstSim(t *testing.T) {
 	}
 	if r := res[3]; r.Error == nil || r.Error.Status != 500 || r.Requests != 2 {
 		t.Errorf("500: error %+v, requests %d; want an APIError 500 after one retry", r.Error, r.Requests)
+	}
+}
+
+// The JavaScript SDKs' idempotencyKey request option sends no header (their
+// idempotencyHeader is undefined): the key reaches a gateway only as a
+// header in the request's headers option, as the top README says.
+func TestIdempotencyKeyReachesTheGatewayOnlyAsAHeader(t *testing.T) {
+	drv := Install(t)
+	sim := llmsim.Start("A", llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 2, TokenGap: time.Millisecond})
+	defer sim.Close()
+	target, err := url.Parse(sim.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := make(chan string, 8)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- r.Header.Get("Idempotency-Key")
+		proxy.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	key := map[string]string{"Idempotency-Key": "order-42"}
+	calls := []Call{
+		{API: "chat", BaseURL: front.URL + "/v1", IdempotencyKey: "order-42"},
+		{API: "chat", BaseURL: front.URL + "/v1", RequestHeaders: key},
+		{API: "messages", BaseURL: front.URL, IdempotencyKey: "order-42"},
+		{API: "messages", BaseURL: front.URL, RequestHeaders: key},
+	}
+	want := []string{"", "order-42", "", "order-42"}
+	for i, r := range Run(t, drv, 1, calls) {
+		if r.Error != nil || r.Requests != 1 {
+			t.Fatalf("call %d (%s): error %+v, requests %d", i, calls[i].API, r.Error, r.Requests)
+		}
+		if got := <-seen; got != want[i] {
+			t.Errorf("call %d (%s, idempotencyKey %q, headers %v): Idempotency-Key %q reached the gateway, want %q",
+				i, calls[i].API, calls[i].IdempotencyKey, calls[i].RequestHeaders, got, want[i])
+		}
 	}
 }

@@ -18,11 +18,25 @@ import (
 // of its own: a Caddy config load replaces the admin server.
 func Call(t testing.TB, url, method, body string) (int, string) {
 	t.Helper()
+	return Send(t, url, method, body, map[string]string{"Content-Type": "application/json"})
+}
+
+// Send is Call with the request headers hdr instead of a JSON content
+// type: "Host" sets the Host header (the URL's address is still the one
+// dialled), a web page's "Origin", "Content-Type" ... .
+func Send(t testing.TB, url, method, body string, hdr map[string]string) (int, string) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
 	req.Close = true
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
