@@ -26,8 +26,9 @@ const (
 	// client has in flight at once: claims, renewals, appends, syncs.
 	DefaultPoolSize = 256
 	// DefaultBlockingPoolSize is how many blocking reads (a follower's
-	// XREAD ... BLOCK) a client has in flight at once, on connections of
-	// their own: followers never take a connection from claims and
+	// XREAD ... BLOCK) a client has in flight at once when neither the
+	// settings nor the fleet's max_followers say otherwise, on connections
+	// of their own: followers never take a connection from claims and
 	// renewals. A read that finds none free by its deadline fails with
 	// core.ErrRedisBusy, which the fleet does not count as a Redis failure.
 	DefaultBlockingPoolSize = 512
@@ -42,8 +43,9 @@ type Settings struct {
 	// (default DefaultPoolSize). On a cluster it bounds them across all
 	// nodes.
 	PoolSize int
-	// BlockingPoolSize bounds the blocking reads in flight at once
-	// (default DefaultBlockingPoolSize), on a pool of their own.
+	// BlockingPoolSize bounds the blocking reads in flight at once, on a
+	// pool of their own (default: the fleet's max_followers, which caps the
+	// followers of a replica, so none of them waits for a connection).
 	BlockingPoolSize int
 }
 
@@ -89,6 +91,9 @@ func NewWith(cfg core.FleetConfig, s Settings) (*Client, error) {
 	}
 	if s.PoolSize <= 0 {
 		s.PoolSize = DefaultPoolSize
+	}
+	if s.BlockingPoolSize <= 0 {
+		s.BlockingPoolSize = cfg.WithDefaults().MaxFollowers
 	}
 	if s.BlockingPoolSize <= 0 {
 		s.BlockingPoolSize = DefaultBlockingPoolSize

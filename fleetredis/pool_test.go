@@ -164,3 +164,26 @@ func TestIsBlockingRead(t *testing.T) {
 		}
 	}
 }
+
+// The blocking pool is as large as the fleet's max_followers (a replica's
+// followers never wait for a connection), unless the settings say.
+func TestBlockingPoolFollowsMaxFollowers(t *testing.T) {
+	for _, c := range []struct {
+		cfg  core.FleetConfig
+		s    Settings
+		want int
+	}{
+		{core.FleetConfig{URL: "redis://127.0.0.1:1/0"}, Settings{}, 512},
+		{core.FleetConfig{URL: "redis://127.0.0.1:1/0", MaxFollowers: 40}, Settings{}, 40},
+		{core.FleetConfig{URL: "redis+cluster://127.0.0.1:1/", MaxFollowers: 40}, Settings{BlockingPoolSize: 7}, 7},
+	} {
+		cl, err := NewWith(c.cfg, c.s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cap(cl.blockTurns); got != c.want {
+			t.Errorf("max_followers %d, settings %d: blocking pool %d, want %d", c.cfg.MaxFollowers, c.s.BlockingPoolSize, got, c.want)
+		}
+		cl.Close()
+	}
+}

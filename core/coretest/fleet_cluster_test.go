@@ -138,12 +138,18 @@ var pacedToken = regexp.MustCompile(`([A-Za-z0-9-]+)/g([0-9]+)/t([0-9]+) `)
 
 // judge classifies an answer to key: "whole" (200, one generation of key,
 // every event in order, [DONE], a clean end), "broken" (a prefix of one
-// generation of key that ends with a read error), "status" (not a 200), or
-// a description of what is wrong with it (another key's bytes, two
-// generations spliced, a hole, a clean end without [DONE]).
+// generation of key, or all of it, that ends with a read error), "refused"
+// (a 409 or 503 without an answer's bytes), or a description of what is
+// wrong with it (another key's bytes, two generations spliced, a hole, a
+// clean end without [DONE]).
 func judge(key string, a answer, events int) (string, int) {
 	if a.status != 200 {
-		return "status", 0
+		// A documented refusal to retry: the key's flight could not be
+		// joined (409) or its leader lost its lease before commit (503).
+		if (a.status == 409 || a.status == 503) && !pacedToken.MatchString(a.body) {
+			return "refused", 0
+		}
+		return fmt.Sprintf("status %d with body %q", a.status, a.body), 0
 	}
 	gen := 0
 	next := 0
@@ -168,18 +174,19 @@ func judge(key string, a answer, events int) (string, int) {
 	switch {
 	case a.complete && done && next == events:
 		return "whole", gen
-	case !a.complete && !done:
+	case !a.complete:
+		// Even after all the bytes and [DONE]: the follower could not read
+		// the generation's end (its master died), so it cuts the transfer.
 		return "broken", gen
-	case a.complete:
-		return fmt.Sprintf("clean end with %d of %d events, [DONE] %v", next, events, done), 0
 	}
-	return fmt.Sprintf("broken after [DONE] with %d events", next), 0
+	return fmt.Sprintf("clean end with %d of %d events, [DONE] %v", next, events, done), 0
 }
 
 // A master fails over (SIGKILL, its replica promoted) under keyed load on
 // two replicas, every key sent to both at once (one leads, the other joins)
 // and every third replayed: 0 wrong, spliced or silently incomplete
-// answers; each answer whole or visibly broken; no request blocked longer
+// answers; each answer whole, visibly broken or a documented refusal to
+// retry (409, 503); no request blocked longer
 // than the failover itself plus the fleet's bound for a Redis away (the
 // breaker's three operations, each within timeout + twice the block time,
 // and one lease); joins and replays work again after it.
@@ -197,8 +204,11 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 
 	type result struct {
 		key, verdict string
+		who          string // "a", "b" or "replay"
+		answer       answer
 		gen          int
 		took         time.Duration
+		end          time.Time
 		replay       bool
 		afterFO      bool
 	}
@@ -216,6 +226,7 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 		r := rep.send(t, key, "alice", chatBody)
 		return r, time.Since(start)
 	}
+	// The answers' ends are taken after the pair: a bound on each.
 	for w := 0; w < 6; w++ {
 		w := w
 		wg.Add(1)
@@ -240,11 +251,12 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 				pair.Wait()
 				va, ga := judge(key, ra, events)
 				vb, gb := judge(key, rb, events)
-				rs := []result{{key: key, verdict: va, gen: ga, took: da, afterFO: after}, {key: key, verdict: vb, gen: gb, took: db, afterFO: after}}
+				end := time.Now()
+				rs := []result{{key: key, who: "a", answer: ra, verdict: va, gen: ga, took: da, end: end, afterFO: after}, {key: key, who: "b", answer: rb, verdict: vb, gen: gb, took: db, end: end, afterFO: after}}
 				if n%3 == 0 {
 					rr, dr := send([]*replica{a, b}[n%2], key)
 					vr, gr := judge(key, rr, events)
-					rs = append(rs, result{key: key, verdict: vr, gen: gr, took: dr, replay: rr.header.Get("Idempotent-Replayed") == "true", afterFO: after})
+					rs = append(rs, result{key: key, who: "replay", answer: rr, verdict: vr, gen: gr, took: dr, end: time.Now(), replay: rr.header.Get("Idempotent-Replayed") == "true", afterFO: after})
 				}
 				mu.Lock()
 				results = append(results, rs...)
@@ -283,19 +295,20 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	var baseline time.Duration // the slowest answer before the failover
+	var baseline time.Duration // the slowest answer that ended before the kill
 	counts := map[string]int{}
 	joinedAfter, replayedAfter := 0, 0
 	gens := map[string]map[int]bool{}
 	for _, r := range results {
 		switch r.verdict {
-		case "whole", "broken", "status":
+		case "whole", "broken", "refused":
 			counts[r.verdict]++
 		default:
-			t.Errorf("%s: %s", r.key, r.verdict)
+			t.Errorf("%s (%s, replayed %v, after the failover %v, %d generations): %s; took %v, headers %v, body %q",
+				r.key, r.who, r.replay, r.afterFO, up.generations(r.key), r.verdict, r.took, r.answer.header, r.answer.body)
 			counts["bad"]++
 		}
-		if !r.afterFO && r.took > baseline {
+		if r.end.Before(failedAt) && r.took > baseline {
 			baseline = r.took
 		}
 		if r.verdict == "whole" {
@@ -325,14 +338,11 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 			slowest = r
 		}
 	}
-	t.Logf("%d answers: %d whole, %d visibly broken, %d not 200, %d bad; failover of %s to %s took %v; slowest answer %v (%s, %s), bound %v (baseline %v); after the failover %d keys joined, %d replays",
-		len(results), counts["whole"], counts["broken"], counts["status"], counts["bad"], master.Addr(), promoted.Addr(), failover,
+	t.Logf("%d answers: %d whole, %d visibly broken, %d refused (409/503), %d bad; failover of %s to %s took %v; slowest answer %v (%s, %s), bound %v (baseline %v); after the failover %d keys joined, %d replays",
+		len(results), counts["whole"], counts["broken"], counts["refused"], counts["bad"], master.Addr(), promoted.Addr(), failover,
 		slowest.took, slowest.key, slowest.verdict, bound, baseline, joinedAfter, replayedAfter)
 	if slowest.took > bound {
 		t.Errorf("answer to %s took %v, want at most %v (failover %v + 3 × %v + lease + the slowest answer before it %v)", slowest.key, slowest.took, bound, failover, perOp, baseline)
-	}
-	if counts["status"] > 0 {
-		t.Errorf("%d answers were not 200, want every request answered (whole or visibly broken)", counts["status"])
 	}
 	if joinedAfter == 0 || replayedAfter == 0 {
 		t.Errorf("after the failover %d keys joined across replicas and %d replays, want some of each", joinedAfter, replayedAfter)

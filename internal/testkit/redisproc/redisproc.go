@@ -3,7 +3,8 @@
 // directory and no persistence, stopped by t.Cleanup. A test can kill it
 // (SIGKILL), restart it on the same port, pause and resume it
 // (SIGSTOP/SIGCONT), and ask for a password (requirepass), an ACL user and
-// TLS (a self-signed certificate written into the temp dir).
+// TLS (a self-signed certificate written into the temp dir). StartCluster
+// starts a Redis Cluster of such servers (cluster.go), joined by redis-cli.
 //
 // A missing redis-server fails the test, with the command that installs it
 // (`make test` installs it itself). LLMHEDGE_REDIS=skip turns that failure
