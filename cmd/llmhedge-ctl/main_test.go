@@ -140,7 +140,7 @@ func TestStatusListsReplicasRoutesAndSwitches(t *testing.T) {
 		"replica caddy-a1  caddy  gw-1 pid 4242  up 1m3",
 		"replica envoy-b2  envoy  gw-2 pid 7",
 		"5.0%", "3.5", "12000 tok $0.0300 CAPPED", "openai", "backup",
-		"unreadable key (ignored): llmhedge:replica:broken",
+		"unreadable key (ignored): llmhedge:{fleet}:replica:broken",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)
@@ -250,7 +250,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "set-delay", "-route", "chat"}, "want 1 argument"},
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "pause", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "-bogus", "status"}, "flag provided but not defined: -bogus"},
-		{[]string{"-fleet", "http://u:topsecret1@127.0.0.1:1/0", "status"}, "scheme must be redis or rediss"},
+		{[]string{"-fleet", "http://u:topsecret1@127.0.0.1:1/0", "status"}, "scheme must be redis, rediss, redis+cluster or rediss+cluster"},
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "-password-env", "LLMHEDGE_CTL_UNSET_VAR", "status"}, "the variable is not set"},
 	} {
 		code, _, errOut := ctl(t, tc.args...)
