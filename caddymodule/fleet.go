@@ -1,7 +1,9 @@
 package caddymodule
 
 import (
+	"context"
 	"reflect"
+	"time"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -24,6 +26,15 @@ func (p *pooledFleet) Destruct() error {
 	return p.client.Close()
 }
 
+// checkFleet refuses, at Provision, a URL whose kind does not fit the
+// server (redis:// at a Redis Cluster node, redis+cluster:// at a plain
+// server). A Redis that does not answer within a second is no refusal.
+func checkFleet(client *fleetredis.Client) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return client.Check(ctx)
+}
+
 // fleetKey keys a fleet in the usage pool: its settings, defaults applied.
 // It holds the URL (maybe with a password) but is never logged.
 func fleetKey(cfg core.FleetConfig) string {
@@ -40,6 +51,10 @@ func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f 
 	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
 		client, err := fleetredis.New(cfg)
 		if err != nil {
+			return nil, err
+		}
+		if err := checkFleet(client); err != nil {
+			_ = client.Close()
 			return nil, err
 		}
 		logger := caddy.Log().Named("http.handlers.llm_hedge.fleet")

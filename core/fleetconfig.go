@@ -155,7 +155,7 @@ func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
 		a.Cluster = true
 		a.TLS = true
 	default:
-		return a, fmt.Errorf("url %q: scheme must be redis, rediss, redis+cluster or rediss+cluster", shown)
+		return a, fmt.Errorf("url %q: scheme must be redis or rediss (redis+cluster or rediss+cluster for a Redis Cluster)", shown)
 	}
 	if a.Cluster {
 		hosts, err := clusterHosts(hostList)

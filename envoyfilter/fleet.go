@@ -1,6 +1,9 @@
 package envoyfilter
 
 import (
+	"context"
+	"time"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 )
@@ -49,6 +52,16 @@ func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
 	if !ok {
 		client, err := fleetredis.New(cfg)
 		if err != nil {
+			return nil, err
+		}
+		// A URL whose kind does not fit the server (redis:// at a Redis
+		// Cluster node, redis+cluster:// at a plain server) fails the
+		// start; a Redis that does not answer within a second does not.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err = client.Check(ctx)
+		cancel()
+		if err != nil {
+			_ = client.Close()
 			return nil, err
 		}
 		log := p.s.log.Named("fleet")

@@ -285,13 +285,21 @@ func newFleetRig(t *testing.T, n int, tune func(*core.Config)) *fleetRig {
 // newFleetRigClocks is newFleetRig with replica i on clocks[i] (nil: the
 // system clock).
 func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*core.Config)) *fleetRig {
-	rig := &fleetRig{redis: redisproc.Start(t, redisproc.Options{}), upstream: newGatedUpstream(t)}
+	srv := redisproc.Start(t, redisproc.Options{})
+	rig := newFleetRigOn(t, srv.URL(), clocks, tune)
+	rig.redis = srv
+	return rig
+}
+
+// newFleetRigOn is newFleetRigClocks on the Redis at url (rig.redis nil).
+func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, tune func(*core.Config)) *fleetRig {
+	rig := &fleetRig{upstream: newGatedUpstream(t)}
 	for i := range clocks {
 		cfg := core.Config{
 			Route:       "fleet",
 			Upstreams:   []core.UpstreamConfig{{Name: "up", URL: rig.upstream.srv.URL}},
 			MaxAttempts: 1,
-			Fleet:       core.FleetConfig{URL: rig.redis.URL(), Lease: core.Duration(300 * time.Millisecond), RetryInterval: core.Duration(100 * time.Millisecond)},
+			Fleet:       core.FleetConfig{URL: url, Lease: core.Duration(300 * time.Millisecond), RetryInterval: core.Duration(100 * time.Millisecond)},
 		}
 		if tune != nil {
 			tune(&cfg)

@@ -1,0 +1,340 @@
+package coretest
+
+// The keyed-request protocol on a real Redis Cluster (3 masters, 3
+// replicas, Debian's redis-server started by the test) through the
+// cluster-aware go-redis adapter (redis+cluster://). Route-level features
+// (budget, switches, health) are not tested here: their keys get their
+// hash tags elsewhere.
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
+)
+
+// doneKeys are the <prefix>{<id>}:done keys on every master, each with the
+// master that holds it.
+func doneKeys(t *testing.T, cl *redisproc.Cluster) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, m := range cl.Masters() {
+		list, err := cl.Do(m.Addr(), "KEYS", "llmhedge:{*}:done")
+		if err != nil {
+			t.Fatalf("KEYS on %s: %v", m.Addr(), err)
+		}
+		for _, k := range strings.Split(list, "\n") {
+			if k != "" {
+				out[k] = m.Addr()
+			}
+		}
+	}
+	return out
+}
+
+// Joins and replays across two replicas on a cluster, for keys whose
+// identities land on each of the three masters.
+func TestFleetClusterJoinAndReplay(t *testing.T) {
+	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	covered := map[string]int{}
+	for i := 0; len(covered) < 3; i++ {
+		if i == 40 {
+			t.Fatalf("40 keys landed on %d masters only (%v), want all 3", len(covered), covered)
+		}
+		key := "ck" + strconv.Itoa(i)
+		before := doneKeys(t, cl)
+		release := rig.upstream.hold(key, true) // b joins mid-answer
+		first := a.sendAsync(t, key, "alice", chatBody)
+		rig.upstream.waitStarted(t, key)
+		second := b.sendAsync(t, key, "alice", chatBody)
+		b.sink.waitClaim(t)
+		release()
+		ra, rb := recvAnswer(t, first), recvAnswer(t, second)
+		if !ra.complete || !rb.complete || ra.status != 200 || rb.status != 200 {
+			t.Fatalf("%s: leader %d complete=%v, follower %d complete=%v, want 200 and complete", key, ra.status, ra.complete, rb.status, rb.complete)
+		}
+		if got := rig.upstream.generations(key); got != 1 {
+			t.Fatalf("%s: generations = %d, want 1 (the follower joined)", key, got)
+		}
+		if ra.body != rb.body || !strings.Contains(ra.body, "[DONE]") {
+			t.Fatalf("%s: follower's body %q, leader's %q, want one whole answer", key, rb.body, ra.body)
+		}
+		rc := b.send(t, key, "alice", chatBody)
+		if rc.body != ra.body || rc.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("%s: replay on the other replica: replayed %q, body %q, want the stored answer", key, rc.header.Get("Idempotent-Replayed"), rc.body)
+		}
+		var master string
+		for k, m := range doneKeys(t, cl) {
+			if _, ok := before[k]; !ok {
+				master = m
+			}
+		}
+		if master == "" {
+			t.Fatalf("%s: no new :done key on any master", key)
+		}
+		covered[master]++
+	}
+	for _, rep := range rig.replicas {
+		if !rep.fleet.Up() {
+			t.Errorf("a replica's fleet is down after the joins, want up; log %q", rep.logs)
+		}
+	}
+}
+
+// pacedUpstream answers each request with events that name its key, its
+// generation and their index, paced so that flights are in progress when a
+// master fails.
+type pacedUpstream struct {
+	srv    *httptest.Server
+	events int
+	mu     sync.Mutex
+	gens   map[string]int
+}
+
+func newPacedUpstream(t *testing.T, events int) *pacedUpstream {
+	u := &pacedUpstream{events: events, gens: map[string]int{}}
+	u.srv = httptest.NewServer(http.HandlerFunc(u.serve))
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *pacedUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	key := r.Header.Get("Idempotency-Key")
+	u.mu.Lock()
+	u.gens[key]++
+	gen := u.gens[key]
+	u.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	flusher := w.(http.Flusher)
+	for i := 0; i < u.events; i++ {
+		fmt.Fprintf(w, "data: {\"choices\":[{\"delta\":{\"content\":\"%s/g%d/t%d \"}}]}\n\n", key, gen, i)
+		flusher.Flush()
+		// Load shape only (answers last a while, so that flights
+		// straddle the failover); no assertion waits on it.
+		time.Sleep(3 * time.Millisecond)
+	}
+	io.WriteString(w, "data: [DONE]\n\n")
+}
+
+func (u *pacedUpstream) generations(key string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.gens[key]
+}
+
+var pacedToken = regexp.MustCompile(`([A-Za-z0-9-]+)/g([0-9]+)/t([0-9]+) `)
+
+// judge classifies an answer to key: "whole" (200, one generation of key,
+// every event in order, [DONE], a clean end), "broken" (a prefix of one
+// generation of key that ends with a read error), "status" (not a 200), or
+// a description of what is wrong with it (another key's bytes, two
+// generations spliced, a hole, a clean end without [DONE]).
+func judge(key string, a answer, events int) (string, int) {
+	if a.status != 200 {
+		return "status", 0
+	}
+	gen := 0
+	next := 0
+	for _, m := range pacedToken.FindAllStringSubmatch(a.body, -1) {
+		g, _ := strconv.Atoi(m[2])
+		i, _ := strconv.Atoi(m[3])
+		if m[1] != key {
+			return fmt.Sprintf("wrong: %s's answer has %s's bytes", key, m[1]), 0
+		}
+		if gen == 0 {
+			gen = g
+		}
+		if g != gen {
+			return fmt.Sprintf("spliced: generations %d and %d in one answer", gen, g), 0
+		}
+		if i != next {
+			return fmt.Sprintf("hole: event %d where %d belongs", i, next), 0
+		}
+		next++
+	}
+	done := strings.Contains(a.body, "[DONE]")
+	switch {
+	case a.complete && done && next == events:
+		return "whole", gen
+	case !a.complete && !done:
+		return "broken", gen
+	case a.complete:
+		return fmt.Sprintf("clean end with %d of %d events, [DONE] %v", next, events, done), 0
+	}
+	return fmt.Sprintf("broken after [DONE] with %d events", next), 0
+}
+
+// A master fails over (SIGKILL, its replica promoted) under keyed load on
+// two replicas, every key sent to both at once (one leads, the other joins)
+// and every third replayed: 0 wrong, spliced or silently incomplete
+// answers; each answer whole or visibly broken; no request blocked longer
+// than the failover itself plus the fleet's bound for a Redis away (the
+// breaker's three operations, each within timeout + twice the block time,
+// and one lease); joins and replays work again after it.
+func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
+	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
+	const events = 20
+	up := newPacedUpstream(t, events)
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), func(cfg *core.Config) {
+		cfg.Upstreams[0].URL = up.srv.URL
+	})
+	a, b := rig.replicas[0], rig.replicas[1]
+	cfg := core.FleetConfig{Lease: core.Duration(300 * time.Millisecond)}.WithDefaults()
+	block := time.Duration(cfg.Lease) / 2
+	perOp := time.Duration(cfg.Timeout) + 2*block
+
+	type result struct {
+		key, verdict string
+		gen          int
+		took         time.Duration
+		replay       bool
+		afterFO      bool
+	}
+	var (
+		mu        sync.Mutex
+		results   []result
+		failedAt  time.Time // zero before the failover
+		recovered time.Time // zero until Failover returned
+	)
+	pairs := make(chan bool, 10000) // one per finished key: after the failover?
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	send := func(rep *replica, key string) (answer, time.Duration) {
+		start := time.Now()
+		r := rep.send(t, key, "alice", chatBody)
+		return r, time.Since(start)
+	}
+	for w := 0; w < 6; w++ {
+		w := w
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := "load-" + strconv.Itoa(w) + "-" + strconv.Itoa(n)
+				mu.Lock()
+				after := !recovered.IsZero()
+				mu.Unlock()
+				var ra, rb answer
+				var da, db time.Duration
+				var pair sync.WaitGroup
+				pair.Add(1)
+				go func() { defer pair.Done(); ra, da = send(a, key) }()
+				rb, db = send(b, key)
+				pair.Wait()
+				va, ga := judge(key, ra, events)
+				vb, gb := judge(key, rb, events)
+				rs := []result{{key: key, verdict: va, gen: ga, took: da, afterFO: after}, {key: key, verdict: vb, gen: gb, took: db, afterFO: after}}
+				if n%3 == 0 {
+					rr, dr := send([]*replica{a, b}[n%2], key)
+					vr, gr := judge(key, rr, events)
+					rs = append(rs, result{key: key, verdict: vr, gen: gr, took: dr, replay: rr.header.Get("Idempotent-Replayed") == "true", afterFO: after})
+				}
+				mu.Lock()
+				results = append(results, rs...)
+				mu.Unlock()
+				pairs <- after
+			}
+		}()
+	}
+	waitPairs := func(n int, after bool) {
+		t.Helper()
+		deadline := time.After(120 * time.Second)
+		for got := 0; got < n; {
+			select {
+			case p := <-pairs:
+				if p == after {
+					got++
+				}
+			case <-deadline:
+				t.Fatalf("only %d of %d keys finished (after the failover: %v) within 120s", got, n, after)
+			}
+		}
+	}
+	waitPairs(30, false)
+	master := cl.Masters()[0]
+	mu.Lock()
+	failedAt = time.Now()
+	mu.Unlock()
+	promoted := cl.Failover(master)
+	mu.Lock()
+	recovered = time.Now()
+	failover := recovered.Sub(failedAt)
+	mu.Unlock()
+	waitPairs(60, true)
+	close(stop)
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	var baseline time.Duration // the slowest answer before the failover
+	counts := map[string]int{}
+	joinedAfter, replayedAfter := 0, 0
+	gens := map[string]map[int]bool{}
+	for _, r := range results {
+		switch r.verdict {
+		case "whole", "broken", "status":
+			counts[r.verdict]++
+		default:
+			t.Errorf("%s: %s", r.key, r.verdict)
+			counts["bad"]++
+		}
+		if !r.afterFO && r.took > baseline {
+			baseline = r.took
+		}
+		if r.verdict == "whole" {
+			if gens[r.key] == nil {
+				gens[r.key] = map[int]bool{}
+			}
+			gens[r.key][r.gen] = true
+		}
+		if r.afterFO && r.replay && r.verdict == "whole" {
+			replayedAfter++
+		}
+	}
+	for key, g := range gens {
+		if strings.HasPrefix(key, "load-") && len(g) == 1 && up.generations(key) == 1 {
+			for _, r := range results {
+				if r.key == key && r.afterFO {
+					joinedAfter++
+					break
+				}
+			}
+		}
+	}
+	bound := failover + 3*perOp + time.Duration(cfg.Lease) + baseline
+	var slowest result
+	for _, r := range results {
+		if r.took > slowest.took {
+			slowest = r
+		}
+	}
+	t.Logf("%d answers: %d whole, %d visibly broken, %d not 200, %d bad; failover of %s to %s took %v; slowest answer %v (%s, %s), bound %v (baseline %v); after the failover %d keys joined, %d replays",
+		len(results), counts["whole"], counts["broken"], counts["status"], counts["bad"], master.Addr(), promoted.Addr(), failover,
+		slowest.took, slowest.key, slowest.verdict, bound, baseline, joinedAfter, replayedAfter)
+	if slowest.took > bound {
+		t.Errorf("answer to %s took %v, want at most %v (failover %v + 3 × %v + lease + the slowest answer before it %v)", slowest.key, slowest.took, bound, failover, perOp, baseline)
+	}
+	if counts["status"] > 0 {
+		t.Errorf("%d answers were not 200, want every request answered (whole or visibly broken)", counts["status"])
+	}
+	if joinedAfter == 0 || replayedAfter == 0 {
+		t.Errorf("after the failover %d keys joined across replicas and %d replays, want some of each", joinedAfter, replayedAfter)
+	}
+}
