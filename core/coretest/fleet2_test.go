@@ -1,6 +1,7 @@
 package coretest
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -102,9 +103,52 @@ type member struct {
 	hedger  *core.Hedger
 	fleet   *core.Fleet
 	client  core.RedisClient
+	errs    *errorsSeen // what the fleet's Redis client answered with errors
 	sink    *fleetSink
 	reports *reportLog
 	logs    *lineLog
+}
+
+// errorsSeen is a RedisClient that keeps the text of every error its
+// inner client returns.
+type errorsSeen struct {
+	inner core.RedisClient
+	mu    sync.Mutex
+	texts []string
+}
+
+func (e *errorsSeen) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
+	v, err := e.inner.Do(ctx, args...)
+	e.note(err)
+	return v, err
+}
+
+func (e *errorsSeen) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
+	v, err := e.inner.Pipeline(ctx, cmds)
+	e.note(err)
+	return v, err
+}
+
+func (e *errorsSeen) note(err error) {
+	if err != nil {
+		e.mu.Lock()
+		e.texts = append(e.texts, err.Error())
+		e.mu.Unlock()
+	}
+}
+
+// all are the errors seen but NOSCRIPT (a script's first run on a server,
+// sent again in full).
+func (e *errorsSeen) all() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, s := range e.texts {
+		if !strings.HasPrefix(s, "NOSCRIPT") {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 type reportLog struct {
@@ -217,8 +261,9 @@ func newMemberClocks(t *testing.T, cfg core.Config, clock, hedgerClock core.Cloc
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { client.Close() })
-		m.client = client
-		m.fleet = core.NewFleet(client, cfg.Fleet, core.FleetOptions{Clock: clock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
+		m.errs = &errorsSeen{inner: client}
+		m.client = m.errs
+		m.fleet = core.NewFleet(m.client, cfg.Fleet, core.FleetOptions{Clock: clock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
 		t.Cleanup(m.fleet.Close)
 		opts.Fleet = m.fleet
 	}
