@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -60,10 +65,64 @@ func TestClusterPauseResumeAndStatus(t *testing.T) {
 			t.Errorf("status on the cluster lacks %q:\n%s", want, out)
 		}
 	}
+
+	// A replica on the cluster applies what the command wrote: the
+	// route's pause and every route's delay (two slots).
+	h, fleet := clusterReplica(t, c.URL(), routes[0])
+	if got, want := h.SwitchInForce(), (core.Switch{Paused: true, Delay: 300 * time.Millisecond}); got != want {
+		t.Errorf("replica's switch for %s after pause and set-delay *: %v, want %v", routes[0], got, want)
+	}
 	if code, _, errOut := ctl(t, "-fleet", c.URL(), "resume", "-route", routes[0]); code != exitOK {
 		t.Fatalf("resume on the cluster: exit %d: %s", code, errOut)
 	}
 	if n, err := rdb.Exists(ctx, core.FleetSwitchKey("llmhedge:", routes[0])).Result(); err != nil || n != 0 {
 		t.Errorf("switch of %s after resume: exists %d (%v), want deleted", routes[0], n, err)
 	}
+	fleet.SyncNow()
+	if got, want := h.SwitchInForce(), (core.Switch{Delay: 300 * time.Millisecond}); got != want {
+		t.Errorf("replica's switch for %s after resume: %v, want %v", routes[0], got, want)
+	}
 }
+
+// clusterReplica is an engine replica of route on the cluster at url,
+// attached to its fleet by one request (its first sync reads the
+// switches).
+func clusterReplica(t *testing.T, url, route string) (*core.Hedger, *core.Fleet) {
+	t.Helper()
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
+	}))
+	t.Cleanup(up.Close)
+	cfg := core.Config{Route: route, Upstreams: []core.UpstreamConfig{{Name: "A", URL: up.URL}},
+		Fleet: core.FleetConfig{URL: url, Timeout: core.Duration(2 * time.Second)}}
+	client, err := fleetredis.New(cfg.Fleet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	fleet := core.NewFleet(client, cfg.Fleet, core.FleetOptions{Clock: stoppedClock{}})
+	t.Cleanup(fleet.Close)
+	h, err := core.New(cfg, core.Options{Fleet: fleet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(`{"model":"m","messages":[]}`)))
+	if rec.Code != 200 {
+		t.Fatalf("request through the cluster replica: status %d, want 200", rec.Code)
+	}
+	return h, fleet
+}
+
+// stoppedClock is the system's time with timers that never fire: the
+// test runs the fleet's loop itself (SyncNow).
+type stoppedClock struct{}
+
+func (stoppedClock) Now() time.Time { return time.Now() }
+
+func (stoppedClock) AfterFunc(time.Duration, func()) core.Timer { return stoppedTimer{} }
+
+type stoppedTimer struct{}
+
+func (stoppedTimer) Stop() bool { return true }

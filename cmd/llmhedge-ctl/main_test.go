@@ -250,7 +250,7 @@ func TestUsageErrorsExitTwo(t *testing.T) {
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "set-delay", "-route", "chat"}, "want 1 argument"},
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "pause", "extra"}, `unexpected argument "extra"`},
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "-bogus", "status"}, "flag provided but not defined: -bogus"},
-		{[]string{"-fleet", "http://u:topsecret1@127.0.0.1:1/0", "status"}, "scheme must be redis, rediss, redis+cluster or rediss+cluster"},
+		{[]string{"-fleet", "http://u:topsecret1@127.0.0.1:1/0", "status"}, "scheme must be redis or rediss"},
 		{[]string{"-fleet", "redis://127.0.0.1:1/0", "-password-env", "LLMHEDGE_CTL_UNSET_VAR", "status"}, "the variable is not set"},
 	} {
 		code, _, errOut := ctl(t, tc.args...)
