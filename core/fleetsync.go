@@ -16,10 +16,13 @@ import (
 // tenant and spend caps, upstream health and the kill switch hold for the
 // fleet, with Redis kept off the request path. Requests only count (under
 // the bucket's lock they take anyway); a per-Fleet loop, every
-// fleet.sync_interval, settles each attached route with one script
-// (syncScript): it reports the requests counted since the last sync,
-// leases a batch of hedge tokens sized to the demand, flushes the spend
-// and tenant counters and reads the fleet's health and switches. Health
+// fleet.sync_interval, reads the switch of every route (a GET: on a Redis
+// Cluster its key is a slot of its own) and settles each attached route
+// with one script (syncScript) on its route's keys: it reports the
+// requests counted since the last sync, leases a batch of hedge tokens
+// sized to the demand, reserves spend against the hour's cap, flushes the
+// spend and tenant counters (into Redis' hour and minute) and reads the
+// route's health and switch. Health
 // events this replica sees are published at once, in the background. Once
 // per FleetHeartbeatInterval the loop writes the replica's heartbeat and
 // counts the live replicas (for each one's share of the hedge cap).
