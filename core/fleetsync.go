@@ -124,8 +124,9 @@ type rateSample struct {
 // another hour is void. The spend key holds "<reserved> <spent>": spent
 // is what the replicas report, reserved what they hold or spent, and a
 // sync grants at most cap - reserved: while the key lives the fleet's
-// reservations stay within the cap. A key Redis lost counts this
-// replica's reservation again at its next sync.
+// reservations stay within the cap. A key Redis lost (a restart empty,
+// FLUSHALL, a failover to a lagging replica) starts the hour over: the
+// spend and the reservations it counted are forgotten.
 //
 // Health is a hash of "cool:<upstream>", "open:<upstream>" and
 // "overload", each holding the Redis time (ms) it ends at: one clock for
@@ -220,7 +221,6 @@ if skey then
     unpaid = tonumber(ARGV[10])
     held = tonumber(ARGV[11])
     change = change - held
-    if not got[4] then reserved = held end
   end
   spent = spent + add
   reserved = reserved + unpaid
@@ -234,7 +234,7 @@ if skey then
   end
   reserved = reserved + g
   if reserved < spent then reserved = spent end
-  if g ~= 0 or add > 0 or unpaid > 0 or (not got[4] and reserved > 0) then
+  if g ~= 0 or add > 0 or unpaid > 0 then
     redis.call('SET', skey, string.format('%.0f %.0f', reserved, spent), 'PX', ARGV[13])
   end
   spend = {hour, (hour + 1) * 3600000 - now, g, reserved, spent}

@@ -172,3 +172,33 @@ func TestFleetCapsCountOnRedisClock(t *testing.T) {
 		t.Errorf("replica B (an hour ahead) hedged %d times for the tenant, want its share", hb)
 	}
 }
+
+// The spend cap's bound when Redis loses the hour's key (here FLUSHALL
+// mid-hour): the hour starts over, so the fleet may spend up to twice the
+// cap plus one reservation per replica (cap / 8 or one hedge: one hedge
+// here), never more.
+func TestFleetSpendCapAfterRedisLostTheKey(t *testing.T) {
+	redis := redisproc.Start(t, redisproc.Options{})
+	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
+	perHedge := int64(len(chatBody) / 4)
+	const capHedges, replicas = 10, 2
+	cfg := fleet2Config(redis.URL(), ups)
+	cfg.Budget = core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2}
+	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	alternate(t, 3*capHedges, nil, r1, r2)
+	h1, _ := r1.reports.snapshot()
+	h2, _ := r2.reports.snapshot()
+	before := h1 + h2
+	redisDo(t, redis, "FLUSHALL")
+	alternate(t, 3*capHedges, nil, r1, r2)
+	h1, _ = r1.reports.snapshot()
+	h2, _ = r2.reports.snapshot()
+	bound := 2*capHedges + replicas
+	t.Logf("cap %d hedges: %d hedges before FLUSHALL, %d in all (bound %d)", capHedges, before, h1+h2, bound)
+	if before > capHedges {
+		t.Errorf("hedges before the key was lost = %d, want at most the cap %d", before, capHedges)
+	}
+	if h1+h2 > bound {
+		t.Errorf("hedges in the hour with its key lost once = %d, want at most twice the cap plus a reservation per replica = %d", h1+h2, bound)
+	}
+}
