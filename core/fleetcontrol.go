@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,20 +87,43 @@ func DecodeSwitch(v string) (Switch, error) {
 // Fleet key names. Switch keys carry no TTL on purpose (a pause must hold
 // until an operator resumes); there is at most one per route, and a switch
 // set back to the zero Switch is deleted. Every other key expires.
+//
+// A route's keys share the hash tag {r:<route>} and the fleet-wide ones
+// the tag {fleet}, so that every script's keys are on one slot of a Redis
+// Cluster: <prefix>{r:<route>}:switch, <prefix>{r:*}:switch (every
+// route's: a slot of its own, read with a command of its own),
+// <prefix>{fleet}:replica:<id>, <prefix>{fleet}:live.
+
+// fleetTag is the hash tag of the fleet-wide keys.
+const fleetTag string = "{fleet}"
 
 // FleetSwitchKey is the Redis key of route's fleet-wide switch (a string in
 // EncodeSwitch's form); route SwitchAllRoutes is the switch of every route.
-func FleetSwitchKey(prefix, route string) string { return prefix + "switch:" + route }
+func FleetSwitchKey(prefix, route string) string { return prefix + "{r:" + route + "}:switch" }
+
+// FleetSwitchRoute is the route of a switch key (FleetSwitchKey's
+// inverse); ok is false for another key.
+func FleetSwitchRoute(prefix, key string) (route string, ok bool) {
+	head := prefix + "{r:"
+	const tail = "}:switch"
+	if len(key) < len(head)+len(tail) || !strings.HasPrefix(key, head) || !strings.HasSuffix(key, tail) {
+		return "", false
+	}
+	return key[len(head) : len(key)-len(tail)], true
+}
 
 // FleetReplicaKey is the Redis key of a replica's heartbeat (a string in
 // ReplicaStatus's JSON form, PX FleetHeartbeatTTL).
-func FleetReplicaKey(prefix, replica string) string { return prefix + "replica:" + replica }
+func FleetReplicaKey(prefix, replica string) string { return prefix + fleetTag + ":replica:" + replica }
 
-// FleetReplicaPattern matches every heartbeat key of the fleet (for SCAN).
-func FleetReplicaPattern(prefix string) string { return prefix + "replica:*" }
+// FleetReplicaPattern matches every heartbeat key of the fleet (for SCAN;
+// prefix with its glob characters escaped). On a Redis Cluster they are on
+// one slot: one master holds them all.
+func FleetReplicaPattern(prefix string) string { return prefix + fleetTag + ":replica:*" }
 
-// FleetSwitchPattern matches every switch key of the fleet (for SCAN).
-func FleetSwitchPattern(prefix string) string { return prefix + "switch:*" }
+// FleetSwitchPattern matches every switch key of the fleet (for SCAN, on
+// every master of a Redis Cluster: each route's switch is on its slot).
+func FleetSwitchPattern(prefix string) string { return prefix + "{r:*}:switch" }
 
 // A replica writes its heartbeat every FleetHeartbeatInterval with a TTL
 // of FleetHeartbeatTTL: a replica that stops is gone from status within it

@@ -3,6 +3,7 @@ package core
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,53 +93,150 @@ func hedgeDelayOverride(h *Hedger) time.Duration {
 }
 
 // spendMeter counts a route's estimated extra prompt tokens in the current
-// clock hour: this replica's not yet flushed to the fleet, and the fleet's
-// total as last read (0 without a fleet: unflushed is then the total).
+// hour: this replica's not yet flushed to the fleet, and the fleet's total
+// as last read (0 without a fleet: unflushed is then the total).
+//
+// In a fleet the hour is Redis' (each sync returns Redis' hour and the time
+// left in it: rollAt), never this replica's wall clock, and a capped
+// route's hedges spend from a reservation (held) the sync loop takes from
+// the hour's cap in Redis in batches, as the hedge budget leases tokens:
+// while the hour's key lives the fleet's reservations never exceed the
+// cap. Without a fleet, or while it is away, spend beyond what is held is
+// checked against the fleet's reserved total as last read plus this
+// replica's own (over).
 type spendMeter struct {
 	mu        sync.Mutex
-	hour      int64 // Unix hours
-	unflushed int64
-	fleet     int64
-	capped    bool // the cap was reached this hour
-	// reached is set when capped turns on, for one log line.
+	hour      int64 // Unix hours (Redis' once rollAt is set)
+	unflushed int64 // spent since the last flush
+	over      int64 // the part of unflushed no reservation paid for
+	fleet     int64 // the fleet's spend this hour as last read
+	reserved  int64 // the fleet's reserved total this hour as last read
+	held      int64 // this replica's reservation left
+	leased    bool  // the last sync succeeded: hedges spend from held only
+	// rollAt is when the hour ends by Redis' clock, on this replica's
+	// clock (zero: no sync yet, the hours are this clock's).
+	rollAt time.Time
+	// asked counts the tokens hedges asked for since the last sync;
+	// demand smooths it; largest is the largest hedge seen.
+	asked   int64
+	demand  float64
+	largest int64
+	capped  bool // the cap is reached (without a lease: for the hour)
+	// reached is set when capped turns on and the hour's line was not
+	// logged yet (logged), for one log line an hour.
 	reached bool
+	logged  bool
 }
 
-// spendWindow is the hour of now, as Unix hours: the same on every replica
-// whose clock is right (a skew of s seconds moves s seconds of spend into
-// the neighbouring hour).
+// spendWindow is the hour of now, as Unix hours: only without a fleet (a
+// fleet's hours are Redis', see spendMeter.rollAt).
 func spendWindow(now time.Time) int64 { return now.Unix() / 3600 }
 
 func spendRollLocked(m *spendMeter, now time.Time) {
-	hour := spendWindow(now)
-	if hour != m.hour {
-		m.hour = hour
-		m.unflushed = 0
-		m.fleet = 0
-		m.capped = false
-		m.reached = false
+	if !m.rollAt.IsZero() {
+		for !now.Before(m.rollAt) {
+			spendResetLocked(m, m.hour+1)
+			m.rollAt = m.rollAt.Add(time.Hour)
+		}
+		return
 	}
+	if hour := spendWindow(now); hour != m.hour {
+		spendResetLocked(m, hour)
+	}
+}
+
+// spendResetLocked starts hour: what was spent, held or read of another
+// hour no longer counts.
+func spendResetLocked(m *spendMeter, hour int64) {
+	m.hour = hour
+	m.unflushed = 0
+	m.over = 0
+	m.fleet = 0
+	m.reserved = 0
+	m.held = 0
+	m.capped = false
+	m.reached = false
+	m.logged = false
 }
 
 // spendTake charges tokens for a hedge against the hourly cap (0: none,
 // the spend is only counted). It reports whether the hedge may start and
-// whether this call reached the cap (log it once).
+// whether this call reached the cap (log it once). A hedge spends from the
+// reservation first; with a lease (the fleet synced) nothing else, and it
+// is denied when the reservation is short (the next sync reserves more:
+// asked counts it); without one, the fleet's reserved total as last read
+// plus this replica's own spend beyond its reservations must stay within
+// limit.
 func spendTake(m *spendMeter, tokens, limit int64, now time.Time) (ok bool, reached bool) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	spendRollLocked(m, now)
-	if limit > 0 && !m.capped && m.fleet+m.unflushed+tokens > limit {
-		m.capped = true
-		m.reached = true
+	m.asked += tokens
+	if tokens > m.largest {
+		m.largest = tokens
 	}
-	if m.capped {
-		reached = m.reached
-		m.reached = false
-		m.mu.Unlock()
-		return false, reached
+	switch {
+	case limit <= 0:
+		m.over += tokens
+	case m.held >= tokens:
+		m.held -= tokens
+	case m.leased:
+		if m.reserved+tokens <= limit {
+			return false, false // short: the fleet has room, the next sync reserves it
+		}
+		return spendCappedLocked(m)
+	case m.capped || m.reserved+m.over+tokens > limit:
+		return spendCappedLocked(m)
+	default:
+		m.over += tokens
 	}
 	m.unflushed += tokens
-	m.mu.Unlock()
 	return true, false
+}
+
+// spendCappedLocked denies a hedge at the cap: capped, reported reached
+// once an hour.
+func spendCappedLocked(m *spendMeter) (bool, bool) {
+	m.capped = true
+	if !m.logged {
+		m.logged = true
+		m.reached = true
+	}
+	reached := m.reached
+	m.reached = false
+	return false, reached
+}
+
+// fleetSpendLeaseShare: a replica holds at most cap / fleetSpendLeaseShare
+// (or one hedge, when that is more) of a route's hourly spend cap
+// reserved; its first sync reserves that much.
+const fleetSpendLeaseShare int64 = 8
+
+// spendTarget is the reservation a sync asks to hold: twice the smoothed
+// tokens hedges asked for per sync, at least the largest hedge seen, at
+// most cap / fleetSpendLeaseShare or one hedge; a route's first sync asks
+// for the most. Call with m.mu held.
+func spendTarget(m *spendMeter, limit int64, first bool) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	m.demand = 0.5*m.demand + 0.5*float64(m.asked)
+	m.asked = 0
+	most := limit / fleetSpendLeaseShare
+	if most < m.largest {
+		most = m.largest
+	}
+	target := int64(math.Ceil(2 * m.demand))
+	if target < m.largest {
+		target = m.largest
+	}
+	if first || target > most {
+		target = most
+	}
+	if target > limit {
+		target = limit
+	}
+	return target
 }
 
 // spendSnapshot returns the hour's spend (fleet-wide as last read) and
@@ -169,9 +267,12 @@ func (h *Hedger) BudgetTokens() float64 { return budgetTokens(h.state.bucket) }
 // yet flushed, and the fleet's total as last read.
 type fleetTenantMeter struct {
 	mu        sync.Mutex
-	minute    int64 // Unix minutes
+	minute    int64 // Unix minutes (Redis' once rollAt is set)
 	unflushed map[string]int64
 	totals    map[string]int64
+	// rollAt is when the minute ends by Redis' clock, on this replica's
+	// clock (zero: no sync yet, the minutes are this clock's).
+	rollAt time.Time
 }
 
 // maxTenantsPerSync bounds the tenants one sync flushes (the rest wait for
@@ -179,12 +280,22 @@ type fleetTenantMeter struct {
 const maxTenantsPerSync int = 100
 
 func tenantRollLocked(m *fleetTenantMeter, now time.Time) {
-	minute := now.Unix() / 60
-	if minute != m.minute {
-		m.minute = minute
-		m.unflushed = map[string]int64{}
-		m.totals = map[string]int64{}
+	if !m.rollAt.IsZero() {
+		for !now.Before(m.rollAt) {
+			tenantResetLocked(m, m.minute+1)
+			m.rollAt = m.rollAt.Add(time.Minute)
+		}
+		return
 	}
+	if minute := now.Unix() / 60; minute != m.minute {
+		tenantResetLocked(m, minute)
+	}
+}
+
+func tenantResetLocked(m *fleetTenantMeter, minute int64) {
+	m.minute = minute
+	m.unflushed = map[string]int64{}
+	m.totals = map[string]int64{}
 }
 
 // tenantHash names a tenant in Redis keys: its header value may be a

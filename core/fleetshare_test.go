@@ -120,3 +120,46 @@ func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
 		t.Errorf("fleet all paused: %v, want paused (a pause anywhere wins)", s)
 	}
 }
+
+// With a fleet a hedge spends from the reservation the sync took in
+// Redis: a short reservation denies without reaching the cap (the next
+// sync reserves more), the fleet's reserved total at the cap reaches it,
+// a grant lifts it, and the hour ends when Redis' does, whatever this
+// replica's clock says.
+func TestSpendReservationOnRedisHour(t *testing.T) {
+	m := &spendMeter{}
+	now := time.Date(2026, 12, 1, 18, 59, 0, 0, time.UTC).Add(5 * time.Hour) // this clock is five hours off
+	reply := func(hour, msLeft, grant, reserved, spent int64) []RedisValue {
+		return []RedisValue{{Kind: RedisInt, Int: hour}, {Kind: RedisInt, Int: msLeft}, {Kind: RedisInt, Int: grant},
+			{Kind: RedisInt, Int: reserved}, {Kind: RedisInt, Int: spent}}
+	}
+	fleetSpendIn(m, reply(1000, 60000, 40, 40, 0), now)
+	if m.hour != 1000 || m.held != 40 || !m.leased {
+		t.Fatalf("after a grant of 40 in Redis' hour 1000: hour %d, held %d, leased %v; want 1000, 40, true", m.hour, m.held, m.leased)
+	}
+	if ok, _ := spendTake(m, 30, 100, now); !ok {
+		t.Fatal("30 of a reservation of 40: denied, want allowed")
+	}
+	if ok, reached := spendTake(m, 30, 100, now); ok || reached || m.capped {
+		t.Errorf("30 with 10 held, the fleet at 40 of 100: allowed %v, reached %v, capped %v; want denied, not capped", ok, reached, m.capped)
+	}
+	o := fleetSpendOut(m, 100, false, now)
+	if o.hour != 1000 || o.spent != 30 || o.over != 0 || o.held != 10 || o.target < 30 {
+		t.Errorf("sync out = %+v, want hour 1000, spent 30, over 0, held 10, target ≥ 30", o)
+	}
+	fleetSpendIn(m, reply(1000, 50000, 0, 100, 30), now)
+	if ok, reached := spendTake(m, 30, 100, now); ok || !reached || !m.capped {
+		t.Errorf("30 with 10 held, the fleet reserved 100 of 100: allowed %v, reached %v, capped %v; want denied, reached, capped", ok, reached, m.capped)
+	}
+	fleetSpendIn(m, reply(1000, 40000, 25, 100, 60), now)
+	if m.capped || m.held != 35 {
+		t.Errorf("after a grant of 25: capped %v, held %d; want not capped, 35", m.capped, m.held)
+	}
+	// Redis' hour ends 40 s later on this clock, not at this clock's hour.
+	if total, _ := spendSnapshot(m, now.Add(39*time.Second)); total != 60 {
+		t.Errorf("spend 39 s later = %d, want the hour's 60", total)
+	}
+	if total, _ := spendSnapshot(m, now.Add(40*time.Second)); total != 0 || m.hour != 1001 || m.held != 0 {
+		t.Errorf("at Redis' hour end: spend %d, hour %d, held %d; want 0, 1001, 0 (a reservation of the hour before is void)", total, m.hour, m.held)
+	}
+}

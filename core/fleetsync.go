@@ -16,10 +16,13 @@ import (
 // tenant and spend caps, upstream health and the kill switch hold for the
 // fleet, with Redis kept off the request path. Requests only count (under
 // the bucket's lock they take anyway); a per-Fleet loop, every
-// fleet.sync_interval, settles each attached route with one script
-// (syncScript): it reports the requests counted since the last sync,
-// leases a batch of hedge tokens sized to the demand, flushes the spend
-// and tenant counters and reads the fleet's health and switches. Health
+// fleet.sync_interval, reads the switch of every route (a GET: on a Redis
+// Cluster its key is a slot of its own) and settles each attached route
+// with one script (syncScript) on its route's keys: it reports the
+// requests counted since the last sync, leases a batch of hedge tokens
+// sized to the demand, reserves spend against the hour's cap, flushes the
+// spend and tenant counters (into Redis' hour and minute) and reads the
+// route's health and switch. Health
 // events this replica sees are published at once, in the background. Once
 // per FleetHeartbeatInterval the loop writes the replica's heartbeat and
 // counts the live replicas (for each one's share of the hedge cap).
@@ -105,27 +108,70 @@ type rateSample struct {
 	requests, hedges int64
 }
 
-// syncScript settles one route. KEYS: budget, switch of the route, switch
-// of every route, health, health mark, spend, then one per tenant flushed.
-// ARGV: ratio (negative: no budget), burst, requests reported, tokens
-// wanted, budget ms, overload ms (0: not overloaded), spend tokens to add
-// (0 with a cap: read the total; -1: neither), spend ms, tenant ms, then
-// one count per tenant key. Health is a hash of "cool:<upstream>",
-// "open:<upstream>" and "overload", each holding the Redis time (ms) it
-// ends at: one clock for every replica. The health mark is a string with
-// the hash's TTL (set wherever the hash is written, here and in
-// publishScript): a sync reads it with the bucket and the switches and
-// reads the hash only while it exists, so a fleet without health events
-// pays two commands per sync, not three.
-// Returns {grant, level, route switch, all switch, {field, ms left, ...},
-// spend total (-1: not read), {tenant totals}}.
+// syncScript settles one route. Every key is the route's, under its hash
+// tag (fleetRouteTag), so that a Redis Cluster keeps them on one slot; the
+// switch of every route is another slot's and the loop reads it with a
+// command of its own (fleetReadAllSwitch). KEYS: budget, switch, health,
+// health mark, spend (the base: the script appends Redis' hour), tenant
+// (the base: the script appends Redis' minute and the tenant). ARGV: ratio
+// (negative: no budget), burst, requests reported, tokens wanted, budget
+// ms, overload ms (0: not overloaded); then the spend: cap (0: none, only
+// counted; -1: no spend work this sync), the replica's hour (-1: none
+// yet), tokens spent since the last sync, the part of them no reservation
+// paid for, the reservation held, the reservation wanted, spend ms; then
+// the tenants: tenant ms (0: no tenant work this sync), the replica's
+// minute (-1: none yet), then tenant hash and count pairs.
+//
+// The hour and the minute are Redis' (TIME), never a replica's: a replica
+// whose clock is off still counts into the fleet's hour. What a replica
+// reports of another hour or minute than Redis' (its clock rolled late or
+// early, or it has not synced yet) is not added; a reservation it held of
+// another hour is void. The spend key holds "<reserved> <spent>": spent
+// is what the replicas report, reserved what they hold or spent, and a
+// sync grants at most cap - reserved: while the key lives the fleet's
+// reservations stay within the cap. A key Redis lost (a restart empty,
+// FLUSHALL, a failover to a lagging replica) starts the hour over: the
+// spend and the reservations it counted are forgotten.
+//
+// Health is a hash of "cool:<upstream>", "open:<upstream>" and
+// "overload", each holding the Redis time (ms) it ends at: one clock for
+// every replica. The health mark is a string with the hash's TTL (set
+// wherever the hash is written, here and in publishScript): a sync reads
+// it with the bucket, the switch and the spend and reads the hash only
+// while it exists, so a fleet without health events pays two commands per
+// sync, not three.
+//
+// Returns {grant, level, route switch, {field, ms left, ...}, spend,
+// {tenant totals}, minute}: spend is {Redis' hour, ms left in it, tokens
+// granted (negative: given back), reserved, spent} or empty when no spend
+// work was asked; minute is {Redis' minute, ms left in it} or empty
+// without tenants.
 var syncScript = newFleetScript(`
+local now = 0
+local function clock()
+  if now == 0 then
+    local tm = redis.call('TIME')
+    now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
+  end
+  return now
+end
 local ratio = tonumber(ARGV[1])
+local cap = tonumber(ARGV[7])
 local grant = 0
 local level = -1
--- One read for the bucket, both switches and the health mark.
-local got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[3], KEYS[5])
-local sw = {got[2], got[3]}
+local skey = false
+local hour = 0
+if cap >= 0 then
+  hour = math.floor(clock() / 3600000)
+  skey = KEYS[5] .. ':' .. string.format('%.0f', hour)
+end
+-- One read for the bucket, the switch, the health mark and the spend.
+local got
+if skey then
+  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[4], skey)
+else
+  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[4])
+end
 if ratio >= 0 then
   local burst = tonumber(ARGV[2])
   local held = got[1]
@@ -144,26 +190,18 @@ if ratio >= 0 then
   end
   level = t
 end
-local now = 0
-local function clock()
-  if now == 0 then
-    local tm = redis.call('TIME')
-    now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-  end
-  return now
-end
 local over = tonumber(ARGV[6])
 if over > 0 then
   clock()
-  local old = tonumber(redis.call('HGET', KEYS[4], 'overload') or '0')
-  if now + over > old then redis.call('HSET', KEYS[4], 'overload', string.format('%.0f', now + over)) end
-  local ttl = redis.call('PTTL', KEYS[4])
-  if ttl < over then redis.call('PEXPIRE', KEYS[4], over); ttl = over end
-  redis.call('SET', KEYS[5], '1', 'PX', ttl)
-  got[4] = '1'
+  local old = tonumber(redis.call('HGET', KEYS[3], 'overload') or '0')
+  if now + over > old then redis.call('HSET', KEYS[3], 'overload', string.format('%.0f', now + over)) end
+  local ttl = redis.call('PTTL', KEYS[3])
+  if ttl < over then redis.call('PEXPIRE', KEYS[3], over); ttl = over end
+  redis.call('SET', KEYS[4], '1', 'PX', ttl)
+  got[3] = '1'
 end
 local h = {}
-if got[4] then h = redis.call('HGETALL', KEYS[4]) end
+if got[3] then h = redis.call('HGETALL', KEYS[3]) end
 local health = {}
 if #h > 0 then clock() end
 for i = 1, #h, 2 do
@@ -173,20 +211,54 @@ for i = 1, #h, 2 do
     health[#health + 1] = string.format('%.0f', left)
   end
 end
-local spend = -1
-local add = tonumber(ARGV[7])
-if add > 0 then
-  spend = redis.call('INCRBY', KEYS[6], add)
-  redis.call('PEXPIRE', KEYS[6], ARGV[8])
-elseif add == 0 then
-  spend = tonumber(redis.call('GET', KEYS[6]) or '0')
+local spend = {}
+if skey then
+  local reserved, spent = 0, 0
+  if got[4] then
+    local r, s = string.match(got[4], '^(%d+) (%d+)$')
+    reserved = tonumber(r) or 0
+    spent = tonumber(s) or 0
+  end
+  local add, unpaid, held = 0, 0, 0
+  local change = tonumber(ARGV[12])
+  if tonumber(ARGV[8]) == hour then
+    add = tonumber(ARGV[9])
+    unpaid = tonumber(ARGV[10])
+    held = tonumber(ARGV[11])
+    change = change - held
+  end
+  spent = spent + add
+  reserved = reserved + unpaid
+  local g = 0
+  if change > 0 then
+    g = cap - reserved
+    if g > change then g = change end
+    if g < 0 then g = 0 end
+  elseif change < 0 then
+    g = change
+  end
+  reserved = reserved + g
+  if reserved < spent then reserved = spent end
+  if g ~= 0 or add > 0 or unpaid > 0 then
+    redis.call('SET', skey, string.format('%.0f %.0f', reserved, spent), 'PX', ARGV[13])
+  end
+  spend = {hour, (hour + 1) * 3600000 - now, g, reserved, spent}
 end
 local tenants = {}
-for i = 7, #KEYS do
-  tenants[#tenants + 1] = redis.call('INCRBY', KEYS[i], ARGV[i + 3])
-  redis.call('PEXPIRE', KEYS[i], ARGV[9])
+local minute = {}
+if tonumber(ARGV[14]) > 0 then
+  local m = math.floor(clock() / 60000)
+  local mine = tonumber(ARGV[15]) == m
+  local base = KEYS[6] .. ':' .. string.format('%.0f', m) .. ':'
+  for i = 16, #ARGV, 2 do
+    local n = '0'
+    if mine then n = ARGV[i + 1] end
+    tenants[#tenants + 1] = redis.call('INCRBY', base .. ARGV[i], n)
+    redis.call('PEXPIRE', base .. ARGV[i], ARGV[14])
+  end
+  minute = {m, (m + 1) * 60000 - now}
 end
-return {tostring(grant), tostring(level), sw[1] or '', sw[2] or '', health, spend, tenants}
+return {tostring(grant), tostring(level), got[2] or '', health, spend, tenants, minute}
 `)
 
 // publishScript records health events. KEYS: health, health mark (set to
@@ -226,21 +298,28 @@ if ARGV[4] == '1' or added > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
 return redis.call('ZCOUNT', KEYS[2], since, '+inf')
 `)
 
-// Key names of fleet part 2 (besides fleetcontrol.go's).
-func fleetBudgetKey(prefix, route string) string     { return prefix + "budget:" + route }
-func fleetHealthKey(prefix, route string) string     { return prefix + "health:" + route }
-func fleetHealthMarkKey(prefix, route string) string { return prefix + "healthmark:" + route }
-func fleetSpendKey(prefix, route string, hour int64) string {
-	return prefix + "spend:" + route + ":" + strconv.FormatInt(hour, 10)
+// Key names of fleet part 2 (besides fleetcontrol.go's). A route's keys
+// share the hash tag {r:<route>} (fleetRouteTag), so that each script's
+// keys are on one slot of a Redis Cluster while routes spread over its
+// masters; the fleet-wide keys (the live set, the heartbeats) share the
+// tag {fleet}.
+func fleetRouteTag(prefix, route string) string  { return prefix + "{r:" + route + "}" }
+func fleetBudgetKey(prefix, route string) string { return fleetRouteTag(prefix, route) + ":budget" }
+func fleetHealthKey(prefix, route string) string { return fleetRouteTag(prefix, route) + ":health" }
+func fleetHealthMarkKey(prefix, route string) string {
+	return fleetRouteTag(prefix, route) + ":healthmark"
 }
-func fleetTenantKey(prefix, route string, minute int64, tenant string) string {
-	return prefix + "tenant:" + route + ":" + strconv.FormatInt(minute, 10) + ":" + tenant
-}
-func fleetLiveKey(prefix string) string { return prefix + "live" }
+
+// fleetSpendBase and fleetTenantBase are what syncScript names the spend
+// and tenant keys from: <base>:<hour> and <base>:<minute>:<tenant hash>,
+// the hour and the minute Redis'.
+func fleetSpendBase(prefix, route string) string  { return fleetRouteTag(prefix, route) + ":spend" }
+func fleetTenantBase(prefix, route string) string { return fleetRouteTag(prefix, route) + ":tenant" }
+func fleetLiveKey(prefix string) string           { return prefix + fleetTag + ":live" }
 
 // fleetHealthMarkOf is the health mark key of the health key healthKey.
-func fleetHealthMarkOf(prefix, healthKey string) string {
-	return fleetHealthMarkKey(prefix, strings.TrimPrefix(healthKey, prefix+"health:"))
+func fleetHealthMarkOf(healthKey string) string {
+	return strings.TrimSuffix(healthKey, ":health") + ":healthmark"
 }
 
 // fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
@@ -352,7 +431,22 @@ func newFleetRoute(key string, h *Hedger, now time.Time) *fleetRoute {
 // waiting for it go on.
 func fleetFirstSync(f *Fleet, r *fleetRoute) {
 	defer close(r.ready)
-	fleetSyncRoute(f, r)
+	fleetSyncRoute(f, r, fleetReadAllSwitch(f))
+}
+
+// fleetReadAllSwitch reads the switch of every route, once per round of
+// the loop (and at a route's first sync): its key is a slot of its own on
+// a Redis Cluster, so no route's script can read it. When the read fails
+// the switch last read stays in force.
+func fleetReadAllSwitch(f *Fleet) Switch {
+	v, err := fleetDo(f, context.Background(), fleetOpSync, 0, "GET", FleetSwitchKey(f.cfg.Prefix, SwitchAllRoutes))
+	fs := f.sync
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err == nil {
+		setSwitchMemo(fs, SwitchAllRoutes, decodeSwitchOrZero(v.Str))
+	}
+	return fs.switches[SwitchAllRoutes]
 }
 
 // fleetAttachKey is what a hedger attaches with: its fleet and what the
@@ -483,6 +577,9 @@ func (f *Fleet) Close() {
 			b.tokens = b.burst
 		}
 		b.mu.Unlock()
+		r.spend.mu.Lock()
+		r.spend.leased = false
+		r.spend.mu.Unlock()
 		atomic.StoreInt32(&r.share.live, 0)
 	}
 	if beat {
@@ -510,6 +607,10 @@ func fleetSyncAll(f *Fleet) {
 		fs.lastBeat = now
 	}
 	fs.mu.Unlock()
+	var all Switch
+	if len(routes) > 0 {
+		all = fleetReadAllSwitch(f)
+	}
 	active := make([]time.Time, len(routes))
 	for i, r := range routes {
 		active[i] = fleetNoteActivity(r, now)
@@ -525,7 +626,7 @@ func fleetSyncAll(f *Fleet) {
 		if idle && !beat {
 			continue
 		}
-		fleetSyncRoute(f, r)
+		fleetSyncRoute(f, r, all)
 	}
 	if beat {
 		fleetHeartbeat(f, kept, now)
@@ -621,8 +722,9 @@ func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst 
 	return need
 }
 
-// fleetSyncRoute settles one route with the fleet (see syncScript).
-func fleetSyncRoute(f *Fleet, r *fleetRoute) {
+// fleetSyncRoute settles one route with the fleet (see syncScript); all
+// is the switch of every route as this round read it.
+func fleetSyncRoute(f *Fleet, r *fleetRoute, all Switch) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	f.sync.mu.Lock()
@@ -655,26 +757,18 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 		overMS = int64(fleetOverloadHold(f) / time.Millisecond)
 	}
 
-	m := r.spend
-	m.mu.Lock()
-	spendRollLocked(m, now)
-	spendAdd := m.unflushed
-	m.unflushed = 0
-	hour := m.hour
-	m.mu.Unlock()
-	spendArg := spendAdd
-	if spendAdd == 0 && conf.spendCap == 0 {
-		spendArg = -1 // nothing to add, no cap to read against
-	}
+	sp := fleetSpendOut(r.spend, conf.spendCap, !r.synced, now)
 
 	var tenants []string
 	var tenantAdds []int64
-	var minute int64
+	minute := int64(-1)
 	if conf.tenantCaps {
 		tm := r.share.tenants
 		tm.mu.Lock()
 		tenantRollLocked(tm, now)
-		minute = tm.minute
+		if !tm.rollAt.IsZero() {
+			minute = tm.minute
+		}
 		for t, n := range tm.unflushed {
 			if len(tenants) >= maxTenantsPerSync {
 				break
@@ -699,22 +793,28 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 		}
 		tm.mu.Unlock()
 	}
+	// Tenant work: tenants to flush or read, or Redis' minute to learn.
+	tenantMS := "0"
+	if len(tenants) > 0 || (conf.tenantCaps && minute < 0) {
+		tenantMS = millisString(2 * time.Minute)
+	}
 
-	keys := []string{fleetBudgetKey(prefix, r.name), FleetSwitchKey(prefix, r.name), FleetSwitchKey(prefix, SwitchAllRoutes),
-		fleetHealthKey(prefix, r.name), fleetHealthMarkKey(prefix, r.name), fleetSpendKey(prefix, r.name, hour)}
+	keys := []string{fleetBudgetKey(prefix, r.name), FleetSwitchKey(prefix, r.name), fleetHealthKey(prefix, r.name),
+		fleetHealthMarkKey(prefix, r.name), fleetSpendBase(prefix, r.name), fleetTenantBase(prefix, r.name)}
 	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
 		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
-		strconv.FormatInt(overMS, 10), strconv.FormatInt(spendArg, 10), millisString(2 * time.Hour), millisString(2 * time.Minute)}
+		strconv.FormatInt(overMS, 10), strconv.FormatInt(sp.cap, 10), strconv.FormatInt(sp.hour, 10),
+		strconv.FormatInt(sp.spent, 10), strconv.FormatInt(sp.over, 10), strconv.FormatInt(sp.held, 10),
+		strconv.FormatInt(sp.target, 10), millisString(2 * time.Hour), tenantMS, strconv.FormatInt(minute, 10)}
 	for i, t := range tenants {
-		keys = append(keys, fleetTenantKey(prefix, r.name, minute, t))
-		args = append(args, strconv.FormatInt(tenantAdds[i], 10))
+		args = append(args, t, strconv.FormatInt(tenantAdds[i], 10))
 	}
 	v, err := fleetEval(f, context.Background(), fleetOpSync, syncScript, keys, args...)
 	if err == nil && (v.Kind != RedisArray || len(v.Array) != 7) {
 		err = errFleetReply
 	}
 	if err != nil {
-		fleetSyncFailed(f, r, spendAdd, hour, tenants, tenantAdds, minute)
+		fleetSyncFailed(f, r, sp, tenants, tenantAdds, minute)
 		return
 	}
 	atomic.StoreInt32(&r.share.live, 1)
@@ -731,38 +831,83 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute) {
 	r.synced = true
 
 	routeSw := decodeSwitchOrZero(v.Array[2].Str)
-	allSw := decodeSwitchOrZero(v.Array[3].Str)
-	setFleetSwitches(r.share, routeSw, allSw)
+	setFleetSwitches(r.share, routeSw, all)
 	f.sync.mu.Lock()
 	setSwitchMemo(f.sync, r.name, routeSw)
-	setSwitchMemo(f.sync, SwitchAllRoutes, allSw)
 	f.sync.mu.Unlock()
 
-	applyHealth(r, conf.index, v.Array[4].Array, now)
+	applyHealth(r, conf.index, v.Array[3].Array, now)
+	fleetSpendIn(r.spend, v.Array[4].Array, now)
 
-	m.mu.Lock()
-	if m.hour == hour && v.Array[5].Kind == RedisInt && v.Array[5].Int >= 0 {
-		m.fleet = v.Array[5].Int
-		if conf.spendCap > 0 && m.fleet >= conf.spendCap && !m.capped {
-			m.capped = true
-			m.reached = true
-		}
-	}
-	m.mu.Unlock()
-
-	if len(tenants) > 0 {
+	if mt := v.Array[6].Array; len(mt) == 2 {
 		tm := r.share.tenants
 		tm.mu.Lock()
-		if tm.minute == minute {
-			for i, t := range tenants {
-				if i < len(v.Array[6].Array) {
-					tm.totals[t] = v.Array[6].Array[i].Int
-				}
+		if tm.minute != mt[0].Int || tm.rollAt.IsZero() {
+			tenantResetLocked(tm, mt[0].Int)
+		}
+		tm.rollAt = now.Add(time.Duration(mt[1].Int) * time.Millisecond)
+		for i, t := range tenants {
+			if i < len(v.Array[5].Array) {
+				tm.totals[t] = v.Array[5].Array[i].Int
 			}
 		}
 		tm.mu.Unlock()
 	}
 	fleetSetCap(f, r.share, budget.MaxConcurrentHedges)
+}
+
+// spendOut is what a sync reports of a route's spend and asks of its
+// reservation (see syncScript's ARGV).
+type spendOut struct {
+	cap, hour, spent, over, held, target int64
+}
+
+// fleetSpendOut takes what the sync reports of m: the spend since the last
+// sync (taken out of m: a failed sync puts it back) and the reservation
+// wanted. cap is -1 when there is nothing to do: no cap and nothing spent.
+func fleetSpendOut(m *spendMeter, limit int64, first bool, now time.Time) spendOut {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	spendRollLocked(m, now)
+	o := spendOut{cap: limit, hour: -1, spent: m.unflushed, over: m.over, held: m.held}
+	if !m.rollAt.IsZero() {
+		o.hour = m.hour
+	}
+	m.unflushed = 0
+	m.over = 0
+	o.target = spendTarget(m, limit, first)
+	if limit <= 0 {
+		o.held = 0
+		if o.spent == 0 {
+			o.cap = -1
+		}
+	}
+	return o
+}
+
+// fleetSpendIn applies a sync's spend reply {hour, ms left, granted,
+// reserved, spent}: the hour becomes Redis' (a reservation of another
+// hour is void), the grant is held.
+func fleetSpendIn(m *spendMeter, reply []RedisValue, now time.Time) {
+	if len(reply) != 5 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hour != reply[0].Int || m.rollAt.IsZero() {
+		spendResetLocked(m, reply[0].Int)
+	}
+	m.rollAt = now.Add(time.Duration(reply[1].Int) * time.Millisecond)
+	m.held += reply[2].Int
+	if m.held < 0 {
+		m.held = 0
+	}
+	if reply[2].Int > 0 {
+		m.capped = false
+	}
+	m.reserved = reply[3].Int
+	m.fleet = reply[4].Int
+	m.leased = true
 }
 
 var errFleetReply = &fleetError{"llmhedge: fleet: unexpected reply"}
@@ -773,8 +918,10 @@ func (e *fleetError) Error() string { return e.msg }
 
 // fleetSyncFailed puts a failed sync's counters back and turns the route
 // local: its bucket takes this replica's requests again (keeping the
-// tokens it holds), tenants fall back to this replica's own cap.
-func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []string, adds []int64, minute int64) {
+// tokens it holds), tenants fall back to this replica's own cap, and the
+// spend beyond the reservation held is checked against the fleet's total
+// as last read.
+func fleetSyncFailed(f *Fleet, r *fleetRoute, sp spendOut, tenants []string, adds []int64, minute int64) {
 	b := r.bucket
 	b.mu.Lock()
 	b.leased = false
@@ -785,13 +932,15 @@ func fleetSyncFailed(f *Fleet, r *fleetRoute, spendAdd, hour int64, tenants []st
 	atomic.StoreInt32(&r.share.live, 0)
 	m := r.spend
 	m.mu.Lock()
-	if m.hour == hour {
-		m.unflushed += spendAdd
+	m.leased = false
+	if sp.hour < 0 || m.hour == sp.hour {
+		m.unflushed += sp.spent
+		m.over += sp.over
 	}
 	m.mu.Unlock()
 	tm := r.share.tenants
 	tm.mu.Lock()
-	if tm.minute == minute {
+	if minute < 0 || tm.minute == minute {
 		for i, t := range tenants {
 			tm.unflushed[t] += adds[i]
 		}
@@ -970,7 +1119,7 @@ func fleetPublishPending(f *Fleet) {
 		}
 		sent := f.clock.Now()
 		if _, err := fleetEval(f, context.Background(), fleetOpPublish, publishScript,
-			[]string{key, fleetHealthMarkOf(f.cfg.Prefix, key)}, args...); err != nil {
+			[]string{key, fleetHealthMarkOf(key)}, args...); err != nil {
 			keepUnpublished(fs, key, fields, sent)
 		}
 	}

@@ -19,7 +19,9 @@
 // Flags (before the command):
 //
 //	-fleet URL          the fleet's Redis: redis://[user:password@]host:port/db
-//	                    or rediss:// (TLS). Required.
+//	                    or rediss:// (TLS); a Redis Cluster's
+//	                    redis+cluster://[user:password@]host1:port1,host2:port2/
+//	                    (or rediss+cluster://). Required.
 //	-password-env NAME  read the password from $NAME (it replaces one in the URL).
 //	-prefix P           the fleet's key prefix (fleet.prefix). Default "llmhedge:".
 //	-timeout D          deadline of the whole command. Default 5s.
@@ -34,6 +36,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"errors"
@@ -237,9 +240,11 @@ func routeFlag(cmd string, args []string) (string, error) {
 	return *route, nil
 }
 
-// fleet is a connection to the fleet's Redis.
+// fleet is a connection to the fleet's Redis: one server, or a Redis
+// Cluster (a redis+cluster:// URL) whose keys the command reads on the
+// masters that hold them.
 type fleet struct {
-	rdb      *redis.Client
+	rdb      redis.UniversalClient
 	name     string // host:port/db, as errors name it
 	prefix   string
 	password string // only to scrub it from errors
@@ -263,6 +268,13 @@ func dial(o options) (*fleet, error) {
 			return nil, usagef("-cacert %s: no PEM certificate", o.caCert)
 		}
 	}
+	addr, err := core.ParseRedisURL(o.fleet, o.passwordEnv)
+	if err != nil {
+		return nil, usagef("-fleet: %v", err)
+	}
+	if addr.Cluster {
+		return dialCluster(o, addr, roots), nil
+	}
 	opts, name, err := fleetredis.Options(core.FleetConfig{URL: o.fleet, PasswordEnv: o.passwordEnv}, roots)
 	if err != nil {
 		return nil, usagef("-fleet: %v", err)
@@ -276,6 +288,27 @@ func dial(o options) (*fleet, error) {
 	opts.PoolTimeout = o.timeout
 	opts.DialerRetries = 1
 	return &fleet{rdb: redis.NewClient(opts), name: name, prefix: o.prefix, password: opts.Password, timeout: o.timeout}, nil
+}
+
+// dialCluster is dial for a Redis Cluster: a cluster client over the URL's
+// nodes (it follows MOVED and ASK), a connection per node on demand,
+// bounded by the command's deadline.
+func dialCluster(o options, addr core.RedisAddress, roots *x509.CertPool) *fleet {
+	opts := &redis.ClusterOptions{
+		Addrs:           addr.Hosts,
+		Username:        addr.Username,
+		Password:        addr.Password,
+		PoolSize:        1,
+		DialTimeout:     o.timeout,
+		ReadTimeout:     o.timeout,
+		WriteTimeout:    o.timeout,
+		PoolTimeout:     o.timeout,
+		DisableIdentity: true, // no CLIENT SETINFO: Redis < 7.2 and Valkey answer it with errors
+	}
+	if addr.TLS {
+		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: roots}
+	}
+	return &fleet{rdb: redis.NewClusterClient(opts), name: addr.Name(), prefix: o.prefix, password: addr.Password, timeout: o.timeout}
 }
 
 // errorf is a Redis error as the command reports it: the server by name,

@@ -140,7 +140,7 @@ func TestStatusListsReplicasRoutesAndSwitches(t *testing.T) {
 		"replica caddy-a1  caddy  gw-1 pid 4242  up 1m3",
 		"replica envoy-b2  envoy  gw-2 pid 7",
 		"5.0%", "3.5", "12000 tok $0.0300 CAPPED", "openai", "backup",
-		"unreadable key (ignored): llmhedge:replica:broken",
+		"unreadable key (ignored): llmhedge:{fleet}:replica:broken",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("status output lacks %q:\n%s", want, out)

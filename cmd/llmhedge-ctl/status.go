@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -42,7 +43,6 @@ func status(ctx context.Context, f *fleet, out io.Writer, asJSON bool) error {
 	if err != nil {
 		return err
 	}
-	switchPrefix := core.FleetSwitchKey(f.prefix, "")
 	values, _, err := f.values(ctx, switchKeys, false)
 	if err != nil {
 		return err
@@ -51,12 +51,13 @@ func status(ctx context.Context, f *fleet, out io.Writer, asJSON bool) error {
 		if values[i] == nil {
 			continue // deleted since the scan
 		}
+		route, _ := core.FleetSwitchRoute(f.prefix, key)
 		s, err := core.DecodeSwitch(*values[i])
 		if err != nil {
 			rep.Unreadable = append(rep.Unreadable, key)
 			continue
 		}
-		rep.Switches = append(rep.Switches, core.NewSwitchEntry(strings.TrimPrefix(key, switchPrefix), s))
+		rep.Switches = append(rep.Switches, core.NewSwitchEntry(route, s))
 	}
 	replicaKeys, err := f.scan(ctx, core.FleetReplicaPattern(escapeGlob(f.prefix)))
 	if err != nil {
@@ -91,20 +92,35 @@ func status(ctx context.Context, f *fleet, out io.Writer, asJSON bool) error {
 	return nil
 }
 
-// scan lists the keys matching pattern, sorted.
+// scan lists the keys matching pattern, sorted: on a Redis Cluster, those
+// of every master (each holds its slots' keys).
 func (f *fleet) scan(ctx context.Context, pattern string) ([]string, error) {
 	var keys []string
-	var cursor uint64
-	for {
-		page, next, err := f.rdb.Scan(ctx, cursor, pattern, 200).Result()
-		if err != nil {
-			return nil, f.errorf("scanning "+pattern, err)
+	var mu sync.Mutex
+	one := func(ctx context.Context, node redis.UniversalClient) error {
+		var cursor uint64
+		for {
+			page, next, err := node.Scan(ctx, cursor, pattern, 200).Result()
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			keys = append(keys, page...)
+			mu.Unlock()
+			if next == 0 {
+				return nil
+			}
+			cursor = next
 		}
-		keys = append(keys, page...)
-		if next == 0 {
-			break
-		}
-		cursor = next
+	}
+	var err error
+	if cc, ok := f.rdb.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error { return one(ctx, node) })
+	} else {
+		err = one(ctx, f.rdb)
+	}
+	if err != nil {
+		return nil, f.errorf("scanning "+pattern, err)
 	}
 	sort.Strings(keys)
 	// SCAN may return a key twice.

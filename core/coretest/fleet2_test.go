@@ -1,11 +1,11 @@
 package coretest
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -103,9 +103,52 @@ type member struct {
 	hedger  *core.Hedger
 	fleet   *core.Fleet
 	client  core.RedisClient
+	errs    *errorsSeen // what the fleet's Redis client answered with errors
 	sink    *fleetSink
 	reports *reportLog
 	logs    *lineLog
+}
+
+// errorsSeen is a RedisClient that keeps the text of every error its
+// inner client returns.
+type errorsSeen struct {
+	inner core.RedisClient
+	mu    sync.Mutex
+	texts []string
+}
+
+func (e *errorsSeen) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
+	v, err := e.inner.Do(ctx, args...)
+	e.note(err)
+	return v, err
+}
+
+func (e *errorsSeen) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
+	v, err := e.inner.Pipeline(ctx, cmds)
+	e.note(err)
+	return v, err
+}
+
+func (e *errorsSeen) note(err error) {
+	if err != nil {
+		e.mu.Lock()
+		e.texts = append(e.texts, err.Error())
+		e.mu.Unlock()
+	}
+}
+
+// all are the errors seen but NOSCRIPT (a script's first run on a server,
+// sent again in full).
+func (e *errorsSeen) all() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []string
+	for _, s := range e.texts {
+		if !strings.HasPrefix(s, "NOSCRIPT") {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 type reportLog struct {
@@ -200,19 +243,27 @@ func fleet2Config(redisURL string, ups *twoUpstreams) core.Config {
 // clock (nil: a steppedClock of its own).
 func newMember(t *testing.T, cfg core.Config, clock core.Clock, state *core.State) *member {
 	t.Helper()
+	return newMemberClocks(t, cfg, clock, nil, state)
+}
+
+// newMemberClocks is newMember with the hedger's clock too (nil: the
+// system's): a replica whose clock is off.
+func newMemberClocks(t *testing.T, cfg core.Config, clock, hedgerClock core.Clock, state *core.State) *member {
+	t.Helper()
 	m := &member{sink: newFleetSink(), reports: &reportLog{denials: map[string]int{}}, logs: &lineLog{}}
 	if clock == nil {
 		clock = &steppedClock{}
 	}
-	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log}
+	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log, Clock: hedgerClock}
 	if cfg.Fleet.URL != "" {
 		client, err := fleetredis.New(cfg.Fleet)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { client.Close() })
-		m.client = client
-		m.fleet = core.NewFleet(client, cfg.Fleet, core.FleetOptions{Clock: clock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
+		m.errs = &errorsSeen{inner: client}
+		m.client = m.errs
+		m.fleet = core.NewFleet(m.client, cfg.Fleet, core.FleetOptions{Clock: clock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
 		t.Cleanup(m.fleet.Close)
 		opts.Fleet = m.fleet
 	}
@@ -222,6 +273,20 @@ func newMember(t *testing.T, cfg core.Config, clock core.Clock, state *core.Stat
 	}
 	m.hedger = h
 	return m
+}
+
+// alternate runs rounds of one request on each member, then each one's
+// sync.
+func alternate(t *testing.T, rounds int, hdr map[string]string, members ...*member) {
+	t.Helper()
+	for i := 0; i < rounds; i++ {
+		for _, m := range members {
+			m.do(t, hdr)
+		}
+		for _, m := range members {
+			m.fleet.SyncNow()
+		}
+	}
 }
 
 // do sends one request through m's hedger and returns the status.
@@ -598,9 +663,10 @@ func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
 	}
 }
 
-// The spend cap holds for the fleet: two replicas share the hour's cap;
-// once it is reached no hedge starts (retries still run), the gauge says
-// so, and one line is logged.
+// The spend cap holds for the fleet: two replicas share the hour's cap
+// of ten hedges through reservations in Redis; the fleet starts no more
+// than ten (no hedge starts once the cap is reserved; retries still run),
+// the gauge says so, and one line is logged.
 func TestFleetSpendCap(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
@@ -611,30 +677,29 @@ func TestFleetSpendCap(t *testing.T) {
 		return stall(w, r)
 	})
 	perHedge := int64(len(chatBody) / 4)
+	const capHedges = 10
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: 3*perHedge + perHedge/2, PromptUSDPerMillion: 2}
+	cfg.Budget = core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2, PromptUSDPerMillion: 2}
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
-	r1.do(t, nil)
-	r1.do(t, nil)
-	r1.fleet.SyncNow()
-	r2.do(t, nil) // the third hedge: 3 × perHedge spent
-	r2.fleet.SyncNow()
-	r1.fleet.SyncNow()
-	before, _ := r1.reports.snapshot()
-	r1.do(t, nil) // a fourth would exceed the cap
-	after, denied := r1.reports.snapshot()
-	if after != before || denied[core.DenySpendCap] != 1 {
-		t.Errorf("over the fleet's spend cap: hedges %d -> %d, spend_cap denials %d, want none and 1", before, after, denied[core.DenySpendCap])
+	alternate(t, 3*capHedges, nil, r1, r2)
+	h1, d1 := r1.reports.snapshot()
+	h2, d2 := r2.reports.snapshot()
+	if h1+h2 != capHedges {
+		t.Errorf("fleet hedges under a cap of %d hedges = %d (%d + %d), want %d", capHedges, h1+h2, h1, h2, capHedges)
 	}
-	if got := core.HedgerGauge(core.MetricSpendCapReached, r1.hedger); got != 1 {
-		t.Errorf("llm_hedge_spend_cap_reached = %v, want 1", got)
+	for i, m := range []*member{r1, r2} {
+		if got := core.HedgerGauge(core.MetricSpendCapReached, m.hedger); got != 1 {
+			t.Errorf("replica %d: llm_hedge_spend_cap_reached = %v, want 1", i+1, got)
+		}
+		if n := m.logs.count("spend cap reached"); n != 1 {
+			t.Errorf("replica %d: spend cap log lines = %d, want 1", i+1, n)
+		}
+		if tokens, _ := m.hedger.SpendTokens(); tokens != int64(h1+h2)*perHedge {
+			t.Errorf("replica %d: SpendTokens = %d, want %d (the fleet's %d hedges)", i+1, tokens, int64(h1+h2)*perHedge, h1+h2)
+		}
 	}
-	if tokens, _ := r1.hedger.SpendTokens(); tokens != 3*perHedge {
-		t.Errorf("SpendTokens = %d, want %d (the fleet's three hedges)", tokens, 3*perHedge)
-	}
-	r1.do(t, nil)
-	if n := r1.logs.count("spend cap reached"); n != 1 {
-		t.Errorf("spend cap log lines = %d, want 1", n)
+	if d1[core.DenySpendCap]+d2[core.DenySpendCap] == 0 {
+		t.Error("spend_cap denials = 0 with every request wanting a hedge, want some")
 	}
 	r1.do(t, map[string]string{"X-Fail": "1"})
 	r1.reports.mu.Lock()
@@ -643,7 +708,11 @@ func TestFleetSpendCap(t *testing.T) {
 	if last != 200 {
 		t.Errorf("capped, A failed: status %d, want 200 from the retry on B", last)
 	}
-	if v := redisDo(t, redis, "PTTL", "llmhedge:spend:fleet:"+strconv.FormatInt(time.Now().Unix()/3600, 10)).Int; v <= 0 {
+	keys := redisArray(t, redis, "KEYS", "llmhedge:{r:fleet}:spend:*")
+	if len(keys) != 1 {
+		t.Fatalf("spend keys %v, want one (the hour's)", keys)
+	}
+	if v := redisDo(t, redis, "PTTL", keys[0]).Int; v <= 0 {
 		t.Errorf("spend key PTTL = %d, want a TTL", v)
 	}
 
@@ -651,11 +720,11 @@ func TestFleetSpendCap(t *testing.T) {
 	noFleet := cfg
 	noFleet.Fleet = core.FleetConfig{}
 	local := newMember(t, noFleet, nil, nil)
-	for i := 0; i < 4; i++ {
+	for i := 0; i <= capHedges; i++ {
 		local.do(t, nil)
 	}
-	if h, d := local.reports.snapshot(); h != 3 || d[core.DenySpendCap] != 1 {
-		t.Errorf("local spend cap: hedges %d, spend_cap denials %d, want 3 and 1", h, d[core.DenySpendCap])
+	if h, d := local.reports.snapshot(); h != capHedges || d[core.DenySpendCap] != 1 {
+		t.Errorf("local spend cap: hedges %d, spend_cap denials %d, want %d and 1", h, d[core.DenySpendCap], capHedges)
 	}
 }
 
@@ -680,7 +749,7 @@ func TestFleetTenantCap(t *testing.T) {
 	if h1+h2 != 2 || d1[core.DenyTenant] != 1 {
 		t.Errorf("tenant over the fleet's cap: hedges %d, tenant denials %d, want 2 and 1", h1+h2, d1[core.DenyTenant])
 	}
-	for _, k := range redisArray(t, redis, "KEYS", "llmhedge:tenant:*") {
+	for _, k := range redisArray(t, redis, "KEYS", "llmhedge:{r:fleet}:tenant:*") {
 		if strings.Contains(k, "acme") {
 			t.Errorf("tenant key %q names the tenant, want its hash", k)
 		}
@@ -760,14 +829,14 @@ func TestFleetHeartbeat(t *testing.T) {
 	}
 	// The live set's TTL is renewed every tenth beat: it outlasts ten.
 	liveTTL := int64((10*core.FleetHeartbeatInterval + core.FleetHeartbeatTTL) / time.Millisecond)
-	if ttl := redisInt(t, redis, "PTTL", "llmhedge:live"); ttl <= int64(10*core.FleetHeartbeatInterval/time.Millisecond) || ttl > liveTTL {
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= int64(10*core.FleetHeartbeatInterval/time.Millisecond) || ttl > liveTTL {
 		t.Errorf("live set PTTL = %d, want (%d, %d]", ttl, 10*core.FleetHeartbeatInterval/time.Millisecond, liveTTL)
 	}
 	// A set that expired starts over with a TTL at the next beat, tenth or not.
-	redisDo(t, redis, "DEL", "llmhedge:live")
+	redisDo(t, redis, "DEL", "llmhedge:{fleet}:live")
 	clock.advance(core.FleetHeartbeatInterval)
 	r1.fleet.SyncNow()
-	if ttl := redisInt(t, redis, "PTTL", "llmhedge:live"); ttl <= 0 {
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= 0 {
 		t.Errorf("live set PTTL = %d after it expired and the next (second) beat, want a TTL", ttl)
 	}
 	r1.fleet.Close()
@@ -831,14 +900,15 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	}
 	used := redisCommands(t, redis).Since(before, ownReads...).Total()
 	perRequest := float64(used) / requests
-	t.Logf("%d Redis commands for %d unkeyed requests: %.3f per request", used, requests, perRequest)
+	t.Logf("%d Redis commands for %d unkeyed requests: %.3f per request (%s)", used, requests, perRequest, redisCommands(t, redis).Since(before, ownReads...))
 	if perRequest > 0.1 {
 		t.Errorf("Redis commands per unkeyed request = %.3f, want at most 0.1", perRequest)
 	}
 }
 
-// What each round of the loop costs Redis, command by command: a sync is
-// its script and one MGET (the bucket full, no health event alive); the
+// What each round of the loop costs Redis, command by command: a round
+// reads the switch of every route (one GET), a route's sync is its script
+// and one MGET (the bucket full, no health event alive); the
 // health hash is read only while an event lives (its mark exists); a
 // heartbeat is its script with SET, TIME, ZADD and ZCOUNT, and every tenth
 // one also prunes and renews the live set.
@@ -873,21 +943,24 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	for i := 0; i < 10; i++ {
 		round(40, 250*time.Millisecond)
 	}
-	if got := round(40, 250*time.Millisecond); got.String() != "evalsha=1 mget=1" {
-		t.Errorf("a sync without a heartbeat or a health event used %s, want evalsha=1 mget=1", got)
+	// The GET is the switch of every route: on a Redis Cluster its key is
+	// on a slot of its own, so the route's script cannot read it (one GET
+	// per round, whatever the number of routes).
+	if got := round(40, 250*time.Millisecond); got.String() != "evalsha=1 get=1 mget=1" {
+		t.Errorf("a sync without a heartbeat or a health event used %s, want evalsha=1 get=1 mget=1", got)
 	}
-	if got := round(40, core.FleetHeartbeatInterval); got.String() != "evalsha=2 mget=1 set=1 time=1 zadd=1 zcount=1" {
-		t.Errorf("a sync with a heartbeat used %s, want evalsha=2 mget=1 set=1 time=1 zadd=1 zcount=1", got)
+	if got := round(40, core.FleetHeartbeatInterval); got.String() != "evalsha=2 get=1 mget=1 set=1 time=1 zadd=1 zcount=1" {
+		t.Errorf("a sync with a heartbeat used %s, want evalsha=2 get=1 mget=1 set=1 time=1 zadd=1 zcount=1", got)
 	}
 	cool.Store(true)
 	r1.do(t, nil) // A answers 429 Retry-After 30: a cool-down, published
 	cool.Store(false)
 	r1.fleet.SyncNow() // after the publisher
-	if ttl, mark := redisInt(t, redis, "PTTL", "llmhedge:health:fleet"), redisInt(t, redis, "PTTL", "llmhedge:healthmark:fleet"); mark <= 0 || mark > ttl {
+	if ttl, mark := redisInt(t, redis, "PTTL", "llmhedge:{r:fleet}:health"), redisInt(t, redis, "PTTL", "llmhedge:{r:fleet}:healthmark"); mark <= 0 || mark > ttl {
 		t.Errorf("health mark PTTL %d with the health hash's %d, want (0, the hash's]", mark, ttl)
 	}
-	if got := round(0, 250*time.Millisecond); got.String() != "evalsha=1 hgetall=1 mget=1 time=1" {
-		t.Errorf("a sync while a cool-down lives used %s, want evalsha=1 hgetall=1 mget=1 time=1", got)
+	if got := round(0, 250*time.Millisecond); got.String() != "evalsha=1 get=1 hgetall=1 mget=1 time=1" {
+		t.Errorf("a sync while a cool-down lives used %s, want evalsha=1 get=1 hgetall=1 mget=1 time=1", got)
 	}
 }
 
@@ -968,11 +1041,11 @@ func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1 opened A's breaker went to %q, want B", got)
 	}
-	fields := redisArray(t, redis, "HKEYS", "llmhedge:health:fleet")
+	fields := redisArray(t, redis, "HKEYS", "llmhedge:{r:fleet}:health")
 	if len(fields) != 1 || fields[0] != "open:A" {
 		t.Errorf("health fields %v, want [open:A]", fields)
 	}
-	if ttl := redisInt(t, redis, "PTTL", "llmhedge:health:fleet"); ttl <= 0 || ttl > 60000 {
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{r:fleet}:health"); ttl <= 0 || ttl > 60000 {
 		t.Errorf("health key PTTL %d, want (0, 60000]: the open time", ttl)
 	}
 }

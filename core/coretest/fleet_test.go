@@ -512,7 +512,7 @@ func TestFleetUnkeyedRequestsTouchNoRedis(t *testing.T) {
 		t.Errorf("sync operations = %d, want the first request's attach at least", n)
 	}
 	for _, k := range redisArray(t, rig.redis, "KEYS", "*") {
-		if !strings.HasPrefix(k, "llmhedge:budget:") && !strings.HasPrefix(k, "llmhedge:replica:") && k != "llmhedge:live" {
+		if !(strings.HasPrefix(k, "llmhedge:{r:") && strings.HasSuffix(k, "}:budget")) && !strings.HasPrefix(k, "llmhedge:{fleet}:replica:") && k != "llmhedge:{fleet}:live" {
 			t.Errorf("key %q after unkeyed requests, want only the sync loop's (budget, replica, live)", k)
 		}
 	}
