@@ -385,21 +385,24 @@ return {'follow', holder}
 
 // renewScript: KEYS lease, stream, readers; ARGV lease value, lease ms,
 // stream ms, holder. Extends the lease (and the stream) only while this
-// leader holds it. Returns {1, followers reading} or {0, 0} when the lease
-// is another's or gone.
+// leader holds it. Returns {1, followers reading}, {0, 0} when the lease
+// is another's, {-1, 0} when there is none.
 var renewScript = newFleetScript(`
-if redis.call('GET', KEYS[1]) == ARGV[1] then
+local l = redis.call('GET', KEYS[1])
+if l == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
 end
+if not l then return {-1, 0} end
 return {0, 0}
 `)
 
 // Results of the fenced writes (appendScript, finishScript).
 const (
 	fenceOK   = "ok"   // written
-	fenceLost = "lost" // the lease is another leader's, or gone: nothing written
+	fenceLost = "lost" // the lease is another leader's: nothing written
+	fenceNone = "none" // there is no lease: nothing written
 	fenceGone = "gone" // the lease holds but the stream vanished: nothing appended
 )
 
@@ -409,7 +412,9 @@ const (
 // its first entry (the head): an append never re-creates a stream that
 // vanished.
 var appendScript = newFleetScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 'lost' end
+local l = redis.call('GET', KEYS[1])
+if not l then return 'none' end
+if l ~= ARGV[1] then return 'lost' end
 local n = tonumber(ARGV[3])
 if n > 1 and redis.call('EXISTS', KEYS[2]) == 0 then return 'gone' end
 for i = 4, #ARGV, 2 do
@@ -438,6 +443,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   if #last == 1 and last[1][2][2] == 'e' then return 'ok' end
   local d = redis.call('GET', KEYS[3])
   if d and string.find(d, '\n@' .. ARGV[10] .. '\n', 1, true) then return 'ok' end
+  if not redis.call('GET', KEYS[1]) then return 'none' end
   return 'lost'
 end
 local n = tonumber(ARGV[6])

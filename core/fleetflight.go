@@ -66,6 +66,14 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
 		claimed, v, err := fleetClaim(f, keys, holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL), readers)
+		if err != nil && err != errFleetDown && !errors.Is(err, ErrRedisBusy) && readers.Err() == nil {
+			// Sent, but unanswered: Redis may still run it (a paused
+			// server runs what it queued), and a lease nobody renews would
+			// let a follower start a second generation. This request leads
+			// as if it had claimed, until Redis says otherwise.
+			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, true)
+			return fleetJoined{leader: l}
+		}
 		if err != nil && errors.Is(err, ErrRedisBusy) {
 			// This replica has no connection free: Redis is not away,
 			// another replica may well lead the key. A 409 to retry,
@@ -95,7 +103,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			}
 			return fleetJoined{}
 		case "lead":
-			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed)
+			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, false)
 			return fleetJoined{leader: l}
 		case "follow":
 			if len(v.Array) < 2 {
@@ -505,20 +513,25 @@ type fleetLeader struct {
 	// last write that found it held, plus the lease; this replica's clock,
 	// never compared with another host's).
 	validUntil time.Time
+	// uncertain: the claim failed (a timeout), so whether it landed is
+	// unknown until Redis answers a renewal or a write: held (it did),
+	// another's (lost), or none, which detaches this leader from the fleet
+	// (it answers its client as without one).
+	uncertain, detached bool
 
 	renewTimer Timer
 	renewTick  func()
 	finished   chan struct{}
 }
 
-func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, holder, fp string, claimed time.Time) *fleetLeader {
+func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, holder, fp string, claimed time.Time, uncertain bool) *fleetLeader {
 	f := h.fleet
 	caller := callerHash(h, p)
 	idem := &h.cfg.Idempotency
 	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
 		maxBytes: int(idem.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
 		validUntil: claimed.Add(time.Duration(f.cfg.Lease)), storeKeys: fleetStoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]),
-		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller)}
+		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller), uncertain: uncertain}
 	l.cond = sync.NewCond(&l.mu)
 	// Created once: the timer re-arms with this same func (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }
@@ -551,7 +564,7 @@ func fleetHasReaders(l *fleetLeader) bool {
 func fleetRenew(l *fleetLeader) {
 	f := l.f
 	l.mu.Lock()
-	stop := l.stopped || l.lost
+	stop := l.stopped || l.lost || l.detached
 	l.mu.Unlock()
 	if stop {
 		return
@@ -562,12 +575,12 @@ func fleetRenew(l *fleetLeader) {
 	readers := int64(-1)
 	l.mu.Lock()
 	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
-		leaseConfirmed(l, sent, v.Array[0].Int == 1)
+		leaseConfirmed(l, sent, int(v.Array[0].Int))
 		readers = v.Array[1].Int
 	}
 	// A renewal that timed out may have landed all the same: the next one
 	// tells. Only the commit and the end need the lease surely held.
-	if !l.stopped && !l.lost {
+	if !l.stopped && !l.lost && !l.detached {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
 		t := f.clock.AfterFunc(time.Duration(f.cfg.Lease)/3, l.renewTick)
 		l.renewTimer = t
@@ -586,6 +599,12 @@ func fleetRenew(l *fleetLeader) {
 // same (its client is answered from local state) and its followers' answers
 // end cut.
 func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
+	l.mu.Lock()
+	detached := l.detached
+	l.mu.Unlock()
+	if detached {
+		return true
+	}
 	head := encodeFleetHead(status, hdr)
 	sent := l.f.clock.Now()
 	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.lease, l.stream},
@@ -629,13 +648,19 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 // have run out). The end of the answer waits for it.
 func fleetLeaderConfirm(l *fleetLeader) bool {
 	f := l.f
+	l.mu.Lock()
+	detached := l.detached
+	l.mu.Unlock()
+	if detached {
+		return true
+	}
 	sent := f.clock.Now()
 	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers},
 		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
-		leaseConfirmed(l, sent, v.Array[0].Int == 1)
+		leaseConfirmed(l, sent, int(v.Array[0].Int))
 	} else {
 		leaseUnconfirmed(l)
 	}
@@ -726,7 +751,7 @@ func fleetAppend(l *fleetLeader) {
 		data := l.data
 		ended := l.ended
 		skip := l.failed || l.lost
-		lost := l.lost
+		lost, detached := l.lost, l.detached
 		seq := l.seq
 		l.data = nil
 		if len(data) > 0 && !ended {
@@ -734,7 +759,7 @@ func fleetAppend(l *fleetLeader) {
 		}
 		l.mu.Unlock()
 		if ended {
-			if !lost {
+			if !lost && !detached {
 				fleetFinish(l, seq, data)
 			}
 			close(l.finished)
@@ -792,7 +817,14 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 // cut end, a gap or the lease gone, and end their answers broken.
 func fencedWrite(l *fleetLeader, sent time.Time, v RedisValue, err error) {
 	if err == nil {
-		leaseConfirmed(l, sent, v.Str != fenceLost)
+		state := 1
+		switch v.Str {
+		case fenceLost:
+			state = 0
+		case fenceNone:
+			state = -1
+		}
+		leaseConfirmed(l, sent, state)
 	}
 	if err != nil || v.Str != fenceOK {
 		l.failed = true
@@ -801,12 +833,20 @@ func fencedWrite(l *fleetLeader, sent time.Time, v RedisValue, err error) {
 }
 
 // leaseConfirmed records what a fenced write or a renewal sent at sent
-// found of the lease (l.mu held).
-func leaseConfirmed(l *fleetLeader, sent time.Time, held bool) {
-	if !held {
+// found of the lease (l.mu held): 1 held, 0 another's, -1 none (gone, or
+// an uncertain claim that never landed: that leader detaches).
+func leaseConfirmed(l *fleetLeader, sent time.Time, state int) {
+	if state == -1 && l.uncertain {
+		l.detached = true
+		l.failed = true
+		l.data = nil
+		return
+	}
+	if state != 1 {
 		l.lost = true
 		return
 	}
+	l.uncertain = false
 	if until := sent.Add(time.Duration(l.f.cfg.Lease)); until.After(l.validUntil) {
 		l.validUntil = until
 	}
@@ -816,6 +856,11 @@ func leaseConfirmed(l *fleetLeader, sent time.Time, held bool) {
 // held). The lease may have run out meanwhile and another leader claimed
 // the key: once it may have, this leader counts as having lost it.
 func leaseUnconfirmed(l *fleetLeader) {
+	if l.uncertain {
+		// Never confirmed: like a request without the fleet, it answers
+		// its client; its renewals go on, and tell once Redis answers.
+		return
+	}
 	if !l.f.clock.Now().Before(l.validUntil) {
 		l.lost = true
 	}

@@ -381,3 +381,45 @@ func TestFleetFollowerStorm(t *testing.T) {
 		})
 	}
 }
+
+// A claim that timed out (Redis paused) may still land when Redis runs
+// what it queued: the request leads as if it had claimed, renews the lease
+// once Redis answers, and a follower on another replica joins it instead
+// of taking the unrenewed lease over for a second generation.
+func TestFleetTimedOutClaimStillLeads(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	a.send(t, "warm", "alice", chatBody) // the route is attached, the pool has a connection
+	release := rig.upstream.hold("t1", true)
+	defer release()
+	rig.redis.Pause()
+	first := a.sendAsync(t, "t1", "alice", chatBody)
+	rig.upstream.waitStarted(t, "t1") // the claim timed out: a races
+	rig.redis.Resume()                // Redis runs the queued claim
+	waitKeys(t, rig, "*{*}:lease")
+	second := b.sendAsync(t, "t1", "alice", chatBody)
+	b.sink.waitClaim(t)
+	release()
+	ra, rb := recvAnswer(t, first), recvAnswer(t, second)
+	if got := rig.upstream.generations("t1"); got != 1 {
+		t.Errorf("generations = %d, want 1 (the follower took the timed-out claim's lease over)", got)
+	}
+	if !ra.complete || !rb.complete || rb.body != ra.body {
+		t.Errorf("leader complete %v, follower complete %v, same body %v: want both whole and alike", ra.complete, rb.complete, rb.body == ra.body)
+	}
+}
+
+// waitKeys waits until a key matching pattern exists and returns them.
+func waitKeys(t *testing.T, rig *fleetRig, pattern string) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if keys := redisArray(t, rig.redis, "KEYS", pattern); len(keys) > 0 {
+			return keys
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no key matching %q within 10s", pattern)
+		}
+		time.Sleep(5 * time.Millisecond) // polling Redis for the event, not a margin
+	}
+}
