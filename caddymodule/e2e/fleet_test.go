@@ -182,3 +182,64 @@ func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
 		t.Errorf("llm_hedge_fleet_up = %v after Redis' return, want 1", up)
 	}
 }
+
+// faultSite is one route of the fault suite: upstream alone (one attempt),
+// keyed requests shared through the fleet with spec's options.
+func faultSite(route string, spec fleetsuite.FaultSpec) string {
+	return fmt.Sprintf(`	llm_hedge {
+		route %s
+		upstream %s {
+			name A
+		}
+		max_attempts 1
+		fleet %s {
+			lease %s
+			timeout %s
+			retry_interval %s
+		}
+	}`, route, spec.UpstreamURL, spec.RedisURL, spec.Lease, spec.Timeout, spec.RetryInterval)
+}
+
+// The fault suite through 3 real Caddy replicas, each serving both of the
+// suite's routes (one site each): FLUSHALL, Redis restarted empty,
+// eviction, a leader's Caddy paused (SIGSTOP) past its lease before and
+// after commit, a follower storm, and the second route with the same
+// caller, key and body, under keyed load. Its ACCEPTANCE line has the
+// counts.
+func TestFleetCaddyFaults(t *testing.T) {
+	fleetsuite.RunFaults(t, "caddy", func(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
+		var sites []string
+		for _, route := range spec.Routes {
+			sites = append(sites, faultSite(route, spec))
+		}
+		var replicas []*caddyProc
+		for i := 0; i < 3; i++ {
+			replicas = append(replicas, startCaddy(t, "", sites...))
+		}
+		signal := func(sig syscall.Signal) func(int) {
+			return func(i int) {
+				if err := replicas[i].cmd.Process.Signal(sig); err != nil {
+					t.Errorf("replica %d: %v: %v", i, sig, err)
+				}
+			}
+		}
+		return fleetsuite.Rig{Replicas: len(replicas),
+			BaseURL: func(i int, route string) string {
+				for j, r := range spec.Routes {
+					if r == route {
+						return replicas[i].url(j) + "/v1/"
+					}
+				}
+				t.Fatalf("no route %q", route)
+				return ""
+			},
+			Pause: signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
+			OperationErrors: func(t *testing.T) float64 {
+				sum := 0.0
+				for _, c := range replicas {
+					sum += fleetMetric(t, c, "llm_hedge_fleet_operation_errors_total", nil)
+				}
+				return sum
+			}}
+	})
+}
