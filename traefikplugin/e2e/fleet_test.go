@@ -342,3 +342,32 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 		}
 	})
 }
+
+// The fault suite through 2 real Traefik replicas, each serving both of
+// the suite's routes (/faults/ and /faults-b/, each its own plugin
+// middleware and route name): FLUSHALL, Redis restarted empty, eviction,
+// a leader's Traefik paused (SIGSTOP) past its lease before and after
+// commit, a follower storm, and the second route with the same caller,
+// key and body, under keyed load. Its ACCEPTANCE line has the counts.
+func TestFleetTraefikFaults(t *testing.T) {
+	fleetsuite.RunFaults(t, "traefik", func(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
+		d := newDynamic("faults")
+		for _, route := range spec.Routes {
+			d.hedge("hedge-"+route, pluginConfig([][2]string{{"A", spec.UpstreamURL}},
+				"route: "+route, "maxAttempts: 1", "delay: 30s", "log: stderr", "fleet:", "  url: "+spec.RedisURL,
+				"  lease: "+spec.Lease, "  timeout: "+spec.Timeout, "  retryInterval: "+spec.RetryInterval)).
+				route(route, "noop@internal", "hedge-"+route)
+		}
+		replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
+		signal := func(sig syscall.Signal) func(int) {
+			return func(i int) {
+				if err := replicas[i].cmd.Process.Signal(sig); err != nil {
+					t.Errorf("replica %d: %v: %v", i, sig, err)
+				}
+			}
+		}
+		return fleetsuite.Rig{Replicas: len(replicas),
+			BaseURL: func(i int, route string) string { return replicas[i].URL + "/" + route + "/v1/" },
+			Pause:   signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT)}
+	})
+}
