@@ -70,6 +70,7 @@ type faultAnswer struct {
 	replica    int
 	status     int // 0: no response
 	retryAfter string
+	replayed   bool // Idempotent-Replayed: true
 	done       bool // the body carried data: [DONE]
 	text       string
 	err        error
@@ -160,7 +161,7 @@ func RunFaults(t *testing.T, proxy string, start FaultStart) {
 				default:
 				}
 				i := int(next.Add(1))
-				s.sendKey(ctx, "k"+strconv.Itoa(i), s.loadTargets(i))
+				s.sendLoadKey(ctx, i)
 			}
 		}()
 	}
@@ -186,19 +187,29 @@ func RunFaults(t *testing.T, proxy string, start FaultStart) {
 	s.judge(proxy)
 }
 
-// loadTargets are the clients of load key i: 2 or 3 on FaultRoute through
-// different replicas, and on every third key one more on FaultRoute2 with
-// the same caller, key and body.
-func (s *faultRun) loadTargets(i int) []target {
+// sendLoadKey sends load key i: at once from 2 or 3 clients on FaultRoute
+// through different replicas and, on every third key, one more on
+// FaultRoute2 with the same caller, key and body; then, once they all
+// returned, on the next third of the keys one more request on FaultRoute2
+// (another route's answer is stored: it must not be replayed) and on the
+// last third one more on FaultRoute (a replay).
+func (s *faultRun) sendLoadKey(ctx context.Context, i int) {
 	n := s.rig.Replicas
-	var out []target
+	key := "k" + strconv.Itoa(i)
+	var at []target
 	for j := 0; j < 2+i%2; j++ {
-		out = append(out, target{(i + j) % n, FaultRoute})
+		at = append(at, target{(i + j) % n, FaultRoute})
 	}
 	if i%3 == 0 {
-		out = append(out, target{(i + 1) % n, FaultRoute2})
+		at = append(at, target{(i + 1) % n, FaultRoute2})
 	}
-	return out
+	s.sendKey(ctx, key, at)
+	switch i % 3 {
+	case 1:
+		s.sendKey(ctx, key, []target{{(i + 2) % n, FaultRoute2}})
+	case 2:
+		s.sendKey(ctx, key, []target{{(i + 2) % n, FaultRoute}})
+	}
 }
 
 // sendKey sends key from every target at once (one gate) and records the
@@ -272,6 +283,7 @@ func (s *faultRun) send(ctx context.Context, tg target, key string, firstChunk f
 			if res != nil {
 				a.status = res.StatusCode
 				a.retryAfter = res.Header.Get("Retry-After")
+				a.replayed = res.Header.Get("Idempotent-Replayed") == "true"
 				res.Body = &doneWatch{ReadCloser: res.Body, done: &a.done}
 			}
 			return res, err
@@ -431,11 +443,11 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 	s.note("restart-empty %d: Redis away %v, joins on every replica %v after its return", cycle, back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 }
 
-// storm follows many keys at once: Count(60, 300) keys, each from 3
+// storm follows many keys at once: Count(60, 500) keys, each from 3
 // clients through 3 replicas (the 2-replica rigs: two on one), all sent
 // at one gate.
 func (s *faultRun) storm(ctx context.Context, cycle int) {
-	keys := Count(60, 300)
+	keys := Count(60, 500)
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for k := 0; k < keys; k++ {
@@ -578,9 +590,12 @@ func (s *faultRun) judge(proxy string) {
 	completeGens := map[string]map[int][]faultAnswer{} // route key -> generation -> its complete answers
 	genRoutes := map[string]map[string]bool{}          // generation -> routes that read it
 	keys := map[string]bool{}
-	route2, route2Complete := 0, 0
+	route2, route2Complete, replays := 0, 0, 0
 	for _, a := range s.answers {
 		keys[a.key] = true
+		if a.replayed && a.complete() {
+			replays++
+		}
 		if a.route == FaultRoute2 {
 			route2++
 			if a.complete() {
@@ -640,7 +655,13 @@ func (s *faultRun) judge(proxy string) {
 			spliced = append(spliced, a.String())
 		}
 	}
-	var twoGens, failOpen []string
+	// A key's complete generations on one route: two that overlapped (the
+	// later one started before any client had the earlier one whole) are
+	// two committed generations, unless one started while Redis was away;
+	// one that started after another was complete is a fresh race after
+	// the stored answer was lost (flushed, evicted, restarted), not a
+	// second commit of one flight.
+	var twoGens, failOpen, afresh []string
 	joined := 0
 	for rk, gens := range completeGens {
 		for _, as := range gens {
@@ -652,23 +673,38 @@ func (s *faultRun) judge(proxy string) {
 			continue
 		}
 		key := strings.SplitN(rk, " ", 2)[1]
+		var order []int
+		for n := range gens {
+			order = append(order, n)
+		}
+		sort.Ints(order)
 		var desc []string
-		away := false
-		for n, as := range gens {
+		away, overlap := false, false
+		for k, n := range order {
 			started := s.up.Started(key, n)
 			away = away || s.awayAt(started)
 			var reps []string
-			for _, a := range as {
+			firstWhole := gens[n][0].end
+			for _, a := range gens[n] {
 				reps = append(reps, strconv.Itoa(a.replica))
+				if a.end.Before(firstWhole) {
+					firstWhole = a.end
+				}
 			}
-			desc = append(desc, fmt.Sprintf("generation %d (started %s) complete via replicas %s", n, started.Format("15:04:05.000"), strings.Join(reps, ",")))
+			if k+1 < len(order) && s.up.Started(key, order[k+1]).Before(firstWhole) {
+				overlap = true
+			}
+			desc = append(desc, fmt.Sprintf("generation %d (started %s, first whole %s) complete via replicas %s",
+				n, started.Format("15:04:05.000"), firstWhole.Format("15:04:05.000"), strings.Join(reps, ",")))
 		}
-		sort.Strings(desc)
 		line := rk + ": " + strings.Join(desc, "; ")
-		if away {
+		switch {
+		case overlap && away:
 			failOpen = append(failOpen, line)
-		} else {
+		case overlap:
 			twoGens = append(twoGens, line)
+		default:
+			afresh = append(afresh, line)
 		}
 	}
 	var crossRoute []string
@@ -685,13 +721,16 @@ func (s *faultRun) judge(proxy string) {
 		faults = append(faults, fmt.Sprintf("%s=%d", name, n))
 	}
 	sort.Strings(faults)
-	line := fmt.Sprintf("ACCEPTANCE %s: keyed requests %d (%d keys; %d on the second route, %d of them complete), complete %d, broken %d (%d cut, %d without [DONE] and no error), retryable 409 %d / 503 %d, other errors %d; generations %d; keys joined on one generation %d; clean answers with a hole %d, keys with two complete generations on one route %d (+%d while Redis was away), replays from another route %d, broken answers not a prefix of one generation %d; faults %s; fleet operation errors %s",
-		proxy, len(s.answers), len(keys), route2, route2Complete, complete, cut+noDone, cut, noDone, retry409, retry503, other, s.up.Generations(), joined,
-		len(holes), len(twoGens), len(failOpen), len(crossRoute), len(spliced)+len(foreign), strings.Join(faults, " "), s.operationErrors())
+	line := fmt.Sprintf("ACCEPTANCE %s: keyed requests %d (%d keys; %d on the second route, %d of them complete), complete %d, broken %d (%d cut, %d without [DONE] and no error), retryable 409 %d / 503 %d, other errors %d; generations %d; generations whole at 2+ clients %d; complete replays %d; clean answers with a hole %d, keys with two complete generations on one route %d (+%d while Redis was away; +%d a fresh race after the first was whole), replays from another route %d, broken answers not a prefix of one generation %d; faults %s; fleet operation errors %s",
+		proxy, len(s.answers), len(keys), route2, route2Complete, complete, cut+noDone, cut, noDone, retry409, retry503, other, s.up.Generations(), joined, replays,
+		len(holes), len(twoGens), len(failOpen), len(afresh), len(crossRoute), len(spliced)+len(foreign), strings.Join(faults, " "), s.operationErrors())
 	fmt.Fprintln(os.Stdout, line)
 	t.Log(line)
 	for _, l := range failOpen {
 		t.Logf("two generations while Redis was away (documented: requests run on local state): %s", l)
+	}
+	for _, l := range afresh {
+		t.Logf("a fresh race after a complete one (its stored answer lost): %s", l)
 	}
 	for _, e := range otherErrs {
 		t.Logf("other error: %s", e)
