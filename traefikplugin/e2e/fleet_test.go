@@ -16,6 +16,7 @@ import (
 
 	"github.com/openai/openai-go/v3/option"
 
+	"github.com/llmhedge/llmhedge/internal/metricscheck"
 	"github.com/llmhedge/llmhedge/internal/testkit/fleetsuite"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
@@ -355,7 +356,8 @@ func TestFleetTraefikFaults(t *testing.T) {
 		for _, route := range spec.Routes {
 			d.hedge("hedge-"+route, pluginConfig([][2]string{{"A", spec.UpstreamURL}},
 				"route: "+route, "maxAttempts: 1", "delay: 30s", "log: stderr", "fleet:", "  url: "+spec.RedisURL,
-				"  lease: "+spec.Lease, "  timeout: "+spec.Timeout, "  retryInterval: "+spec.RetryInterval)).
+				"  lease: "+spec.Lease, "  timeout: "+spec.Timeout, "  retryInterval: "+spec.RetryInterval,
+				"metricsPath: /llmhedge/metrics")).
 				route(route, "noop@internal", "hedge-"+route)
 		}
 		replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
@@ -368,6 +370,22 @@ func TestFleetTraefikFaults(t *testing.T) {
 		}
 		return fleetsuite.Rig{Replicas: len(replicas),
 			BaseURL: func(i int, route string) string { return replicas[i].URL + "/" + route + "/v1/" },
-			Pause:   signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT)}
+			Pause:   signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
+			// The plugin's counts are process-wide: one route's metricsPath
+			// has both.
+			OperationErrors: func(t *testing.T) float64 {
+				sum := 0.0
+				for _, tr := range replicas {
+					res, err := http.Get(tr.URL + "/" + spec.Routes[0] + "/llmhedge/metrics")
+					if err != nil {
+						t.Fatal(err)
+					}
+					body, _ := io.ReadAll(res.Body)
+					res.Body.Close()
+					v, _ := metricscheck.Value(metricscheck.Parse(t, string(body)), "llm_hedge_fleet_operation_errors_total", nil)
+					sum += v
+				}
+				return sum
+			}}
 	})
 }

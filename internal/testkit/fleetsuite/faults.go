@@ -443,11 +443,14 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 	s.note("restart-empty %d: Redis away %v, joins on every replica %v after its return", cycle, back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 }
 
-// storm follows many keys at once: Count(60, 500) keys, each from 3
-// clients through 3 replicas (the 2-replica rigs: two on one), all sent
-// at one gate.
+// storm follows many keys at once: 60 keys (the full form's first: 500,
+// 1,000 followers), each from 3 clients through 3 replicas (the 2-replica
+// rigs: two on one), all sent at one gate.
 func (s *faultRun) storm(ctx context.Context, cycle int) {
-	keys := Count(60, 500)
+	keys := 60
+	if cycle == 0 {
+		keys = Count(60, 500)
+	}
 	gate := make(chan struct{})
 	var wg sync.WaitGroup
 	for k := 0; k < keys; k++ {
@@ -556,7 +559,7 @@ func (s *faultRun) leases(c *resp.Client) map[string]string {
 
 func (s *faultRun) note(format string, args ...any) {
 	s.mu.Lock()
-	s.notes = append(s.notes, fmt.Sprintf(format, args...))
+	s.notes = append(s.notes, time.Now().Format("15:04:05.000 ")+fmt.Sprintf(format, args...))
 	s.mu.Unlock()
 }
 
@@ -568,14 +571,14 @@ func (s *faultRun) operationErrors() string {
 	return strconv.FormatFloat(s.rig.OperationErrors(s.t), 'f', -1, 64)
 }
 
-// awayAt reports whether at lies in a window Redis was away.
-func (s *faultRun) awayAt(at time.Time) bool {
+// awayAt is the window Redis was away that at lies in (ok false: none).
+func (s *faultRun) awayAt(at time.Time) (w window, ok bool) {
 	for _, w := range s.away {
 		if !at.Before(w.from) && !at.After(w.to) {
-			return true
+			return w, true
 		}
 	}
-	return false
+	return window{}, false
 }
 
 // judge counts every answer and fails the test on a clean answer with a
@@ -661,7 +664,7 @@ func (s *faultRun) judge(proxy string) {
 	// one that started after another was complete is a fresh race after
 	// the stored answer was lost (flushed, evicted, restarted), not a
 	// second commit of one flight.
-	var twoGens, failOpen, afresh []string
+	var twoGens, failOpen, acrossRestart, afresh []string
 	joined := 0
 	for rk, gens := range completeGens {
 		for _, as := range gens {
@@ -680,9 +683,12 @@ func (s *faultRun) judge(proxy string) {
 		sort.Ints(order)
 		var desc []string
 		away, overlap := false, false
+		var awayFrom time.Time
 		for k, n := range order {
 			started := s.up.Started(key, n)
-			away = away || s.awayAt(started)
+			if w, in := s.awayAt(started); in {
+				away, awayFrom = true, w.from
+			}
 			var reps []string
 			firstWhole := gens[n][0].end
 			for _, a := range gens[n] {
@@ -697,8 +703,21 @@ func (s *faultRun) judge(proxy string) {
 			desc = append(desc, fmt.Sprintf("generation %d (started %s, first whole %s) complete via replicas %s",
 				n, started.Format("15:04:05.000"), firstWhole.Format("15:04:05.000"), strings.Join(reps, ",")))
 		}
+		var others []string
+		for _, a := range s.answers {
+			if a.route+" "+a.key == rk && !a.complete() {
+				others = append(others, fmt.Sprintf("replica %d: status %d, [DONE] %v, err %v, %d bytes, returned %s", a.replica, a.status, a.done, a.err, len(a.text), a.end.Format("15:04:05.000")))
+			}
+		}
+		if len(others) > 0 {
+			desc = append(desc, "the others: "+strings.Join(others, "; "))
+		}
 		line := rk + ": " + strings.Join(desc, "; ")
 		switch {
+		case overlap && away && s.up.Started(key, order[0]).Before(awayFrom):
+			// The first began before Redis went away (a fleet flight),
+			// another while it was away; both whole.
+			acrossRestart = append(acrossRestart, line)
 		case overlap && away:
 			failOpen = append(failOpen, line)
 		case overlap:
@@ -721,13 +740,16 @@ func (s *faultRun) judge(proxy string) {
 		faults = append(faults, fmt.Sprintf("%s=%d", name, n))
 	}
 	sort.Strings(faults)
-	line := fmt.Sprintf("ACCEPTANCE %s: keyed requests %d (%d keys; %d on the second route, %d of them complete), complete %d, broken %d (%d cut, %d without [DONE] and no error), retryable 409 %d / 503 %d, other errors %d; generations %d; generations whole at 2+ clients %d; complete replays %d; clean answers with a hole %d, keys with two complete generations on one route %d (+%d while Redis was away; +%d a fresh race after the first was whole), replays from another route %d, broken answers not a prefix of one generation %d; faults %s; fleet operation errors %s",
+	line := fmt.Sprintf("ACCEPTANCE %s: keyed requests %d (%d keys; %d on the second route, %d of them complete), complete %d, broken %d (%d cut, %d without [DONE] and no error), retryable 409 %d / 503 %d, other errors %d; generations %d; generations whole at 2+ clients %d; complete replays %d; clean answers with a hole %d, keys with two complete generations on one route %d (+%d all begun while Redis was away, +%d one begun before Redis went away and one while it was; +%d a fresh race after the first was whole), replays from another route %d, broken answers not a prefix of one generation %d; faults %s; fleet operation errors %s",
 		proxy, len(s.answers), len(keys), route2, route2Complete, complete, cut+noDone, cut, noDone, retry409, retry503, other, s.up.Generations(), joined, replays,
-		len(holes), len(twoGens), len(failOpen), len(afresh), len(crossRoute), len(spliced)+len(foreign), strings.Join(faults, " "), s.operationErrors())
+		len(holes), len(twoGens), len(failOpen), len(acrossRestart), len(afresh), len(crossRoute), len(spliced)+len(foreign), strings.Join(faults, " "), s.operationErrors())
 	fmt.Fprintln(os.Stdout, line)
 	t.Log(line)
 	for _, l := range failOpen {
 		t.Logf("two generations while Redis was away (documented: requests run on local state): %s", l)
+	}
+	for _, l := range acrossRestart {
+		t.Logf("two generations, one begun before Redis went away, one while it was away: %s", l)
 	}
 	for _, l := range afresh {
 		t.Logf("a fresh race after a complete one (its stored answer lost): %s", l)
