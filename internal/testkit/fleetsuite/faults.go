@@ -117,6 +117,10 @@ type faultRun struct {
 	faults  map[string]int
 	notes   []string
 
+	// hold: the load's workers send while they hold it for reading; a
+	// fault that needs the replicas quiet takes it.
+	hold sync.RWMutex
+
 	progress   atomic.Int64  // keys whose clients all returned
 	progressed chan struct{} // closed and replaced on progress
 	progressMu sync.Mutex
@@ -129,7 +133,10 @@ type faultRun struct {
 func RunFaults(t *testing.T, proxy string, start FaultStart) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(Count(240, 1800))*time.Second)
 	defer cancel()
-	up := StartGenUpstream(t, FaultWorkload())
+	// long-* keys: 120 tokens 10ms apart, so a leader still streams
+	// after Redis came back.
+	long := llmsim.Workload{MedianTTFT: 40 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 120, TokenGap: 10 * time.Millisecond, PingEvery: 10 * time.Millisecond}
+	up := StartGenUpstream(t, FaultWorkload(), long)
 	up.sim.Behave = func(r *http.Request) llmsim.Behavior {
 		if strings.HasPrefix(r.Header.Get(llmsim.HeaderIdempotencyKey), "slow-") {
 			return llmsim.Behavior{TTFT: 700 * time.Millisecond}
@@ -138,7 +145,7 @@ func RunFaults(t *testing.T, proxy string, start FaultStart) {
 	}
 	redis := redisproc.Start(t, redisproc.Options{})
 	rig := start(t, FaultSpec{RedisURL: redis.URL(), UpstreamURL: up.URL, Routes: []string{FaultRoute, FaultRoute2},
-		Lease: "1s", Timeout: "500ms", RetryInterval: "200ms"})
+		Lease: "2s", Timeout: "500ms", RetryInterval: "200ms"})
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
 	s := &faultRun{t: t, rig: rig, up: up, redis: redis, client: &http.Client{Transport: tr},
@@ -161,7 +168,9 @@ func RunFaults(t *testing.T, proxy string, start FaultStart) {
 				default:
 				}
 				i := int(next.Add(1))
+				s.hold.RLock()
 				s.sendLoadKey(ctx, i)
+				s.hold.RUnlock()
 			}
 		}()
 	}
@@ -330,6 +339,9 @@ func (s *faultRun) faultList() []fault {
 		{"restart-empty", s.restartEmpty},
 		{"storm", s.storm},
 	}
+	if s.rig.Replicas >= 3 {
+		list = append(list, fault{"restart-mid-flight", s.restartMidFlight})
+	}
 	if s.rig.Pause != nil {
 		list = append(list, fault{"pause-before-commit", func(ctx context.Context, cycle int) { s.pause(ctx, cycle, true) }},
 			fault{"pause-after-commit", func(ctx context.Context, cycle int) { s.pause(ctx, cycle, false) }})
@@ -441,6 +453,52 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 	s.away = append(s.away, window{from, time.Now()})
 	s.mu.Unlock()
 	s.note("restart-empty %d: Redis away %v, joins on every replica %v after its return", cycle, back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+}
+
+// restartMidFlight restarts Redis empty while replica 0 leads a long
+// answer (long-*, 1.2s after its first token) and nothing else runs (the
+// load holds), waits until replicas 1 and 2 join keys through the new
+// Redis, then, while the first leader still streams, sends the same key
+// through replicas 1 and 2. The README says a leader whose stream vanished
+// ends its answer broken: the first generation must not end whole beside
+// the second (the judge counts two overlapping whole generations).
+func (s *faultRun) restartMidFlight(ctx context.Context, cycle int) {
+	s.hold.Lock()
+	defer s.hold.Unlock()
+	key := fmt.Sprintf("long-%d", cycle)
+	first := make(chan struct{})
+	leader := make(chan faultAnswer, 1)
+	go func() { leader <- s.send(ctx, target{0, FaultRoute}, key, func() { close(first) }) }()
+	select {
+	case <-first:
+	case <-ctx.Done():
+	}
+	from := time.Now()
+	s.redis.Kill()
+	s.redis.Restart()
+	back := time.Now()
+	joined := false
+	for i := 0; !joined && time.Since(back) < 15*time.Second && ctx.Err() == nil; i++ {
+		probe := fmt.Sprintf("probe-mid-%d-%d", cycle, i)
+		got := s.sendKey(ctx, probe, []target{{1, FaultRoute}, {2, FaultRoute}})
+		joined = got[0].complete() && got[1].complete() && s.up.Attempts(probe) == 1
+	}
+	s.mu.Lock()
+	s.away = append(s.away, window{from, time.Now()})
+	s.mu.Unlock()
+	var still bool
+	select {
+	case a := <-leader:
+		leader <- a
+	default:
+		still = true
+	}
+	second := s.sendKey(ctx, key, []target{{1, FaultRoute}, {2, FaultRoute}})
+	first0 := <-leader
+	s.record(first0)
+	s.note("restart-mid-flight %d: Redis away %v, replicas 1 and 2 joined again %v after; the leader (replica 0) still streaming then: %v; its client: status %d, [DONE] %v, err %v, %d bytes; the same key through replicas 1 and 2 after: %v / %v; %d generations",
+		cycle, back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond), still, first0.status, first0.done, first0.err, len(first0.text),
+		second[0].complete(), second[1].complete(), s.up.Attempts(key))
 }
 
 // storm follows many keys at once: 60 keys (the full form's first: 500,
@@ -747,6 +805,9 @@ func (s *faultRun) judge(proxy string) {
 	t.Log(line)
 	for _, l := range failOpen {
 		t.Logf("two generations while Redis was away (documented: requests run on local state): %s", l)
+	}
+	for _, l := range twoGens {
+		t.Logf("two overlapping whole generations: %s", l)
 	}
 	for _, l := range acrossRestart {
 		t.Logf("two generations, one begun before Redis went away, one while it was away: %s", l)

@@ -16,23 +16,23 @@ import (
 // apart: the n-th request it gets with an Idempotency-Key key is answered
 // as llmsim's request GenID(key, n), so each generation's text
 // (llmsim.ExpectedChatText) is its own, and any answer names the one
-// generation its first token came from.
+// generation its first token came from. Keys named long-* are answered by
+// a second workload.
 type GenUpstream struct {
-	URL    string
-	Tokens int
+	URL string
 
-	sim *llmsim.Server
-	ts  *httptest.Server
+	sim, long *llmsim.Server
+	ts        *httptest.Server
 
 	mu      sync.Mutex
 	starts  map[string][]time.Time // key: when each generation reached the upstream
 	changed chan struct{}          // closed and replaced on every new generation
 }
 
-// StartGenUpstream serves w (its Tokens long answers) on loopback until the
-// end of the test.
-func StartGenUpstream(t interface{ Cleanup(func()) }, w llmsim.Workload) *GenUpstream {
-	u := &GenUpstream{Tokens: w.WithDefaults().Tokens, sim: &llmsim.Server{Name: "A", Workload: w},
+// StartGenUpstream serves w, and long for keys named long-*, on loopback
+// until the end of the test.
+func StartGenUpstream(t interface{ Cleanup(func()) }, w, long llmsim.Workload) *GenUpstream {
+	u := &GenUpstream{sim: &llmsim.Server{Name: "A", Workload: w}, long: &llmsim.Server{Name: "A", Workload: long},
 		starts: map[string][]time.Time{}, changed: make(chan struct{})}
 	u.ts = httptest.NewServer(u)
 	u.URL = u.ts.URL
@@ -76,7 +76,15 @@ func (u *GenUpstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		u.mu.Unlock()
 		r.Header.Set(llmsim.HeaderRequest, GenID(key, n))
 	}
-	u.sim.ServeHTTP(w, r)
+	u.server(key).ServeHTTP(w, r)
+}
+
+// server is the simulated upstream that answers key.
+func (u *GenUpstream) server(key string) *llmsim.Server {
+	if strings.HasPrefix(key, "long-") {
+		return u.long
+	}
+	return u.sim
 }
 
 // Attempts is how many generations of key the upstream started.
@@ -109,7 +117,7 @@ func (u *GenUpstream) Generations() int {
 
 // Expected is the whole text of key's generation n.
 func (u *GenUpstream) Expected(key string, n int) string {
-	return llmsim.ExpectedChatText(GenID(key, n), u.Tokens)
+	return llmsim.ExpectedChatText(GenID(key, n), u.server(key).Workload.WithDefaults().Tokens)
 }
 
 // WaitFor blocks until cond holds, re-checking it on every new generation,
