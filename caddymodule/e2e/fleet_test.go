@@ -234,10 +234,10 @@ func TestFleetCaddyFaults(t *testing.T) {
 				return ""
 			},
 			Pause: signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
-			OperationErrors: func(t *testing.T) float64 {
+			Metric: func(t *testing.T, name string, labels map[string]string) float64 {
 				sum := 0.0
 				for _, c := range replicas {
-					sum += fleetMetric(t, c, "llm_hedge_fleet_operation_errors_total", nil)
+					sum += fleetMetric(t, c, name, labels)
 				}
 				return sum
 			}}

@@ -373,7 +373,7 @@ func TestFleetTraefikFaults(t *testing.T) {
 			Pause:   signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
 			// The plugin's counts are process-wide: one route's metricsPath
 			// has both.
-			OperationErrors: func(t *testing.T) float64 {
+			Metric: func(t *testing.T, name string, labels map[string]string) float64 {
 				sum := 0.0
 				for _, tr := range replicas {
 					res, err := http.Get(tr.URL + "/" + spec.Routes[0] + "/llmhedge/metrics")
@@ -382,7 +382,7 @@ func TestFleetTraefikFaults(t *testing.T) {
 					}
 					body, _ := io.ReadAll(res.Body)
 					res.Body.Close()
-					v, _ := metricscheck.Value(metricscheck.Parse(t, string(body)), "llm_hedge_fleet_operation_errors_total", nil)
+					v, _ := metricscheck.Value(metricscheck.Parse(t, string(body)), name, labels)
 					sum += v
 				}
 				return sum

@@ -222,9 +222,8 @@ func TestFleetExtprocFaults(t *testing.T) {
 		return fleetsuite.Rig{Replicas: len(replicas),
 			BaseURL: func(i int, route string) string { return replicas[i].front.URL + "/" + route + "/v1/" },
 			Pause:   signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
-			OperationErrors: func(t *testing.T) float64 {
-				const name = "llm_hedge_fleet_operation_errors_total"
-				return replicas[0].metric(t, name, nil) + replicas[1].metric(t, name, nil)
+			Metric: func(t *testing.T, name string, labels map[string]string) float64 {
+				return replicas[0].metric(t, name, labels) + replicas[1].metric(t, name, labels)
 			}}
 	})
 }

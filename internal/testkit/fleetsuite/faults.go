@@ -53,8 +53,8 @@ type FaultSpec struct {
 
 // FaultStart starts the adapter's replicas for spec (stopped at the end
 // of the test) and returns their Rig: Replicas, BaseURL and, where the
-// replicas can be paused alone, Pause and Resume; OperationErrors when
-// the adapter counts them.
+// replicas can be paused alone, Pause and Resume; Metric where the
+// replicas export metrics.
 type FaultStart func(t *testing.T, spec FaultSpec) Rig
 
 // FaultWorkload is the fault suite's upstream: 16 tokens after 40ms, 8ms
@@ -621,12 +621,25 @@ func (s *faultRun) note(format string, args ...any) {
 	s.mu.Unlock()
 }
 
-// operationErrors is the rig's fleet operation errors ("n/a" without).
+// fleetOps are the fleet's operations, as its error counter labels them.
+var fleetOps = []string{"claim", "append", "finish", "renew", "read", "lease", "sync", "publish", "heartbeat"}
+
+// operationErrors is the replicas' fleet operation errors by operation
+// ("op=n ...", the ones that failed; "n/a" without Metric).
 func (s *faultRun) operationErrors() string {
-	if s.rig.OperationErrors == nil {
+	if s.rig.Metric == nil {
 		return "n/a"
 	}
-	return strconv.FormatFloat(s.rig.OperationErrors(s.t), 'f', -1, 64)
+	var parts []string
+	for _, op := range fleetOps {
+		if n := s.rig.Metric(s.t, "llm_hedge_fleet_operation_errors_total", map[string]string{"op": op}); n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%v", op, n))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
 }
 
 // awayAt is the window Redis was away that at lies in (ok false: none).

@@ -70,6 +70,9 @@ type Rig struct {
 	// Pause stops replica i (SIGSTOP) and Resume continues it (SIGCONT);
 	// nil when the adapter's replicas cannot be paused alone.
 	Pause, Resume func(replica int)
+	// Metric, when set, sums a llm_hedge_* counter, gauge or histogram
+	// count with these labels over the replicas' metrics.
+	Metric func(t *testing.T, name string, labels map[string]string) float64
 	// BaseURL is the OpenAI SDK base URL (".../v1/") of route on replica
 	// i (RunFaults' routes).
 	BaseURL func(replica int, route string) string
