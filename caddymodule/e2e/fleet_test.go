@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"syscall"
 	"testing"
 	"time"
@@ -207,39 +208,53 @@ func faultSite(route string, spec fleetsuite.FaultSpec) string {
 // caller, key and body, under keyed load. Its ACCEPTANCE line has the
 // counts.
 func TestFleetCaddyFaults(t *testing.T) {
-	fleetsuite.RunFaults(t, "caddy", func(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
-		var sites []string
-		for _, route := range spec.Routes {
-			sites = append(sites, faultSite(route, spec))
-		}
-		var replicas []*caddyProc
-		for i := 0; i < 3; i++ {
-			replicas = append(replicas, startCaddy(t, "", sites...))
-		}
-		signal := func(sig syscall.Signal) func(int) {
-			return func(i int) {
-				if err := replicas[i].cmd.Process.Signal(sig); err != nil {
-					t.Errorf("replica %d: %v: %v", i, sig, err)
-				}
+	fleetsuite.RunFaults(t, "caddy", startFaultCaddies)
+}
+
+// A claim that timed out on a paused Redis but landed once it resumed:
+// see fleetsuite.RunClaimTimedOut. It fails on today's engine (two whole
+// generations of one key, the second after the orphaned lease ran out),
+// so it runs only with LLMHEDGE_FLEET_DEFECTS=1.
+func TestFleetCaddyClaimTimedOut(t *testing.T) {
+	if os.Getenv("LLMHEDGE_FLEET_DEFECTS") == "" {
+		t.Skip("known defect, reported on the fleet-faults branch: a claim that timed out (the request races on its own) but landed in Redis leaves a lease no leader writes to; the key's followers on other replicas wait it out and race a second generation. LLMHEDGE_FLEET_DEFECTS=1 runs it")
+	}
+	fleetsuite.RunClaimTimedOut(t, "caddy claim-timed-out", startFaultCaddies, 3)
+}
+
+// startFaultCaddies is the fault suite's fleet of 3 Caddy replicas.
+func startFaultCaddies(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
+	var sites []string
+	for _, route := range spec.Routes {
+		sites = append(sites, faultSite(route, spec))
+	}
+	var replicas []*caddyProc
+	for i := 0; i < 3; i++ {
+		replicas = append(replicas, startCaddy(t, "", sites...))
+	}
+	signal := func(sig syscall.Signal) func(int) {
+		return func(i int) {
+			if err := replicas[i].cmd.Process.Signal(sig); err != nil {
+				t.Errorf("replica %d: %v: %v", i, sig, err)
 			}
 		}
-		return fleetsuite.Rig{Replicas: len(replicas),
-			BaseURL: func(i int, route string) string {
-				for j, r := range spec.Routes {
-					if r == route {
-						return replicas[i].url(j) + "/v1/"
-					}
+	}
+	return fleetsuite.Rig{Replicas: len(replicas),
+		BaseURL: func(i int, route string) string {
+			for j, r := range spec.Routes {
+				if r == route {
+					return replicas[i].url(j) + "/v1/"
 				}
-				t.Fatalf("no route %q", route)
-				return ""
-			},
-			Pause: signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
-			Metric: func(t *testing.T, name string, labels map[string]string) float64 {
-				sum := 0.0
-				for _, c := range replicas {
-					sum += fleetMetric(t, c, name, labels)
-				}
-				return sum
-			}}
-	})
+			}
+			t.Fatalf("no route %q", route)
+			return ""
+		},
+		Pause: signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
+		Metric: func(t *testing.T, name string, labels map[string]string) float64 {
+			sum := 0.0
+			for _, c := range replicas {
+				sum += fleetMetric(t, c, name, labels)
+			}
+			return sum
+		}}
 }

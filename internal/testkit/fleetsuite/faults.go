@@ -133,24 +133,7 @@ type faultRun struct {
 func RunFaults(t *testing.T, proxy string, start FaultStart) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(Count(240, 1800))*time.Second)
 	defer cancel()
-	// long-* keys: 120 tokens 10ms apart, so a leader still streams
-	// after Redis came back.
-	long := llmsim.Workload{MedianTTFT: 40 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 120, TokenGap: 10 * time.Millisecond, PingEvery: 10 * time.Millisecond}
-	up := StartGenUpstream(t, FaultWorkload(), long)
-	up.sim.Behave = func(r *http.Request) llmsim.Behavior {
-		if strings.HasPrefix(r.Header.Get(llmsim.HeaderIdempotencyKey), "slow-") {
-			return llmsim.Behavior{TTFT: 700 * time.Millisecond}
-		}
-		return llmsim.Behavior{}
-	}
-	redis := redisproc.Start(t, redisproc.Options{})
-	rig := start(t, FaultSpec{RedisURL: redis.URL(), UpstreamURL: up.URL, Routes: []string{FaultRoute, FaultRoute2},
-		Lease: "2s", Timeout: "500ms", RetryInterval: "200ms"})
-	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
-	t.Cleanup(tr.CloseIdleConnections)
-	s := &faultRun{t: t, rig: rig, up: up, redis: redis, client: &http.Client{Transport: tr},
-		faults: map[string]int{}, progressed: make(chan struct{})}
-
+	s := newFaultRun(t, start)
 	target := Count(300, 5000)
 	stop := make(chan struct{})
 	var next atomic.Int64
@@ -194,6 +177,70 @@ func RunFaults(t *testing.T, proxy string, start FaultStart) {
 	close(stop)
 	wg.Wait()
 	s.judge(proxy)
+}
+
+// RunClaimTimedOut runs n times, with no other load: Redis paused
+// (SIGSTOP) while replica 0 claims a long-* key, until that claim timed
+// out and replica 0 runs its own race (the README: a request whose Redis
+// is away races on its own); then Redis resumes and runs the claim it
+// had queued, so the key's lease names a leader that never writes. The
+// same key through the other replicas follows that lease until it runs
+// out, then races: a second generation beside the first, both whole, with
+// Redis only slow for a moment. The judge fails on it (two overlapping
+// whole generations).
+func RunClaimTimedOut(t *testing.T, proxy string, start FaultStart, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	s := newFaultRun(t, start)
+	for i := 0; i < n; i++ {
+		key := fmt.Sprintf("long-claim-%d", i)
+		paused := time.Now()
+		s.redis.Pause()
+		leader := make(chan faultAnswer, 1)
+		go func() { leader <- s.send(ctx, target{0, FaultRoute}, key, nil) }()
+		err := s.up.WaitFor(ctx, func() bool { return s.up.Attempts(key) == 1 })
+		raced := time.Since(paused)
+		s.redis.Resume()
+		resumed := time.Now()
+		if err != nil {
+			t.Fatalf("%s: replica 0's own race never reached the upstream while Redis was paused: %v", key, err)
+		}
+		var others []target
+		for r := 1; r < s.rig.Replicas; r++ {
+			others = append(others, target{r, FaultRoute})
+		}
+		if len(others) < 2 {
+			others = append(others, others[0])
+		}
+		got := s.sendKey(ctx, key, others)
+		first := <-leader
+		s.record(first)
+		t.Logf("%s: replica 0's claim waited on the paused Redis, its race began %v after the pause; then the others: %d generations, the second began %v after Redis resumed; replica 0's client: status %d, [DONE] %v, err %v; the others: %v",
+			key, raced.Round(time.Millisecond), s.up.Attempts(key), s.up.Started(key, 2).Sub(resumed).Round(time.Millisecond), first.status, first.done, first.err, got)
+	}
+	s.judge(proxy)
+}
+
+// newFaultRun starts the suite's upstream and Redis and the adapter's
+// replicas for t.
+func newFaultRun(t *testing.T, start FaultStart) *faultRun {
+	// long-* keys: 250 tokens 10ms apart, so a leader still streams after
+	// Redis came back, or after a lease ran out.
+	long := llmsim.Workload{MedianTTFT: 40 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 250, TokenGap: 10 * time.Millisecond, PingEvery: 10 * time.Millisecond}
+	up := StartGenUpstream(t, FaultWorkload(), long)
+	up.sim.Behave = func(r *http.Request) llmsim.Behavior {
+		if strings.HasPrefix(r.Header.Get(llmsim.HeaderIdempotencyKey), "slow-") {
+			return llmsim.Behavior{TTFT: 700 * time.Millisecond}
+		}
+		return llmsim.Behavior{}
+	}
+	redis := redisproc.Start(t, redisproc.Options{})
+	rig := start(t, FaultSpec{RedisURL: redis.URL(), UpstreamURL: up.URL, Routes: []string{FaultRoute, FaultRoute2},
+		Lease: "2s", Timeout: "500ms", RetryInterval: "200ms"})
+	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &faultRun{t: t, rig: rig, up: up, redis: redis, client: &http.Client{Transport: tr},
+		faults: map[string]int{}, progressed: make(chan struct{})}
 }
 
 // sendLoadKey sends load key i: at once from 2 or 3 clients on FaultRoute
@@ -456,7 +503,7 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 }
 
 // restartMidFlight restarts Redis empty while replica 0 leads a long
-// answer (long-*, 1.2s after its first token) and nothing else runs (the
+// answer (long-*, 2.5s after its first token) and nothing else runs (the
 // load holds), waits until replicas 1 and 2 join keys through the new
 // Redis, then, while the first leader still streams, sends the same key
 // through replicas 1 and 2. The README says a leader whose stream vanished
