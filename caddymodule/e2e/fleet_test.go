@@ -216,9 +216,6 @@ func TestFleetCaddyFaults(t *testing.T) {
 // generations of one key, the second after the orphaned lease ran out),
 // so it runs only with LLMHEDGE_FLEET_DEFECTS=1.
 func TestFleetCaddyClaimTimedOut(t *testing.T) {
-	if os.Getenv("LLMHEDGE_FLEET_DEFECTS") == "" {
-		t.Skip("known defect, reported on the fleet-faults branch: a claim that timed out (the request races on its own) but landed in Redis leaves a lease no leader writes to; the key's followers on other replicas wait it out and race a second generation. LLMHEDGE_FLEET_DEFECTS=1 runs it")
-	}
 	fleetsuite.RunClaimTimedOut(t, "caddy claim-timed-out", startFaultCaddies, 3)
 }
 
@@ -232,13 +229,7 @@ func startFaultCaddies(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
 	for i := 0; i < 3; i++ {
 		replicas = append(replicas, startCaddy(t, "", sites...))
 	}
-	signal := func(sig syscall.Signal) func(int) {
-		return func(i int) {
-			if err := replicas[i].cmd.Process.Signal(sig); err != nil {
-				t.Errorf("replica %d: %v: %v", i, sig, err)
-			}
-		}
-	}
+	pause, resume := fleetsuite.Signals(t, func(i int) *os.Process { return replicas[i].cmd.Process })
 	return fleetsuite.Rig{Replicas: len(replicas),
 		BaseURL: func(i int, route string) string {
 			for j, r := range spec.Routes {
@@ -249,7 +240,7 @@ func startFaultCaddies(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
 			t.Fatalf("no route %q", route)
 			return ""
 		},
-		Pause: signal(syscall.SIGSTOP), Resume: signal(syscall.SIGCONT),
+		Pause: pause, Resume: resume,
 		Metric: func(t *testing.T, name string, labels map[string]string) float64 {
 			sum := 0.0
 			for _, c := range replicas {
