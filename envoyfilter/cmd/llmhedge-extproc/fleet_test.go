@@ -53,18 +53,20 @@ func startReplica(f *fleetsuite.Fleet[*extprocReplica]) *extprocReplica {
 	t := f.T
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "extproc.yaml")
-	cfg := `
-grpc: {listen: "127.0.0.1:0"}
-metrics: {listen: "127.0.0.1:0"}
-log: {requests: false}
-shutdown: {drain_timeout: 1s, health_grace: 0s}
-fleet: {url: "` + f.Redis.URL() + `", lease: 500ms, timeout: 250ms, retry_interval: 200ms}
+	cfg := replicaHead + `fleet: {url: "` + f.Redis.URL() + `", lease: 500ms, timeout: 250ms, retry_interval: 200ms}
 routes:
   - name: chat
     match: {path_prefixes: [/v1/]}
     upstreams: [{name: A, url: "` + f.Sim.URL + `"}]
     max_attempts: 1
 `
+	return launchReplica(t, path, cfg)
+}
+
+// launchReplica writes cfg to path, starts a server on it, and puts an
+// envoydriver front before it; all stopped at the end of the test.
+func launchReplica(t *testing.T, path, cfg string) *extprocReplica {
+	t.Helper()
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -87,6 +89,15 @@ routes:
 	return r
 }
 
+// replicaHead is the start of a replica's configuration: listeners on
+// free loopback ports, no request log, a quick shutdown.
+const replicaHead = `
+grpc: {listen: "127.0.0.1:0"}
+metrics: {listen: "127.0.0.1:0"}
+log: {requests: false}
+shutdown: {drain_timeout: 1s, health_grace: 0s}
+`
+
 // kill9 kills replica i's process with SIGKILL and starts a fresh one in
 // its place once the old one is gone.
 func (f *extprocFleet) kill9(i int) {
@@ -96,6 +107,11 @@ func (f *extprocFleet) kill9(i int) {
 }
 
 func (r *extprocReplica) claims(t *testing.T) float64 {
+	return r.metric(t, "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
+}
+
+// metric reads a counter or histogram count from the server's metrics.
+func (r *extprocReplica) metric(t *testing.T, name string, labels map[string]string) float64 {
 	t.Helper()
 	resp, err := http.Get(r.metrics)
 	if err != nil {
@@ -103,7 +119,7 @@ func (r *extprocReplica) claims(t *testing.T) float64 {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	v, _ := metricscheck.Value(metricscheck.Parse(t, string(body)), "llm_hedge_fleet_operation_duration_seconds", map[string]string{"op": "claim"})
+	v, _ := metricscheck.Value(metricscheck.Parse(t, string(body)), name, labels)
 	return v
 }
 
@@ -166,4 +182,52 @@ func TestFleetExtprocRedisKilledUnderLoad(t *testing.T) {
 	f := startExtprocFleet(t, 2, fleetsuite.LoadWorkload())
 	ctx := fleetContext(t)
 	fleetsuite.RedisKilledUnderLoad(t, ctx, time.Duration(fleetsuite.Count(3, 30))*time.Second, f.suiteRig())
+}
+
+// startFaultReplica starts one server serving the fault suite's routes,
+// each on its own path prefix (/<route>/v1/), for spec.
+func startFaultReplica(t *testing.T, spec fleetsuite.FaultSpec) *extprocReplica {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "extproc.yaml")
+	cfg := replicaHead + `fleet: {url: "` + spec.RedisURL + `", lease: ` + spec.Lease + `, timeout: ` + spec.Timeout + `, retry_interval: ` + spec.RetryInterval + `}
+routes:
+`
+	for _, route := range spec.Routes {
+		cfg += `  - name: ` + route + `
+    match: {path_prefixes: [/` + route + `/v1/]}
+    upstreams: [{name: A, url: "` + spec.UpstreamURL + `"}]
+    max_attempts: 1
+`
+	}
+	return launchReplica(t, path, cfg)
+}
+
+// The fault suite through 2 ext_proc server processes (each behind its
+// own envoydriver front), each serving both of the suite's routes:
+// FLUSHALL, Redis restarted empty, eviction, a leader's server paused
+// (SIGSTOP; its front, in the test, waits on it as Envoy would) past its
+// lease before and after commit, a follower storm, and the second route
+// with the same caller, key and body, under keyed load. Its ACCEPTANCE
+// line has the counts.
+func TestFleetExtprocFaults(t *testing.T) {
+	fleetsuite.RunFaults(t, "envoy-extproc", startFaultServers)
+}
+
+// A claim that timed out on a paused Redis but landed once it resumed:
+// see fleetsuite.RunClaimTimedOut (a known defect: LLMHEDGE_FLEET_DEFECTS=1
+// runs it).
+func TestFleetExtprocClaimTimedOut(t *testing.T) {
+	fleetsuite.RunClaimTimedOut(t, "envoy-extproc claim-timed-out", startFaultServers, 3)
+}
+
+// startFaultServers is the fault suite's fleet of 2 servers.
+func startFaultServers(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
+	replicas := []*extprocReplica{startFaultReplica(t, spec), startFaultReplica(t, spec)}
+	pause, resume := fleetsuite.Signals(t, func(i int) *os.Process { return replicas[i].p.cmd.Process })
+	return fleetsuite.Rig{Replicas: len(replicas),
+		BaseURL: func(i int, route string) string { return replicas[i].front.URL + "/" + route + "/v1/" },
+		Pause:   pause, Resume: resume,
+		Metric: func(t *testing.T, name string, labels map[string]string) float64 {
+			return replicas[0].metric(t, name, labels) + replicas[1].metric(t, name, labels)
+		}}
 }

@@ -67,6 +67,15 @@ type Rig struct {
 	// OperationErrors, when set, sums the replicas' fleet operation
 	// errors, for failure messages.
 	OperationErrors func(t *testing.T) float64
+	// Pause stops replica i (SIGSTOP) and Resume continues it (SIGCONT);
+	// nil when the adapter's replicas cannot be paused alone.
+	Pause, Resume func(replica int)
+	// Metric, when set, sums a llm_hedge_* counter, gauge or histogram
+	// count with these labels over the replicas' metrics.
+	Metric func(t *testing.T, name string, labels map[string]string) float64
+	// BaseURL is the OpenAI SDK base URL (".../v1/") of route on replica
+	// i (RunFaults' routes).
+	BaseURL func(replica int, route string) string
 }
 
 // Upstream is the simulated upstream of a fleet test (an llmsim server).
