@@ -212,9 +212,8 @@ func TestFleetCaddyFaults(t *testing.T) {
 }
 
 // A claim that timed out on a paused Redis but landed once it resumed:
-// see fleetsuite.RunClaimTimedOut. It fails on today's engine (two whole
-// generations of one key, the second after the orphaned lease ran out),
-// so it runs only with LLMHEDGE_FLEET_DEFECTS=1.
+// see fleetsuite.RunClaimTimedOut: one generation, the timed-out claim's
+// request leads.
 func TestFleetCaddyClaimTimedOut(t *testing.T) {
 	fleetsuite.RunClaimTimedOut(t, "caddy claim-timed-out", startFaultCaddies, 3)
 }

@@ -356,8 +356,8 @@ func TestFleetTraefikFaults(t *testing.T) {
 }
 
 // A claim that timed out on a paused Redis but landed once it resumed:
-// see fleetsuite.RunClaimTimedOut (a known defect: LLMHEDGE_FLEET_DEFECTS=1
-// runs it).
+// see fleetsuite.RunClaimTimedOut: one generation, the timed-out claim's
+// request leads.
 func TestFleetTraefikClaimTimedOut(t *testing.T) {
 	fleetsuite.RunClaimTimedOut(t, "traefik claim-timed-out", startFaultTraefiks, 3)
 }

@@ -214,8 +214,8 @@ func TestFleetExtprocFaults(t *testing.T) {
 }
 
 // A claim that timed out on a paused Redis but landed once it resumed:
-// see fleetsuite.RunClaimTimedOut (a known defect: LLMHEDGE_FLEET_DEFECTS=1
-// runs it).
+// see fleetsuite.RunClaimTimedOut: one generation, the timed-out claim's
+// request leads.
 func TestFleetExtprocClaimTimedOut(t *testing.T) {
 	fleetsuite.RunClaimTimedOut(t, "envoy-extproc claim-timed-out", startFaultServers, 3)
 }
