@@ -383,12 +383,20 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {'follow', holder}
 `)
 
-// renewScript: KEYS lease, stream, readers; ARGV lease value, lease ms,
-// stream ms, holder. Extends the lease (and the stream) only while this
-// leader holds it. Returns {1, followers reading}, {0, 0} when the lease
-// is another's, {-1, 0} when there is none.
+// renewScript: ARGV lease value, lease ms,
+// stream ms, holder, adopt ("1": a leader whose claim timed out takes a
+// missing lease, unless an answer was stored meanwhile). KEYS lease,
+// stream, readers, done. Extends the lease (and the stream) only while
+// this leader holds it. Returns {1, followers reading}, {0, 0} when the
+// lease is another's (or an answer was stored), {-1, 0} when there is
+// none.
 var renewScript = newFleetScript(`
 local l = redis.call('GET', KEYS[1])
+if not l and ARGV[5] == '1' then
+  if redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0} end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return {1, 0}
+end
 if l == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])

@@ -570,8 +570,7 @@ func fleetRenew(l *fleetLeader) {
 		return
 	}
 	sent := f.clock.Now()
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers},
-		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder)
+	v, err := fleetRenewOnce(l)
 	readers := int64(-1)
 	l.mu.Lock()
 	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
@@ -592,6 +591,21 @@ func fleetRenew(l *fleetLeader) {
 	}
 }
 
+// fleetRenewOnce sends one renewal; a leader whose claim timed out adopts
+// a missing lease with it.
+func fleetRenewOnce(l *fleetLeader) (RedisValue, error) {
+	f := l.f
+	l.mu.Lock()
+	adopt := "0"
+	if l.uncertain {
+		adopt = "1"
+	}
+	l.mu.Unlock()
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.done},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, adopt)
+	return v, err
+}
+
 // fleetLeaderCommit sends the answer's head to the stream before the
 // answer's status goes to the client, and reports whether the leader may
 // commit. It may not when it lost the lease: another leader may be
@@ -600,10 +614,15 @@ func fleetRenew(l *fleetLeader) {
 // end cut.
 func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	l.mu.Lock()
-	detached := l.detached
+	detached, uncertain := l.detached, l.uncertain
 	l.mu.Unlock()
 	if detached {
 		return true
+	}
+	if uncertain && !fleetLeaderConfirm(l) {
+		// Its claim timed out and another leader holds the key (or
+		// stored its answer) now.
+		return false
 	}
 	head := encodeFleetHead(status, hdr)
 	sent := l.f.clock.Now()
@@ -655,8 +674,7 @@ func fleetLeaderConfirm(l *fleetLeader) bool {
 		return true
 	}
 	sent := f.clock.Now()
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers},
-		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder)
+	v, err := fleetRenewOnce(l)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
