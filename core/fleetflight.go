@@ -113,7 +113,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			if atomic.AddInt64(&f.followers, 1) > int64(f.cfg.MaxFollowers) {
 				// Over the cap: no blocking read, and no second generation.
 				atomic.AddInt64(&f.followers, -1)
-				fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, other, "-1")
+				fleetUncountReader(f, keys, other)
 				rep.Outcome = OutcomeJoined
 				rep.Status = http.StatusConflict
 				writeInFlightConflict(fw)
@@ -239,9 +239,16 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 		// failed, or the leader died, after it).
 		res = followComplete
 	}
-	// Bounded by the fleet's timeout; the client may have left already.
-	fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, holder, "-1")
+	fleetUncountReader(f, keys, holder)
 	return res
+}
+
+// fleetUncountReader takes a follower out of holder's readers, bounded by
+// the fleet's timeout (its client may have left already). A failure leaves
+// the count high until the key expires: the leader then runs its race to
+// the end for nobody, as before the count existed.
+func fleetUncountReader(f *Fleet, keys fleetKeys, holder string) {
+	_, _ = fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, holder, "-1")
 }
 
 // fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
