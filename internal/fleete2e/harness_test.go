@@ -125,7 +125,11 @@ func caddySite(r fleetsuite.RouteSpec, replica, redisURL string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\tllm_hedge {\n\t\troute %s\n", r.Name)
 	for _, u := range r.Upstreams {
-		fmt.Fprintf(&b, "\t\tupstream %s {\n\t\t\tname %s\n\t\t\theader_up %s %s\n\t\t}\n", u.Sim.URL, u.Name, fleetsuite.ReplicaHeader, replica)
+		fmt.Fprintf(&b, "\t\tupstream %s {\n\t\t\tname %s\n\t\t\theader_up %s %s\n", u.Sim.URL, u.Name, fleetsuite.ReplicaHeader, replica)
+		if r.RouteKey {
+			fmt.Fprintf(&b, "\t\t\theader_up Authorization \"%s\"\n", fleetsuite.RouteAuthorization)
+		}
+		b.WriteString("\t\t}\n")
 	}
 	fmt.Fprintf(&b, "\t\tdelay %s\n\t\tmax_attempts %d\n", r.Delay, r.MaxAttempts)
 	if r.BudgetRatio < 0 {
@@ -273,6 +277,9 @@ func pluginConfig(r fleetsuite.RouteSpec, replica, redisURL string) string {
 	fmt.Fprintf(&b, "route: %s\nupstreams:\n", r.Name)
 	for _, u := range r.Upstreams {
 		fmt.Fprintf(&b, "  - name: %s\n    url: %s\n    setHeaders:\n      %s: %s\n", u.Name, u.Sim.URL, fleetsuite.ReplicaHeader, replica)
+		if r.RouteKey {
+			fmt.Fprintf(&b, "      Authorization: %q\n", fleetsuite.RouteAuthorization)
+		}
 	}
 	fmt.Fprintf(&b, "delay: %s\nmaxAttempts: %d\nlog: off\nmetricsPath: /llmhedge/metrics\n", r.Delay, r.MaxAttempts)
 	if r.BudgetRatio < 0 {

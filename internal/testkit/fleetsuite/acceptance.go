@@ -59,11 +59,17 @@ type RouteSpec struct {
 	// Fleet joins the route to the fleet's Redis; without it the route is
 	// today's per-replica behaviour.
 	Fleet bool
+	// RouteKey: the upstreams get the route's own Authorization (a 429 then
+	// answers the route, not the caller: it cools the upstream for all).
+	RouteKey bool
 	// Caddy and Traefik are extra option lines of the route in each syntax;
 	// CaddyFleet and TraefikFleet extra lines of its fleet block.
 	Caddy, Traefik           []string
 	CaddyFleet, TraefikFleet []string
 }
+
+// RouteAuthorization is the route's own key of a RouteKey route.
+const RouteAuthorization = "Bearer sk-route"
 
 // Replica is one running proxy as the scenarios reach it.
 type Replica struct {
@@ -137,7 +143,7 @@ func NewAcceptance(t *testing.T) *Acceptance {
 		// No hedge (delay 10s); a 429 from A is retried on B.
 		cool := RouteCool + suffix
 		s.add(RouteSpec{Name: cool, Upstreams: []SimUpstream{sim("A", quick), sim("B", quick)}, Delay: 10 * time.Second,
-			MaxAttempts: 2, BudgetRatio: -1, Fleet: fleet})
+			MaxAttempts: 2, BudgetRatio: -1, Fleet: fleet, RouteKey: true})
 		fast := RouteFast + suffix
 		s.add(RouteSpec{Name: fast, Upstreams: []SimUpstream{sim("A", llmsim.Fast()), sim("B", llmsim.Fast())}, Delay: 10 * time.Second,
 			MaxAttempts: 2, Fleet: fleet})
