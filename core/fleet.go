@@ -293,6 +293,21 @@ func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []
 	return v2, err2
 }
 
+// fleetEvalAgain is fleetEval sent a second time when the first failed on
+// the way (a timeout: it may or may not have run) while the fleet is up and
+// ctx lives: for the scripts whose outcome decides what a client gets and
+// that are safe to run twice (claim, finish, store budget). It returns
+// when the reply's call was sent.
+func fleetEvalAgain(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (time.Time, RedisValue, error) {
+	sent := f.clock.Now()
+	v, err := fleetEval(f, ctx, op, s, keys, args...)
+	if err != nil && err != errFleetDown && f.Up() && ctx.Err() == nil {
+		sent = f.clock.Now()
+		v, err = fleetEval(f, ctx, op, s, keys, args...)
+	}
+	return sent, v, err
+}
+
 // The keys of one identity share the hash tag {<identity>} so that a Redis
 // Cluster keeps them on one slot:
 //

@@ -154,14 +154,8 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 // as its first claim would have: without the fleet the request runs a
 // race of its own, maybe a second generation.
 func fleetClaim(f *Fleet, keys fleetKeys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, RedisValue, error) {
-	claimed := f.clock.Now()
-	v, err := fleetEval(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+	claimed, v, err := fleetEvalAgain(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
 		holder, fp, lease, readersMs)
-	if err != nil && err != errFleetDown && f.Up() && ctx.Err() == nil {
-		claimed = f.clock.Now()
-		v, err = fleetEval(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
-			holder, fp, lease, readersMs)
-	}
 	return claimed, v, err
 }
 
@@ -576,16 +570,10 @@ func fleetRenew(l *fleetLeader) {
 	if stop {
 		return
 	}
-	sent := f.clock.Now()
-	v, err := fleetRenewOnce(l)
-	readers := int64(-1)
-	l.mu.Lock()
-	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
-		leaseConfirmed(l, sent, int(v.Array[0].Int))
-		readers = v.Array[1].Int
-	}
 	// A renewal that timed out may have landed all the same: the next one
 	// tells. Only the commit and the end need the lease surely held.
+	readers := fleetRenewOnce(l, false)
+	l.mu.Lock()
 	if !l.stopped && !l.lost && !l.detached {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
 		t := f.clock.AfterFunc(time.Duration(f.cfg.Lease)/3, l.renewTick)
@@ -598,9 +586,11 @@ func fleetRenew(l *fleetLeader) {
 	}
 }
 
-// fleetRenewOnce sends one renewal; a leader whose claim timed out adopts
-// a missing lease with it.
-func fleetRenewOnce(l *fleetLeader) (RedisValue, error) {
+// fleetRenewOnce sends one renewal, records what it found of the lease
+// (strict: a renewal without an answer counts as unconfirmed, see
+// leaseUnconfirmed) and returns the followers reading, -1 when unknown. A
+// leader whose claim timed out adopts a missing lease with it.
+func fleetRenewOnce(l *fleetLeader, strict bool) int64 {
 	f := l.f
 	l.mu.Lock()
 	adopt := "0"
@@ -608,9 +598,19 @@ func fleetRenewOnce(l *fleetLeader) (RedisValue, error) {
 		adopt = "1"
 	}
 	l.mu.Unlock()
+	sent := f.clock.Now()
 	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.done},
 		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, adopt)
-	return v, err
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
+		leaseConfirmed(l, sent, int(v.Array[0].Int))
+		return v.Array[1].Int
+	}
+	if strict {
+		leaseUnconfirmed(l)
+	}
+	return -1
 }
 
 // fleetLeaderCommit sends the answer's head to the stream before the
@@ -673,23 +673,17 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 // surely holds (a renewal that failed still counts while the lease cannot
 // have run out). The end of the answer waits for it.
 func fleetLeaderConfirm(l *fleetLeader) bool {
-	f := l.f
 	l.mu.Lock()
 	detached := l.detached
 	l.mu.Unlock()
 	if detached {
 		return true
 	}
-	sent := f.clock.Now()
-	v, err := fleetRenewOnce(l)
+	fleetRenewOnce(l, true)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
-		leaseConfirmed(l, sent, int(v.Array[0].Int))
-	} else {
-		leaseUnconfirmed(l)
-	}
-	return !l.lost
+	lost := l.lost
+	l.mu.Unlock()
+	return !lost
 }
 
 // fleetLeaderEnd ends the stream after the race: ok when the whole answer
@@ -754,12 +748,9 @@ func redisFootprint(n int) int {
 // Redis failing admits nothing.
 func fleetStoreAdmits(l *fleetLeader, size int) bool {
 	args := []string{strconv.Itoa(size), millisString(l.ttl), l.identity, strconv.FormatInt(l.routeBudget, 10), strconv.FormatInt(l.callerBudget, 10)}
-	v, err := fleetEval(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
-	if err != nil {
-		// Once more (a timed-out one that landed counts the answer twice
-		// until it expires: the budget errs on the safe side).
-		v, err = fleetEval(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
-	}
+	// Sent again after a failure: a first one that landed counts the
+	// answer twice until it expires (the budget errs on the safe side).
+	_, v, err := fleetEvalAgain(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
 	return err == nil && v.Kind == RedisInt && v.Int == 1
 }
 
@@ -819,16 +810,11 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	}
 	// endKind and done were set before ended, under the lock this goroutine
 	// took since.
-	sent := l.f.clock.Now()
 	keys := []string{l.keys.lease, l.stream, l.keys.done}
 	args := []string{l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last,
 		fleetLingerMillis(endLinger, l.ttl), fleetLingerMillis(doneLinger, l.ttl), l.holder}
-	v, err := fleetEval(l.f, context.Background(), fleetOpFinish, finishScript, keys, args...)
-	if err != nil {
-		// Once more: whether it landed decides whether this answer
-		// may stand (the script knows its own end).
-		v, err = fleetEval(l.f, context.Background(), fleetOpFinish, finishScript, keys, args...)
-	}
+	// Sent again after a failure: the script knows its own end.
+	sent, v, err := fleetEvalAgain(l.f, context.Background(), fleetOpFinish, finishScript, keys, args...)
 	l.mu.Lock()
 	fencedWrite(l, sent, v, err)
 	if err != nil {
