@@ -67,7 +67,9 @@ func TestCurlThroughStandin(t *testing.T) {
 		behavior, winner string
 	}{
 		{"A=ttft:5s", "B"}, // A slow by hand: the hedge after 50ms wins
-		{"", "A"},
+		// B slow by hand: A wins whether or not a hedge fired (a loaded
+		// machine can delay A's first token past the 50ms delay).
+		{"B=ttft:5s", "A"},
 	} {
 		body := `{"model":"gpt-sim","stream":true,"messages":[{"role":"user","content":"Hi"}]}`
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
