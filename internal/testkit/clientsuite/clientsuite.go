@@ -23,7 +23,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand"
 	"net"
 	"net/http"
 	"net/url"
@@ -87,7 +86,11 @@ func full() bool { return os.Getenv("LLMHEDGE_CLIENTS") == "full" }
 // as a subtest.
 func Run(t *testing.T, start Start) {
 	wl := llmsim.Reference(11, 0.05) // TTFT median 30ms, 2% stalls of 0.5–1s
-	env := &Env{A: llmsim.Start("A", wl), B: llmsim.Start("B", wl)}
+	holdA, holdB := &llmsim.Holder{}, &llmsim.Holder{}
+	env := &Env{
+		A: (&llmsim.Server{Name: "A", Workload: wl, Behave: holdA.Behave}).Start(),
+		B: (&llmsim.Server{Name: "B", Workload: wl, Behave: holdB.Behave}).Start(),
+	}
 	t.Cleanup(env.A.Close)
 	t.Cleanup(env.B.Close)
 	urls := start(t, env, routes)
@@ -97,7 +100,7 @@ func Run(t *testing.T, start Start) {
 		}
 	}
 	drv := nodesdk.Install(t)
-	s := &suite{env: env, urls: urls, driver: drv}
+	s := &suite{env: env, urls: urls, driver: drv, holdA: holdA, holdB: holdB}
 	t.Run("slow-both", s.slowBoth)
 	if full() {
 		t.Run("slow-both-early-headers-off", s.slowBothOff)
@@ -106,13 +109,55 @@ func Run(t *testing.T, start Start) {
 	t.Run("all-failing", s.allFailing)
 	t.Run("raw-stream", s.rawStream)
 	t.Run("responses-hedged", s.responsesHedged)
+	if full() {
+		t.Run("responses-measured", s.responsesMeasured)
+	}
 }
 
 type suite struct {
-	env    *Env
-	urls   map[string]string
-	driver string
-	seq    atomic.Int64
+	env          *Env
+	urls         map[string]string
+	driver       string
+	holdA, holdB *llmsim.Holder // hold a request id on A or B until released
+	seq          atomic.Int64
+}
+
+// hold holds id on both upstreams; the returned func releases it (once).
+// The test's end releases it too.
+func (s *suite) hold(t *testing.T, id string) (release func()) {
+	a, b := s.holdA.Hold(id), s.holdB.Hold(id)
+	var once sync.Once
+	release = func() { once.Do(func() { close(a); close(b) }) }
+	t.Cleanup(release)
+	return release
+}
+
+// waitFor polls cond (upstream counters: no event to wait on) until it
+// holds; the deadline only bounds a failure.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up after 60s waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling, bounded by deadline
+	}
+}
+
+// runAsync runs calls with the Node driver in a goroutine of its own.
+func (s *suite) runAsync(calls []nodesdk.Call) <-chan asyncResult {
+	done := make(chan asyncResult, 1)
+	go func() {
+		res, err := nodesdk.Exec(s.driver, len(calls), calls)
+		done <- asyncResult{res, err}
+	}()
+	return done
+}
+
+type asyncResult struct {
+	res []nodesdk.Result
+	err error
 }
 
 // id is a fresh simulation request id.
@@ -179,16 +224,18 @@ func (s *suite) slowBoth(t *testing.T) {
 		if r.Requests != 1 {
 			t.Errorf("node %s: %d SDK requests, want 1", c.call.API, r.Requests)
 		}
-		if d := r.Duration(); d < 2900*time.Millisecond || d > slack(3*time.Second) {
-			t.Errorf("node %s: the call took %v, want about 3s", c.call.API, d)
+		// wall clock: the upstreams' 3s against the SDK's 2s timeout is the
+		// thing under test; a loaded machine only adds to it.
+		if d := r.Duration(); d < 2900*time.Millisecond {
+			t.Errorf("node %s: the call took %v, want at least the upstreams' 3s", c.call.API, d)
 		}
 	}
 	t.Logf("go chat: %d SDK request(s), %d upstream request(s), %v, error %v", goRes.requests, s.upstreamAttempts(goID), goRes.took, goRes.err)
 	if goRes.err != nil || goRes.text == "" || goRes.requests != 1 {
 		t.Errorf("go chat: error %v, text %q, %d requests; want a whole answer in one request", goRes.err, goRes.text, goRes.requests)
 	}
-	if goRes.took < 2900*time.Millisecond || goRes.took > slack(3*time.Second) {
-		t.Errorf("go chat: took %v, want about 3s", goRes.took)
+	if goRes.took < 2900*time.Millisecond {
+		t.Errorf("go chat: took %v, want at least the upstreams' 3s", goRes.took)
 	}
 }
 
@@ -233,11 +280,11 @@ func (s *suite) stalledPrimary(t *testing.T) {
 	if r.Requests != 1 || s.upstreamAttempts(id) != 1 {
 		t.Errorf("node responses: %d SDK requests, %d upstream requests; want 1 and 1", r.Requests, s.upstreamAttempts(id))
 	}
-	if d := r.Duration(); d < 2900*time.Millisecond || d > slack(3*time.Second) {
+	if d := r.Duration(); d < 2900*time.Millisecond || d > notTheSDKsTimeout {
 		t.Errorf("node responses: the call took %v, want the route's 3s timeout", d)
 	}
 	t.Logf("go responses: %d SDK request(s), %d upstream request(s), %v, error %v", goRes.requests, s.upstreamAttempts(goID), goRes.took, goRes.err)
-	if goRes.err == nil || goRes.requests != 1 || goRes.took > slack(3*time.Second) {
+	if goRes.err == nil || goRes.requests != 1 || goRes.took < 2900*time.Millisecond || goRes.took > notTheSDKsTimeout {
 		t.Errorf("go responses: error %v, %d requests, took %v; want an error in one request at about 3s", goRes.err, goRes.requests, goRes.took)
 	}
 }
@@ -296,9 +343,11 @@ func (s *suite) allFailing(t *testing.T) {
 	}
 }
 
-// slack is d plus what a loaded machine (go test ./... with -race on two
-// cores) may add: the checks are about requests and timeouts, not speed.
-func slack(d time.Duration) time.Duration { return d + 2500*time.Millisecond }
+// notTheSDKsTimeout tells the route's 3s timeout from the SDKs' own
+// (10 minutes; the Go client's context here: 30s). wall clock: the
+// timeout's own duration is the thing under test, and this bound only has
+// to tell 3s from 30s, whatever the machine's load.
+const notTheSDKsTimeout = 25 * time.Second
 
 func routeOf(base string, urls map[string]string) string {
 	for name, u := range urls {
@@ -309,10 +358,11 @@ func routeOf(base string, urls map[string]string) string {
 	return base
 }
 
-// rawStream reads a slow race's answer off the socket, as `curl -N` does,
-// with the time each piece arrived: the status line and a keep-alive
-// comment come within the grace time (300ms on this route), long before
-// the first token (2s).
+// rawStream reads a slow race's answer off the socket, as `curl -N` does:
+// both upstreams hold the request until the client has seen the status
+// line and a keep-alive comment, which the gateway must send on its own
+// once the grace time (300ms on this route) has passed; then the tokens
+// follow, and the stream ends whole.
 func (s *suite) rawStream(t *testing.T) {
 	u, err := url.Parse(s.urls["rawstream"])
 	if err != nil {
@@ -325,71 +375,126 @@ func (s *suite) rawStream(t *testing.T) {
 	defer conn.Close()
 	body := `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	id := s.id("raw")
+	release := s.hold(t, id)
 	start := time.Now()
-	fmt.Fprintf(conn, "POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n%s: %s\r\n%s: *=ttft:2s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
-		u.Path, u.Host, llmsim.HeaderRequest, id, llmsim.HeaderBehavior, len(body), body)
-	conn.SetReadDeadline(time.Now().Add(15 * time.Second))
+	fmt.Fprintf(conn, "POST %s/v1/chat/completions HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nAccept: text/event-stream\r\n%s: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s",
+		u.Path, u.Host, llmsim.HeaderRequest, id, len(body), body)
+	conn.SetReadDeadline(time.Now().Add(60 * time.Second)) // bounds a failure only
 	rd := bufio.NewReader(conn)
-	var statusAt, keepAliveAt, tokenAt, doneAt time.Duration
+	var statusAt time.Duration
 	var status string
+	var keepAlive, token, done, tokenWhileHeld bool
 	for {
 		line, err := rd.ReadString('\n')
-		at := time.Since(start)
 		if statusAt == 0 && strings.HasPrefix(line, "HTTP/1.1 ") {
-			statusAt = at
+			statusAt = time.Since(start)
 			status = strings.TrimSpace(line)
 		}
-		if keepAliveAt == 0 && strings.HasPrefix(line, ": keep-alive") {
-			keepAliveAt = at
+		if !keepAlive && strings.HasPrefix(line, ": keep-alive") {
+			keepAlive = true
+			release() // the upstreams answer only now
 		}
-		if tokenAt == 0 && strings.Contains(line, `"content":"`) && !strings.Contains(line, `"content":""`) {
-			tokenAt = at
+		if !token && strings.Contains(line, `"content":"`) && !strings.Contains(line, `"content":""`) {
+			token, tokenWhileHeld = true, !keepAlive
 		}
 		if strings.Contains(line, "data: [DONE]") {
-			doneAt = at
+			done = true
 		}
 		if err != nil {
 			break
 		}
 	}
-	t.Logf("raw stream: %q at %v, first keep-alive at %v, first token at %v, [DONE] at %v", status, statusAt, keepAliveAt, tokenAt, doneAt)
-	if status != "HTTP/1.1 200 OK" || statusAt < 250*time.Millisecond || statusAt > time.Second+500*time.Millisecond {
-		t.Errorf("status line %q at %v, want 200 at about the 300ms grace time", status, statusAt)
+	t.Logf("raw stream: %q at %v, keep-alive %v, token %v, [DONE] %v", status, statusAt, keepAlive, token, done)
+	// wall clock: the grace time is the thing under test; a loaded machine
+	// can only make the status line later, so only the lower bound is checked.
+	if status != "HTTP/1.1 200 OK" || statusAt < 250*time.Millisecond {
+		t.Errorf("status line %q at %v, want 200 no sooner than the 300ms grace time", status, statusAt)
 	}
-	if keepAliveAt == 0 || keepAliveAt > time.Second+500*time.Millisecond || keepAliveAt >= tokenAt {
-		t.Errorf("first keep-alive comment at %v (first token at %v), want it at about the grace time", keepAliveAt, tokenAt)
-	}
-	if tokenAt < 1900*time.Millisecond || doneAt == 0 {
-		t.Errorf("first token at %v, [DONE] at %v; want the token at about 2s and a whole stream", tokenAt, doneAt)
+	if !keepAlive || !token || tokenWhileHeld || !done {
+		t.Errorf("keep-alive %v, token %v (while the upstreams held: %v), [DONE] %v; want a keep-alive while the upstreams hold, then a whole stream",
+			keepAlive, token, tokenWhileHeld, done)
 	}
 }
 
-// responsesHedged: default responses.stream calls (no store field) on a
-// route with hedge_stored_responses and on one without, the same draws:
-// every tenth call's primary is held 800ms (so that 30 calls surely hold
-// some), the rest follow the reference workload (2% stalls of 0.5–1s).
-// With LLMHEDGE_CLIENTS=full, 400 calls per route on the reference
-// workload alone.
+// responsesHedged: default responses.stream calls (no store field), whose
+// primaries (upstream A) are held, on a route with hedge_stored_responses
+// and on one without. The route without goes first: its calls' hedge
+// timers started before those of the route with, so once every call with
+// has reached B, a hedge of a call without would have been sent too. Then
+// the calls without are released. Want: every call with answered by its
+// hedge (one request to A, one to B), every call without by A alone.
 func (s *suite) responsesHedged(t *testing.T) {
-	n := 30
-	if full() {
-		n = 400
+	const n = 4
+	batch := func(route string) ([]nodesdk.Call, []string) {
+		calls, ids := make([]nodesdk.Call, n), make([]string, n)
+		for i := range calls {
+			ids[i] = s.id(route)
+			calls[i] = nodesdk.Call{API: "responses", BaseURL: s.openAIBase(route), Headers: headers(ids[i], "")}
+		}
+		return calls, ids
 	}
-	rng := rand.New(rand.NewSource(5))
-	behaviors := make([]string, n)
-	for i := range behaviors {
-		if i%10 == 5 && !full() {
-			behaviors[i] = "A=ttft:800ms;B=ttft:20ms"
+	offCalls, offIDs := batch("responsesoff")
+	onCalls, onIDs := batch("responseson")
+	var offGates []func()
+	for _, id := range offIDs {
+		offGates = append(offGates, s.hold(t, id))
+	}
+	for _, id := range onIDs {
+		gate := s.holdA.Hold(id) // until the gateway cancels the loser
+		t.Cleanup(func() { close(gate) })
+	}
+	offDone := s.runAsync(offCalls)
+	waitFor(t, "every call without hedge_stored_responses to reach A", func() bool { return allAttempted(s.env.A, offIDs) })
+	onDone := s.runAsync(onCalls)
+	waitFor(t, "every call with hedge_stored_responses to reach B", func() bool { return allAttempted(s.env.B, onIDs) })
+	for _, release := range offGates {
+		release()
+	}
+	on, off := <-onDone, <-offDone
+	for _, r := range []struct {
+		route  string
+		got    asyncResult
+		ids    []string
+		a, b   int
+		reason string
+	}{
+		{"responseson", on, onIDs, 1, 1, "its hedge answers"},
+		{"responsesoff", off, offIDs, 1, 0, "no hedge: the call stores"},
+	} {
+		if r.got.err != nil {
+			t.Fatalf("%s: %v", r.route, r.got.err)
+		}
+		for i, res := range r.got.res {
+			a, b := s.env.A.Attempts(r.ids[i]), s.env.B.Attempts(r.ids[i])
+			if res.Error != nil || res.Text == "" || a != r.a || b != r.b {
+				t.Errorf("%s call %d: error %+v, %d bytes of text, %d request(s) to A, %d to B; want a whole answer, %d and %d (%s)",
+					r.route, i, res.Error, len(res.Text), a, b, r.a, r.b, r.reason)
+			}
 		}
 	}
-	rng.Shuffle(n, func(i, j int) { behaviors[i], behaviors[j] = behaviors[j], behaviors[i] })
-	p := map[string][2]time.Duration{}
+}
+
+func allAttempted(u *llmsim.Running, ids []string) bool {
+	for _, id := range ids {
+		if u.Attempts(id) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// responsesMeasured (LLMHEDGE_CLIENTS=full): 400 default responses.stream
+// calls per route on the reference workload, TTFT p50 and p99 with and
+// without hedge_stored_responses. Measured, not asserted: speed belongs in
+// benchmarks.
+func (s *suite) responsesMeasured(t *testing.T) {
+	const n = 400
 	for _, route := range []string{"responseson", "responsesoff"} {
 		calls := make([]nodesdk.Call, n)
 		ids := make([]string, n)
 		for i := range calls {
 			ids[i] = s.id(route)
-			calls[i] = nodesdk.Call{API: "responses", BaseURL: s.openAIBase(route), Headers: headers(ids[i], behaviors[i])}
+			calls[i] = nodesdk.Call{API: "responses", BaseURL: s.openAIBase(route), Headers: headers(ids[i], "")}
 		}
 		res := nodesdk.Run(t, s.driver, 4, calls)
 		var ttft []float64
@@ -404,13 +509,7 @@ func (s *suite) responsesHedged(t *testing.T) {
 				hedged++
 			}
 		}
-		p50, p99 := quantile(ttft, 0.50), quantile(ttft, 0.99)
-		p[route] = [2]time.Duration{p50, p99}
-		t.Logf("%s: %d default responses.stream calls, TTFT p50 %v, p99 %v, %d hedged", route, n, p50, p99, hedged)
-	}
-	on, off := p["responseson"][1], p["responsesoff"][1]
-	if !full() && (off < 800*time.Millisecond || on > 600*time.Millisecond) {
-		t.Errorf("TTFT p99 with hedge_stored_responses %v, without %v; want under 600ms and at least 800ms", on, off)
+		t.Logf("%s: %d default responses.stream calls, TTFT p50 %v, p99 %v, %d hedged", route, n, quantile(ttft, 0.50), quantile(ttft, 0.99), hedged)
 	}
 }
 

@@ -145,12 +145,23 @@ func writeAtomic(path string, data []byte) error {
 }
 
 // Run makes the calls with the driver (from Install), concurrency at a
-// time, and returns their results in order.
+// time, and returns their results in order; it fails t when the driver
+// fails.
 func Run(t testing.TB, driverPath string, concurrency int, calls []Call) []Result {
 	t.Helper()
-	in, err := json.Marshal(map[string]any{"calls": calls, "concurrency": concurrency})
+	results, err := Exec(driverPath, concurrency, calls)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return results
+}
+
+// Exec is Run for a goroutine other than the test's: it returns the
+// driver's failure instead of failing a test.
+func Exec(driverPath string, concurrency int, calls []Call) ([]Result, error) {
+	in, err := json.Marshal(map[string]any{"calls": calls, "concurrency": concurrency})
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command("node", driverPath)
 	cmd.Dir = filepath.Dir(driverPath)
@@ -159,7 +170,7 @@ func Run(t testing.TB, driverPath string, concurrency int, calls []Call) []Resul
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("node driver: %v\n%s", err, stderr.String())
+		return nil, fmt.Errorf("node driver: %v\n%s", err, stderr.String())
 	}
 	var results []Result
 	sc := bufio.NewScanner(bytes.NewReader(out))
@@ -171,14 +182,14 @@ func Run(t testing.TB, driverPath string, concurrency int, calls []Call) []Resul
 		}
 		var r Result
 		if err := json.Unmarshal([]byte(line), &r); err != nil {
-			t.Fatalf("node driver printed %q: %v", line, err)
+			return nil, fmt.Errorf("node driver printed %q: %v", line, err)
 		}
 		results = append(results, r)
 	}
 	if len(results) != len(calls) {
-		t.Fatalf("node driver: %d results for %d calls\n%s", len(results), len(calls), stderr.String())
+		return nil, fmt.Errorf("node driver: %d results for %d calls\n%s", len(results), len(calls), stderr.String())
 	}
-	return results
+	return results, nil
 }
 
 // Retries is a MaxRetries value.
