@@ -34,8 +34,9 @@ import (
 //     bytes.
 //
 // Every operation is bounded (Fleet.cfg.Timeout, XREAD by its block time on
-// top); when one fails before this request has written anything, the
-// request goes on with local state, exactly as without a fleet.
+// top). When the claim fails the request goes on with local state, exactly
+// as without a fleet; when a follower's read fails, it answers 409 to
+// retry (another replica leads the key) or ends its answer broken.
 
 // fleetJoined is what the fleet did with a keyed request.
 type fleetJoined struct {
@@ -126,9 +127,6 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			case followReclaim:
 				clearNoRaceReport(h, fw.Header())
 				continue
-			case followLocal:
-				clearNoRaceReport(h, fw.Header())
-				return fleetJoined{}
 			case followUnreadable:
 				rep.Outcome = OutcomeJoined
 				rep.Status = http.StatusConflict
@@ -203,9 +201,8 @@ const (
 	followComplete   int = 0 // end ok: the whole answer was written
 	followCut        int = 1 // the generation ended broken, or Redis failed after head
 	followReclaim    int = 2 // no answer yet and no leader: claim again
-	followLocal      int = 3 // Redis failed before anything was written
 	followGone       int = 4 // the reader's client left
-	followUnreadable int = 5 // the stream lacks its start: nothing was written
+	followUnreadable int = 5 // the stream lacks its start, or Redis failed before it: nothing was written
 )
 
 // fleetBlock is the XREAD BLOCK time: short enough to notice a dead leader
@@ -361,15 +358,15 @@ func followBroken(headSeen bool) int {
 	return followUnreadable
 }
 
-// followFailed is a follower's result when Redis failed.
+// followFailed is a follower's result when Redis failed. Before the head
+// it is a 409 to retry, never a race of its own: another replica leads
+// this key, and a slow Redis (or a starved replica) is no reason for a
+// second generation.
 func followFailed(ctx context.Context, headSeen bool) int {
 	if ctx.Err() != nil {
 		return followGone
 	}
-	if headSeen {
-		return followCut
-	}
-	return followLocal
+	return followBroken(headSeen)
 }
 
 // streamEntry is one entry of an XREAD reply: its id and its t/v/n fields.

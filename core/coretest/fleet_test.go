@@ -264,8 +264,8 @@ func (s *fleetSink) waitClaim(t *testing.T) {
 	t.Helper()
 	select {
 	case <-s.claims:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no claim within 10s")
+	case <-time.After(60 * time.Second): // bounds a failure only
+		t.Fatal("no claim within 60s")
 	}
 }
 
@@ -416,8 +416,8 @@ func recvAnswer(t *testing.T, ch chan answer) answer {
 	select {
 	case a := <-ch:
 		return a
-	case <-time.After(20 * time.Second):
-		t.Fatal("no answer within 20s")
+	case <-time.After(60 * time.Second): // bounds a failure only
+		t.Fatal("no answer within 60s")
 		return answer{}
 	}
 }
