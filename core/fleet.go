@@ -330,6 +330,7 @@ type fleetKeys struct {
 	lease   string
 	done    string
 	readers string // followers per generation
+	sealed  string // the generation whose end marker went out, until its end is in
 }
 
 func newFleetKeys(f *Fleet, identity string) fleetKeys {
@@ -338,7 +339,7 @@ func newFleetKeys(f *Fleet, identity string) fleetKeys {
 		id = id[:32] // 128 bits of the SHA-256: plenty, and shorter keys
 	}
 	tag := f.cfg.Prefix + "{" + id + "}"
-	return fleetKeys{tag: tag, lease: tag + ":lease", done: tag + ":done", readers: tag + ":readers"}
+	return fleetKeys{tag: tag, lease: tag + ":lease", done: tag + ":done", readers: tag + ":readers", sealed: tag + ":sealed"}
 }
 
 func (k fleetKeys) stream(holder string) string { return k.tag + ":s:" + holder }
@@ -373,23 +374,28 @@ func millisString(d time.Duration) string {
 	return strconv.FormatInt(ms, 10)
 }
 
-// claimScript: KEYS lease, done, readers; ARGV holder, fingerprint, lease
-// ms, readers ms. Returns {"replay", doneValue, pttl}, {"conflict"},
-// {"lead", holder} or {"follow", holder}. A follower counts itself in
-// the holder's field of readers (and uncounts itself when it stops
-// reading), which tells a leader whose own client left whether others
-// still read its answer.
+// claimScript: KEYS lease, done, readers, sealed; ARGV holder,
+// fingerprint, lease ms, readers ms. Returns {"replay", doneValue, pttl},
+// {"conflict"}, {"lead", holder} or {"follow", holder}. A follower counts
+// itself in the holder's field of readers (and uncounts itself when it
+// stops reading), which tells a leader whose own client left whether
+// others still read its answer. A sealed generation (its end marker went
+// out: see renewScript) is followed even once its lease ran out: nobody
+// leads a second generation of a key whose first was delivered whole.
 var claimScript = newFleetScript(`
 local d = redis.call('GET', KEYS[2])
 if d then
   if string.sub(d, 1, #ARGV[2] + 1) ~= ARGV[2] .. '\n' then return {'conflict'} end
   return {'replay', d, redis.call('PTTL', KEYS[2])}
 end
-if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
-  redis.call('DEL', KEYS[3])
-  return {'lead', ARGV[1]}
+local l = redis.call('GET', KEYS[4])
+if not l then
+  if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
+    redis.call('DEL', KEYS[3])
+    return {'lead', ARGV[1]}
+  end
+  l = redis.call('GET', KEYS[1])
 end
-local l = redis.call('GET', KEYS[1])
 local sp = string.find(l, ' ', 1, true)
 if string.sub(l, sp + 1) ~= ARGV[2] then return {'conflict'} end
 local holder = string.sub(l, 1, sp - 1)
@@ -398,23 +404,26 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {'follow', holder}
 `)
 
-// renewScript: ARGV lease value, lease ms,
-// stream ms, holder, adopt ("1": a leader whose claim timed out takes a
-// missing lease, unless an answer was stored meanwhile). KEYS lease,
-// stream, readers, done. Extends the lease (and the stream) only while
-// this leader holds it. Returns {1, followers reading}, {0, 0} when the
-// lease is another's (or an answer was stored), {-1, 0} when there is
-// none.
+// renewScript: ARGV lease value, lease ms, stream ms, holder, adopt ("1":
+// a leader whose claim timed out takes a missing lease, unless an answer
+// was stored or sealed meanwhile), seal ("1": the answer's end marker is
+// about to go out). KEYS lease, stream, readers, done, sealed. Extends the
+// lease (and the stream) only while this leader holds it; a seal marks the
+// generation until its end is in (the stream's lifetime at most), so that
+// neither a claim nor an adopting leader starts another while this leader
+// finishes, however late. Returns {1, followers reading}, {0, 0} when the
+// lease is another's (or an answer was stored), {-1, 0} when there is none.
 var renewScript = newFleetScript(`
 local l = redis.call('GET', KEYS[1])
 if not l and ARGV[5] == '1' then
-  if redis.call('EXISTS', KEYS[4]) == 1 then return {0, 0} end
+  if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then return {0, 0} end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  return {1, 0}
+  l = ARGV[1]
 end
 if l == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  if ARGV[6] == '1' then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[3]) end
   return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
 end
 if not l then return {-1, 0} end
@@ -429,13 +438,14 @@ const (
 	fenceGone = "gone" // the lease holds but the stream vanished: nothing appended
 )
 
-// appendScript: KEYS lease, stream; ARGV lease value, stream ms, sequence
-// number of the first entry, then kind and value of each entry. Appends
-// only while this leader holds the lease, and creates the stream only with
-// its first entry (the head): an append never re-creates a stream that
-// vanished.
+// appendScript: KEYS lease, stream, sealed; ARGV lease value, stream ms,
+// sequence number of the first entry, then kind and value of each entry.
+// Appends only while this leader holds the lease (or sealed its
+// generation), and creates the stream only with its first entry (the
+// head): an append never re-creates a stream that vanished.
 var appendScript = newFleetScript(`
 local l = redis.call('GET', KEYS[1])
+if l ~= ARGV[1] and redis.call('GET', KEYS[3]) == ARGV[1] then l = ARGV[1] end
 if not l then return 'none' end
 if l ~= ARGV[1] then return 'lost' end
 local n = tonumber(ARGV[3])
@@ -448,7 +458,7 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 'ok'
 `)
 
-// finishScript: KEYS lease, stream, done; ARGV lease value, end kind, done
+// finishScript: KEYS lease, stream, done, sealed; ARGV lease value, end kind, done
 // value ("" for none), ttl ms, stream ms, sequence number of the first
 // entry, last data ("" for none), linger ms of an ended stream, of a
 // stored answer's, holder. While this leader holds the lease it
@@ -458,10 +468,11 @@ return 'ok'
 // answer exists. An ended stream lingers only for the followers reading
 // it (endLinger), a stored answer's only doneLinger (they finish from the
 // stored answer), so Redis holds a stored answer once. A leader that lost
-// the lease writes nothing. Sent again after a failure, it finds its own
-// end (or its stored answer) and says ok.
+// the lease writes nothing, unless it sealed its generation (the seal is
+// what it holds then). Sent again after a failure, it finds its own end (or
+// its stored answer) and says ok. The end lifts the seal.
 var finishScript = newFleetScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+if redis.call('GET', KEYS[1]) ~= ARGV[1] and redis.call('GET', KEYS[4]) ~= ARGV[1] then
   local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
   if #last == 1 and last[1][2][2] == 'e' then return 'ok' end
   local d = redis.call('GET', KEYS[3])
@@ -485,7 +496,7 @@ if ARGV[3] ~= '' then
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[9])
 end
-redis.call('DEL', KEYS[1])
+redis.call('DEL', KEYS[1], KEYS[4])
 return res
 `)
 

@@ -152,7 +152,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 // as its first claim would have: without the fleet the request runs a
 // race of its own, maybe a second generation.
 func fleetClaim(f *Fleet, keys fleetKeys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, RedisValue, error) {
-	claimed, v, err := fleetEvalAgain(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers},
+	claimed, v, err := fleetEvalAgain(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers, keys.sealed},
 		holder, fp, lease, readersMs)
 	return claimed, v, err
 }
@@ -266,6 +266,12 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 		}
 		if err != nil {
 			return followFailed(ctx, headSeen)
+		}
+		if v.Kind == RedisNil && headSeen && streamFinished(*tail) {
+			// The end marker went out only once its leader had sealed
+			// the generation: the answer is whole, whether or not its end
+			// entry ever comes (a leader may die between the two).
+			return followComplete
 		}
 		if v.Kind == RedisNil {
 			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.lease)
@@ -569,7 +575,7 @@ func fleetRenew(l *fleetLeader) {
 	}
 	// A renewal that timed out may have landed all the same: the next one
 	// tells. Only the commit and the end need the lease surely held.
-	readers := fleetRenewOnce(l, false)
+	readers := fleetRenewOnce(l, false, false)
 	l.mu.Lock()
 	if !l.stopped && !l.lost && !l.detached {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
@@ -587,7 +593,7 @@ func fleetRenew(l *fleetLeader) {
 // (strict: a renewal without an answer counts as unconfirmed, see
 // leaseUnconfirmed) and returns the followers reading, -1 when unknown. A
 // leader whose claim timed out adopts a missing lease with it.
-func fleetRenewOnce(l *fleetLeader, strict bool) int64 {
+func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 	f := l.f
 	l.mu.Lock()
 	adopt := "0"
@@ -595,9 +601,13 @@ func fleetRenewOnce(l *fleetLeader, strict bool) int64 {
 		adopt = "1"
 	}
 	l.mu.Unlock()
+	sealArg := "0"
+	if seal {
+		sealArg = "1"
+	}
 	sent := f.clock.Now()
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.done},
-		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, adopt)
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.done, l.keys.sealed},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, adopt, sealArg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
@@ -623,14 +633,14 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	if detached {
 		return true
 	}
-	if uncertain && !fleetLeaderConfirm(l) {
+	if uncertain && !fleetLeaderConfirm(l, false) {
 		// Its claim timed out and another leader holds the key (or
 		// stored its answer) now.
 		return false
 	}
 	head := encodeFleetHead(status, hdr)
 	sent := l.f.clock.Now()
-	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.lease, l.stream},
+	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.lease, l.stream, l.keys.sealed},
 		l.leaseValue, fleetStreamMillis(l.f, l.ttl), "1", "h", head)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -668,15 +678,17 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 
 // fleetLeaderConfirm renews the lease at once and reports whether it
 // surely holds (a renewal that failed still counts while the lease cannot
-// have run out). The end of the answer waits for it.
-func fleetLeaderConfirm(l *fleetLeader) bool {
+// have run out). The end of the answer waits for it, and seals the
+// generation with it (see renewScript): from then on the answer is whole at
+// its client, and no other generation may start however late the finish.
+func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
 	detached := l.detached
 	l.mu.Unlock()
 	if detached {
 		return true
 	}
-	fleetRenewOnce(l, true)
+	fleetRenewOnce(l, true, seal)
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -782,7 +794,7 @@ func fleetAppend(l *fleetLeader) {
 			continue
 		}
 		sent := f.clock.Now()
-		v, err := fleetEval(f, ctx, fleetOpAppend, appendScript, []string{l.keys.lease, l.stream},
+		v, err := fleetEval(f, ctx, fleetOpAppend, appendScript, []string{l.keys.lease, l.stream, l.keys.sealed},
 			l.leaseValue, fleetStreamMillis(f, l.ttl), strconv.Itoa(seq), "d", string(data))
 		l.mu.Lock()
 		fencedWrite(l, sent, v, err)
@@ -807,7 +819,7 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	}
 	// endKind and done were set before ended, under the lock this goroutine
 	// took since.
-	keys := []string{l.keys.lease, l.stream, l.keys.done}
+	keys := []string{l.keys.lease, l.stream, l.keys.done, l.keys.sealed}
 	args := []string{l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last,
 		fleetLingerMillis(endLinger, l.ttl), fleetLingerMillis(doneLinger, l.ttl), l.holder}
 	// Sent again after a failure: the script knows its own end.

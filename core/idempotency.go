@@ -473,7 +473,7 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		// holds: a client takes an answer with its end for whole.
 		ending := !fw.confirmed && streamFinished(fw.tail)
 		// Confirmed first: followers get the end marker only if it holds.
-		if ending && !fleetLeaderConfirm(fw.remote) || !fleetLeaderData(fw.remote, p) {
+		if ending && !fleetLeaderConfirm(fw.remote, true) || !fleetLeaderData(fw.remote, p) {
 			// Another leader may answer this key: this answer stops here,
 			// for the followers in process too (the flight ends incomplete).
 			fw.fenced = true
