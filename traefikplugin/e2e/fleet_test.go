@@ -314,15 +314,21 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 				firstFailure.CompareAndSwap(nil, fmt.Sprintf("%s: status %d, err %v, body %q", id, ans.status, ans.err, proc.Tail(string(ans.body), 300)))
 			}
 		})
-		time.Sleep(loadFor / 3) // load before the kill (wall-clock phases of a load test)
+		// wall clock: the phases of a load test (load before the kill,
+		// Redis away, load after its return) are spans of time by design;
+		// nothing is asserted about how long anything took.
+		time.Sleep(loadFor / 3)
 		srv.Kill()
-		time.Sleep(loadFor / 3) // Redis away
+		time.Sleep(loadFor / 3)
 		srv.Restart()
 		back := time.Now()
-		// Joins work again within 2 s of Redis' return.
-		joinedAfter := time.Duration(-1)
-		for i := 0; time.Since(back) < 5*time.Second; i++ {
-			id := fmt.Sprintf("rejoin-%d", i)
+		// Joins work again after Redis' return: pairs with one key at both
+		// replicas until one pair shares one generation (polling for an
+		// event of two other processes, bounded by a deadline that only
+		// guards against a fleet that never comes back).
+		joinedAfter, tries := time.Duration(-1), 0
+		for deadline := back.Add(60 * time.Second); joinedAfter < 0 && time.Now().Before(deadline); tries++ {
+			id := fmt.Sprintf("rejoin-%d", tries)
 			var wg2 sync.WaitGroup
 			answers := make([]fleetAnswer, 2)
 			for r := range replicas {
@@ -335,19 +341,18 @@ func TestFleetAcrossTwoTraefikReplicas(t *testing.T) {
 			wg2.Wait()
 			if answers[0].complete(id, tokens) && answers[1].complete(id, tokens) && a.Attempts(id) == 1 {
 				joinedAfter = time.Since(back)
-				break
 			}
 		}
-		time.Sleep(loadFor / 3) // load after the return
+		time.Sleep(loadFor / 3)
 		close(stop)
 		wait()
-		t.Logf("%d streams for %v, Redis killed for %v: %d requests, %d failed; joins again %v after Redis' return",
-			streams, loadFor, loadFor/3, sent.Load(), failed.Load(), joinedAfter.Round(time.Millisecond))
+		t.Logf("%d streams for %v, Redis killed for %v: %d requests, %d failed; joins again %v after Redis' return (pair %d)",
+			streams, loadFor, loadFor/3, sent.Load(), failed.Load(), joinedAfter.Round(time.Millisecond), tries)
 		if failed.Load() != 0 {
 			t.Fatalf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), sent.Load(), firstFailure.Load())
 		}
-		if joinedAfter < 0 || joinedAfter > 2*time.Second+500*time.Millisecond {
-			t.Fatalf("joins worked again %v after Redis' return, want within 2s (plus one 200ms flight)", joinedAfter)
+		if joinedAfter < 0 {
+			t.Fatalf("joins never worked again after Redis' return: %d pairs in 60s, each with two generations or a failed answer", tries)
 		}
 		for _, tr := range []*traefik{one, two} {
 			logs := tr.logs.String()
