@@ -510,13 +510,14 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 	n := s.rig.Replicas
 	for r := 0; r < n; r++ {
 		joined := false
-		for i := 0; !joined && time.Since(back) < 15*time.Second && ctx.Err() == nil; i++ {
+		// Polling pairs for the event, bounded by rejoinGuard.
+		for i := 0; !joined && time.Since(back) < rejoinGuard && ctx.Err() == nil; i++ {
 			key := fmt.Sprintf("probe-%d-%d-%d", cycle, r, i)
 			got := s.sendKey(ctx, key, []target{{r, FaultRoute}, {(r + 1) % n, FaultRoute}})
 			joined = got[0].complete() && got[1].complete() && s.up.Attempts(key) == 1
 		}
 		if !joined {
-			s.t.Errorf("restart-empty %d: replicas %d and %d never joined a key again within 15s of Redis' return", cycle, r, (r+1)%n)
+			s.t.Errorf("restart-empty %d: replicas %d and %d never joined a key again within %v of Redis' return", cycle, r, (r+1)%n, rejoinGuard)
 		}
 	}
 	s.mu.Lock()
@@ -548,7 +549,8 @@ func (s *faultRun) restartMidFlight(ctx context.Context, cycle int) {
 	s.redis.Restart()
 	back := time.Now()
 	joined := false
-	for i := 0; !joined && time.Since(back) < 15*time.Second && ctx.Err() == nil; i++ {
+	// Polling pairs for the event, bounded by rejoinGuard.
+	for i := 0; !joined && time.Since(back) < rejoinGuard && ctx.Err() == nil; i++ {
 		probe := fmt.Sprintf("probe-mid-%d-%d", cycle, i)
 		got := s.sendKey(ctx, probe, []target{{1, FaultRoute}, {2, FaultRoute}})
 		joined = got[0].complete() && got[1].complete() && s.up.Attempts(probe) == 1
