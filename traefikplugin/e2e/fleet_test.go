@@ -189,12 +189,15 @@ func awaitClosed(t *testing.T, ch <-chan struct{}, what string) {
 
 // kill -9 of the leader's Traefik after commit: the follower's answer ends
 // broken, a strict prefix of the one generation (never spliced), and a
-// retry with the same key gets a fresh complete answer.
+// retry with the same key gets a fresh complete answer. The upstream holds
+// the leader's second token until the kill has landed, so the follower has
+// the first token and not the whole answer whatever the machine's load.
 func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	const tokens = 40
-	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: tokens, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
-	a := llmsim.Start("A", w)
+	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: tokens, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+	var hold llmsim.TokenHold
+	a := hold.Start(&llmsim.Server{Name: "A", Workload: w})
 	defer a.Close()
 	d := fleetDynamic(srv, a.URL, "lease: 500ms", "retryInterval: 200ms")
 	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
@@ -202,6 +205,7 @@ func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
 	n := fleetsuite.Count(2, 10)
 	for i := 0; i < n; i++ {
 		id := "kill-after-" + strconv.Itoa(i)
+		_, release := hold.HoldToken(id, 1)
 		leaderFirst := make(chan struct{})
 		leader := make(chan streamed, 1)
 		go func() {
@@ -215,6 +219,7 @@ func TestFleetTraefikLeaderKilledAfterCommit(t *testing.T) {
 		}()
 		<-followerFirst
 		kill9(replicas[0])
+		release() // the kill landed; the retry's generation is not held
 		<-leader
 		got := <-follower
 		want := llmsim.ExpectedChatText(id, tokens)

@@ -8,14 +8,14 @@ import (
 	"sync"
 )
 
-// TokenHold holds the first content token of chosen requests of a Server
-// until the test releases it, for tests that must act while an upstream
-// answer is under way but has no output yet (kill a proxy before it
-// commits, say) without betting on a TTFT being long enough. Unlike
-// Holder, which holds a request before its status line, a request held
-// here has sent its status, headers, preamble and pings: only the write
-// that carries its first token (TokenText(id, 0)) waits. Serve a Server
-// through it with Start.
+// TokenHold holds a content token of chosen requests of a Server until
+// the test releases it, for tests that must act while an upstream answer
+// is at a given step (kill a proxy before it commits, or after its client
+// got the first token) without betting on a TTFT or a token gap being long
+// enough. Unlike Holder, which holds a request before its status line, a
+// request held here has sent its status, headers, preamble and pings, and
+// the tokens before the held one: only the write that carries the held
+// token (TokenText(id, i)) waits. Serve a Server through it with Start.
 type TokenHold struct {
 	mu    sync.Mutex
 	holds map[string]*tokenHold
@@ -36,7 +36,13 @@ type tokenHold struct {
 // waits. release may be called more than once; requests with the id that
 // arrive after it are not held.
 func (h *TokenHold) Hold(id string) (reached <-chan struct{}, release func()) {
-	th := &tokenHold{token: []byte(TokenText(id, 0)), reached: make(chan struct{}), release: make(chan struct{})}
+	return h.HoldToken(id, 0)
+}
+
+// HoldToken is Hold for token i (0 is the first): the tokens before it go
+// out, the write that carries it waits.
+func (h *TokenHold) HoldToken(id string, i int) (reached <-chan struct{}, release func()) {
+	th := &tokenHold{token: []byte(TokenText(id, i)), reached: make(chan struct{}), release: make(chan struct{})}
 	h.mu.Lock()
 	if h.holds == nil {
 		h.holds = map[string]*tokenHold{}

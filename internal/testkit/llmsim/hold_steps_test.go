@@ -70,3 +70,38 @@ func TestTokenHoldHoldsTheFirstTokenOfTheHeldID(t *testing.T) {
 		t.Fatalf("the held request got %q after its release, want %q", got, want)
 	}
 }
+
+// HoldToken(id, 1) lets the first token out and holds the second.
+func TestTokenHoldHoldsALaterToken(t *testing.T) {
+	var h TokenHold
+	s := h.Start(&Server{Name: "A", Workload: Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 3, TokenGap: time.Millisecond, PingEvery: -1}})
+	defer s.Close()
+	reached, release := h.HoldToken("second", 1)
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/v1/chat/completions", strings.NewReader(`{"model":"`+DefaultModel+`","stream":true}`))
+	req.Header.Set(HeaderRequest, "second")
+	resp, err := s.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	// The first token comes while the second is held.
+	for {
+		line, err := r.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("the stream ended before its first token: %v", err)
+		}
+		if bytes.Contains(line, []byte(TokenText("second", 1))) {
+			t.Fatalf("the held second token came before the release: %q", line)
+		}
+		if bytes.Contains(line, []byte(TokenText("second", 0))) {
+			break
+		}
+	}
+	<-reached
+	release()
+	rest, _ := io.ReadAll(r)
+	if !bytes.Contains(rest, []byte(TokenText("second", 1))) || !bytes.HasSuffix(rest, []byte("data: [DONE]\n\n")) {
+		t.Fatalf("after the release the stream went on with %q, want the second token and the end", rest)
+	}
+}
