@@ -224,14 +224,7 @@ func TestHedgeWinsOnFirstTokenBehindEarlyHeaders(t *testing.T) {
 	// The loser was cancelled: A's handler saw its client go away.
 	a.await(t, "A's attempt to be cancelled", func() bool { _, gone := a.counts(); return gone == 1 })
 
-	lines := logs.all()
-	if len(lines) != 1 {
-		t.Fatalf("%d log lines, want 1: %q", len(lines), lines)
-	}
-	var l requestLine
-	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
-		t.Fatalf("log line is not JSON: %v: %q", err, lines[0])
-	}
+	l := oneLogLine(t, logs)
 	// The line's fields, in its order; each names itself when wrong.
 	for _, f := range []struct {
 		key       string
@@ -258,8 +251,8 @@ func TestHedgeWinsOnFirstTokenBehindEarlyHeaders(t *testing.T) {
 	} else if l.AttemptList[1].Result != "won" {
 		t.Fatalf("log line attempt_list[1].result = %q, want \"won\"", l.AttemptList[1].Result)
 	}
-	if !strings.HasSuffix(lines[0], "}\n") {
-		t.Fatalf("log line does not end with a newline: %q", lines[0])
+	if line := logs.all()[0]; !strings.HasSuffix(line, "}\n") {
+		t.Fatalf("log line does not end with a newline: %q", line)
 	}
 }
 
@@ -317,17 +310,38 @@ func receiveWithin(t *testing.T, ch chan string, d time.Duration) string {
 	return r.s
 }
 
+// oneLogLine returns the request's log line, the only one in logs.
+func oneLogLine(t *testing.T, logs *lineBuffer) requestLine {
+	t.Helper()
+	lines := logs.all()
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines, want 1: %q", len(lines), lines)
+	}
+	var l requestLine
+	if err := json.Unmarshal([]byte(lines[0]), &l); err != nil {
+		t.Fatalf("log line is not JSON: %v: %q", err, lines[0])
+	}
+	return l
+}
+
 func TestRetryableFailuresMoveToTheNextUpstream(t *testing.T) {
 	for _, status := range []int{500, 503, 429} {
 		t.Run(strconv.Itoa(status), func(t *testing.T) {
 			a := startUpstream(t, "A", func(_ *http.Request) script { return script{status: status} })
 			b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
-			front := frontFor(t, newHedge(t, twoUpstreams(a, b, "10s"), "retry", nil, nil))
-			start := time.Now()
+			logs := &lineBuffer{}
+			front := frontFor(t, newHedge(t, twoUpstreams(a, b, "10s"), "retry", nil, logs))
 			ans := readAnswer(post(t, front.URL, "x", true, nil))
 			checkWhole(t, ans, "B", "x", 3)
-			if time.Since(start) > 5*time.Second {
-				t.Fatalf("the retry waited for the 10s delay")
+			// B was started on A's failure, as a retry, not as the hedge
+			// the 10s delay would have started: the log line says which.
+			l := oneLogLine(t, logs)
+			if len(l.AttemptList) != 2 {
+				t.Fatalf("log line attempt_list = %+v, want A then B", l.AttemptList)
+			} else if l.AttemptList[1].Role != "retry" {
+				t.Fatalf("log line attempt_list[1].role = %q, want \"retry\" (started on A's %d, not by the delay)", l.AttemptList[1].Role, status)
+			} else if l.WinnerRole != "retry" {
+				t.Fatalf("log line winner_role = %q, want \"retry\"", l.WinnerRole)
 			}
 		})
 	}

@@ -97,6 +97,8 @@ func TestBenchReferenceWorkload(t *testing.T) {
 	t.Logf("p99 TTFT plugin/ideal = %.3f (want <= 1.15); plugin/plain = %.3f (want <= 0.2)",
 		ratio(hp.P99, ideal.P99), ratio(hp.P99, pp.P99))
 	t.Logf("extra upstream attempts: plugin %.2f%%, ideal %.2f%% (want <= ideal + 2 points)", 100*extra, 100*peers.IdealExtra)
+	// wall clock: a benchmark (LLMHEDGE_BENCH=1 only): TTFT ratios are
+	// what it measures.
 	if ratio(hp.P99, ideal.P99) > 1.15 {
 		t.Errorf("ratio(hp.P99, ideal.P99) = %v, want <= 1.15", ratio(hp.P99, ideal.P99))
 	} else if ratio(hp.P99, pp.P99) > 0.2 {
@@ -168,6 +170,8 @@ func TestBenchThroughput(t *testing.T) {
 		n, rounds, concurrency, plainRPS, hedgeRPS, hedgeRPS/plainRPS, strings.Join(perRound, " "))
 	t.Logf("Traefik CPU per request: plain LB %v, plugin %v (the interpreter's cost: %v per request, x%.1f); plain LB streams cut short: %d",
 		plainCPU/total, hedgeCPU/total, (hedgeCPU-plainCPU)/total, float64(hedgeCPU)/float64(plainCPU), plainCut)
+	// wall clock: a benchmark (LLMHEDGE_BENCH=1 only): the throughput
+	// ratio is what it measures.
 	if hedgeRPS/plainRPS < 0.7 {
 		t.Errorf("throughput ratio %.3f < 0.7", hedgeRPS/plainRPS)
 	}

@@ -92,9 +92,10 @@ func TestThroughRealTraefik(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("first token wins behind early headers and pings", func(t *testing.T) {
-		// A answers 200 with a role-only chunk at once, then pings for 3s:
-		// a header race would pick it; the plugin waits for a real token.
-		r := streamChat(ctx, sdk(tr.URL+"/ft/v1/"), "ft-1", "A=ttft:3s;B=ttft:20ms", nil)
+		// A answers 200 with a role-only chunk at once, then only pings
+		// (it stalls until cancelled): a header race would pick it; the
+		// plugin waits for a real token, which only B sends.
+		r := streamChat(ctx, sdk(tr.URL+"/ft/v1/"), "ft-1", "A=stall;B=ttft:20ms", nil)
 		if up, ok := r.whole("ft-1", wl.WithDefaults().Tokens); !ok {
 			t.Fatalf("ft-1: %s", r.notWhole("ft-1", wl.WithDefaults().Tokens))
 		} else if up != "B" {

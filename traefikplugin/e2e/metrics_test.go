@@ -22,9 +22,11 @@ func TestMetricsPathThroughTraefik(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	ab := [][2]string{{"A", a.URL}, {"B", b.URL}}
-	// 200ms, not 50ms: request 2 must not hedge, and the interpreted plugin
-	// on a loaded 2-core machine adds tens of ms to A's own ~30-60ms.
-	cfg := pluginConfig(ab, "route: names", "delay: 200ms", "log: stderr", "metricsPath: /llmhedge/metrics")
+	// One hedge in the budget's bucket and next to no refill: request 1 (A
+	// stalls) hedges, request 2 cannot, however long A takes on a loaded
+	// machine (metricscheck wants exactly one hedge started).
+	cfg := pluginConfig(ab, "route: names", "delay: 200ms", "log: stderr", "metricsPath: /llmhedge/metrics",
+		"budget:", "  ratio: 0.01", "  burst: 1")
 	d := newDynamic("m1").
 		hedge("hedge-names1", cfg).route("names1", "noop@internal", "hedge-names1").
 		hedge("hedge-names2", cfg).route("names2", "noop@internal", "hedge-names2")

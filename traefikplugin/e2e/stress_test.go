@@ -37,7 +37,8 @@ const (
 	// stressTimeout is how long one request may take before it counts as a
 	// hang: the slowest honest answer of the workload at scale 0.05 (a 1 s
 	// stall on both upstreams, then the stream) is a few seconds even on a
-	// loaded machine.
+	// loaded machine. wall clock: a hang has no event to wait for; only a
+	// bound far above the slowest answer tells it from slow.
 	stressTimeout = 30 * time.Second
 	// goroutineSlack is how many more goroutines Traefik may have after a
 	// run than the reference count (pprof's own request, timers of the

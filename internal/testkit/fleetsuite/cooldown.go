@@ -36,6 +36,9 @@ func (s *Acceptance) CoolDownPropagation(t *testing.T, ctx context.Context, tria
 	}
 	t.Logf("ACCEPTANCE cool-down propagation (429 Retry-After: 5 on %s, probes every %v at the %d others): %d trials, p50 %v, max %v (goal max ≤ %v); without the fleet %d of %d replicas still sent to A 1.5s after the 429",
 		s.Replicas[0].Name, probeEvery, len(s.Replicas)-1, trials, quantile(times, 0.5).Round(time.Millisecond), quantile(times, 1).Round(time.Millisecond), goal, len(stale), len(s.Replicas)-1)
+	// wall clock: the propagation time is the acceptance goal under test
+	// (the README's "within 1 s"); the 4s watch above is bounded by the
+	// cool-down's own 5s Retry-After.
 	if worst := quantile(times, 1); worst > goal {
 		t.Errorf("cool-down propagation: max %v over %d trials, want at most %v", worst, trials, goal)
 	}

@@ -72,8 +72,8 @@ func Signals(t *testing.T, proc func(i int) *os.Process) (pause, resume func(int
 }
 
 // FaultWorkload is the fault suite's upstream: 16 tokens after 40ms, 8ms
-// apart; keys named slow-* get their first token after 700ms (the paused
-// leader before its commit).
+// apart; the generation of a slow-* key that a pause holds (the paused
+// leader before its commit) starts once the pause landed.
 func FaultWorkload() llmsim.Workload {
 	return llmsim.Workload{MedianTTFT: 40 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 16, TokenGap: 8 * time.Millisecond, PingEvery: 10 * time.Millisecond}
 }
@@ -124,6 +124,7 @@ type faultRun struct {
 	up     *GenUpstream
 	redis  *redisproc.Server
 	client *http.Client
+	held   *llmsim.Holder // slow-* generations held (see newFaultRun)
 
 	mu      sync.Mutex
 	answers []faultAnswer
@@ -251,9 +252,12 @@ func newFaultRun(t *testing.T, start FaultStart) *faultRun {
 	// Redis came back, or after a lease ran out.
 	long := llmsim.Workload{MedianTTFT: 40 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 250, TokenGap: 10 * time.Millisecond, PingEvery: 10 * time.Millisecond}
 	up := StartGenUpstream(t, FaultWorkload(), long)
+	// slow-* keys: the generation the test holds (pause before commit)
+	// waits before its status line until the test has paused its leader.
+	held := &llmsim.Holder{}
 	up.sim.Behave = func(r *http.Request) llmsim.Behavior {
 		if strings.HasPrefix(r.Header.Get(llmsim.HeaderIdempotencyKey), "slow-") {
-			return llmsim.Behavior{TTFT: 700 * time.Millisecond}
+			held.Behave(r)
 		}
 		return llmsim.Behavior{}
 	}
@@ -262,7 +266,7 @@ func newFaultRun(t *testing.T, start FaultStart) *faultRun {
 		Lease: "2s", Timeout: "500ms", RetryInterval: "200ms"})
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &faultRun{t: t, rig: rig, up: up, redis: redis, client: &http.Client{Transport: tr},
+	return &faultRun{t: t, rig: rig, up: up, redis: redis, client: &http.Client{Transport: tr}, held: held,
 		faults: map[string]int{}, progressed: make(chan struct{})}
 }
 
@@ -510,13 +514,14 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 	n := s.rig.Replicas
 	for r := 0; r < n; r++ {
 		joined := false
-		for i := 0; !joined && time.Since(back) < 15*time.Second && ctx.Err() == nil; i++ {
+		// Polling pairs for the event, bounded by rejoinGuard.
+		for i := 0; !joined && time.Since(back) < rejoinGuard && ctx.Err() == nil; i++ {
 			key := fmt.Sprintf("probe-%d-%d-%d", cycle, r, i)
 			got := s.sendKey(ctx, key, []target{{r, FaultRoute}, {(r + 1) % n, FaultRoute}})
 			joined = got[0].complete() && got[1].complete() && s.up.Attempts(key) == 1
 		}
 		if !joined {
-			s.t.Errorf("restart-empty %d: replicas %d and %d never joined a key again within 15s of Redis' return", cycle, r, (r+1)%n)
+			s.t.Errorf("restart-empty %d: replicas %d and %d never joined a key again within %v of Redis' return", cycle, r, (r+1)%n, rejoinGuard)
 		}
 	}
 	s.mu.Lock()
@@ -548,7 +553,8 @@ func (s *faultRun) restartMidFlight(ctx context.Context, cycle int) {
 	s.redis.Restart()
 	back := time.Now()
 	joined := false
-	for i := 0; !joined && time.Since(back) < 15*time.Second && ctx.Err() == nil; i++ {
+	// Polling pairs for the event, bounded by rejoinGuard.
+	for i := 0; !joined && time.Since(back) < rejoinGuard && ctx.Err() == nil; i++ {
 		probe := fmt.Sprintf("probe-mid-%d-%d", cycle, i)
 		got := s.sendKey(ctx, probe, []target{{1, FaultRoute}, {2, FaultRoute}})
 		joined = got[0].complete() && got[1].complete() && s.up.Attempts(probe) == 1
@@ -602,14 +608,20 @@ func (s *faultRun) storm(ctx context.Context, cycle int) {
 // pause pauses (SIGSTOP) a replica that leads a key with followers on the
 // others, keeps it stopped until every lease in Redis at the pause is gone
 // (its own ran out: it was paused past its lease), then resumes it. Before
-// commit: the key's first token is 700ms away (slow-*); after: the
-// leader's client already has its first chunk.
+// commit: the upstream holds the leader's generation (slow-*) until the
+// pause has landed, whatever the machine's load; after: the leader's
+// client already has its first chunk.
 func (s *faultRun) pause(ctx context.Context, cycle int, beforeCommit bool) {
 	n := s.rig.Replicas
 	r := (cycle*2 + map[bool]int{true: 0, false: 1}[beforeCommit]) % n
 	key := fmt.Sprintf("paused-%d-%d", cycle, r)
+	release := func() {}
 	if beforeCommit {
 		key = "slow-" + key
+		gate := s.held.Hold(GenID(key, 1))
+		var once sync.Once
+		release = func() { once.Do(func() { close(gate) }) }
+		defer release()
 	}
 	var wg sync.WaitGroup
 	leaderFirst := make(chan struct{})
@@ -640,6 +652,7 @@ func (s *faultRun) pause(ctx context.Context, cycle int, beforeCommit bool) {
 	leases := s.leases(c)
 	paused := time.Now()
 	s.rig.Pause(r)
+	release() // the leader is stopped before its generation's first byte
 	gone := until(ctx, func() bool {
 		now := s.leases(c)
 		for k, v := range leases {

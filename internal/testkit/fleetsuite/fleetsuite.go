@@ -226,7 +226,8 @@ func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, r
 // RedisKilledUnderLoad runs 20 concurrent streams (answers of 10 tokens)
 // across the replicas for total; Redis is killed after a third and
 // restarted after two thirds. It fails on any failed request, and unless
-// joins across replicas 0 and 1 work again within 2s of Redis' return.
+// joins across replicas 0 and 1 work again after Redis' return (an event:
+// how long that took is logged, not judged).
 func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration, rig Rig) {
 	t.Helper()
 	var done, failed atomic.Int64
@@ -241,6 +242,8 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 		}
 		done.Add(1)
 	})
+	// wall clock: the load's phases (before the kill, Redis away, after
+	// its return) are spans of time by design; nothing is judged by them.
 	timer := time.NewTimer(total / 3)
 	<-timer.C
 	rig.KillRedis()
@@ -248,27 +251,34 @@ func RedisKilledUnderLoad(t *testing.T, ctx context.Context, total time.Duration
 	<-timer.C
 	rig.RestartRedis()
 	back := time.Now()
-	joined := time.Duration(-1)
-	for i := 0; time.Since(back) < 10*time.Second; i++ {
-		key := "rejoin-" + strconv.Itoa(i)
+	// Polling pairs for the event (one generation for a key sent to both
+	// replicas at once), bounded by a deadline that only guards against a
+	// fleet that never comes back.
+	joined, tries := time.Duration(-1), 0
+	for ; joined < 0 && time.Since(back) < rejoinGuard && ctx.Err() == nil; tries++ {
+		key := "rejoin-" + strconv.Itoa(tries)
 		AtOnce(ctx, rig, "sk-carol", key)
 		if rig.Attempts(key) == 1 {
 			joined = time.Since(back)
-			break
 		}
 	}
 	timer.Reset(total / 3)
 	<-timer.C
 	close(stop)
 	wait()
-	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return", done.Load(), failed.Load(), joined)
+	t.Logf("%d requests under load, %d failed; joins again %v after Redis' return (pair %d)", done.Load(), failed.Load(), joined, tries)
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d requests failed while Redis was killed and restarted; first: %v", failed.Load(), done.Load(), firstErr.Load())
 	}
-	if joined < 0 || joined > 2*time.Second {
-		t.Errorf("joins worked again %v after Redis' return, want within 2s", joined)
+	if joined < 0 {
+		t.Errorf("joins never worked again after Redis' return: %d pairs in %v each got two generations", tries, rejoinGuard)
 	}
 }
+
+// rejoinGuard bounds the polling for joins after Redis' return: far above
+// the retry interval that brings a replica's fleet up again, a guard
+// against a fleet that never does, not a judgement of how fast.
+const rejoinGuard = 60 * time.Second
 
 // Answer is what one streaming request got.
 type Answer struct {

@@ -104,6 +104,9 @@ func (s *Acceptance) KillSwitch(t *testing.T, ctx context.Context, ctl func(args
 	if want := s.pausedLine(); shown != want {
 		t.Errorf("llmhedge-ctl status while paused: route %s on the live replicas %q, want %q%s", RouteSwitch, shown, want, statusNote)
 	}
+	// wall clock: how soon the switch holds on every replica is the
+	// acceptance goal under test (switchGoal), and the hedges counted late
+	// are those after it.
 	if slowest > switchGoal {
 		t.Errorf("kill switch: a replica started a hedge %v after the pause, want within %v (per replica: %s)", slowest, switchGoal, s.durationsLine(last))
 	}

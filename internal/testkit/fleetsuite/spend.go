@@ -22,6 +22,7 @@ const spendCapTokens = 100
 // window is the clock hour: a scenario that would straddle its end waits
 // for the next hour first.
 func (s *Acceptance) SpendCap(t *testing.T, ctx context.Context, n int) {
+	// wall clock: the cap's window is the clock hour itself.
 	if left := time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)); left < 30*time.Second {
 		t.Logf("spend cap: %v left in this hour's window, waiting for the next one", left.Round(time.Second))
 		waitUntil(ctx, time.Now().Add(left+time.Second))

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
@@ -30,7 +31,9 @@ const (
 	// hedges fire on ~5% of requests (the stalls and the slow tail).
 	hedgeQuantile = 0.95
 	// clientDeadline is far above any correct request (a stall is at most
-	// 1s and is hedged); a request still running then is a hang.
+	// 1s and is hedged); a request still running then is a hang. wall
+	// clock: a hang has no event to wait for; only a bound tells it from
+	// slow (with both cores busy the slowest answers took a few seconds).
 	clientDeadline = 20 * time.Second
 	// drainDeadline bounds the wait for goroutines to return to baseline
 	// after everything was closed.
@@ -66,10 +69,11 @@ type loadRun struct {
 	goroutinesBefore, peak int
 	goroutinesAfter        int
 	wall                   time.Duration
-	// slowKeyedWarmUp, set by a builder, adds a keyed warm-up request whose
-	// first token takes this long (fleet mode: longer than a lease renewal
-	// interval, so that the renewal path is warmed up too).
-	slowKeyedWarmUp time.Duration
+	// awaitRenewal, set by a builder, adds a keyed warm-up request whose
+	// first token is held until awaitRenewal returns (fleet mode: once
+	// the leader renewed its lease, so that the renewal path is warmed up
+	// too).
+	awaitRenewal func()
 
 	mu       sync.Mutex
 	examples []string       // the first few failures
@@ -200,8 +204,10 @@ func runLoad(t testing.TB, mode string, build builder, n, clients int) *loadRun 
 	run.goroutinesBefore = runtime.NumGoroutine()
 
 	wl := llmsim.Reference(loadSeed, loadScale)
-	upA := (&llmsim.Server{Name: "A", Workload: wl, LogLimit: 1}).Start()
-	upB := (&llmsim.Server{Name: "B", Workload: wl, LogLimit: 1}).Start()
+	// The warm-up holds chosen requests' first tokens at both upstreams.
+	hold := &llmsim.TokenHold{}
+	upA := hold.Start(&llmsim.Server{Name: "A", Workload: wl, LogLimit: 1})
+	upB := hold.Start(&llmsim.Server{Name: "B", Workload: wl, LogLimit: 1})
 	delay := wl.TrueQuantile(hedgeQuantile)
 	handler, release := build(t, run, upA.URL, upB.URL, delay)
 
@@ -212,13 +218,21 @@ func runLoad(t testing.TB, mode string, build builder, n, clients int) *loadRun 
 	client := &http.Client{Transport: transport}
 
 	prefix := strings.ReplaceAll(mode, " ", "-")
-	if raceEnabled && os.Getenv("LLMHEDGE_STRESS_COLD") == "" {
-		warmUp(client, front.URL, prefix, wl.WithDefaults().Tokens, delay, run, run.slowKeyedWarmUp)
+	// Interpreted under -race only (LLMHEDGE_STRESS_INPROCESS=1, see
+	// child_test.go): compiled code has no lazy cache to warm.
+	if raceEnabled && strings.Contains(mode, "interpreted") && os.Getenv("LLMHEDGE_STRESS_COLD") == "" {
+		warmUp(t, warmRig{client: client, url: front.URL, hold: hold, b: upB}, prefix, wl.WithDefaults().Tokens, run)
 		// Core observes a request before its response ends, so every
-		// warm-up report is in; the load's are counted from zero.
+		// warm-up report is in; the load's are counted from zero. Where
+		// core reports (the core runs), the warm-up must have joined and
+		// replayed: the paths its gates force.
 		run.mu.Lock()
+		warmed := run.outcomes
 		run.outcomes = nil
 		run.mu.Unlock()
+		if warmed != nil && (warmed[core.OutcomeJoined] < 1 || warmed[core.OutcomeReplayed] < 1) {
+			run.note(&run.errs, "warm-up: core reported %v, want a joined and a replayed request", warmed)
+		}
 	}
 	servedB := upB.Served()
 	cancelled := upA.Cancelled() + upB.Cancelled()
@@ -267,44 +281,130 @@ func runLoad(t testing.TB, mode string, build builder, n, clients int) *loadRun 
 }
 
 // warmUp sends one request down each path of the engine (plain, hedge won,
-// hedge lost, keyed, replayed, joined) before the load, when the race
-// detector is on. Yaegi v0.16.1 computes an interpreted type's reflect type
-// lazily, the first time it is needed, and caches it without
-// synchronisation (interp/type.go, refType): the first concurrent uses of a
-// code path race on that cache. Every writer stores the same canonical
-// type, so the race has no effect, but the detector would fail the test on
-// it; after the warm-up the load itself must be free of data races. Its
-// requests are checked like the load's but not counted in it.
-// LLMHEDGE_STRESS_COLD=1 skips it, to see that race.
-func warmUp(client *http.Client, url, prefix string, tokens int, delay time.Duration, run *loadRun, slowKeyed time.Duration) {
-	slow := (4 * delay).String()
-	slower := (8 * delay).String()
-	items := []loadItem{
+// primary won after the hedge, keyed, replayed, joined) before the load,
+// when the race detector is on. Yaegi v0.16.1 computes an interpreted
+// type's reflect type lazily, the first time it is needed, and caches it
+// without synchronisation (interp/type.go, refType): the first concurrent
+// uses of a code path race on that cache. Every writer stores the same
+// canonical type, so the race has no effect, but the detector would fail
+// the test on it; after the warm-up the load itself must be free of data
+// races. Its requests are checked like the load's but not counted in it.
+// LLMHEDGE_STRESS_COLD=1 skips it, to see that race. It runs only for the
+// interpreted loads kept under -race with LLMHEDGE_STRESS_INPROCESS=1: by
+// default they run in a child without -race (child_test.go), as no
+// warm-up reaches every path a loaded machine takes.
+//
+// Each path is forced by an event, not a TTFT: a path that a slow machine
+// let slip (a hedge that lost its race, a follower that came after its
+// leader's end) would be cold, and its first concurrent use under the load
+// would trip the race detector on Yaegi's cache.
+func warmUp(t testing.TB, rig warmRig, prefix string, tokens int, run *loadRun) {
+	warm := &loadRun{mode: "warm-up"}
+	send := func(it loadItem) { sendAndCheck(rig.client, rig.url, it, tokens, warm) }
+	sent := 0
+	// Plain; the hedge wins (A never sends a token); the keyed path and
+	// its replay, one after the other.
+	for _, it := range []loadItem{
 		{id: prefix + "-warm-plain"},
-		{id: prefix + "-warm-hedge-wins", behavior: "A=ttft:" + slow},
-		{id: prefix + "-warm-primary-wins", behavior: "A=ttft:" + slow + ";B=ttft:" + slower},
+		{id: prefix + "-warm-hedge-wins", behavior: "A=stall"},
 		{id: prefix + "-warm-keyed", keyed: true},
 		{id: prefix + "-warm-keyed", keyed: true}, // replayed
+	} {
+		send(it)
+		sent++
 	}
-	if slowKeyed > 0 {
-		items = append(items, loadItem{id: prefix + "-warm-keyed-slow", keyed: true, behavior: "*=ttft:" + slowKeyed.String()})
+	// The primary wins after the hedge: A's first token is held until B
+	// has the hedge, which never answers.
+	primaryWins := loadItem{id: prefix + "-warm-primary-wins", behavior: "A=ttft:1ms;B=stall"}
+	rig.heldUntil(t, primaryWins.id, send, primaryWins, func() {
+		rig.waitB(t, primaryWins.id, "the hedge of "+primaryWins.id)
+	})
+	sent++
+	if run.awaitRenewal != nil {
+		// A keyed leader held until it renewed its lease.
+		slow := loadItem{id: prefix + "-warm-keyed-slow", keyed: true}
+		rig.heldUntil(t, slow.id, send, slow, run.awaitRenewal)
+		sent++
 	}
-	warm := &loadRun{mode: "warm-up"}
-	for _, it := range items {
-		sendAndCheck(client, url, it, tokens, warm)
+	// A leader and a follower at once: the leader's upstream holds its
+	// first token until the follower waits for the flight.
+	twin := loadItem{id: prefix + "-warm-twin", keyed: true}
+	done := make(chan struct{})
+	rig.heldUntil(t, twin.id, send, twin, func() {
+		go func() {
+			send(twin)
+			close(done)
+		}()
+		awaitFollower(t, twin.id)
+	})
+	<-done
+	sent += 2
+	if warm.ok != int64(sent) {
+		run.note(&run.errs, "warm-up: %d of %d requests failed: %v", int64(sent)-warm.ok, sent, warm.examples)
 	}
-	// A leader and a follower at once.
-	twin := loadItem{id: prefix + "-warm-twin", keyed: true, behavior: "*=ttft:" + slow}
+}
+
+// warmRig is what the warm-up drives: the front, and the upstreams' hold.
+type warmRig struct {
+	client *http.Client
+	url    string
+	hold   *llmsim.TokenHold
+	b      *llmsim.Running
+}
+
+// heldUntil sends it with its first token held at both upstreams until
+// the request reached that token and then until do returned.
+func (rig warmRig) heldUntil(t testing.TB, id string, send func(loadItem), it loadItem, do func()) {
+	reached, release := rig.hold.Hold(id)
+	defer release()
 	done := make(chan struct{})
 	go func() {
-		sendAndCheck(client, url, twin, tokens, warm)
+		send(it)
 		close(done)
 	}()
-	sendAndCheck(client, url, twin, tokens, warm)
-	<-done
-	if warm.ok != int64(len(items)+2) {
-		run.note(&run.errs, "warm-up: %d of %d requests failed: %v", int64(len(items)+2)-warm.ok, len(items)+2, warm.examples)
+	select {
+	case <-reached:
+	case <-done: // failed before its first token: sendAndCheck counted it
+		return
 	}
+	do()
+	release()
+	<-done
+}
+
+// waitB waits for upstream B to have received request id (an event; the
+// deadline only guards against a hedge that never comes).
+func (rig warmRig) waitB(t testing.TB, id, what string) {
+	ctx, cancel := context.WithTimeout(context.Background(), warmDeadline)
+	defer cancel()
+	if err := rig.b.WaitFor(ctx, func() bool { return rig.b.Attempts(id) > 0 }); err != nil {
+		t.Fatalf("warm-up: no %s: %v", what, err)
+	}
+}
+
+// warmDeadline guards the warm-up's waits for events against a hang.
+const warmDeadline = 60 * time.Second
+
+// awaitFollower polls this process's goroutines (core gives no event for
+// it) until one more waits in sync.Cond.Wait than when it started: an
+// idempotency follower, the only user of sync.Cond here, waiting for its
+// flight. Bounded by warmDeadline.
+func awaitFollower(t testing.TB, id string) {
+	before := condWaiters()
+	deadline := time.Now().Add(warmDeadline)
+	for condWaiters() <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("warm-up: the twin of %s never waited for its leader's flight", id)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// condWaiters counts the goroutines blocked in sync.Cond.Wait.
+func condWaiters() int {
+	buf := make([]byte, 8<<20) // every stack: the warm-up runs few goroutines
+	buf = buf[:runtime.Stack(buf, true)]
+	return bytes.Count(buf, []byte("sync.(*Cond).Wait("))
 }
 
 // sendAndCheck sends one request and classifies its answer.

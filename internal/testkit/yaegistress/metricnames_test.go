@@ -73,6 +73,12 @@ func metricsPlugin(t *testing.T, createConfig, newPlugin reflect.Value, route, a
 	cfg := createConfig.Call(nil)[0]
 	c := cfg.Elem()
 	c.FieldByName("Delay").SetString("50ms")
+	// One hedge in the bucket and next to no refill: request 1 (A stalls)
+	// hedges, request 2 cannot, however long A takes on a loaded machine
+	// (metricscheck wants exactly one hedge started).
+	budget := c.FieldByName("Budget")
+	budget.FieldByName("Burst").SetFloat(1)
+	budget.FieldByName("Ratio").SetFloat(0.01)
 	c.FieldByName("Log").SetString("off")
 	c.FieldByName("MetricsPath").SetString("/llmhedge/metrics")
 	ups := c.FieldByName("Upstreams")

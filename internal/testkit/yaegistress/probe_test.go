@@ -12,11 +12,12 @@ type probeStats struct {
 	calls, wrong, panics, hangs int64
 	example                     string // the first failure, for the log
 	wall                        time.Duration
+	slowest                     time.Duration // the longest call that returned
 }
 
 func (s *probeStats) String() string {
-	return fmt.Sprintf("calls=%d wrong=%d panics=%d hangs=%d wall=%v first failure: %s",
-		s.calls, s.wrong, s.panics, s.hangs, s.wall.Round(time.Millisecond), s.example)
+	return fmt.Sprintf("calls=%d wrong=%d panics=%d hangs=%d wall=%v slowest call=%v first failure: %s",
+		s.calls, s.wrong, s.panics, s.hangs, s.wall.Round(time.Millisecond), s.slowest.Round(time.Millisecond), s.example)
 }
 
 func (s *probeStats) bad() int64 { return s.wrong + s.panics + s.hangs }
@@ -64,11 +65,16 @@ func runProbe(fn func(int) int, workers, calls int, hangAfter time.Duration) *pr
 					r.v = fn(id)
 				}()
 				timer.Reset(hangAfter)
+				began := time.Now()
 				select {
 				case r := <-done:
 					if !timer.Stop() {
 						<-timer.C
 					}
+					took := time.Since(began)
+					mu.Lock()
+					st.slowest = max(st.slowest, took)
+					mu.Unlock()
 					switch {
 					case r.panicV != nil:
 						note(&st.panics, fmt.Sprintf("call %d panicked: %v", id, r.panicV))

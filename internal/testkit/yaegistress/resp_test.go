@@ -2,6 +2,7 @@ package yaegistress
 
 import (
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +18,10 @@ import (
 // connections opened, compiled and interpreted, and for comparison with a
 // new connection per call (the CrowdSec bouncer plugin's way).
 // LLMHEDGE_STRESS=full runs ten times as many calls.
+//
+// The client has no timeouts of its own (respcheck's options): on a
+// starved machine a call is slow, not failed, so that a failed call is a
+// defect and wrong replies are never hidden among timeouts.
 func TestRespUnderConcurrentInterpretation(t *testing.T) {
 	const workers = 50
 	const maxOpen = 16
@@ -46,30 +51,55 @@ func TestRespUnderConcurrentInterpretation(t *testing.T) {
 			evalAs[func(int) int](t, i, "respcheck.Roundtrip"),
 			evalAs[func(int) int](t, i, "respcheck.RoundtripNewConnection")},
 	}
+	var failedCalls atomic.Int64
+	// counted takes failed calls out of runProbe's wrong answers: they
+	// are counted apart, with respcheck.FirstError to name one.
+	counted := func(fn func(int) int) func(int) int {
+		return func(id int) int {
+			v := fn(id)
+			if v == respcheck.Failed {
+				failedCalls.Add(1)
+				return id
+			}
+			return v
+		}
+	}
+	checkFailed := func(name, how string) {
+		if n := failedCalls.Swap(0); n != 0 {
+			t.Errorf("resp %s %s: %d calls failed with an error, want 0; first: %s", name, how, n, respcheck.FirstError())
+		}
+	}
 	for _, m := range modes {
 		if msg := m.open(srv.URL(), maxOpen); msg != "" {
 			t.Fatalf("%s: Open: %s", m.name, msg)
 		}
-		st := runProbe(m.roundtrip, workers, calls, 30*time.Second)
+		st := runProbe(counted(m.roundtrip), workers, calls, respHangAfter)
 		dials := m.dials()
 		t.Logf("resp %s, pooled (MaxOpen %d), %d goroutines: %d calls, %.0f commands/s, %d connections opened; %v",
 			m.name, maxOpen, workers, st.calls, commandsPerSecond(st), dials, st)
 		if st.bad() != 0 || st.calls != int64(calls) {
 			t.Errorf("resp %s pooled: %v", m.name, st)
 		}
+		checkFailed(m.name, "pooled")
 		if dials > maxOpen {
 			t.Errorf("resp %s pooled: %d connections opened, want ≤ MaxOpen %d", m.name, dials, maxOpen)
 		}
 		m.close()
 
-		st = runProbe(m.perConn, workers, perConnectionCalls, 30*time.Second)
+		st = runProbe(counted(m.perConn), workers, perConnectionCalls, respHangAfter)
 		t.Logf("resp %s, a new connection per call, %d goroutines: %d calls, %.0f commands/s, %d connections opened; %v",
 			m.name, workers, st.calls, commandsPerSecond(st), st.calls, st)
 		if st.bad() != 0 {
 			t.Errorf("resp %s per connection: %v", m.name, st)
 		}
+		checkFailed(m.name, "per connection")
 	}
 }
+
+// respHangAfter is the hang guard of one call: far above the slowest call
+// seen with both cores busy (a few seconds, interpreted), as the client
+// has no timeout of its own.
+const respHangAfter = 2 * time.Minute
 
 func commandsPerSecond(st *probeStats) float64 {
 	if st.wall <= 0 {

@@ -15,6 +15,7 @@ import (
 // exploration) is shared by every request of the route, read and written
 // under its mutex by concurrent interpreted requests.
 func TestStressPluginFastestInterpreted(t *testing.T) {
+	here := stressModes(t)
 	interpretedN, compiledN, repeats := stressSize(ciPluginRequests)
 	interpreted := fastest(t, interpretedPluginCreateConfig(t))
 	compiled := pluginBuilder(fastestConfig(reflect.ValueOf(traefikplugin.CreateConfig)), reflect.ValueOf(traefikplugin.New))
@@ -27,6 +28,9 @@ func TestStressPluginFastestInterpreted(t *testing.T) {
 			{"plugin fastest compiled", compiled, compiledN},
 			{"plugin fastest interpreted", interpreted, interpretedN},
 		} {
+			if !here(m.mode) {
+				continue
+			}
 			runLoad(t, fmt.Sprintf("%s run %d", m.mode, r), m.build, m.requests, loadClients).check(t)
 		}
 	}

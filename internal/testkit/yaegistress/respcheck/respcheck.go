@@ -9,20 +9,55 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/llmhedge/llmhedge/resp"
 )
 
 var (
-	mu     sync.Mutex
-	client *resp.Client
-	url    string
+	mu       sync.Mutex
+	client   *resp.Client
+	url      string
+	firstErr string // the first call that failed, for the log
 )
+
+// Results of a call besides its id: a reply that is not the call's own
+// (what the test is after), or an error before any reply could be compared
+// (the first is kept: see FirstError).
+const (
+	Wrong  = -1
+	Failed = -2
+)
+
+// untimed leaves every wait to the call's context, which has no deadline:
+// a call on a starved machine is slow, never failed by a timeout of its
+// own (the test's hang guard bounds it).
+func untimed(redisURL string, maxOpen int) resp.Options {
+	return resp.Options{URL: redisURL, MaxOpen: maxOpen, MaxIdle: maxOpen, DialTimeout: -1, ReadTimeout: -1, WriteTimeout: -1}
+}
+
+// FirstError is the first failed call's error since Open, "" if none.
+func FirstError() string {
+	mu.Lock()
+	defer mu.Unlock()
+	return firstErr
+}
+
+func failed(id int, what string, err error) int {
+	mu.Lock()
+	defer mu.Unlock()
+	if firstErr == "" {
+		msg := "call " + strconv.Itoa(id) + ": " + what
+		if err != nil {
+			msg = msg + ": " + err.Error()
+		}
+		firstErr = msg
+	}
+	return Failed
+}
 
 // Open makes the shared client of Roundtrip; "" or the error's text.
 func Open(redisURL string, maxOpen int) string {
-	c, err := resp.New(resp.Options{URL: redisURL, MaxOpen: maxOpen, MaxIdle: maxOpen})
+	c, err := resp.New(untimed(redisURL, maxOpen))
 	if err != nil {
 		return err.Error()
 	}
@@ -33,6 +68,7 @@ func Open(redisURL string, maxOpen int) string {
 	}
 	client = c
 	url = redisURL
+	firstErr = ""
 	return ""
 }
 
@@ -69,7 +105,7 @@ const CommandsPerCall = 4
 // Roundtrip sends, on the shared client, a pipeline SET/GET/ECHO of a value
 // unique to id (of a length that varies with id, so replies end at
 // different places in the read buffer) and then a GET; it returns id when
-// every reply is id's own, -1 otherwise.
+// every reply is id's own, Wrong when one is not, Failed on an error.
 func Roundtrip(id int) int {
 	return check(shared(), id)
 }
@@ -78,9 +114,12 @@ func Roundtrip(id int) int {
 // afterwards: a new TCP connection per call, the way the CrowdSec bouncer
 // plugin talks to Redis.
 func RoundtripNewConnection(id int) int {
-	c, err := resp.New(resp.Options{URL: url})
+	mu.Lock()
+	u := url
+	mu.Unlock()
+	c, err := resp.New(untimed(u, 0))
 	if err != nil {
-		return -1
+		return failed(id, "New", err)
 	}
 	got := check(c, id)
 	_ = c.Close()
@@ -89,23 +128,25 @@ func RoundtripNewConnection(id int) int {
 
 func check(c *resp.Client, id int) int {
 	if c == nil {
-		return -1
+		return failed(id, "no client (Open first)", nil)
 	}
 	key := "respcheck:" + strconv.Itoa(id)
 	value := key + ":" + strings.Repeat("v", id%300)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := context.Background()
 	cmds := [][]string{{"SET", key, value, "PX", "60000"}, {"GET", key}, {"ECHO", value}}
 	values, err := c.Pipeline(ctx, cmds)
-	if err != nil || len(values) != 3 {
-		return -1
+	if err != nil {
+		return failed(id, "pipeline", err)
 	}
-	if values[0].Str != "OK" || values[1].Str != value || values[2].Str != value {
-		return -1
+	if len(values) != 3 || values[0].Str != "OK" || values[1].Str != value || values[2].Str != value {
+		return Wrong
 	}
 	v, err := c.Do(ctx, "GET", key)
-	if err != nil || v.Str != value {
-		return -1
+	if err != nil {
+		return failed(id, "GET", err)
+	}
+	if v.Str != value {
+		return Wrong
 	}
 	return id
 }
