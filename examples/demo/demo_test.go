@@ -22,6 +22,9 @@ import (
 // checks its table, its JSON and its chart. (The full-size acceptance run is
 // `go run ./examples/demo`; its numbers are in the README.)
 func TestDemoRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the demo's 300-request load run, about a minute under -race")
+	}
 	dir := t.TempDir()
 	var out, progress bytes.Buffer
 	opts := options{n: 300, concurrency: 20, scale: 0.05, seed: 1, chart: filepath.Join(dir, "chart.svg"), json: true}
