@@ -79,6 +79,9 @@ func TestDemoRuns(t *testing.T) {
 // every request, the fastest one reports its primary changes, and the
 // timeline chart is written.
 func TestDemoRegimeRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the regime demo's 600-request load run, ~30 s under -race")
+	}
 	dir := t.TempDir()
 	var out, progress bytes.Buffer
 	opts := options{n: 600, concurrency: 20, scale: 0.02, seed: 1, chart: filepath.Join(dir, "regime.svg"), json: true}
