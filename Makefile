@@ -1,8 +1,14 @@
-# The whole test suite: `make test` (what CI runs, through .ci/run).
-# It installs what the tests need (yaegi v0.16.1 and golangci-lint into the
-# cache folder, Debian's redis-server through apt-get when it is missing) and
-# builds the real Caddy and Traefik binaries on first use (cached outside the
-# checkout in $(LLMHEDGE_CACHE), keyed by version and source hash).
+# Three lanes of tests (README: "Contributor notes: test lanes"):
+#   make unit  go test -short: no process outside the test binary, minutes;
+#   make e2e   the packages whose tests start real proxies, Redis, Node;
+#   make test  the whole suite (what CI runs, through .ci/run): every test,
+#              not -short (`make suite`), plus vet, lint, yaegi, fuzz,
+#              rules and kubernetes.
+# The last two install what the tests need (yaegi v0.16.1 and golangci-lint
+# into the cache folder, Debian's redis-server and prometheus through
+# apt-get when missing) and build the real Caddy and Traefik binaries on
+# first use (cached outside the checkout in $(LLMHEDGE_CACHE), keyed by
+# version and source hash).
 
 GO            ?= go
 LLMHEDGE_CACHE ?= $(HOME)/.cache/llmhedge
@@ -13,9 +19,9 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(LLMHEDGE_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 FUZZTIME      ?= 15s
 
-.PHONY: test vet lint unit yaegi fuzz demo tools redis-server prometheus rules kubernetes
+.PHONY: test vet lint unit e2e suite yaegi fuzz demo tools redis-server prometheus rules kubernetes
 
-test: vet lint unit yaegi fuzz rules kubernetes
+test: vet lint suite yaegi fuzz rules kubernetes
 
 tools: $(YAEGI) $(GOLANGCI_LINT)
 
@@ -73,8 +79,46 @@ rules: prometheus
 kubernetes:
 	cd deploy/kubernetes/validate && $(GO) test -count=1 ./...
 
-unit: redis-server prometheus
-	$(GO) test -race -count=1 -timeout 30m ./...
+# While editing: under -short the test kit skips every test that starts a
+# process (redisproc, caddybin, traefikbin, nodesdk, proc.SkipShort) and the
+# long load tests, so this needs neither Redis nor a proxy build.
+unit:
+	$(GO) test -race -short -count=1 -timeout 15m ./...
+
+# The packages whose tests start processes: redis-server (redisproc), a
+# built Caddy or Traefik (caddybin, traefikbin), node and npm (nodesdk),
+# prometheus or promtool (deploy), or the command under test as a child
+# (the cmd packages, envoyfilter's hostile client). A package whose tests
+# start one joins this list.
+E2E_PKGS := \
+	./caddymodule \
+	./caddymodule/e2e \
+	./cmd/llmhedge-ctl \
+	./cmd/llmhedge-tune \
+	./core/coretest \
+	./deploy \
+	./envoyfilter \
+	./envoyfilter/cmd/llmhedge-extproc \
+	./fleetredis \
+	./internal/fleete2e \
+	./internal/testkit/caddybin \
+	./internal/testkit/nodesdk \
+	./internal/testkit/proc \
+	./internal/testkit/redisproc \
+	./internal/testkit/yaegistress \
+	./resp \
+	./traefikplugin \
+	./traefikplugin/e2e
+
+# Before a push that touches an adapter or the fleet: those packages whole
+# (not -short), against the real processes.
+e2e: redis-server prometheus
+	$(GO) test -race -count=1 -timeout 30m $(E2E_PKGS)
+
+# Every test of the module, not -short: the go test part of `make test`.
+# GOTESTFLAGS=-json makes its output a report (e.g. of the slowest tests).
+suite: redis-server prometheus
+	$(GO) test $(GOTESTFLAGS) -race -count=1 -timeout 30m ./...
 
 # yaegi resolves imports GOPATH-style: link the checkout into a temporary
 # GOPATH and test the packages Traefik would interpret (resp: the plugin's

@@ -392,6 +392,9 @@ func TestRouteSimCalm(t *testing.T) {
 // their commits, not when the winners' streams end, which took 106ms).
 func TestRouteSimShift(t *testing.T) {
 	compiledTest(t)
+	if testing.Short() {
+		t.Skip("-short: 12 simulated regime shifts, over a minute under -race")
+	}
 	const seeds = 12
 	var ratios float64
 	var left time.Duration

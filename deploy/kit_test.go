@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 const (
@@ -205,6 +206,7 @@ func TestDashboardIsWellFormed(t *testing.T) {
 // promtool returns the path of promtool (Debian's prometheus package;
 // `make prometheus` installs it).
 func promtool(t testing.TB) string {
+	proc.SkipShort(t, "promtool")
 	p, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatal("promtool not found: run `make prometheus` (installs Debian's prometheus package)")

@@ -55,6 +55,7 @@ import (
 // legitimately have no data here are the alerts that do not fire on this
 // traffic; they must still evaluate without error.
 func TestPrometheusEndToEnd(t *testing.T) {
+	proc.SkipShort(t, "prometheus, caddy, traefik and redis-server")
 	promBin, err := exec.LookPath("prometheus")
 	if err != nil {
 		t.Fatal("prometheus not found: run `make prometheus` (installs Debian's prometheus package)")
@@ -385,10 +386,7 @@ const hedgeDelay = "20ms"
 // routeHeader) and returns the site's URL, the admin API's (which serves
 // /metrics) and the URL of a `metrics` handler.
 func startCaddy(t *testing.T, upA, upB string, endpoints ...string) (site, admin, metrics string) {
-	bin, err := caddybin.Path()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := caddybin.Binary(t)
 	dir := t.TempDir()
 	adminPort, sitePort, metricsPort := proc.FreePort(t), proc.FreePort(t), proc.FreePort(t)
 	var routes strings.Builder
@@ -561,8 +559,8 @@ routes:
 }
 
 // runProcess starts cmd, stops it at the end of the test, and waits until
-// readyURL answers 200 (Traefik interprets the plugin first: up to 180 s
-// on a loaded machine).
+// readyURL answers 200: the process's own signal that it serves (Traefik
+// interprets the plugin first, which takes a while on a loaded machine).
 func runProcess(t *testing.T, name string, cmd *exec.Cmd, readyURL string) *proc.Buffer {
 	t.Helper()
 	logs := &proc.Buffer{}
@@ -576,26 +574,10 @@ func runProcess(t *testing.T, name string, cmd *exec.Cmd, readyURL string) *proc
 		close(exited)
 	}()
 	t.Cleanup(func() { proc.Stop(cmd.Process, exited, 10*time.Second) })
-	const wait = 180 * time.Second
-	deadline := time.Now().Add(wait)
-	for {
-		select {
-		case <-exited:
-			t.Fatalf("%s exited during startup:\n%s", name, proc.Tail(logs.String(), 40))
-		default:
-		}
-		resp, err := http.Get(readyURL)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return logs
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %s did not answer 200 within %v (last error %v):\n%s", name, readyURL, wait, err, proc.Tail(logs.String(), 40))
-		}
-		time.Sleep(50 * time.Millisecond) // polling a process we do not control
+	if err := proc.WaitReady(cmd.Args, exited, logs.String, proc.HTTPReady(readyURL)); err != nil {
+		t.Fatalf("%s: %v", name, err)
 	}
+	return logs
 }
 
 // prometheus is a running Prometheus.

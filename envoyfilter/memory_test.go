@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmhedge/llmhedge/envoyfilter"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // The hostile client runs in a child process (this test binary again), so
@@ -106,6 +107,7 @@ func heapAfterGC() uint64 {
 //
 //	LLMHEDGE_HOSTILE_STREAMS=16 go test -run HostileClient -v ./envoyfilter/
 func TestHostileClientMemoryPerStream(t *testing.T) {
+	proc.SkipShort(t, "this test binary as a hostile client process")
 	for _, path := range []string{"/v1/chat/completions", "/not-hedged"} {
 		t.Run(path, func(t *testing.T) { hostileMemory(t, path) })
 	}

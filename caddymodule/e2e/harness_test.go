@@ -5,9 +5,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +28,12 @@ import (
 var caddyBinary string
 
 func TestMain(m *testing.M) {
+	flag.Parse() // for testing.Short
+	if testing.Short() {
+		// Not a skip per test: caddy would be built before any test runs.
+		fmt.Println("caddymodule/e2e: -short: every test here starts caddy; `make e2e` runs them")
+		os.Exit(0)
+	}
 	bin, err := os.Getenv("LLMHEDGE_CADDY_BIN"), error(nil)
 	if bin == "" {
 		bin, err = caddybin.Path()
@@ -40,8 +46,9 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// startupTimeout bounds how long Caddy may take to start or stop.
-const startupTimeout = 30 * time.Second
+// stopTimeout bounds how long Caddy may take to stop gracefully (its start
+// is bounded by proc.ReadyTimeout).
+const stopTimeout = 30 * time.Second
 
 // caddyProc is a running Caddy process serving one listener per site.
 type caddyProc struct {
@@ -141,49 +148,21 @@ func (c *caddyProc) launch(config string, env []string) error {
 // url returns the base URL of site i.
 func (c *caddyProc) url(i int) string { return fmt.Sprintf("http://127.0.0.1:%d", c.ports[i]) }
 
-// waitReady polls (with a deadline: Caddy is an external process) until the
-// admin API answers and every site's port accepts connections.
+// waitReady waits for Caddy's own signals that it serves: the admin API
+// answers and every site's port accepts connections. An error (Caddy
+// exited, or never got there within proc.ReadyTimeout) quotes the command
+// and the log's last lines.
 func (c *caddyProc) waitReady() error {
-	c.t.Helper()
-	deadline := time.Now().Add(startupTimeout)
-	for {
-		select {
-		case <-c.exited:
-			return fmt.Errorf("caddy exited during startup:\n%s", c.logs())
-		default:
-		}
-		if c.ready() {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("caddy not ready after %v:\n%s", startupTimeout, c.logs())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (c *caddyProc) ready() bool {
-	resp, err := http.Get(c.admin + "/config/")
-	if err != nil {
-		return false
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return false
-	}
+	checks := []func() error{proc.HTTPReady(c.admin + "/config/")}
 	for i := range c.ports {
-		conn, err := net.DialTimeout("tcp", strings.TrimPrefix(c.url(i), "http://"), time.Second)
-		if err != nil {
-			return false
-		}
-		conn.Close()
+		checks = append(checks, proc.PortReady(strings.TrimPrefix(c.url(i), "http://")))
 	}
-	return true
+	return proc.WaitReady(c.cmd.Args, c.exited, c.logs, proc.AllReady(checks...))
 }
 
 // stop asks Caddy to shut down gracefully, and kills it if it does not.
 func (c *caddyProc) stop() {
-	if !proc.Stop(c.cmd.Process, c.exited, startupTimeout) {
+	if !proc.Stop(c.cmd.Process, c.exited, stopTimeout) {
 		c.t.Errorf("caddy did not stop on SIGTERM")
 	}
 }

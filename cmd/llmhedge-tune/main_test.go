@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // mainEnv makes the test binary run the command's main instead of the
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 // TestCtrlC sends SIGINT to the running command: it stops, cancels the
 // requests in flight, prints the partial report and exits 130.
 func TestCtrlC(t *testing.T) {
+	proc.SkipShort(t, "the command (this test binary) as a child process")
 	w := llmsim.Reference(21, 0.05)
 	a, b := llmsim.Start("ca", w), llmsim.Start("cb", w)
 	defer a.Close()

@@ -95,6 +95,9 @@ const acceptanceSeed = 13
 // p95, and the predicted p99 is within 15 % of the ideal hedge's p99
 // computed from the same draws (asserted with LLMHEDGE_BENCH=1).
 func TestAcceptance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 600 requests against simulated endpoints, ~20 s under -race")
+	}
 	const n = 600
 	w := llmsim.Reference(acceptanceSeed, 0.05)
 	a, b := llmsim.Start("tune-a", w), llmsim.Start("tune-b", w)

@@ -43,6 +43,9 @@ var faults = []fault{
 // TestNoLeaksUnderFaults sends 2,000 requests with injected faults through
 // the core and checks every outcome, then that no goroutine is left.
 func TestNoLeaksUnderFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 2,000 faulted requests, over a minute under -race")
+	}
 	ignore := goleak.IgnoreCurrent()
 	w := llmsim.Reference(7, 0.02)
 	cfg := core.Config{Delay: core.DelayConfig{Fixed: core.Duration(30 * time.Millisecond)}, Timeout: core.Duration(5 * time.Second),

@@ -20,6 +20,9 @@ import (
 // checks always apply (no wrong or failed answer); the speed ratios of the
 // core issue are checked only with LLMHEDGE_BENCH=1, on a quiet machine.
 func TestReferenceWorkload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: 3 x 600 requests of the reference workload, over a minute under -race")
+	}
 	n, conc := 600, 30
 	bench := os.Getenv("LLMHEDGE_BENCH") == "1"
 	if bench {

@@ -22,6 +22,9 @@ import (
 // checks its table, its JSON and its chart. (The full-size acceptance run is
 // `go run ./examples/demo`; its numbers are in the README.)
 func TestDemoRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the demo's 300-request load run, about a minute under -race")
+	}
 	dir := t.TempDir()
 	var out, progress bytes.Buffer
 	opts := options{n: 300, concurrency: 20, scale: 0.05, seed: 1, chart: filepath.Join(dir, "chart.svg"), json: true}
@@ -76,6 +79,9 @@ func TestDemoRuns(t *testing.T) {
 // every request, the fastest one reports its primary changes, and the
 // timeline chart is written.
 func TestDemoRegimeRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the regime demo's 600-request load run, ~30 s under -race")
+	}
 	dir := t.TempDir()
 	var out, progress bytes.Buffer
 	opts := options{n: 600, concurrency: 20, scale: 0.02, seed: 1, chart: filepath.Join(dir, "regime.svg"), json: true}

@@ -1,10 +1,8 @@
 package fleete2e
 
 import (
-	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -23,47 +21,6 @@ import (
 // The harness starts real Caddy and Traefik replicas serving the suite's
 // routes: Caddy one site per route on a port of its own, Traefik one
 // router per route under /<route>/ (a prefix stripped before the plugin).
-
-// startupTimeout bounds a replica's start (Traefik interprets the plugin
-// at start: tens of seconds on a loaded 2-core machine).
-const startupTimeout = 180 * time.Second
-
-// waitHTTP polls url (an external process: polling with a deadline is how
-// to know it serves) until it answers 200, or exited closes.
-func waitHTTP(t testing.TB, url string, p *process) {
-	t.Helper()
-	if err := waitServing(t, url, p); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// waitServing is waitHTTP, but a process that exits is an error.
-func waitServing(t testing.TB, url string, p *process) error {
-	t.Helper()
-	deadline := time.Now().Add(startupTimeout)
-	output := p.out.String
-	for {
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited (%v) while waiting for %s:\n%s", filepath.Base(p.cmd.Path), p.cmd.ProcessState, url, proc.Tail(output(), 6000))
-		default:
-		}
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		req.Close = true
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not ready after %v (last: %v):\n%s", url, startupTimeout, err, proc.Tail(output(), 6000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // process is a started child process, stopped at the end of the test.
 type process struct {
@@ -96,6 +53,13 @@ func run(t testing.TB, dir, bin string, args ...string) *process {
 		}
 	})
 	return p
+}
+
+// waitReady waits for the process's own signal that it serves (ready
+// passes), failing with its command and last log lines if it exits first
+// or never gets there within proc.ReadyTimeout.
+func (p *process) waitReady(ready func() error) error {
+	return proc.WaitReady(p.cmd.Args, p.exited, p.out.String, ready)
 }
 
 // head is the first n bytes of s.
@@ -170,10 +134,7 @@ func (c *caddyReplica) caddyfile(generation int) string {
 // launchCaddy starts a Caddy process serving routes; waitReady waits for it.
 func launchCaddy(t testing.TB, name string, routes []fleetsuite.RouteSpec, redisURL string) *caddyReplica {
 	t.Helper()
-	bin, err := caddybin.Path()
-	if err != nil {
-		t.Fatal(err)
-	}
+	bin := caddybin.Binary(t)
 	dir := t.TempDir()
 	c := &caddyReplica{t: t, name: name, admin: fmt.Sprintf("http://127.0.0.1:%d", proc.FreePort(t)), ports: map[string]int{}, routes: routes, redisURL: redisURL}
 	for _, r := range routes {
@@ -188,26 +149,12 @@ func launchCaddy(t testing.TB, name string, routes []fleetsuite.RouteSpec, redis
 }
 
 func (c *caddyReplica) waitReady() {
-	waitHTTP(c.t, c.admin+"/config/", c.p)
+	checks := []func() error{proc.HTTPReady(c.admin + "/config/")}
 	for _, r := range c.routes {
-		waitPort(c.t, c.ports[r.Name], c.p)
+		checks = append(checks, proc.PortReady("127.0.0.1:"+strconv.Itoa(c.ports[r.Name])))
 	}
-}
-
-// waitPort polls until a replica's port accepts connections.
-func waitPort(t testing.TB, port int, p *process) {
-	t.Helper()
-	deadline := time.Now().Add(startupTimeout)
-	for {
-		conn, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
-		if err == nil {
-			conn.Close()
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("port %d not open after %v:\n%s", port, startupTimeout, proc.Tail(p.out.String(), 4000))
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := c.p.waitReady(proc.AllReady(checks...)); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
@@ -365,12 +312,10 @@ global:
 	return tr
 }
 
-// waitReady waits until tr serves; an error means it exited first.
+// waitReady waits until tr serves: its ping endpoint answers and the first
+// generation's readiness route exists.
 func (tr *traefikReplica) waitReady() error {
-	if err := waitServing(tr.t, tr.ping, tr.p); err != nil {
-		return err
-	}
-	return waitServing(tr.t, tr.url+"/_ready/0", tr.p)
+	return tr.p.waitReady(proc.AllReady(proc.HTTPReady(tr.ping), proc.HTTPReady(tr.url+"/_ready/0")))
 }
 
 func (tr *traefikReplica) replica() fleetsuite.Replica {
@@ -399,25 +344,7 @@ func (tr *traefikReplica) scrapeRoute() string {
 func (tr *traefikReplica) reload() error {
 	tr.generation++
 	tr.writeDynamic()
-	deadline := time.Now().Add(60 * time.Second)
-	url := tr.url + "/_ready/" + strconv.Itoa(tr.generation)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		cancel()
-		if err == nil && resp.StatusCode == http.StatusOK {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("traefik %s: generation %d not served after 60s", tr.name, tr.generation)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return tr.p.waitReady(proc.HTTPReady(tr.url + "/_ready/" + strconv.Itoa(tr.generation)))
 }
 
 // startFleet starts 3 Caddy and 2 Traefik replicas of the suite's routes:

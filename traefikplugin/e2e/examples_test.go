@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -128,29 +127,25 @@ func runExample(t *testing.T, dynamicFile string, replace []string, env ...strin
 		t.Fatal(err)
 	}
 	tr.run(bin, static, env...)
-	// Ready when the router answers through the plugin: poll with a small
-	// non-streaming request (Traefik is an external process).
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	// Ready when the router answers through the plugin: a small
+	// non-streaming request gets 200.
+	routeAnswers := func() error {
 		req, _ := http.NewRequest(http.MethodPost, tr.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 		req.Header.Set(llmsim.HeaderRequest, "ready")
 		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return tr
-			}
+		if err != nil {
+			return err
 		}
-		select {
-		case <-tr.exited:
-			t.Fatalf("traefik exited:\n%s", proc.Tail(tr.logs.String(), 4000))
-		default:
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("the example route answered %s", resp.Status)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the example route never answered (last: %v):\n%s", err, proc.Tail(tr.logs.String(), 4000))
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
 	}
+	if err := proc.WaitReady(tr.cmd.Args, tr.exited, tr.logs.String, routeAnswers); err != nil {
+		t.Fatal(err)
+	}
+	return tr
 }
 
 func TestExampleRunsInTraefik(t *testing.T) {

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -181,34 +178,14 @@ func (tr *traefik) waitReady(d *dynamic) {
 	tr.waitFor(tr.URL + "/_ready/" + d.generation)
 }
 
-// waitFor polls url until it answers 200: Traefik is an external process,
-// so polling with a deadline is how to know it is ready.
+// waitFor waits until url answers 200, Traefik's own signal that it
+// serves what url names; it fails with the command and Traefik's last log
+// lines if Traefik exits first or never gets there (proc.ReadyTimeout:
+// Traefik interprets the plugin at start, slow on a loaded machine).
 func (tr *traefik) waitFor(url string) {
 	tr.t.Helper()
-	// Generous: Traefik interprets the plugin at start, which takes tens of
-	// seconds on a loaded 2-core machine.
-	deadline := time.Now().Add(180 * time.Second)
-	for {
-		select {
-		case <-tr.exited:
-			tr.t.Fatalf("traefik exited:\n%s", proc.Tail(tr.logs.String(), 6000))
-		default:
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-		}
-		cancel()
-		if err == nil && resp.StatusCode == http.StatusOK {
-			return
-		}
-		if time.Now().After(deadline) {
-			tr.t.Fatalf("%s not ready after 180s (last: %v); traefik output:\n%s", url, err, proc.Tail(tr.logs.String(), 6000))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := proc.WaitReady(tr.cmd.Args, tr.exited, tr.logs.String, proc.HTTPReady(url)); err != nil {
+		tr.t.Fatal(err)
 	}
 }
 

@@ -49,6 +49,7 @@ type process struct {
 
 func start(t *testing.T, args ...string) *process {
 	t.Helper()
+	proc.SkipShort(t, "the command (this test binary) as a child process")
 	p := &process{logs: make(chan map[string]interface{}, 256), exited: make(chan error, 1)}
 	p.cmd = exec.Command(os.Args[0])
 	p.cmd.Env = append(os.Environ(), runMainEnv+"=1", "LLMHEDGE_EXTPROC_ARGS="+strings.Join(args, " "))

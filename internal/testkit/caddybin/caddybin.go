@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // ModulePath is the Go module the binary is built from.
@@ -44,6 +46,18 @@ var (
 func Path() (string, error) {
 	once.Do(func() { binPath, binErr = build() })
 	return binPath, binErr
+}
+
+// Binary is Path for a test: it skips t under -short (`make unit` builds
+// and starts no proxy) and fails it when the build fails.
+func Binary(t testing.TB) string {
+	t.Helper()
+	proc.SkipShort(t, "caddy (and go build of it)")
+	bin, err := Path()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
 }
 
 func build() (string, error) {
@@ -170,6 +184,7 @@ func SourceHash(root string) (string, error) {
 // into a temporary folder of t and returns the binary's path.
 func GoBuild(t testing.TB, pkg string) string {
 	t.Helper()
+	proc.SkipShort(t, "go build "+pkg)
 	root, err := RepoRoot()
 	if err != nil {
 		t.Fatal(err)

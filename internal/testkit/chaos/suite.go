@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -124,6 +125,11 @@ var settleDeadline = 20 * time.Second
 // their starting level and that no canary reached a response or a log.
 func Run(t T, env *Env, target Target, n int, seed int64) {
 	t.Helper()
+	// The run takes a minute or more under -race on 2 cores: not for
+	// `make unit`. A T without Skip (the suite's own fakes) runs it.
+	if s, ok := t.(interface{ Skip(args ...any) }); ok && testing.Short() {
+		s.Skip("-short: the chaos suite's long run (" + strconv.Itoa(n) + " scenarios)")
+	}
 	rn := newRunner(env, target)
 	// Warm up with healthy requests, so lazily started parts of the proxy
 	// count in the baseline, then take it.

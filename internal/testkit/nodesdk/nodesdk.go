@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 //go:embed package.json
@@ -83,6 +84,7 @@ func (r Result) Duration() time.Duration { return time.Duration(r.Ms * float64(t
 // missing.
 func Install(t testing.TB) string {
 	t.Helper()
+	proc.SkipShort(t, "npm and node")
 	for _, tool := range []string{"node", "npm"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed: the JavaScript SDK tests need Node and npm", tool)

@@ -7,9 +7,12 @@ package proc
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -134,5 +137,117 @@ func WriteFile(t testing.TB, path string, b []byte) {
 	}
 	if err := os.WriteFile(path, b, 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// SkipShort skips t under -short (`make unit`): that lane starts no
+// process outside the test binary, what names the one t would start.
+func SkipShort(t testing.TB, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: starts " + what)
+	}
+}
+
+// ReadyTimeout bounds the wait for a process under test to say it is
+// ready. Generous on purpose: a ready process ends the wait at once, so the
+// bound only decides how long a broken start takes to fail, and Traefik
+// interpreting the plugin under -race on a busy 2-core machine has taken
+// over a minute.
+const ReadyTimeout = 180 * time.Second
+
+// LogLines is how many of a process's last output lines a not-ready
+// failure quotes.
+const LogLines = 20
+
+// LastLines is the last n lines of s (all of s when it has fewer).
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// NotReadyError describes a process that never said it was ready: the
+// command, why the wait ended, and the last LogLines lines of its output.
+func NotReadyError(args []string, cause error, output string) error {
+	return fmt.Errorf("%s: not ready: %v\nlast %d lines of its output:\n%s",
+		strings.Join(args, " "), cause, LogLines, LastLines(output, LogLines))
+}
+
+// WaitReady polls ready until it returns nil (the process's own signal: a
+// port that answers, a health check, a log line), the process exits
+// (exited is closed) or ReadyTimeout passes. The error quotes the command
+// args and the last lines of output().
+func WaitReady(args []string, exited <-chan struct{}, output func() string, ready func() error) error {
+	deadline := time.Now().Add(ReadyTimeout)
+	tick := time.NewTicker(20 * time.Millisecond) // polling interval, bounded by deadline
+	defer tick.Stop()
+	for {
+		err := ready()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			return NotReadyError(args, fmt.Errorf("exited during start-up (last check: %v)", err), output())
+		default:
+		}
+		if time.Now().After(deadline) {
+			return NotReadyError(args, fmt.Errorf("no ready signal within %v (last check: %v)", ReadyTimeout, err), output())
+		}
+		select {
+		case <-exited:
+		case <-tick.C:
+		}
+	}
+}
+
+// HTTPReady is a WaitReady check: url answers 200 (a health endpoint, an
+// admin API, a route that exists once the configuration is loaded).
+func HTTPReady(url string) func() error {
+	return func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		req.Close = true // a process restarted on the same port gets a fresh connection
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("GET %s: %s", url, resp.Status)
+		}
+		return nil
+	}
+}
+
+// PortReady is a WaitReady check: addr accepts TCP connections.
+func PortReady(addr string) func() error {
+	return func() error {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return err
+		}
+		return conn.Close()
+	}
+}
+
+// AllReady is a WaitReady check that passes once every check does, e.g.
+// an admin API and each port of a proxy.
+func AllReady(checks ...func() error) func() error {
+	return func() error {
+		for _, check := range checks {
+			if err := check(); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 }

@@ -1,6 +1,10 @@
 package proc
 
 import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -48,6 +52,7 @@ func TestFreePortIsPositive(t *testing.T) {
 
 // sleep ends on SIGTERM: Stop reports that it stopped by itself.
 func TestStopEndsAProcessOnSIGTERM(t *testing.T) {
+	SkipShort(t, "sleep(1)")
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -74,5 +79,59 @@ func TestFreePortNeverRepeats(t *testing.T) {
 			t.Fatalf("FreePort returned port %d twice (call %d)", p, i+1)
 		}
 		seen[p] = true
+	}
+}
+
+// WaitReady returns as soon as the check passes.
+func TestWaitReadyReturnsOnTheSignal(t *testing.T) {
+	checks := 0
+	err := WaitReady([]string{"server"}, nil, func() string { return "" }, func() error {
+		checks++
+		if checks < 3 {
+			return errors.New("not yet")
+		}
+		return nil
+	})
+	if err != nil || checks != 3 {
+		t.Fatalf("WaitReady = %v after %d checks, want nil after 3", err, checks)
+	}
+}
+
+// A process that exits before it is ready: the error names the command
+// and quotes the last LogLines lines of its output, not more.
+func TestWaitReadyQuotesTheCommandAndLastLines(t *testing.T) {
+	var out strings.Builder
+	for i := 1; i <= 30; i++ {
+		fmt.Fprintf(&out, "line %d\n", i)
+	}
+	exited := make(chan struct{})
+	close(exited)
+	err := WaitReady([]string{"server", "--port", "1"}, exited, out.String, func() error { return errors.New("refused") })
+	if err == nil {
+		t.Fatal("WaitReady = nil for a process that exited")
+	}
+	msg := err.Error()
+	for _, want := range []string{"server --port 1", "exited", "refused", "line 11\n", "line 30"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("error lacks %q:\n%s", want, msg)
+		}
+	}
+	if strings.Contains(msg, "line 10\n") {
+		t.Errorf("error quotes more than the last %d lines:\n%s", LogLines, msg)
+	}
+}
+
+// HTTPReady passes on 200 only; AllReady needs every check.
+func TestHTTPReadyAndAllReady(t *testing.T) {
+	status := http.StatusServiceUnavailable
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(status) }))
+	defer srv.Close()
+	check := AllReady(PortReady(srv.Listener.Addr().String()), HTTPReady(srv.URL))
+	if err := check(); err == nil {
+		t.Fatal("ready on 503")
+	}
+	status = http.StatusOK
+	if err := check(); err != nil {
+		t.Fatalf("not ready on 200: %v", err)
 	}
 }

@@ -54,6 +54,7 @@ type Cluster struct {
 // node, and every replica's link to its master is up. t.Cleanup stops them.
 func StartCluster(t testing.TB, opts ClusterOptions) *Cluster {
 	t.Helper()
+	skipShort(t, "a Redis Cluster (redis-server, redis-cli)")
 	if opts.Masters == 0 {
 		opts.Masters = 3
 	}

@@ -37,8 +37,14 @@ import (
 const InstallHint = "apt-get install -y redis-server (as root, or with sudo; `make test` runs it when redis-server is missing)"
 
 // startTimeout bounds how long Start and Restart wait for the server to
-// answer PING.
-const startTimeout = 15 * time.Second
+// answer PING. Generous on purpose: a server that answers ends the wait at
+// once, so the bound only decides how long a broken start takes to fail
+// (a busy 2-core machine running several test packages is slow to exec).
+const startTimeout = 120 * time.Second
+
+// logLines is how many of the server's last output lines a failed start
+// quotes.
+const logLines = 20
 
 // Options configure the server. The zero value is a plain server without
 // authentication on one loopback port.
@@ -87,6 +93,7 @@ type Server struct {
 // It returns once the server answers PING.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
+	skipShort(t, "redis-server")
 	bin := firstExecutable(binaryCandidates())
 	if bin == "" {
 		if os.Getenv("LLMHEDGE_REDIS") == "skip" {
@@ -270,9 +277,16 @@ func (s *Server) start() error {
 		return err
 	}
 	defer devNull.Close()
+	// What redis-server says before it opens its log file (a bad argument,
+	// say) goes to stdout: keep it for the failure message.
+	out, err := os.OpenFile(filepath.Join(s.dir, "redis.out"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
 	proc, err := os.StartProcess(s.bin, args, &os.ProcAttr{
 		Dir:   s.dir,
-		Files: []*os.File{devNull, devNull, devNull},
+		Files: []*os.File{devNull, out, out},
 	})
 	if err != nil {
 		return errors.New("starting " + s.bin + ": " + err.Error())
@@ -285,7 +299,9 @@ func (s *Server) start() error {
 
 	if err := s.waitReady(run); err != nil {
 		s.Kill()
-		return errors.New(err.Error() + "; redis.log: " + s.logTail())
+		return errors.New(strings.Join(args, " ") + ": " + err.Error() +
+			"\nlast " + strconv.Itoa(logLines) + " lines of its output:\n" + lastLines(s.output("redis.out"), logLines) +
+			"\nlast " + strconv.Itoa(logLines) + " lines of redis.log:\n" + lastLines(s.output("redis.log"), logLines))
 	}
 	return nil
 }
@@ -383,16 +399,26 @@ func (s *Server) signal(sig string) error {
 }
 
 func (s *Server) logTail() string {
-	data, err := os.ReadFile(filepath.Join(s.dir, "redis.log"))
-	if err != nil {
-		return "(no log: " + err.Error() + ")"
-	}
-	text := string(data)
+	text := s.output("redis.log")
 	if len(text) > 2000 {
 		text = text[len(text)-2000:]
 	}
 	return text
 }
+
+// output is the content of file name in the server's directory ("(none:
+// why)" when it cannot be read).
+func (s *Server) output(name string) string {
+	data, err := os.ReadFile(filepath.Join(s.dir, name))
+	if err != nil {
+		return "(none: " + err.Error() + ")"
+	}
+	return string(data)
+}
+
+// short is testing.Short (a variable: the missing-binary policy's test
+// runs under -short too).
+var short = testing.Short
 
 // binaryCandidates lists where Start looks for redis-server, in order (a
 // variable: the missing-binary policy has a test).
@@ -423,6 +449,15 @@ func firstExecutable(candidates []string) string {
 		}
 	}
 	return ""
+}
+
+// skipShort skips t under -short (`make unit` starts no process outside
+// the test binary). Not testkit/proc's SkipShort: see freePort.
+func skipShort(t testing.TB, what string) {
+	t.Helper()
+	if short() {
+		t.Skip("-short: starts " + what)
+	}
 }
 
 // freePort returns a loopback port that was free a moment ago. Not

@@ -141,9 +141,10 @@ func (f *fakeTB) Skip(args ...any) {
 }
 
 func startWithout(t *testing.T) *fakeTB {
-	saved := binaryCandidates
+	saved, savedShort := binaryCandidates, short
 	binaryCandidates = func() []string { return []string{"/nonexistent/redis-server"} }
-	defer func() { binaryCandidates = saved }()
+	short = func() bool { return false } // nothing starts: the binary is missing
+	defer func() { binaryCandidates, short = saved, savedShort }()
 	f := &fakeTB{TB: t}
 	func() {
 		defer func() {

@@ -320,6 +320,9 @@ func Reactions(run *Run, g llmsim.Regime, scale float64) []Reaction {
 // configuration's calm and shifting runs at the same time; logs every
 // number and, with opts.Check, fails t when a bound is missed.
 func Bench(t *testing.T, proxy string, start Start, opts Options) {
+	if testing.Short() {
+		t.Skip("-short: the regime-shift benchmark's long load run")
+	}
 	if opts.N == 0 {
 		opts.N = 4000
 	}

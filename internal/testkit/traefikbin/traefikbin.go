@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
+	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // ModulePath is the plugin's module: the moduleName of Traefik's
@@ -31,6 +32,7 @@ var (
 // cache; the script keys its cache by version).
 func Binary(t testing.TB) string {
 	t.Helper()
+	proc.SkipShort(t, "build-traefik.sh (go build of Traefik)")
 	buildOnce.Do(func() {
 		root, err := caddybin.RepoRoot()
 		if err != nil {

@@ -63,6 +63,9 @@ func streamIDs(w http.ResponseWriter, r *http.Request) {
 // relies on from 20 goroutines at once, compiled and under Yaegi, and
 // requires every call to return its own id.
 func TestSafeConstructsUnderConcurrentInterpretation(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: concurrent interpretation under load, ~20 s under -race")
+	}
 	srv := httptest.NewServer(http.HandlerFunc(streamIDs))
 	defer srv.Close()
 

@@ -15,8 +15,8 @@ import (
 // exploration) is shared by every request of the route, read and written
 // under its mutex by concurrent interpreted requests.
 func TestStressPluginFastestInterpreted(t *testing.T) {
+	interpretedN, compiledN, repeats := stressSize(t, ciPluginRequests)
 	here := stressModes(t)
-	interpretedN, compiledN, repeats := stressSize(ciPluginRequests)
 	interpreted := fastest(t, interpretedPluginCreateConfig(t))
 	compiled := pluginBuilder(fastestConfig(reflect.ValueOf(traefikplugin.CreateConfig)), reflect.ValueOf(traefikplugin.New))
 	for r := 1; r <= repeats; r++ {

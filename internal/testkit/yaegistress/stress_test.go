@@ -45,7 +45,11 @@ const (
 
 // stressSize returns, for a handler whose bounded interpreted load is ci,
 // the requests per interpreted run, per compiled run, and the number of runs.
-func stressSize(ci int) (interpreted, compiled, repeats int) {
+// It skips t under -short: even the bounded load takes tens of seconds.
+func stressSize(t *testing.T, ci int) (interpreted, compiled, repeats int) {
+	if testing.Short() {
+		t.Skip("-short: a stress run of interpreted code")
+	}
 	if os.Getenv("LLMHEDGE_STRESS") == "full" {
 		return fullRequests, fullRequests, fullRepeats
 	}
@@ -62,8 +66,8 @@ type newCoreFunc = func(a, b string, delay time.Duration, transport http.RoundTr
 // answer to be its own request's, byte for byte, with no panic, hang,
 // error or leaked goroutine.
 func TestStressCoreInterpreted(t *testing.T) {
+	interpretedN, compiledN, repeats := stressSize(t, ciCoreRequests)
 	here := stressModes(t)
-	interpretedN, compiledN, repeats := stressSize(ciCoreRequests)
 	i := newInterpreter(t, newGoPath(t), "internal/testkit/yaegistress/corehandler")
 	interpreted := evalAs[newCoreFunc](t, i, "corehandler.New")
 	for r := 1; r <= repeats; r++ {
@@ -93,8 +97,8 @@ func TestStressCoreInterpreted(t *testing.T) {
 // CreateConfig and New called through reflection) and runs the same load
 // through it, next to the plugin compiled.
 func TestStressPluginInterpreted(t *testing.T) {
+	interpretedN, compiledN, repeats := stressSize(t, ciPluginRequests)
 	here := stressModes(t)
-	interpretedN, compiledN, repeats := stressSize(ciPluginRequests)
 	interpreted := interpretedPluginBuilder(t)
 	compiled := pluginBuilder(reflect.ValueOf(traefikplugin.CreateConfig), reflect.ValueOf(traefikplugin.New))
 	for r := 1; r <= repeats; r++ {
@@ -121,8 +125,8 @@ func TestStressPluginInterpreted(t *testing.T) {
 // fleet (each package instance has its own registries); their request ids,
 // hence keys, differ per run.
 func TestStressPluginFleetInterpreted(t *testing.T) {
+	interpretedN, compiledN, repeats := stressSize(t, ciFleetRequests)
 	here := stressModes(t)
-	interpretedN, compiledN, repeats := stressSize(ciFleetRequests)
 	interpreted := interpretedPluginBuilder(t)
 	compiled := pluginBuilder(reflect.ValueOf(traefikplugin.CreateConfig), reflect.ValueOf(traefikplugin.New))
 	for r := 1; r <= repeats; r++ {
