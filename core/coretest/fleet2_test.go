@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,9 +50,9 @@ func (c *steppedClock) AfterFunc(d time.Duration, f func()) core.Timer {
 	return stoppedTimer{}
 }
 
-type stoppedTimer struct{}
+type stoppedTimer struct{ fired bool }
 
-func (stoppedTimer) Stop() bool { return true }
+func (t stoppedTimer) Stop() bool { return !t.fired }
 
 // twoUpstreams are A and B. A answers as its behave function says (by
 // request number, from 1); B answers at once.
@@ -85,8 +86,96 @@ func newTwoUpstreams(t *testing.T, behave func(n int64, w http.ResponseWriter, r
 	return u
 }
 
-// stall holds the answer for 40ms (a hedge after 2ms wins) or until the
-// request is cancelled.
+// hedgeAtOnce is a hedger clock on which a hedge delay of these tests
+// (5ms or less) has passed as soon as it is armed: the hedge timer's event
+// is queued before attempt 0 can answer, so whether a hedge starts is the
+// budget's and switch's decision alone, never a race of 2ms against A's
+// answer on a loaded machine. Longer timers (deadlines, early headers,
+// delays meant not to pass) run on the system clock.
+type hedgeAtOnce struct{}
+
+func (hedgeAtOnce) Now() time.Time { return time.Now() }
+
+func (hedgeAtOnce) AfterFunc(d time.Duration, f func()) core.Timer {
+	if d <= 5*time.Millisecond {
+		f() // the race's event channel is buffered: this only queues
+		return stoppedTimer{fired: true}
+	}
+	return time.AfterFunc(d, f)
+}
+
+// heldHedge is a hedger clock whose hedge timer (the delay it was made
+// for) never passes by itself: the upstream fires it (fire) for the one
+// request that wants a hedge. A member sends one request at a time, so the
+// timer pending when its upstream asks is that request's. Other timers run
+// on the system clock.
+type heldHedge struct {
+	delay   time.Duration
+	mu      sync.Mutex
+	pending *heldTimer
+	armed   chan struct{} // a timer was armed since the last look
+}
+
+type heldTimer struct {
+	c *heldHedge
+	f func()
+}
+
+func newHeldHedge(delay time.Duration) *heldHedge {
+	return &heldHedge{delay: delay, armed: make(chan struct{}, 1)}
+}
+
+func (c *heldHedge) Now() time.Time { return time.Now() }
+
+func (c *heldHedge) AfterFunc(d time.Duration, f func()) core.Timer {
+	if d != c.delay {
+		return time.AfterFunc(d, f)
+	}
+	t := &heldTimer{c: c, f: f}
+	c.mu.Lock()
+	c.pending = t
+	c.mu.Unlock()
+	select {
+	case c.armed <- struct{}{}:
+	default:
+	}
+	return t
+}
+
+func (t *heldTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	if t.c.pending == t {
+		t.c.pending = nil
+		return true
+	}
+	return false
+}
+
+// fire runs the pending hedge timer, first waiting for it to be armed
+// (the attempt can reach the upstream before launch arms it). false: the
+// request ended first.
+func (c *heldHedge) fire(ctx context.Context) bool {
+	for {
+		c.mu.Lock()
+		t := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		if t != nil {
+			t.f() // the race's event channel is buffered: this only queues
+			return true
+		}
+		select {
+		case <-c.armed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// stall holds A's answer for 40ms or until the request is cancelled (the
+// hedge won). On hedgeAtOnce the hedge decision precedes A's answer, so
+// the 40ms only says how long a request with no hedge takes.
 func stall(w http.ResponseWriter, r *http.Request) bool {
 	t := time.NewTimer(40 * time.Millisecond)
 	defer t.Stop()
@@ -246,13 +335,16 @@ func newMember(t *testing.T, cfg core.Config, clock core.Clock, state *core.Stat
 	return newMemberClocks(t, cfg, clock, nil, state)
 }
 
-// newMemberClocks is newMember with the hedger's clock too (nil: the
-// system's): a replica whose clock is off.
+// newMemberClocks is newMember with the hedger's clock too (nil:
+// hedgeAtOnce): a replica whose clock is off.
 func newMemberClocks(t *testing.T, cfg core.Config, clock, hedgerClock core.Clock, state *core.State) *member {
 	t.Helper()
 	m := &member{sink: newFleetSink(), reports: &reportLog{denials: map[string]int{}}, logs: &lineLog{}}
 	if clock == nil {
 		clock = &steppedClock{}
+	}
+	if hedgerClock == nil {
+		hedgerClock = hedgeAtOnce{}
 	}
 	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log, Clock: hedgerClock}
 	if cfg.Fleet.URL != "" {
@@ -368,28 +460,40 @@ func TestFleetBudgetBoundAcrossReplicas(t *testing.T) {
 // together).
 func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
+	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
+	// The hedge delay never passes by itself (heldHedge): A fires it for
+	// the requests that want a hedge, then waits for the hedge to win. The
+	// others cannot hedge however slowly the machine answers them.
+	const delay = time.Hour
+	clocks := make([]*heldHedge, replicas)
+	for i := range clocks {
+		clocks[i] = newHeldHedge(delay)
+	}
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("X-Slow") != "" {
-			select { // past the delay: the hedge wins
-			case <-r.Context().Done():
-			case <-time.After(time.Second):
-			}
+		if r.Header.Get("X-Slow") == "" {
+			return false
+		}
+		i, err := strconv.Atoi(r.Header.Get("X-Member"))
+		if err != nil || i < 0 || i >= replicas {
+			w.WriteHeader(400) // a request of no member: the test's own bug
 			return true
 		}
-		return false
+		if clocks[i].fire(r.Context()) {
+			<-r.Context().Done() // the hedge wins and cancels this attempt
+		}
+		return true
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(100 * time.Millisecond)} // the others answer first
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(delay)}
 	cfg.Budget = core.BudgetConfig{Ratio: 0.1, Burst: 10}
-	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
 	members := make([]*member, replicas)
 	for i := range members {
-		members[i] = newMember(t, cfg, nil, nil)
+		members[i] = newMemberClocks(t, cfg, nil, clocks[i], nil)
 	}
 	var wg sync.WaitGroup
 	var wanted, hedges, denied atomic.Int64
-	for _, m := range members {
-		m := m
+	for mi, m := range members {
+		mi, m := mi, m
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -398,7 +502,7 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 			for i := 1; i <= perReplica; i++ {
 				var hdr map[string]string
 				if i%12 == 0 && i > warmUp {
-					hdr = map[string]string{"X-Slow": "1"}
+					hdr = map[string]string{"X-Slow": "1", "X-Member": strconv.Itoa(mi)}
 					wanted.Add(1)
 				}
 				m.do(t, hdr)
