@@ -928,7 +928,9 @@ func TestFleetHeartbeat(t *testing.T) {
 	})
 	cfg := fleet2Config(redis.URL(), ups)
 	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
+	// The hedge timer never passes (heldHedge, never fired): A's 429 is
+	// seen and cools A before B answers the retry, never lost to a hedge.
+	r1 := newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 	r1.do(t, nil)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()

@@ -742,7 +742,11 @@ func TestFleetScriptFlush(t *testing.T) {
 // Two replicas claiming at the same moment: many concurrent requests with
 // one key on four replicas make one generation.
 func TestFleetSimultaneousClaims(t *testing.T) {
-	rig := newFleetRig(t, 4, nil)
+	// wall clock: Redis expires a lease in real time (no clock to inject
+	// there). The test is about claims, not takeovers: a lease of a minute
+	// does not run out while a loaded machine delays a renewal, as the
+	// rig's 300ms one did (a second generation).
+	rig := newFleetRig(t, 4, func(cfg *core.Config) { cfg.Fleet.Lease = core.Duration(time.Minute) })
 	for round := 0; round < 10; round++ {
 		key := "same" + strconv.Itoa(round)
 		var wg sync.WaitGroup
