@@ -824,8 +824,18 @@ func TestFleetLongWaitKeepsTheFleetUp(t *testing.T) {
 	rig.upstream.waitStarted(t, "slow")
 	second := b.sendAsync(t, "slow", "alice", chatBody)
 	b.sink.waitClaim(t)
-	// Eight block periods (lease 300ms: 150ms blocks) of waiting.
-	time.AfterFunc(1200*time.Millisecond, release)
+	// Eight reads of waiting (lease 300ms: 150ms blocks), counted rather
+	// than timed: polling the follower's counter, bounded by deadline.
+	reads := b.sink.count("read")
+	deadline := time.Now().Add(30 * time.Second)
+	for b.sink.count("read") < reads+8 {
+		if time.Now().After(deadline) {
+			release()
+			t.Fatalf("the follower read %d times in 30s, want 8", b.sink.count("read")-reads)
+		}
+		time.Sleep(5 * time.Millisecond) // polling, bounded by deadline
+	}
+	release()
 	ra, rb := recvAnswer(t, first), recvAnswer(t, second)
 	if !rb.complete || rb.body != ra.body {
 		t.Errorf("follower after a long wait: complete %v, same body %v; want the leader's answer", rb.complete, rb.body == ra.body)
