@@ -536,22 +536,30 @@ func tooManyOnXFail(n int64, w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// coolDownFleet is the cool-down tests' set-up: a real Redis, A answering
-// a request with X-Fail 429 Retry-After: 5, and a delay no hedge reaches.
+// coolDownFleet is the cool-down tests' set-up: a real Redis and A
+// answering a request with X-Fail 429 Retry-After: 5. Its members (see
+// noHedgeMember) never hedge: the first attempt's upstream is the routing's
+// choice alone.
 func coolDownFleet(t *testing.T) (*redisproc.Server, *twoUpstreams, core.Config) {
 	t.Helper()
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, tooManyOnXFail)
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	return redis, ups, cfg
+}
+
+// noHedgeMember is newMember whose hedge timer never passes (heldHedge,
+// never fired): a failing A is always seen, never lost to a hedge.
+func noHedgeMember(t *testing.T, cfg core.Config, clock core.Clock) *member {
+	t.Helper()
+	return newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 }
 
 // Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
 // 2's next request goes to B first, and A stays avoided.
 func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 	_, ups, cfg := coolDownFleet(t)
-	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r2.do(t, nil) // attached, and A is fine
 	if got := r2.reports.lastFirst(); got != "A" {
 		t.Fatalf("replica 2's first attempt before the 429 went to %q, want A", got)
@@ -576,7 +584,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 	redis, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
-	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r1.do(t, nil)
 	r2.do(t, nil) // both attached, and A is fine
 	redis.Pause()
@@ -608,7 +616,7 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 func TestFleetCoolDownThroughTheLoops(t *testing.T) {
 	_, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = core.Duration(200 * time.Millisecond)
-	r1, r2 := newMember(t, cfg, core.SystemClock{}, nil), newMember(t, cfg, core.SystemClock{}, nil)
+	r1, r2 := noHedgeMember(t, cfg, core.SystemClock{}), noHedgeMember(t, cfg, core.SystemClock{})
 	synced := make(chan struct{}, 1)
 	r2.fleet.SetSyncHook(func() {
 		select {
@@ -1007,9 +1015,8 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, nil)
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
+	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
 	before := redisCommands(t, redis)
@@ -1047,9 +1054,8 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
+	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
 	r1.fleet.SyncNow() // the first sync and heartbeat (a tenth beat)
 	round := func(requests int, step time.Duration) redisproc.Calls {
@@ -1148,9 +1154,8 @@ func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	cfg.Budget = core.BudgetConfig{BreakerFailures: 1, BreakerOpen: core.Duration(time.Minute)}
-	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "A" {
 		t.Fatalf("replica 2's first attempt went to %q, want A", got)
