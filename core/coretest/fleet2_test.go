@@ -30,13 +30,22 @@ import (
 // steppedClock is the real time plus what the test advanced it by, with
 // timers that never fire.
 type steppedClock struct {
-	mu  sync.Mutex
-	off time.Duration
+	mu   sync.Mutex
+	off  time.Duration
+	base time.Time // zero: the system's time (plus off); set: frozen there
 }
+
+// frozenClock is a steppedClock that moves only when advanced: a fleet's
+// intervals (syncs, heartbeats) pass by the test's steps alone, never by
+// how long a loaded machine takes between them.
+func frozenClock() *steppedClock { return &steppedClock{base: time.Now()} }
 
 func (c *steppedClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.base.IsZero() {
+		return c.base.Add(c.off)
+	}
 	return time.Now().Add(c.off)
 }
 
@@ -1015,7 +1024,7 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, nil)
 	cfg := fleet2Config(redis.URL(), ups)
-	clock := &steppedClock{}
+	clock := frozenClock()
 	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
@@ -1054,7 +1063,7 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	clock := &steppedClock{}
+	clock := frozenClock()
 	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
 	r1.fleet.SyncNow() // the first sync and heartbeat (a tenth beat)
