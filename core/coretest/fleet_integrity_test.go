@@ -256,6 +256,10 @@ func TestFleetStoreHoldsAnswersOnceWithinItsBudget(t *testing.T) {
 		// About memory, not Redis faults: an end that timed out would
 		// leave its stream for the in-flight linger.
 		cfg.Fleet.Timeout = core.Duration(5 * time.Second)
+		// wall clock: Redis expires a lease in real time (no clock to
+		// inject there); nor takeovers: the rig's 300ms lease ran out
+		// while a loaded machine delayed a renewal (an answer cut).
+		cfg.Fleet.Lease = core.Duration(time.Minute)
 	})
 	rig.upstream.mu.Lock()
 	rig.upstream.events, rig.upstream.size = 16, eventSize
