@@ -471,8 +471,8 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
 	// The hedge delay never passes by itself (heldHedge): A fires it for
-	// the requests that want a hedge, then waits for the hedge to win. The
-	// others cannot hedge however slowly the machine answers them.
+	// the requests that want a hedge before it answers. The others cannot
+	// hedge however slowly the machine answers them.
 	const delay = time.Hour
 	clocks := make([]*heldHedge, replicas)
 	for i := range clocks {
@@ -487,10 +487,11 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 			w.WriteHeader(400) // a request of no member: the test's own bug
 			return true
 		}
-		if clocks[i].fire(r.Context()) {
-			<-r.Context().Done() // the hedge wins and cancels this attempt
-		}
-		return true
+		// The hedge timer's event is queued before this answer can reach
+		// the race, so the hedge is decided (started or denied) first; A
+		// then answers, and no denial can leave it waiting.
+		clocks[i].fire(r.Context())
+		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
 	cfg.Delay = core.DelayConfig{Fixed: core.Duration(delay)}
