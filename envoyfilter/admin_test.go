@@ -66,13 +66,19 @@ routes:
 	defer front.Close()
 	h := &harness{t: t, front: front}
 	n := 0
-	// The primary answers after 400ms: the hedge (delay 100ms) wins unless
-	// hedging is paused.
+	// Hedging on: the primary never sends a token, so only the hedge can
+	// answer, however slow the machine. Paused: the primary, answering
+	// after 400ms, is the one attempt and wins; a hedge (a broken pause)
+	// would let B win.
 	wantFrom := func(when, upstream string) {
 		t.Helper()
 		n++
 		id := "admin-" + strconv.Itoa(n)
-		_, from, err := streamChat(context.Background(), h.client(), simHeaders(id, "A=ttft:400ms")...)
+		behavior := "A=ttft:400ms"
+		if upstream == "B" {
+			behavior = "A=stall"
+		}
+		_, from, err := streamChat(context.Background(), h.client(), simHeaders(id, behavior)...)
 		if err != nil || len(from) != 1 || !from[upstream] {
 			t.Errorf("%s: answer from %v (error %v), want only %s", when, from, err, upstream)
 		}

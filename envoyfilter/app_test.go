@@ -76,7 +76,8 @@ routes:
 	front := httptest.NewServer(driver)
 	defer front.Close()
 	h := &harness{t: t, front: front}
-	text, from, err := streamChat(context.Background(), h.client(), simHeaders("tls-1", "A=ttft:2s")...)
+	// A never sends a token: only the hedge can answer, however slow the machine.
+	text, from, err := streamChat(context.Background(), h.client(), simHeaders("tls-1", "A=stall")...)
 	if err != nil {
 		t.Fatal(err)
 	} else if text != llmsim.ExpectedChatText("tls-1", tokens) {

@@ -48,13 +48,13 @@ func streamChat(ctx context.Context, c openai.Client, opts ...option.RequestOpti
 	return text.String(), from, stream.Err()
 }
 
-// The primary sends 200, a role-only chunk and pings at once, then stalls
-// before its first token: the hedge wins on the first real token, behind
+// The primary sends 200, a role-only chunk and pings at once, then never
+// sends its first token: the hedge wins on the first real token, behind
 // early headers and pings, and the primary is cancelled.
 func TestStreamingHedgeOnFirstToken(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	before := h.driver.Stats()
-	text, from, err := streamChat(context.Background(), h.client(), simHeaders("stream-1", "A=ttft:3s")...)
+	text, from, err := streamChat(context.Background(), h.client(), simHeaders("stream-1", "A=stall")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestStreamingBytesFromOneUpstream(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodPost, h.front.URL+"/v1/chat/completions", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(llmsim.HeaderRequest, "bytes-1")
-	req.Header.Set(llmsim.HeaderBehavior, "A=ttft:2s")
+	req.Header.Set(llmsim.HeaderBehavior, "A=stall") // only the hedge can answer
 	resp, err := h.front.Client().Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +124,8 @@ func TestStreamingBytesFromOneUpstream(t *testing.T) {
 func TestNonStreaming(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
 	before := h.driver.Stats()
-	resp, err := chat(h).New(context.Background(), chatParams(), simHeaders("plain-1", "A=ttft:3s")...)
+	// A never answers: only the hedge can, however slow the machine.
+	resp, err := chat(h).New(context.Background(), chatParams(), simHeaders("plain-1", "A=stall")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +272,8 @@ func TestUnmatchedRoutesContinueUntouched(t *testing.T) {
 // message timer; without max_message_timeout the timer cuts the race.
 func TestBufferedMode(t *testing.T) {
 	h := newHarness(t, harnessOptions{driver: envoydriver.Config{Mode: envoydriver.Buffered, MaxMessageTimeout: 60_000_000_000}})
-	text, from, err := streamChat(context.Background(), h.client(), simHeaders("buf-1", "A=ttft:2s")...)
+	// A never sends a token: only the hedge can answer.
+	text, from, err := streamChat(context.Background(), h.client(), simHeaders("buf-1", "A=stall")...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,7 +293,8 @@ func TestBufferedMode(t *testing.T) {
 	}
 
 	h2 := newHarness(t, harnessOptions{driver: envoydriver.Config{Mode: envoydriver.Buffered}})
-	_, err = chat(h2).New(context.Background(), chatParams(), simHeaders("buf-2", "A=ttft:2s;B=ttft:2s")...)
+	// Neither upstream answers: only the message timer can end the request.
+	_, err = chat(h2).New(context.Background(), chatParams(), simHeaders("buf-2", "A=stall;B=stall")...)
 	var apiErr *openai.Error
 	if !errors.As(err, &apiErr) {
 		t.Fatalf("err %v, want Envoy's 504 message timeout", err)

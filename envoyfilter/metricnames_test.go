@@ -18,6 +18,8 @@ import (
 // against.
 func TestMetricNamesSharedWithOtherAdapters(t *testing.T) {
 	h := newHarness(t, harnessOptions{})
+	// wall clock: names-2 is metricscheck's no-hedge request, A answering
+	// before the 100ms delay on the server's system clock.
 	for _, req := range []struct{ id, behavior, from string }{{"names-1", "A=stall", "B"}, {"names-2", "", "A"}} {
 		text, from, err := streamChat(context.Background(), h.client(), simHeaders(req.id, req.behavior)...)
 		if err != nil {

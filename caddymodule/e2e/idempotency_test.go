@@ -15,7 +15,9 @@ func TestIdempotencyJoinAndReplay(t *testing.T) {
 	a, b := startSims(t)
 	c := startCaddy(t, "", hedgeSite(a, b, ""))
 	post := func() (*http.Response, string) {
-		req := rawChatRequest(c.url(0), "idem-1", "A=ttft:200ms")
+		// A never sends a token: the hedge (B) wins however slow the
+		// machine, and the race lasts at least the 50ms delay.
+		req := rawChatRequest(c.url(0), "idem-1", "A=stall")
 		req.Header.Set("Idempotency-Key", "idem-1")
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

@@ -27,6 +27,8 @@ func TestMetricsOnCaddyMetricsEndpoint(t *testing.T) {
 	if err := streamChat(ctx, sdkClient(c.url(0), "m-1", "A=stall")).fromOnly("B", "m-1"); err != nil {
 		t.Fatal(err)
 	}
+	// wall clock: A's 10ms answer must beat the 50ms delay of an external
+	// Caddy process (no clock to inject) for metricscheck's no-hedge request.
 	if err := streamChat(ctx, sdkClient(c.url(0), "m-2", "")).fromOnly("A", "m-2"); err != nil {
 		t.Fatal(err)
 	}

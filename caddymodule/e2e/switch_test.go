@@ -120,9 +120,9 @@ func waitHeartbeatSwitch(t *testing.T, bin, redisURL, route, want string) time.D
 }
 
 // TestKillSwitchStopsHedgingThroughAdminAndCtl: a request whose primary
-// answers after 400ms is won by the hedge (delay 50ms) while hedging runs;
-// paused through Caddy's admin API, or fleet-wide by llmhedge-ctl pause
-// (also across a config reload), the primary wins: no hedge started.
+// never answers is won by the hedge while hedging runs; paused through
+// Caddy's admin API, or fleet-wide by llmhedge-ctl pause (also across a
+// config reload), a primary answering after 400ms wins: no hedge started.
 func TestKillSwitchStopsHedgingThroughAdminAndCtl(t *testing.T) {
 	redisSrv := redisproc.Start(t, redisproc.Options{})
 	bin := caddybin.GoBuild(t, "./cmd/llmhedge-ctl")
@@ -138,7 +138,14 @@ func TestKillSwitchStopsHedgingThroughAdminAndCtl(t *testing.T) {
 		t.Helper()
 		n++
 		id := fmt.Sprintf("switch-%d", n)
-		if err := streamChat(ctx, sdkClient(c.url(0), id, "A=ttft:400ms")).fromOnly(upstream, id); err != nil {
+		// Hedging on: A never sends a token, so only the hedge can answer,
+		// however slow the machine. Paused: A is the one attempt and wins
+		// whenever it answers; a hedge (a broken pause) would let B win.
+		behavior := "A=ttft:400ms"
+		if upstream == "B" {
+			behavior = "A=stall"
+		}
+		if err := streamChat(ctx, sdkClient(c.url(0), id, behavior)).fromOnly(upstream, id); err != nil {
 			t.Errorf("%s: %v, want the answer from %s", when, err, upstream)
 		}
 	}

@@ -63,11 +63,11 @@ func TestTLSAndHTTP2ToUpstreams(t *testing.T) {
 	go h2cSrv.Serve(ln)
 	t.Cleanup(func() { h2cSrv.Close() })
 
-	// The delay is long: the test is about protocols, and a hedge fired on
-	// a loaded machine would send a second request to the same upstream.
+	// One attempt per request: the test is about protocols, and no hedge
+	// (however slow the machine) sends a second request to the upstream.
 	c := startCaddy(t, "",
-		fmt.Sprintf("\tllm_hedge %s {\n\t\tdelay 10s\n\t\ttransport {\n\t\t\ttls_trusted_ca_certs %s\n\t\t}\n\t}", tlsUp.URL, caFile),
-		fmt.Sprintf("\tllm_hedge http://%s {\n\t\tdelay 10s\n\t\ttransport {\n\t\t\tversions h2c\n\t\t}\n\t}", ln.Addr()))
+		fmt.Sprintf("\tllm_hedge %s {\n\t\tmax_attempts 1\n\t\ttransport {\n\t\t\ttls_trusted_ca_certs %s\n\t\t}\n\t}", tlsUp.URL, caFile),
+		fmt.Sprintf("\tllm_hedge http://%s {\n\t\tmax_attempts 1\n\t\ttransport {\n\t\t\tversions h2c\n\t\t}\n\t}", ln.Addr()))
 	ctx := testContext(t)
 	if err := streamChat(ctx, sdkClient(c.url(0), "tls-1", "")).fromOnly("A", "tls-1"); err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,13 +30,22 @@ import (
 // steppedClock is the real time plus what the test advanced it by, with
 // timers that never fire.
 type steppedClock struct {
-	mu  sync.Mutex
-	off time.Duration
+	mu   sync.Mutex
+	off  time.Duration
+	base time.Time // zero: the system's time (plus off); set: frozen there
 }
+
+// frozenClock is a steppedClock that moves only when advanced: a fleet's
+// intervals (syncs, heartbeats) pass by the test's steps alone, never by
+// how long a loaded machine takes between them.
+func frozenClock() *steppedClock { return &steppedClock{base: time.Now()} }
 
 func (c *steppedClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.base.IsZero() {
+		return c.base.Add(c.off)
+	}
 	return time.Now().Add(c.off)
 }
 
@@ -49,9 +59,9 @@ func (c *steppedClock) AfterFunc(d time.Duration, f func()) core.Timer {
 	return stoppedTimer{}
 }
 
-type stoppedTimer struct{}
+type stoppedTimer struct{ fired bool }
 
-func (stoppedTimer) Stop() bool { return true }
+func (t stoppedTimer) Stop() bool { return !t.fired }
 
 // twoUpstreams are A and B. A answers as its behave function says (by
 // request number, from 1); B answers at once.
@@ -85,8 +95,96 @@ func newTwoUpstreams(t *testing.T, behave func(n int64, w http.ResponseWriter, r
 	return u
 }
 
-// stall holds the answer for 40ms (a hedge after 2ms wins) or until the
-// request is cancelled.
+// hedgeAtOnce is a hedger clock on which a hedge delay of these tests
+// (5ms or less) has passed as soon as it is armed: the hedge timer's event
+// is queued before attempt 0 can answer, so whether a hedge starts is the
+// budget's and switch's decision alone, never a race of 2ms against A's
+// answer on a loaded machine. Longer timers (deadlines, early headers,
+// delays meant not to pass) run on the system clock.
+type hedgeAtOnce struct{}
+
+func (hedgeAtOnce) Now() time.Time { return time.Now() }
+
+func (hedgeAtOnce) AfterFunc(d time.Duration, f func()) core.Timer {
+	if d <= 5*time.Millisecond {
+		f() // the race's event channel is buffered: this only queues
+		return stoppedTimer{fired: true}
+	}
+	return time.AfterFunc(d, f)
+}
+
+// heldHedge is a hedger clock whose hedge timer (the delay it was made
+// for) never passes by itself: the upstream fires it (fire) for the one
+// request that wants a hedge. A member sends one request at a time, so the
+// timer pending when its upstream asks is that request's. Other timers run
+// on the system clock.
+type heldHedge struct {
+	delay   time.Duration
+	mu      sync.Mutex
+	pending *heldTimer
+	armed   chan struct{} // a timer was armed since the last look
+}
+
+type heldTimer struct {
+	c *heldHedge
+	f func()
+}
+
+func newHeldHedge(delay time.Duration) *heldHedge {
+	return &heldHedge{delay: delay, armed: make(chan struct{}, 1)}
+}
+
+func (c *heldHedge) Now() time.Time { return time.Now() }
+
+func (c *heldHedge) AfterFunc(d time.Duration, f func()) core.Timer {
+	if d != c.delay {
+		return time.AfterFunc(d, f)
+	}
+	t := &heldTimer{c: c, f: f}
+	c.mu.Lock()
+	c.pending = t
+	c.mu.Unlock()
+	select {
+	case c.armed <- struct{}{}:
+	default:
+	}
+	return t
+}
+
+func (t *heldTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	if t.c.pending == t {
+		t.c.pending = nil
+		return true
+	}
+	return false
+}
+
+// fire runs the pending hedge timer, first waiting for it to be armed
+// (the attempt can reach the upstream before launch arms it). false: the
+// request ended first.
+func (c *heldHedge) fire(ctx context.Context) bool {
+	for {
+		c.mu.Lock()
+		t := c.pending
+		c.pending = nil
+		c.mu.Unlock()
+		if t != nil {
+			t.f() // the race's event channel is buffered: this only queues
+			return true
+		}
+		select {
+		case <-c.armed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+// stall holds A's answer for 40ms or until the request is cancelled (the
+// hedge won). On hedgeAtOnce the hedge decision precedes A's answer, so
+// the 40ms only says how long a request with no hedge takes.
 func stall(w http.ResponseWriter, r *http.Request) bool {
 	t := time.NewTimer(40 * time.Millisecond)
 	defer t.Stop()
@@ -246,13 +344,16 @@ func newMember(t *testing.T, cfg core.Config, clock core.Clock, state *core.Stat
 	return newMemberClocks(t, cfg, clock, nil, state)
 }
 
-// newMemberClocks is newMember with the hedger's clock too (nil: the
-// system's): a replica whose clock is off.
+// newMemberClocks is newMember with the hedger's clock too (nil:
+// hedgeAtOnce): a replica whose clock is off.
 func newMemberClocks(t *testing.T, cfg core.Config, clock, hedgerClock core.Clock, state *core.State) *member {
 	t.Helper()
 	m := &member{sink: newFleetSink(), reports: &reportLog{denials: map[string]int{}}, logs: &lineLog{}}
 	if clock == nil {
 		clock = &steppedClock{}
+	}
+	if hedgerClock == nil {
+		hedgerClock = hedgeAtOnce{}
 	}
 	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log, Clock: hedgerClock}
 	if cfg.Fleet.URL != "" {
@@ -368,28 +469,41 @@ func TestFleetBudgetBoundAcrossReplicas(t *testing.T) {
 // together).
 func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
+	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
+	// The hedge delay never passes by itself (heldHedge): A fires it for
+	// the requests that want a hedge before it answers. The others cannot
+	// hedge however slowly the machine answers them.
+	const delay = time.Hour
+	clocks := make([]*heldHedge, replicas)
+	for i := range clocks {
+		clocks[i] = newHeldHedge(delay)
+	}
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool {
-		if r.Header.Get("X-Slow") != "" {
-			select { // past the delay: the hedge wins
-			case <-r.Context().Done():
-			case <-time.After(time.Second):
-			}
+		if r.Header.Get("X-Slow") == "" {
+			return false
+		}
+		i, err := strconv.Atoi(r.Header.Get("X-Member"))
+		if err != nil || i < 0 || i >= replicas {
+			w.WriteHeader(400) // a request of no member: the test's own bug
 			return true
 		}
+		// The hedge timer's event is queued before this answer can reach
+		// the race, so the hedge is decided (started or denied) first; A
+		// then answers, and no denial can leave it waiting.
+		clocks[i].fire(r.Context())
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(100 * time.Millisecond)} // the others answer first
+	cfg.Delay = core.DelayConfig{Fixed: core.Duration(delay)}
 	cfg.Budget = core.BudgetConfig{Ratio: 0.1, Burst: 10}
-	const replicas, perReplica, syncEvery, warmUp = 3, 360, 24, 48
 	members := make([]*member, replicas)
 	for i := range members {
-		members[i] = newMember(t, cfg, nil, nil)
+		members[i] = newMemberClocks(t, cfg, nil, clocks[i], nil)
 	}
 	var wg sync.WaitGroup
 	var wanted, hedges, denied atomic.Int64
-	for _, m := range members {
-		m := m
+	for mi, m := range members {
+		mi, m := mi, m
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -398,7 +512,7 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 			for i := 1; i <= perReplica; i++ {
 				var hdr map[string]string
 				if i%12 == 0 && i > warmUp {
-					hdr = map[string]string{"X-Slow": "1"}
+					hdr = map[string]string{"X-Slow": "1", "X-Member": strconv.Itoa(mi)}
 					wanted.Add(1)
 				}
 				m.do(t, hdr)
@@ -432,22 +546,30 @@ func tooManyOnXFail(n int64, w http.ResponseWriter, r *http.Request) bool {
 	return false
 }
 
-// coolDownFleet is the cool-down tests' set-up: a real Redis, A answering
-// a request with X-Fail 429 Retry-After: 5, and a delay no hedge reaches.
+// coolDownFleet is the cool-down tests' set-up: a real Redis and A
+// answering a request with X-Fail 429 Retry-After: 5. Its members (see
+// noHedgeMember) never hedge: the first attempt's upstream is the routing's
+// choice alone.
 func coolDownFleet(t *testing.T) (*redisproc.Server, *twoUpstreams, core.Config) {
 	t.Helper()
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, tooManyOnXFail)
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	return redis, ups, cfg
+}
+
+// noHedgeMember is newMember whose hedge timer never passes (heldHedge,
+// never fired): a failing A is always seen, never lost to a hedge.
+func noHedgeMember(t *testing.T, cfg core.Config, clock core.Clock) *member {
+	t.Helper()
+	return newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 }
 
 // Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
 // 2's next request goes to B first, and A stays avoided.
 func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 	_, ups, cfg := coolDownFleet(t)
-	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r2.do(t, nil) // attached, and A is fine
 	if got := r2.reports.lastFirst(); got != "A" {
 		t.Fatalf("replica 2's first attempt before the 429 went to %q, want A", got)
@@ -472,7 +594,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 	redis, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
-	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r1.do(t, nil)
 	r2.do(t, nil) // both attached, and A is fine
 	redis.Pause()
@@ -498,12 +620,13 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 	}
 }
 
-// The same with the real loop on the system clock: from replica 1's 429
-// to replica 2 avoiding A takes less than a second.
-func TestFleetCoolDownWithinASecond(t *testing.T) {
+// The same with the real loops on the system clock: replica 1's loop
+// publishes the 429's cool-down, and after replica 2's loop has synced
+// since, replica 2 avoids A.
+func TestFleetCoolDownThroughTheLoops(t *testing.T) {
 	_, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = core.Duration(200 * time.Millisecond)
-	r1, r2 := newMember(t, cfg, core.SystemClock{}, nil), newMember(t, cfg, core.SystemClock{}, nil)
+	r1, r2 := noHedgeMember(t, cfg, core.SystemClock{}), noHedgeMember(t, cfg, core.SystemClock{})
 	synced := make(chan struct{}, 1)
 	r2.fleet.SetSyncHook(func() {
 		select {
@@ -512,21 +635,37 @@ func TestFleetCoolDownWithinASecond(t *testing.T) {
 		}
 	})
 	r2.do(t, nil)
+	published := r1.sink.count("publish")
 	r1.do(t, map[string]string{"X-Fail": "1"})
 	start := time.Now()
-	for {
+	// Replica 1's loop publishes the cool-down: polling its counter,
+	// bounded by deadline.
+	deadline := time.Now().Add(30 * time.Second)
+	for r1.sink.count("publish") == published {
+		if time.Now().After(deadline) {
+			t.Fatal("replica 1's loop never published its cool-down")
+		}
+		time.Sleep(time.Millisecond) // polling, bounded by deadline
+	}
+	// Two of replica 2's syncs after the publish (the first may have read
+	// before it): then replica 2 avoids A. The guard is a hang detector.
+	for drained := false; !drained; {
 		select {
 		case <-synced:
-		case <-time.After(2 * time.Second):
-			t.Fatal("replica 2's loop did not sync within 2s")
+		default:
+			drained = true
 		}
-		r2.do(t, nil)
-		if r2.reports.lastFirst() == "B" {
-			break
+	}
+	for i := 0; i < 2; i++ {
+		select {
+		case <-synced:
+		case <-time.After(30 * time.Second):
+			t.Fatal("replica 2's loop stopped syncing")
 		}
-		if time.Since(start) > time.Second {
-			t.Fatalf("replica 2 still sends to A %v after replica 1's 429, want within 1s", time.Since(start))
-		}
+	}
+	r2.do(t, nil)
+	if got := r2.reports.lastFirst(); got != "B" {
+		t.Errorf("replica 2's first attempt two syncs after replica 1 published its 429 went to %q, want B", got)
 	}
 	t.Logf("propagation: %v", time.Since(start))
 }
@@ -807,7 +946,9 @@ func TestFleetHeartbeat(t *testing.T) {
 	})
 	cfg := fleet2Config(redis.URL(), ups)
 	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
+	// The hedge timer never passes (heldHedge, never fired): A's 429 is
+	// seen and cools A before B answers the retry, never lost to a hedge.
+	r1 := newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 	r1.do(t, nil)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
@@ -884,9 +1025,8 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, nil)
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
-	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
+	clock := frozenClock()
+	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
 	before := redisCommands(t, redis)
@@ -924,9 +1064,8 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
-	clock := &steppedClock{}
-	r1 := newMember(t, cfg, clock, nil)
+	clock := frozenClock()
+	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
 	r1.fleet.SyncNow() // the first sync and heartbeat (a tenth beat)
 	round := func(requests int, step time.Duration) redisproc.Calls {
@@ -1025,9 +1164,8 @@ func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Second)}
 	cfg.Budget = core.BudgetConfig{BreakerFailures: 1, BreakerOpen: core.Duration(time.Minute)}
-	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
+	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "A" {
 		t.Fatalf("replica 2's first attempt went to %q, want A", got)

@@ -256,10 +256,12 @@ func TestFleetStoreHoldsAnswersOnceWithinItsBudget(t *testing.T) {
 		cfg.Idempotency.MaxBytesPerCaller = core.ByteSize(budget)
 		cfg.Idempotency.MaxResponseBytes = 2 << 20
 		// About memory, not Redis faults: an end that timed out would
-		// leave its stream for the in-flight linger, and a lease that ran
-		// out (the rig's is 300 ms, for takeovers) would cut an answer.
+		// leave its stream for the in-flight linger.
 		cfg.Fleet.Timeout = core.Duration(5 * time.Second)
-		cfg.Fleet.Lease = core.Duration(30 * time.Second)
+		// wall clock: Redis expires a lease in real time (no clock to
+		// inject there); nor takeovers: the rig's 300ms lease ran out
+		// while a loaded machine delayed a renewal (an answer cut).
+		cfg.Fleet.Lease = core.Duration(time.Minute)
 	})
 	rig.upstream.mu.Lock()
 	rig.upstream.events, rig.upstream.size = 16, eventSize

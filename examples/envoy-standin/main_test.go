@@ -66,10 +66,10 @@ func TestCurlThroughStandin(t *testing.T) {
 	for _, tc := range []struct {
 		behavior, winner string
 	}{
-		{"A=ttft:5s", "B"}, // A slow by hand: the hedge after 50ms wins
-		// B slow by hand: A wins whether or not a hedge fired (a loaded
-		// machine can delay A's first token past the 50ms delay).
-		{"B=ttft:5s", "A"},
+		// An upstream that never sends a token: the other one answers,
+		// however slow the machine, whether or not a hedge fired.
+		{"A=stall", "B"},
+		{"B=stall", "A"},
 	} {
 		body := `{"model":"gpt-sim","stream":true,"messages":[{"role":"user","content":"Hi"}]}`
 		req, err := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions", strings.NewReader(body))
