@@ -113,6 +113,7 @@ func (r *fleetRig) start(t *testing.T, replicas int, w llmsim.Workload) (context
 func (r *fleetRig) suiteRig() fleetsuite.Rig {
 	rig := fleetsuite.NewRig(r.Sim, r.Redis, len(r.Replicas), r.stream, r.claims, r.kill9, r.restart)
 	rig.OperationErrors = r.fleetErrors
+	rig.HoldToken = r.Hold.HoldToken
 	return rig
 }
 
@@ -158,9 +159,8 @@ func TestFleetCaddyJoinReplayConflict(t *testing.T) {
 // replica takes over when the lease expires and its client gets a complete
 // answer; at most two generations.
 func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
-	// The first token comes 1.5 s after the request: the kill (after the
-	// follower's claim) must land before it even on a loaded machine.
-	w := llmsim.Workload{MedianTTFT: 1500 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	// The upstream holds the leader's first token until the kill landed.
+	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: 2 * time.Millisecond, PingEvery: 20 * time.Millisecond}
 	fleetsuite.RunLeaderKilled(t, suiteFleet, w, fleetsuite.Count(4, 50), 0)
 }
 
@@ -168,7 +168,7 @@ func TestFleetCaddyLeaderKilledBeforeCommit(t *testing.T) {
 // broken (never finished with another generation's bytes), and a retry
 // with the same key gets a fresh complete answer.
 func TestFleetCaddyLeaderKilledAfterCommit(t *testing.T) {
-	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 40, TokenGap: 50 * time.Millisecond, PingEvery: 5 * time.Millisecond}
+	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 40, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	fleetsuite.RunLeaderKilled(t, suiteFleet, w, 0, fleetsuite.Count(2, 10))
 }
 

@@ -137,7 +137,9 @@ func (f *extprocFleet) suiteRig() fleetsuite.Rig {
 	}
 	claims := func(t *testing.T, i int) float64 { return f.Replicas[i].claims(t) }
 	restart := func(i int) { f.Replicas[i] = startReplica(f.Fleet) }
-	return fleetsuite.NewRig(f.Sim, f.Redis, len(f.Replicas), stream, claims, f.kill9, restart)
+	rig := fleetsuite.NewRig(f.Sim, f.Redis, len(f.Replicas), stream, claims, f.kill9, restart)
+	rig.HoldToken = f.Hold.HoldToken
+	return rig
 }
 
 // fleetAnswer streams one chat completion with an idempotency key through
@@ -170,9 +172,9 @@ func TestFleetExtprocJoinReplayConflict(t *testing.T) {
 // generations. After commit: the follower's answer ends broken, and a
 // retry with the same key gets a fresh complete answer.
 func TestFleetExtprocLeaderKilled(t *testing.T) {
-	// The first token comes 1.5 s after the request: the kill (after the
-	// follower's claim) must land before it even on a loaded machine.
-	w := llmsim.Workload{MedianTTFT: 1500 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 30 * time.Millisecond, PingEvery: 20 * time.Millisecond}
+	// The upstream holds the leader's first token (before commit) or its
+	// second (after) until the kill landed.
+	w := llmsim.Workload{MedianTTFT: 20 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 2 * time.Millisecond, PingEvery: 5 * time.Millisecond}
 	fleetsuite.RunLeaderKilled(t, suiteFleet, w, fleetsuite.Count(3, 50), fleetsuite.Count(2, 10))
 }
 

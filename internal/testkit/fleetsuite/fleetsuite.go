@@ -76,6 +76,10 @@ type Rig struct {
 	// BaseURL is the OpenAI SDK base URL (".../v1/") of route on replica
 	// i (RunFaults' routes).
 	BaseURL func(replica int, route string) string
+	// HoldToken, when set, holds token i (0 the first) of key's upstream
+	// answers until release: reached is closed once one is held (see
+	// llmsim.TokenHold.HoldToken).
+	HoldToken func(key string, i int) (reached <-chan struct{}, release func())
 }
 
 // Upstream is the simulated upstream of a fleet test (an llmsim server).
@@ -142,14 +146,22 @@ type streamResult struct {
 }
 
 // LeaderKilledBeforeCommit kills (-9) the leader's replica 0 n times while
-// the upstream is still before its first token and the follower on replica
-// 1 has claimed the key: the follower takes over when the lease expires and
+// the upstream is still before its first token (held there when the rig
+// can hold it, else by a long TTFT) and the follower on replica 1 has
+// claimed the key: the follower takes over when the lease expires and
 // its client gets the complete answer (tokens long); at most two
 // generations. It returns how many keys took two.
 func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, rig Rig) (twoGens int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
 		key := "kill-before-" + strconv.Itoa(i)
+		release := func() {}
+		var reached <-chan struct{}
+		if rig.HoldToken != nil {
+			// The upstream holds the leader's first token until the kill
+			// landed: the leader cannot commit first, whatever the load.
+			reached, release = rig.HoldToken(key, 0)
+		}
 		leader := make(chan streamResult, 1)
 		go func() {
 			text, err := rig.Stream(ctx, 0, "sk-alice", key, "hello", nil)
@@ -157,6 +169,13 @@ func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, 
 		}()
 		if err := rig.WaitFor(ctx, func() bool { return rig.Attempts(key) == 1 }); err != nil {
 			t.Fatal(err)
+		}
+		if reached != nil {
+			select {
+			case <-reached:
+			case <-ctx.Done():
+				t.Fatalf("%s: the leader's upstream never reached its first token", key)
+			}
 		}
 		before := rig.Claims(t, 1)
 		follower := make(chan streamResult, 1)
@@ -166,6 +185,7 @@ func LeaderKilledBeforeCommit(t *testing.T, ctx context.Context, n, tokens int, 
 		}()
 		waitClaims(t, rig, 1, before)
 		rig.Kill9(0)
+		release() // the takeover's generation is not held
 		<-leader
 		got := <-follower
 		if got.err != nil || got.text != rig.Expected(key, tokens) {
@@ -188,6 +208,12 @@ func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, r
 	t.Helper()
 	for i := 0; i < n; i++ {
 		key := "kill-after-" + strconv.Itoa(i)
+		release := func() {}
+		if rig.HoldToken != nil {
+			// The upstream holds the second token until the kill landed:
+			// the answer cannot end first, whatever the load.
+			_, release = rig.HoldToken(key, 1)
+		}
 		leaderFirst := make(chan struct{})
 		leader := make(chan streamResult, 1)
 		go func() {
@@ -203,6 +229,7 @@ func LeaderKilledAfterCommit(t *testing.T, ctx context.Context, n, tokens int, r
 		}()
 		<-followerFirst
 		rig.Kill9(0)
+		release()
 		<-leader
 		got := <-follower
 		want := rig.Expected(key, tokens)
@@ -374,6 +401,7 @@ type Fleet[R any] struct {
 	T        *testing.T
 	Redis    *redisproc.Server
 	Sim      *llmsim.Running
+	Hold     llmsim.TokenHold // holds chosen tokens of Sim's answers
 	Replicas []R
 }
 
@@ -381,7 +409,8 @@ type Fleet[R any] struct {
 // replicas, each by startReplica (which Restart uses too).
 func StartFleet[R any](t *testing.T, n int, w llmsim.Workload, startReplica func(*Fleet[R]) R) *Fleet[R] {
 	t.Helper()
-	f := &Fleet[R]{T: t, Redis: redisproc.Start(t, redisproc.Options{}), Sim: llmsim.Start("A", w)}
+	f := &Fleet[R]{T: t, Redis: redisproc.Start(t, redisproc.Options{})}
+	f.Sim = f.Hold.Start(&llmsim.Server{Name: "A", Workload: w})
 	t.Cleanup(f.Sim.Close)
 	for i := 0; i < n; i++ {
 		f.Replicas = append(f.Replicas, startReplica(f))
