@@ -17,9 +17,9 @@ import (
 // buckets, the same the Caddy module and the Traefik plugin are checked
 // against.
 func TestMetricNamesSharedWithOtherAdapters(t *testing.T) {
-	h := newHarness(t, harnessOptions{})
-	// wall clock: names-2 is metricscheck's no-hedge request, A answering
-	// before the 100ms delay on the server's system clock.
+	// The budget holds one hedge (burst 1, a ratio that earns no other in
+	// two requests): names-1's. names-2 cannot hedge however slow A is.
+	h := newHarness(t, harnessOptions{routes: defaultRoutes + "    budget: {ratio: 0.01, burst: 1}\n"})
 	for _, req := range []struct{ id, behavior, from string }{{"names-1", "A=stall", "B"}, {"names-2", "", "A"}} {
 		text, from, err := streamChat(context.Background(), h.client(), simHeaders(req.id, req.behavior)...)
 		if err != nil {
