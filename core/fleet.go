@@ -315,6 +315,7 @@ func fleetEvalAgain(f *Fleet, ctx context.Context, op string, s *fleetScript, ke
 //	<prefix>{<id>}:done        the stored complete answer, PX ttl
 //	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
 //	<prefix>{<id>}:readers     hash: holder -> followers reading its stream, PX stream linger
+//	<prefix>{<id>}:sealed      the lease value of a generation whose end marker went out, until its end (PX seal)
 //
 // A stream per generation means a follower can only ever read one
 // generation's bytes: a new leader after a takeover or a cut writes a
@@ -322,9 +323,10 @@ func fleetEvalAgain(f *Fleet, ctx context.Context, op string, s *fleetScript, ke
 // from 1, the head first), so a follower sees any gap.
 //
 // Fencing: every write of a leader (head, data, end, done) is a script
-// that first checks the lease still holds this leader's value; a leader
-// that lost it (paused past its lease, Redis lost its data) writes
-// nothing more, and no append re-creates a stream that vanished.
+// that first checks the lease (or, after its end marker, the seal) still
+// holds this leader's value; a leader that lost it (paused past its
+// lease, Redis lost its data) writes nothing more, and no append
+// re-creates a stream that vanished.
 type fleetKeys struct {
 	tag     string
 	lease   string
@@ -406,15 +408,20 @@ return {'follow', holder}
 
 // renewScript: ARGV lease value, lease ms, stream ms, holder, adopt ("1":
 // a leader whose claim timed out takes a missing lease, unless an answer
-// was stored or sealed meanwhile), seal ("1": the answer's end marker is
-// about to go out). KEYS lease, stream, readers, done, sealed. Extends the
-// lease (and the stream) only while this leader holds it; a seal marks the
-// generation until its end is in (the stream's lifetime at most), so that
-// neither a claim nor an adopting leader starts another while this leader
-// finishes, however late. Returns {1, followers reading}, {0, 0} when the
-// lease is another's (or an answer was stored), {-1, 0} when there is none.
+// was stored or sealed meanwhile), seal ms ("" for none: the answer's end
+// marker is about to go out). KEYS lease, stream, readers, done, sealed.
+// Extends the lease (and the stream) only while this leader holds it, or
+// sealed its generation: a seal marks the generation until its end is in
+// (for the seal's time at most), so that neither a claim nor an adopting
+// leader starts another while this leader finishes, however late.
+// Returns {1, followers reading}, {0, 0} when the lease is another's (or an
+// answer was stored or sealed), {-1, 0} when there is none.
 var renewScript = newFleetScript(`
 local l = redis.call('GET', KEYS[1])
+if l ~= ARGV[1] and redis.call('GET', KEYS[5]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
+end
 if not l and ARGV[5] == '1' then
   if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then return {0, 0} end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -423,7 +430,7 @@ end
 if l == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  if ARGV[6] == '1' then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[3]) end
+  if ARGV[6] ~= '' then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6]) end
   return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
 end
 if not l then return {-1, 0} end

@@ -267,18 +267,14 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 		if err != nil {
 			return followFailed(ctx, headSeen)
 		}
-		if v.Kind == RedisNil && headSeen && streamFinished(*tail) {
-			// The end marker went out only once its leader had sealed
-			// the generation: the answer is whole, whether or not its end
-			// entry ever comes (a leader may die between the two).
-			return followComplete
-		}
 		if v.Kind == RedisNil {
-			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.lease)
+			// The leader lives while it holds the lease, or the seal of
+			// its generation (its last append and end are on their way).
+			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "MGET", keys.lease, keys.sealed)
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
-			if lv.Kind == RedisString && lv.Str == leaseValue {
+			if holdsKey(lv, leaseValue) {
 				continue
 			}
 			// The leader is gone: take what it wrote before it went.
@@ -329,6 +325,17 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 		}
 		fw.Flush()
 	}
+}
+
+// holdsKey reports whether an MGET of the lease and the seal names this
+// lease value.
+func holdsKey(v RedisValue, leaseValue string) bool {
+	for i := range v.Array {
+		if v.Array[i].Kind == RedisString && v.Array[i].Str == leaseValue {
+			return true
+		}
+	}
+	return false
 }
 
 // followFromStore finishes a follower whose stream ended without its end
@@ -589,6 +596,17 @@ func fleetRenew(l *fleetLeader) {
 	}
 }
 
+// fleetSealMillis is how long a seal holds a key for its leader's last
+// append and end: five leases (a leader starved that long has surely lost
+// more than its lease), at most the stream's linger, capped by the TTL.
+func fleetSealMillis(f *Fleet, ttl time.Duration) string {
+	d := 5 * time.Duration(f.cfg.Lease)
+	if d > streamLinger {
+		d = streamLinger
+	}
+	return fleetLingerMillis(d, ttl)
+}
+
 // fleetRenewOnce sends one renewal, records what it found of the lease
 // (strict: a renewal without an answer counts as unconfirmed, see
 // leaseUnconfirmed) and returns the followers reading, -1 when unknown. A
@@ -601,9 +619,9 @@ func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 		adopt = "1"
 	}
 	l.mu.Unlock()
-	sealArg := "0"
+	sealArg := ""
 	if seal {
-		sealArg = "1"
+		sealArg = fleetSealMillis(f, l.ttl)
 	}
 	sent := f.clock.Now()
 	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.done, l.keys.sealed},
@@ -678,12 +696,14 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 
 // fleetLeaderConfirm renews the lease at once and reports whether it
 // surely holds (a renewal that failed still counts while the lease cannot
-// have run out). The end of the answer waits for it, and seals the
-// generation with it (see renewScript): from then on the answer is whole at
-// its client, and no other generation may start however late the finish.
+// have run out). The end of the answer waits for it and, when the stream
+// has the whole answer so far, seals the generation with it (see
+// renewScript): no other generation may start while this leader appends
+// its last bytes and its end, however late (within the seal's time).
 func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
 	detached := l.detached
+	seal = seal && l.headSent && !l.failed && !l.overflow
 	l.mu.Unlock()
 	if detached {
 		return true

@@ -533,3 +533,38 @@ func waitKeys(t *testing.T, rig *fleetRig, pattern string) []string {
 		time.Sleep(5 * time.Millisecond) // polling Redis for the event, not a margin
 	}
 }
+
+// A generation whose end marker went out is sealed: when its leader's
+// lease runs out before its end is in (a leader starved between the two),
+// a new request follows it instead of leading a second generation, and the
+// leader still appends its last bytes and its end. The test seals by hand
+// what the leader's renewal seals at the marker, and drops the lease as
+// Redis would at its expiry.
+func TestFleetSealedGenerationIsFollowed(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	release := rig.upstream.hold("sealed", true) // after the first token: committed
+	defer release()
+	first := a.open(t, "sealed", "alice", chatBody)
+	defer first.Body.Close()
+	head := readUntil(t, first.Body, "gen1-tok0")
+	lease := waitKeys(t, rig, "*{*}:lease")[0]
+	sealed := strings.TrimSuffix(lease, ":lease") + ":sealed"
+	redisDo(t, rig.redis, "SET", sealed, redisDo(t, rig.redis, "GET", lease).Str, "PX", "60000")
+	redisDo(t, rig.redis, "DEL", lease)
+	second := b.sendAsync(t, "sealed", "alice", chatBody)
+	b.sink.waitClaim(t)
+	release()
+	rest, err := io.ReadAll(first.Body)
+	leader := answer{status: 200, body: head + string(rest), complete: err == nil}
+	follower := recvAnswer(t, second)
+	if wholeGeneration(leader) != 1 || wholeGeneration(follower) != 1 {
+		t.Errorf("leader %q (read error %v), follower status %d %q; want both generation 1 whole", leader.body, err, follower.status, follower.body)
+	}
+	if got := rig.upstream.generations("sealed"); got != 1 {
+		t.Errorf("generations = %d, want 1 (a claim led a second generation beside a sealed one)", got)
+	}
+	if n := redisInt(t, rig.redis, "EXISTS", sealed); n != 0 {
+		t.Errorf("EXISTS %s = %d after the end, want 0 (the end lifts the seal)", sealed, n)
+	}
+}
