@@ -568,7 +568,7 @@ func noHedgeMember(t *testing.T, cfg core.Config, clock core.Clock) *member {
 // Invariant 7: replica 1 sees a 429 with Retry-After: 5 from A; replica
 // 2's next request goes to B first, and A stays avoided.
 func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
-	_, ups, cfg := coolDownFleet(t)
+	redis, ups, cfg := coolDownFleet(t)
 	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r2.do(t, nil) // attached, and A is fine
 	if got := r2.reports.lastFirst(); got != "A" {
@@ -577,7 +577,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
 		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
 	}
-	r1.fleet.SyncNow() // what the background publisher does at once
+	waitPublished(t, redis, r1, cfg.Route, "cool:A")
 	r2.fleet.SyncNow() // replica 2's next sync
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
@@ -1094,12 +1094,27 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	cool.Store(true)
 	r1.do(t, nil) // A answers 429 Retry-After 30: a cool-down, published
 	cool.Store(false)
-	r1.fleet.SyncNow() // after the publisher
+	waitPublished(t, redis, r1, "fleet", "cool:A")
 	if ttl, mark := redisInt(t, redis, "PTTL", "llmhedge:{r:fleet}:health"), redisInt(t, redis, "PTTL", "llmhedge:{r:fleet}:healthmark"); mark <= 0 || mark > ttl {
 		t.Errorf("health mark PTTL %d with the health hash's %d, want (0, the hash's]", mark, ttl)
 	}
 	if got := round(0, 250*time.Millisecond); got.String() != "evalsha=1 get=1 hgetall=1 mget=1 time=1" {
 		t.Errorf("a sync while a cool-down lives used %s, want evalsha=1 get=1 hgetall=1 mget=1 time=1", got)
+	}
+}
+
+// waitPublished polls srv until route's health hash holds field, which
+// m published: its background publisher, or a round of its loop (polling,
+// bounded by deadline).
+func waitPublished(t *testing.T, srv *redisproc.Server, m *member, route, field string) {
+	t.Helper()
+	key := "llmhedge:{r:" + route + "}:health"
+	deadline := time.Now().Add(30 * time.Second)
+	for m.fleet.SyncNow(); redisInt(t, srv, "HEXISTS", key, field) != 1; m.fleet.SyncNow() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s in %s 30s after the 429", field, key)
+		}
+		time.Sleep(2 * time.Millisecond) // polling, bounded by deadline
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
@@ -112,7 +113,21 @@ func TestFleetClusterRouteSync(t *testing.T) {
 	// A cool-down published on route 1's master reaches the other replica.
 	pair := members[routes[1]]
 	pair[0].do(t, map[string]string{"X-Cool": "1"})
-	pair[0].fleet.SyncNow() // after the publisher
+	// The publisher runs in the background: wait for the cool-down in
+	// Redis (polling, bounded by deadline), then the other replica syncs.
+	health := "llmhedge:{r:" + routes[1] + "}:health"
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		pair[0].fleet.SyncNow() // a round publishes what the publisher left
+		got, err := cl.Do(cl.MasterFor(health).Addr(), "HEXISTS", health, "cool:A")
+		if err == nil && strings.TrimSpace(got) == "1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no cool:A in %s 30s after A's 429 (%q, %v); the publisher's Redis errors %q, its last first attempt %q",
+				routes[1], health, got, err, pair[0].errs.all(), pair[0].reports.lastFirst())
+		}
+		time.Sleep(5 * time.Millisecond) // polling, bounded by deadline
+	}
 	pair[1].fleet.SyncNow()
 	pair[1].do(t, nil)
 	if got := pair[1].reports.lastFirst(); got != "B" {
