@@ -46,6 +46,11 @@ type Fleet struct {
 	failures  int
 	nextProbe time.Time
 	probing   bool
+	// replies counts the operations Redis answered: a failed operation
+	// during whose life Redis answered another one is not Redis away (a
+	// replica too busy to read its reply in time, one master of a Cluster
+	// failing over) and does not count towards taking the fleet down.
+	replies uint64
 }
 
 // FleetOptions are what an adapter supplies to a Fleet besides its client.
@@ -66,7 +71,8 @@ type FleetOptions struct {
 	Kind string
 }
 
-// fleetFailuresToOpen failed operations in a row take the fleet down.
+// fleetFailuresToOpen failed operations in a row, with no reply from
+// Redis to any operation meanwhile, take the fleet down.
 const fleetFailuresToOpen int = 3
 
 // Fleet operation names: the op label of the fleet metrics.
@@ -127,34 +133,42 @@ func (f *Fleet) Config() FleetConfig { return f.cfg }
 
 // fleetAllow reports whether an operation may go to Redis: always while
 // the fleet is up; while it is down, one probe per retry interval. probe
-// is true for that one.
-func fleetAllow(f *Fleet) (allowed bool, probe bool) {
+// is true for that one; replies is the count of Redis' replies so far (see
+// fleetResult).
+func fleetAllow(f *Fleet) (allowed, probe bool, replies uint64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.up {
-		return true, false
+		return true, false, f.replies
 	}
 	if f.probing || f.clock.Now().Before(f.nextProbe) {
-		return false, false
+		return false, false, f.replies
 	}
 	f.probing = true
-	return true, true
+	return true, true, f.replies
 }
 
-// fleetResult feeds an operation's outcome to the breaker. Failures of a
-// caller that gave up (its context ended) say nothing about Redis.
-func fleetResult(f *Fleet, err error, probe bool) {
+// fleetResult feeds an operation's outcome to the breaker; replies is
+// Redis' reply count when it was sent. A failure counts only when Redis
+// answered nothing since: under a burst of operations some time out on a
+// replica too busy to read their replies while the others are answered,
+// and Redis is not away. Failures of a caller that gave up (its context
+// ended) say nothing about Redis (see fleetObserve).
+func fleetResult(f *Fleet, err error, probe bool, replies uint64) {
 	f.mu.Lock()
 	if probe {
 		f.probing = false
 	}
 	changed := false
 	if err == nil {
+		f.replies++
 		f.failures = 0
 		if !f.up {
 			f.up = true
 			changed = true
 		}
+	} else if f.up && f.replies != replies {
+		// Redis answered another operation meanwhile.
 	} else {
 		f.failures++
 		if f.up && f.failures >= fleetFailuresToOpen {
@@ -203,7 +217,7 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 // Redis times blocked clients out on its own clock tick (hz), up to about
 // 100ms late at the default hz.
 func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, args ...string) (RedisValue, error) {
-	allowed, probe := fleetAllow(f)
+	allowed, probe, replies := fleetAllow(f)
 	if !allowed {
 		return RedisValue{}, errFleetDown
 	}
@@ -211,13 +225,13 @@ func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, a
 	start := time.Now()
 	v, err := f.client.Do(ctx, args...)
 	cancel()
-	fleetObserve(f, parent, op, start, err, probe)
+	fleetObserve(f, parent, op, start, err, probe, replies)
 	return v, err
 }
 
 // fleetPipeline sends cmds in one round trip within the operation timeout.
 func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string) ([]RedisValue, error) {
-	allowed, probe := fleetAllow(f)
+	allowed, probe, replies := fleetAllow(f)
 	if !allowed {
 		return nil, errFleetDown
 	}
@@ -225,13 +239,13 @@ func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string)
 	start := time.Now()
 	v, err := f.client.Pipeline(ctx, cmds)
 	cancel()
-	fleetObserve(f, parent, op, start, err, probe)
+	fleetObserve(f, parent, op, start, err, probe, replies)
 	return v, err
 }
 
 // fleetObserve records an operation's latency and error, and tells the
 // breaker. An error reply such as NOSCRIPT proves the connection works.
-func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, err error, probe bool) {
+func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, err error, probe bool, replies uint64) {
 	busy := err != nil && errors.Is(err, ErrRedisBusy)
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
@@ -252,7 +266,7 @@ func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, 
 	if err != nil && isNoScript(err) {
 		err = nil
 	}
-	fleetResult(f, err, probe)
+	fleetResult(f, err, probe, replies)
 }
 
 func isNoScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
@@ -406,31 +420,26 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {'follow', holder}
 `)
 
-// renewScript: ARGV lease value, lease ms, stream ms, holder, adopt ("1":
-// a leader whose claim timed out takes a missing lease, unless an answer
-// was stored or sealed meanwhile), seal ms ("" for none: the answer's end
-// marker is about to go out). KEYS lease, stream, readers, done, sealed.
-// Extends the lease (and the stream) only while this leader holds it, or
-// sealed its generation: a seal marks the generation until its end is in
-// (for the seal's time at most), so that neither a claim nor an adopting
-// leader starts another while this leader finishes, however late.
-// Returns {1, followers reading}, {0, 0} when the lease is another's (or an
-// answer was stored or sealed), {-1, 0} when there is none.
+// renewScript: ARGV lease value, lease ms, stream ms, holder, seal ms (""
+// for none: the answer's end marker is about to go out). KEYS lease,
+// stream, readers, sealed. Extends the lease (and the stream) only while
+// this leader holds it, or sealed its generation: a seal marks the
+// generation until its end is in (for the seal's time at most), so that no
+// claim starts another while this leader finishes, however late. It never
+// takes a missing lease: a leader whose claim timed out and never landed
+// cannot tell whether another generation ran beside its race meanwhile.
+// Returns {1, followers reading}, {0, 0} when the lease is another's,
+// {-1, 0} when there is none.
 var renewScript = newFleetScript(`
 local l = redis.call('GET', KEYS[1])
-if l ~= ARGV[1] and redis.call('GET', KEYS[5]) == ARGV[1] then
+if l ~= ARGV[1] and redis.call('GET', KEYS[4]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
   return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
-end
-if not l and ARGV[5] == '1' then
-  if redis.call('EXISTS', KEYS[4]) == 1 or redis.call('EXISTS', KEYS[5]) == 1 then return {0, 0} end
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-  l = ARGV[1]
 end
 if l == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  if ARGV[6] ~= '' then redis.call('SET', KEYS[5], ARGV[1], 'PX', ARGV[6]) end
+  if ARGV[5] ~= '' then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
   return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
 end
 if not l then return {-1, 0} end

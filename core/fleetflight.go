@@ -526,8 +526,10 @@ type fleetLeader struct {
 	validUntil time.Time
 	// uncertain: the claim failed (a timeout), so whether it landed is
 	// unknown until Redis answers a renewal or a write: held (it did),
-	// another's (lost), or none, which detaches this leader from the fleet
-	// (it answers its client as without one).
+	// another's (lost), or none: the claim never landed, and another
+	// generation may have run beside this race, so it is lost too, unless
+	// it committed while the fleet was down (it answers its client as
+	// without a fleet: detached).
 	uncertain, detached bool
 
 	renewTimer Timer
@@ -609,23 +611,16 @@ func fleetSealMillis(f *Fleet, ttl time.Duration) string {
 
 // fleetRenewOnce sends one renewal, records what it found of the lease
 // (strict: a renewal without an answer counts as unconfirmed, see
-// leaseUnconfirmed) and returns the followers reading, -1 when unknown. A
-// leader whose claim timed out adopts a missing lease with it.
+// leaseUnconfirmed) and returns the followers reading, -1 when unknown.
 func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 	f := l.f
-	l.mu.Lock()
-	adopt := "0"
-	if l.uncertain {
-		adopt = "1"
-	}
-	l.mu.Unlock()
 	sealArg := ""
 	if seal {
 		sealArg = fleetSealMillis(f, l.ttl)
 	}
 	sent := f.clock.Now()
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.done, l.keys.sealed},
-		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, adopt, sealArg)
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.sealed},
+		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, sealArg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
@@ -874,9 +869,9 @@ func fencedWrite(l *fleetLeader, sent time.Time, v RedisValue, err error) {
 
 // leaseConfirmed records what a fenced write or a renewal sent at sent
 // found of the lease (l.mu held): 1 held, 0 another's, -1 none (gone, or
-// an uncertain claim that never landed: that leader detaches).
+// an uncertain claim that never landed: see uncertain).
 func leaseConfirmed(l *fleetLeader, sent time.Time, state int) {
-	if state == -1 && l.uncertain {
+	if state == -1 && l.uncertain && l.headSent {
 		l.detached = true
 		l.failed = true
 		l.data = nil
@@ -897,8 +892,17 @@ func leaseConfirmed(l *fleetLeader, sent time.Time, state int) {
 // the key: once it may have, this leader counts as having lost it.
 func leaseUnconfirmed(l *fleetLeader) {
 	if l.uncertain {
-		// Never confirmed: like a request without the fleet, it answers
-		// its client; its renewals go on, and tell once Redis answers.
+		if l.f.Up() {
+			// Redis answers the fleet, not this leader: its claim may have
+			// landed beside another replica's, so it must not answer as
+			// the key's one generation (before commit its client gets a
+			// 503 to retry, after it the answer ends broken).
+			l.lost = true
+			return
+		}
+		// Redis is away (the fleet down): like a request without the
+		// fleet, it answers its client; its renewals go on, and tell
+		// once Redis answers.
 		return
 	}
 	if !l.f.clock.Now().Before(l.validUntil) {

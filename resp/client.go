@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -43,6 +44,9 @@ type node struct {
 	tlsConfig *tls.Config // nil without TLS
 	general   *pool       // ordinary commands
 	blocking  *pool       // XREAD BLOCK, BLPOP, ...: they hold a connection while they wait
+
+	mu          sync.Mutex
+	lastDialErr error // the last dial's failure, nil once one connects
 }
 
 var _ core.RedisClient = (*Client)(nil)
@@ -308,10 +312,12 @@ func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, bool, int
 	if !slot {
 		return nil, waited, sentNothing, errors.New("resp: internal error: no connection granted")
 	}
-	cn, err = dial(c, ctx, n)
+	cn, goesOn, err := dial(c, ctx, n, p)
 	if err != nil {
-		releaseConn(p, nil, true)
-		if refusal(c) != nil {
+		if !goesOn {
+			releaseConn(p, nil, true) // a dial that goes on gives back its slot itself
+		}
+		if refusal(c) != nil || errors.Is(err, core.ErrRedisBusy) {
 			return nil, waited, sentNothing, err
 		}
 		return nil, waited, dialFailed, err
@@ -407,10 +413,18 @@ func waitForConn(c *Client, ctx context.Context, n *node, p *pool, w *waiter) gr
 }
 
 // waitError is the error of a wait for a connection that ctx ended: busy
-// when its deadline passed, the cancellation's cause otherwise (the caller
-// left).
+// when its deadline passed (the last dial's failure when it failed), the
+// cancellation's cause otherwise (the caller left).
 func waitError(ctx context.Context, n *node, p *pool) error {
 	cause := context.Cause(ctx)
+	n.mu.Lock()
+	last := n.lastDialErr
+	n.mu.Unlock()
+	if ctx.Err() == context.DeadlineExceeded && last != nil {
+		// The connections it waited for are dials that fail: Redis is
+		// refusing or unreachable, not busy.
+		return last
+	}
 	if ctx.Err() == context.DeadlineExceeded {
 		return fmt.Errorf("resp: waiting for a connection to %s (all %d in use): %w (%w)", n.addr, p.maxOpen, core.ErrRedisBusy, cause)
 	}
@@ -421,7 +435,96 @@ func waitError(ctx context.Context, n *node, p *pool) error {
 // database in one round trip, all within DialTimeout and ctx. Until one
 // connection has shown it, a single-server client also asks whether the
 // server is a cluster node (INFO cluster): such a server is refused.
-func dial(c *Client, ctx context.Context, n *node) (*conn, error) {
+//
+// A caller whose deadline comes before DialTimeout does not cut the dial
+// short: the dial goes on, within DialTimeout, and a connection made after
+// the caller left goes to the pool (p) for the next one. Otherwise a
+// replica too busy to finish a connect within one operation's time (a
+// follower storm dialing hundreds of connections at once, a throttled CPU)
+// would start every dial anew and connect never. The caller that left
+// gets core.ErrRedisBusy (a wait for a connection, not a Redis failure),
+// unless the last dial to n failed: then that failure (Redis refused or
+// unreachable within DialTimeout).
+// goesOn reports a dial its caller left, which owns the pool slot now.
+func dial(c *Client, ctx context.Context, n *node, p *pool) (cn *conn, goesOn bool, err error) {
+	deadline, ok := ctx.Deadline()
+	if !ok || c.opts.DialTimeout <= 0 || time.Until(deadline) >= c.opts.DialTimeout {
+		cn, err := dialOnce(c, ctx, n)
+		noteDial(n, err)
+		return cn, false, err
+	}
+	d := &pendingDial{done: make(chan struct{})}
+	go finishDial(c, n, p, d)
+	stop := context.AfterFunc(ctx, func() {
+		d.mu.Lock()
+		if !d.ended {
+			d.left = true
+			close(d.done)
+		}
+		d.mu.Unlock()
+	})
+	<-d.done
+	stop()
+	d.mu.Lock()
+	left := d.left
+	cn, err = d.cn, d.err
+	d.mu.Unlock()
+	if !left {
+		return cn, false, err
+	}
+	if cause := context.Cause(ctx); ctx.Err() != context.DeadlineExceeded {
+		return nil, true, fmt.Errorf("resp: dial at %s: %w", n.addr, cause)
+	}
+	n.mu.Lock()
+	last := n.lastDialErr
+	n.mu.Unlock()
+	if last != nil {
+		return nil, true, last
+	}
+	return nil, true, fmt.Errorf("resp: dial at %s: not connected within the operation's deadline: %w (%w)", n.addr, core.ErrRedisBusy, context.DeadlineExceeded)
+}
+
+// pendingDial is a dial its caller may leave: ended (the dial's result is
+// in) or left (the caller's context ended first), whichever comes first,
+// closes done. Guarded by mu.
+type pendingDial struct {
+	mu          sync.Mutex
+	done        chan struct{}
+	ended, left bool
+	cn          *conn
+	err         error
+}
+
+// finishDial runs d's dial within DialTimeout and hands its result to the
+// caller or, when the caller left, its connection to the pool (a failed
+// dial gives back its slot).
+func finishDial(c *Client, n *node, p *pool, d *pendingDial) {
+	ctx, cancel := context.WithTimeout(context.Background(), c.opts.DialTimeout)
+	cn, err := dialOnce(c, ctx, n)
+	cancel()
+	noteDial(n, err)
+	d.mu.Lock()
+	left := d.left
+	if !left {
+		d.ended, d.cn, d.err = true, cn, err
+		close(d.done)
+	}
+	d.mu.Unlock()
+	if left {
+		releaseConn(p, cn, err != nil)
+	}
+}
+
+// noteDial records the outcome of the last dial to n.
+func noteDial(n *node, err error) {
+	n.mu.Lock()
+	n.lastDialErr = err
+	n.mu.Unlock()
+}
+
+// dialOnce connects to n and sets the connection up (AUTH, SELECT, the
+// mode check), within DialTimeout and ctx.
+func dialOnce(c *Client, ctx context.Context, n *node) (*conn, error) {
 	dialCtx := ctx
 	if c.opts.DialTimeout > 0 {
 		var cancel context.CancelFunc
@@ -512,11 +615,16 @@ func clusterNodeError(c *Client) error {
 // protocol error (after which cn must be closed), and whether cn may be
 // reused.
 func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, []error, error, bool) {
-	// A cancelled (not only expired) context interrupts blocked I/O by
-	// moving the deadline into the past.
+	// A cancelled context interrupts blocked I/O by moving the deadline
+	// into the past; an expired one needs not (the I/O deadlines are no
+	// later than its own), and must not: see awaitReply.
 	var stop func() bool
 	if ctx.Done() != nil {
-		stop = context.AfterFunc(ctx, func() { _ = cn.nc.SetDeadline(time.Unix(1, 0)) })
+		stop = context.AfterFunc(ctx, func() {
+			if ctx.Err() != context.DeadlineExceeded {
+				_ = cn.nc.SetDeadline(time.Unix(1, 0))
+			}
+		})
 	}
 	values, replyErrs, ioErr := writeAndRead(c, ctx, cn, cmds, blocking)
 	reusable := ioErr == nil
@@ -560,6 +668,9 @@ func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blo
 	values := make([]core.RedisValue, len(cmds))
 	var replyErrs []error
 	for i := range cmds {
+		if err := awaitReply(ctx, cn); err != nil {
+			return nil, nil, err
+		}
 		v, replyErr, ioErr := readReply(cn.r)
 		if ioErr != nil {
 			return nil, nil, ioErr
@@ -573,6 +684,35 @@ func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blo
 		values[i] = v
 	}
 	return values, replyErrs, nil
+}
+
+// lateReplyGrace is how long a reply whose deadline passed gets to be read
+// when it may already have arrived (see awaitReply).
+const lateReplyGrace = 10 * time.Millisecond
+
+// awaitReply waits for the first byte of the next reply. When the read
+// deadline passes first, Redis may have answered in time and this process
+// been too busy to read it (a starved replica: a follower storm, a
+// throttled CPU); one more look, lateReplyGrace long, takes a reply that
+// is already there, so that Redis' answer counts rather than the replica's
+// delay (a claim's answer says whether it landed; a timeout says nothing).
+// A paused or unreachable Redis still times out, lateReplyGrace later; a
+// caller that cancelled gets no second look.
+func awaitReply(ctx context.Context, cn *conn) error {
+	_, err := cn.r.Peek(1)
+	if err == nil || ctx.Err() == context.Canceled {
+		return err
+	}
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return err
+	}
+	if cn.nc.SetReadDeadline(time.Now().Add(lateReplyGrace)) != nil {
+		return err
+	}
+	if _, late := cn.r.Peek(1); late != nil {
+		return err
+	}
+	return nil
 }
 
 // ioDeadline is the earlier of ctx's deadline and now + timeout + extra

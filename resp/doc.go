@@ -18,13 +18,22 @@
 //   - A bounded pool: connections are reused (at most MaxIdle kept idle, at
 //     most MaxOpen open, callers beyond that wait until their deadline,
 //     and a wait past it returns an error wrapping core.ErrRedisBusy); a
+//     dial is not cut short by its caller's deadline: it goes on within
+//     DialTimeout and its connection goes to the pool, while the caller
+//     gets core.ErrRedisBusy (the last dial's failure, when it failed), so
+//     a replica too busy to connect within one operation's time still
+//     connects, and is not taken for Redis away; a
 //     connection that saw a network error, a protocol error, a timeout or a
 //     cancellation is closed, never reused; an idle connection the server
 //     closes is noticed at once (a goroutine waits in a Read on each idle
 //     connection) and dropped, and so is one unused for IdleTimeout.
 //   - Timeouts from the context's deadline (and DialTimeout, ReadTimeout,
 //     WriteTimeout when they are earlier); a cancelled context interrupts
-//     the connection's I/O through context.AfterFunc.
+//     the connection's I/O through context.AfterFunc. A reply whose read
+//     deadline passed gets one more look, 10ms long: a replica too busy to
+//     run before its deadline (a follower storm, a throttled CPU) still
+//     reads what Redis answered in time, so a claim's answer counts and
+//     the fleet's breaker is not opened by the replica's own delay.
 //   - Pipeline writes every command in one write and then reads every
 //     reply.
 //   - Blocking commands (XREAD BLOCK, BLPOP, ...) run on connections of

@@ -186,7 +186,7 @@ func TestFleetCaddyRedisKilledUnderLoad(t *testing.T) {
 
 // faultSite is one route of the fault suite: upstream alone (one attempt),
 // keyed requests shared through the fleet with spec's options.
-func faultSite(route string, spec fleetsuite.FaultSpec) string {
+func faultSite(route fleetsuite.FaultRouteSpec, spec fleetsuite.FaultSpec) string {
 	return fmt.Sprintf(`	llm_hedge {
 		route %s
 		upstream %s {
@@ -198,7 +198,7 @@ func faultSite(route string, spec fleetsuite.FaultSpec) string {
 			timeout %s
 			retry_interval %s
 		}
-	}`, route, spec.UpstreamURL, spec.RedisURL, spec.Lease, spec.Timeout, spec.RetryInterval)
+	}`, route.Name, route.UpstreamURL, spec.RedisURL, spec.Lease, spec.Timeout, spec.RetryInterval)
 }
 
 // The fault suite through 3 real Caddy replicas, each serving both of the
@@ -209,6 +209,13 @@ func faultSite(route string, spec fleetsuite.FaultSpec) string {
 // counts.
 func TestFleetCaddyFaults(t *testing.T) {
 	fleetsuite.RunFaults(t, "caddy", startFaultCaddies)
+}
+
+// The fault suite on a real Redis Cluster (3 masters, a replica each)
+// through redis+cluster://: a master's failover under keyed load, FLUSHALL
+// on every master, a follower storm and the leader's pause; the same judge.
+func TestFleetCaddyClusterFaults(t *testing.T) {
+	fleetsuite.RunClusterFaults(t, "caddy", startFaultCaddies)
 }
 
 // A claim that timed out on a paused Redis but landed once it resumed:
@@ -232,7 +239,7 @@ func startFaultCaddies(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
 	return fleetsuite.Rig{Replicas: len(replicas),
 		BaseURL: func(i int, route string) string {
 			for j, r := range spec.Routes {
-				if r == route {
+				if r.Path == route {
 					return replicas[i].url(j) + "/v1/"
 				}
 			}

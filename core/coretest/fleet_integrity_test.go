@@ -519,6 +519,88 @@ func TestFleetTimedOutClaimStillLeads(t *testing.T) {
 	}
 }
 
+// A claim whose reply never came while Redis answers the replica's other
+// commands (a replica too busy to read it in time) is not Redis away: the
+// fleet stays up, and the leader that cannot confirm its lease must not
+// answer as the key's generation, since another replica may lead it. Its
+// client gets a 503 to retry, and the retry replays the other leader's
+// answer. (Before: the timed-out claim, a renewal and the commit counted as
+// three failures in a row, the fleet went down, and the leader answered a
+// second whole generation beside the other replica's.)
+func TestFleetUncertainLeaderWithRedisAnsweringRetries(t *testing.T) {
+	rig := newFleetRig(t, 2, nil)
+	a, b := rig.replicas[0], rig.replicas[1]
+	a.send(t, "warm", "alice", chatBody) // a's route is attached: its sync has keys to write
+	release := rig.upstream.holdGen("t2", 1, true)
+	defer release()
+	second := b.sendAsync(t, "t2", "alice", chatBody)
+	rig.upstream.waitStarted(t, "t2") // b leads generation 1, held after its first event
+	lost := a.client.loseCommands(":lease")
+	first := a.sendAsync(t, "t2", "alice", chatBody)
+	<-lost            // a's claim is out, its reply will not come
+	a.fleet.SyncNow() // meanwhile Redis answers a's sync
+	ra := recvAnswer(t, first)
+	a.client.loseCommands("")
+	if ra.status != http.StatusServiceUnavailable || ra.header.Get("Retry-After") == "" || !a.fleet.Up() {
+		t.Errorf("a's client: status %d, Retry-After %q, fleet up %v; want 503 with Retry-After, the fleet up (Redis answered a's sync)",
+			ra.status, ra.header.Get("Retry-After"), a.fleet.Up())
+	}
+	release()
+	rb := recvAnswer(t, second)
+	if rb.status != 200 || !rb.complete {
+		t.Fatalf("b's client: status %d, complete %v; want 200 whole", rb.status, rb.complete)
+	}
+	retry := a.send(t, "t2", "alice", chatBody)
+	if retry.status != 200 || retry.body != rb.body {
+		t.Errorf("a's retry: status %d, same answer as b's %v; want b's generation replayed", retry.status, retry.body == rb.body)
+	}
+}
+
+// An uncertain leader (its claim never reached Redis) whose race began
+// while another replica's generation was in flight does not take the
+// missing lease once that generation ended whole but unstored (here
+// nothing fits the store): it cannot tell that its race ran beside it, so
+// its client gets a 503 to retry. (Before: its commit adopted the missing
+// lease and it answered a second whole generation; Traefik replicas
+// starved by a follower storm did so through real Traefik.) Replica a's
+// clock never fires a timer, so its first renewal is the one its commit
+// sends.
+func TestFleetUncertainLeaderDoesNotAdoptBesideAnEndedGeneration(t *testing.T) {
+	rig := newFleetRigClocks(t, []core.Clock{frozenClock(), nil}, func(cfg *core.Config) { cfg.Idempotency.MaxBytes, cfg.Idempotency.MaxBytesPerCaller = 64, 64 })
+	a, b := rig.replicas[0], rig.replicas[1]
+	releaseB := rig.upstream.holdGen("t4", 1, true)
+	defer releaseB()
+	second := b.sendAsync(t, "t4", "alice", chatBody)
+	rig.upstream.waitStarted(t, "t4") // b leads generation 1, held after its first event
+	releaseA := rig.upstream.holdGen("t4", 2, false)
+	defer releaseA()
+	lost := a.client.loseCommands(":lease")
+	first := a.sendAsync(t, "t4", "alice", chatBody)
+	<-lost                            // a's claim is out, its reply will not come
+	rig.upstream.waitStarted(t, "t4") // a leads uncertain: generation 2, held before its first event
+	a.client.loseCommands("")
+	releaseB()
+	rb := recvAnswer(t, second)
+	if rb.status != 200 || !rb.complete {
+		t.Fatalf("b's client: status %d, complete %v; want 200 whole", rb.status, rb.complete)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(redisArray(t, rig.redis, "KEYS", "*{*}:lease")) > 0; {
+		if time.Now().After(deadline) { // hang guard
+			t.Fatal("b's lease still held 10s after its answer ended")
+		}
+		time.Sleep(5 * time.Millisecond) // polling Redis for b's end, not a margin
+	}
+	if done := redisArray(t, rig.redis, "KEYS", "*{*}:done"); len(done) != 0 {
+		t.Fatalf("stored answers %v, want none (nothing fits the store)", done)
+	}
+	releaseA()
+	ra := recvAnswer(t, first)
+	if ra.status != http.StatusServiceUnavailable || ra.header.Get("Retry-After") == "" {
+		t.Errorf("a's client: status %d (whole: %v), Retry-After %q; want 503 with Retry-After, not a second generation beside b's",
+			ra.status, ra.complete, ra.header.Get("Retry-After"))
+	}
+}
+
 // waitKeys waits until a key matching pattern exists and returns them.
 func waitKeys(t *testing.T, rig *fleetRig, pattern string) []string {
 	t.Helper()

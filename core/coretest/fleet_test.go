@@ -191,17 +191,59 @@ func (u *gatedUpstream) waitStarted(t *testing.T, key string) string {
 }
 
 // killableClient is a replica's Redis client that a test can cut off, as if
-// the replica's process had died as far as Redis can tell.
+// the replica's process had died as far as Redis can tell, or lose some of
+// its commands.
 type killableClient struct {
 	inner core.RedisClient
 	dead  atomic.Bool
+	// lose, when set, is a substring: a command with an argument that
+	// contains it never reaches Redis and fails at its deadline, as one
+	// whose reply a busy replica read too late; each is sent on lost.
+	lose atomic.Pointer[string]
+	lost chan []string
 }
 
 var errKilled = fmt.Errorf("killed by the test")
 
+// loseCommands makes every command naming a key that contains part fail
+// at its deadline (part "": none) and returns the channel that gets them.
+func (k *killableClient) loseCommands(part string) <-chan []string {
+	if k.lost == nil {
+		k.lost = make(chan []string, 100)
+	}
+	if part == "" {
+		k.lose.Store(nil)
+	} else {
+		k.lose.Store(&part)
+	}
+	return k.lost
+}
+
+// losing reports whether cmd is to be lost.
+func (k *killableClient) losing(cmd []string) bool {
+	part := k.lose.Load()
+	if part == nil {
+		return false
+	}
+	for _, a := range cmd {
+		if strings.Contains(a, *part) {
+			select {
+			case k.lost <- cmd:
+			default:
+			}
+			return true
+		}
+	}
+	return false
+}
+
 func (k *killableClient) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
 	if k.dead.Load() {
 		return core.RedisValue{}, errKilled
+	}
+	if k.losing(args) {
+		<-ctx.Done()
+		return core.RedisValue{}, ctx.Err()
 	}
 	return k.inner.Do(ctx, args...)
 }
@@ -209,6 +251,12 @@ func (k *killableClient) Do(ctx context.Context, args ...string) (core.RedisValu
 func (k *killableClient) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
 	if k.dead.Load() {
 		return nil, errKilled
+	}
+	for _, cmd := range cmds {
+		if k.losing(cmd) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
 	}
 	return k.inner.Pipeline(ctx, cmds)
 }

@@ -381,6 +381,13 @@ func TestFleetTraefikFaults(t *testing.T) {
 	fleetsuite.RunFaults(t, "traefik", startFaultTraefiks)
 }
 
+// The fault suite on a real Redis Cluster (3 masters, a replica each)
+// through redis+cluster://: a master's failover under keyed load, FLUSHALL
+// on every master, a follower storm and the leader's pause; the same judge.
+func TestFleetTraefikClusterFaults(t *testing.T) {
+	fleetsuite.RunClusterFaults(t, "traefik", startFaultTraefiks)
+}
+
 // A claim that timed out on a paused Redis but landed once it resumed:
 // see fleetsuite.RunClaimTimedOut: one generation, the timed-out claim's
 // request leads.
@@ -392,11 +399,11 @@ func TestFleetTraefikClaimTimedOut(t *testing.T) {
 func startFaultTraefiks(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
 	d := newDynamic("faults")
 	for _, route := range spec.Routes {
-		d.hedge("hedge-"+route, pluginConfig([][2]string{{"A", spec.UpstreamURL}},
-			"route: "+route, "maxAttempts: 1", "delay: 30s", "log: stderr", "fleet:", "  url: "+spec.RedisURL,
+		d.hedge("hedge-"+route.Path, pluginConfig([][2]string{{"A", route.UpstreamURL}},
+			"route: "+route.Name, "maxAttempts: 1", "delay: 30s", "log: stderr", "fleet:", "  url: "+spec.RedisURL,
 			"  lease: "+spec.Lease, "  timeout: "+spec.Timeout, "  retryInterval: "+spec.RetryInterval,
 			"metricsPath: /llmhedge/metrics")).
-			route(route, "noop@internal", "hedge-"+route)
+			route(route.Path, "noop@internal", "hedge-"+route.Path)
 	}
 	replicas := []*traefik{startTraefik(t, "INFO", d), startTraefik(t, "INFO", d)}
 	pause, resume := fleetsuite.Signals(t, func(i int) *os.Process { return replicas[i].cmd.Process })
@@ -408,7 +415,7 @@ func startFaultTraefiks(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig 
 		Metric: func(t *testing.T, name string, labels map[string]string) float64 {
 			sum := 0.0
 			for _, tr := range replicas {
-				res, err := http.Get(tr.URL + "/" + spec.Routes[0] + "/llmhedge/metrics")
+				res, err := http.Get(tr.URL + "/" + spec.Routes[0].Path + "/llmhedge/metrics")
 				if err != nil {
 					t.Fatal(err)
 				}

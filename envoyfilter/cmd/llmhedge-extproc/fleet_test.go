@@ -195,9 +195,9 @@ func startFaultReplica(t *testing.T, spec fleetsuite.FaultSpec) *extprocReplica 
 routes:
 `
 	for _, route := range spec.Routes {
-		cfg += `  - name: ` + route + `
-    match: {path_prefixes: [/` + route + `/v1/]}
-    upstreams: [{name: A, url: "` + spec.UpstreamURL + `"}]
+		cfg += `  - name: ` + route.Name + `
+    match: {path_prefixes: [/` + route.Path + `/v1/]}
+    upstreams: [{name: A, url: "` + route.UpstreamURL + `"}]
     max_attempts: 1
 `
 	}
@@ -215,6 +215,13 @@ func TestFleetExtprocFaults(t *testing.T) {
 	fleetsuite.RunFaults(t, "envoy-extproc", startFaultServers)
 }
 
+// The fault suite on a real Redis Cluster (3 masters, a replica each)
+// through redis+cluster://: a master's failover under keyed load, FLUSHALL
+// on every master, a follower storm and the leader's pause; the same judge.
+func TestFleetExtprocClusterFaults(t *testing.T) {
+	fleetsuite.RunClusterFaults(t, "envoy-extproc", startFaultServers)
+}
+
 // A claim that timed out on a paused Redis but landed once it resumed:
 // see fleetsuite.RunClaimTimedOut: one generation, the timed-out claim's
 // request leads.
@@ -222,12 +229,35 @@ func TestFleetExtprocClaimTimedOut(t *testing.T) {
 	fleetsuite.RunClaimTimedOut(t, "envoy-extproc claim-timed-out", startFaultServers, 3)
 }
 
-// startFaultServers is the fault suite's fleet of 2 servers.
+// startFaultServers is the fault suite's fleet of 2 servers; a route whose
+// name another route has (a second deployment: route names are unique in
+// one server's configuration) is served by 2 servers of its own.
 func startFaultServers(t *testing.T, spec fleetsuite.FaultSpec) fleetsuite.Rig {
-	replicas := []*extprocReplica{startFaultReplica(t, spec), startFaultReplica(t, spec)}
+	own, second := spec, spec
+	own.Routes, second.Routes = nil, nil
+	named := map[string]bool{}
+	for _, r := range spec.Routes {
+		if named[r.Name] {
+			second.Routes = append(second.Routes, r)
+		} else {
+			own.Routes = append(own.Routes, r)
+		}
+		named[r.Name] = true
+	}
+	replicas := []*extprocReplica{startFaultReplica(t, own), startFaultReplica(t, own)}
+	servedBy := map[string][]*extprocReplica{}
+	for _, r := range own.Routes {
+		servedBy[r.Path] = replicas
+	}
+	if len(second.Routes) > 0 {
+		deployment := []*extprocReplica{startFaultReplica(t, second), startFaultReplica(t, second)}
+		for _, r := range second.Routes {
+			servedBy[r.Path] = deployment
+		}
+	}
 	pause, resume := fleetsuite.Signals(t, func(i int) *os.Process { return replicas[i].p.cmd.Process })
 	return fleetsuite.Rig{Replicas: len(replicas),
-		BaseURL: func(i int, route string) string { return replicas[i].front.URL + "/" + route + "/v1/" },
+		BaseURL: func(i int, route string) string { return servedBy[route][i].front.URL + "/" + route + "/v1/" },
 		Pause:   pause, Resume: resume,
 		Metric: func(t *testing.T, name string, labels map[string]string) float64 {
 			return replicas[0].metric(t, name, labels) + replicas[1].metric(t, name, labels)

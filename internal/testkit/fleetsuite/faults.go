@@ -36,19 +36,28 @@ import (
 // generation of the other route; everything else must be an error or a
 // visibly broken stream.
 
-// The fault suite's routes: the same upstream, caller, key and body on
-// both; only the route's name differs.
+// The fault suite's routes, by the path the replicas serve them under:
+// the same upstream, caller, key and body on each. FaultRoute2 is a second
+// route (another name); FaultDeployment2 is a second deployment sharing
+// the Redis and its default prefix: a route with FaultRoute's name whose
+// upstream is the same server under another address (localhost).
 const (
-	FaultRoute  = "faults"
-	FaultRoute2 = "faults-b"
+	FaultRoute       = "faults"
+	FaultRoute2      = "faults-b"
+	FaultDeployment2 = "faults-d2"
 )
 
-// FaultSpec is what an adapter's replicas serve in the fault suite: both
-// routes (FaultRoute, FaultRoute2) to UpstreamURL alone (one attempt, no
-// hedge), each in fleet mode on RedisURL with these options.
+// FaultRouteSpec is one route of the fault suite: served under Path, with
+// the route name Name, to UpstreamURL alone (one attempt, no hedge).
+type FaultRouteSpec struct {
+	Path, Name, UpstreamURL string
+}
+
+// FaultSpec is what an adapter's replicas serve in the fault suite: the
+// Routes, each in fleet mode on RedisURL with these options.
 type FaultSpec struct {
-	RedisURL, UpstreamURL         string
-	Routes                        []string
+	RedisURL                      string
+	Routes                        []FaultRouteSpec
 	Lease, Timeout, RetryInterval string
 }
 
@@ -122,7 +131,8 @@ type faultRun struct {
 	t      *testing.T
 	rig    Rig
 	up     *GenUpstream
-	redis  *redisproc.Server
+	redis  *redisproc.Server  // nil on a cluster
+	cl     *redisproc.Cluster // nil on a single node
 	client *http.Client
 	held   *llmsim.Holder // slow-* generations held (see newFaultRun)
 
@@ -146,9 +156,24 @@ type faultRun struct {
 // every fault at least once (the full form cycles through them until the
 // requests are sent).
 func RunFaults(t *testing.T, proxy string, start FaultStart) {
+	runFaults(t, proxy, newFaultRun(t, start, false))
+}
+
+// RunClusterFaults is RunFaults on a real Redis Cluster (3 masters, one
+// replica each, the replicas on its redis+cluster:// URL): a master's
+// failover (killed; its replica takes over with what it had replicated;
+// the killed node comes back as a replica), FLUSHALL on every master, a
+// follower storm and, where the rig can, a leader paused past its lease.
+// The same judge: the slots of the failed master are away from its kill
+// until joins work again on every replica.
+func RunClusterFaults(t *testing.T, proxy string, start FaultStart) {
+	runFaults(t, proxy+" cluster", newFaultRun(t, start, true))
+}
+
+// runFaults is RunFaults on s.
+func runFaults(t *testing.T, proxy string, s *faultRun) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(Count(240, 1800))*time.Second)
 	defer cancel()
-	s := newFaultRun(t, start)
 	target := Count(300, 5000)
 	stop := make(chan struct{})
 	var next atomic.Int64
@@ -215,7 +240,7 @@ func RunClaimTimedOut(t *testing.T, proxy string, start FaultStart, n int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	s := newFaultRun(t, start)
+	s := newFaultRun(t, start, false)
 	for i := 0; i < n; i++ {
 		key := fmt.Sprintf("long-claim-%d", i)
 		paused := time.Now()
@@ -245,9 +270,10 @@ func RunClaimTimedOut(t *testing.T, proxy string, start FaultStart, n int) {
 	s.judge(proxy)
 }
 
-// newFaultRun starts the suite's upstream and Redis and the adapter's
-// replicas for t.
-func newFaultRun(t *testing.T, start FaultStart) *faultRun {
+// newFaultRun starts the suite's upstream and Redis (a Cluster of 3
+// masters with a replica each when cluster) and the adapter's replicas
+// for t.
+func newFaultRun(t *testing.T, start FaultStart, cluster bool) *faultRun {
 	// long-* keys: 250 tokens 10ms apart, so a leader still streams after
 	// Redis came back, or after a lease ran out.
 	long := llmsim.Workload{MedianTTFT: 40 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 250, TokenGap: 10 * time.Millisecond, PingEvery: 10 * time.Millisecond}
@@ -261,21 +287,32 @@ func newFaultRun(t *testing.T, start FaultStart) *faultRun {
 		}
 		return llmsim.Behavior{}
 	}
-	redis := redisproc.Start(t, redisproc.Options{})
-	rig := start(t, FaultSpec{RedisURL: redis.URL(), UpstreamURL: up.URL, Routes: []string{FaultRoute, FaultRoute2},
+	s := &faultRun{t: t, up: up, held: held, faults: map[string]int{}, progressed: make(chan struct{})}
+	url := ""
+	if cluster {
+		s.cl = redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
+		url = s.cl.URL()
+	} else {
+		s.redis = redisproc.Start(t, redisproc.Options{})
+		url = s.redis.URL()
+	}
+	s.rig = start(t, FaultSpec{RedisURL: url, Routes: []FaultRouteSpec{
+		{FaultRoute, FaultRoute, up.URL}, {FaultRoute2, FaultRoute2, up.URL},
+		{FaultDeployment2, FaultRoute, strings.Replace(up.URL, "127.0.0.1", "localhost", 1)}},
 		Lease: "2s", Timeout: "500ms", RetryInterval: "200ms"})
 	tr := &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 30 * time.Second}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &faultRun{t: t, rig: rig, up: up, redis: redis, client: &http.Client{Transport: tr}, held: held,
-		faults: map[string]int{}, progressed: make(chan struct{})}
+	s.client = &http.Client{Transport: tr}
+	return s
 }
 
 // sendLoadKey sends load key i: at once from 2 or 3 clients on FaultRoute
 // through different replicas and, on every third key, one more on
-// FaultRoute2 with the same caller, key and body; then, once they all
-// returned, on the next third of the keys one more request on FaultRoute2
-// (another route's answer is stored: it must not be replayed) and on the
-// last third one more on FaultRoute (a replay).
+// FaultRoute2 and one on FaultDeployment2 with the same caller, key and
+// body; then, once they all returned, on the next third of the keys one
+// more request on FaultRoute2 and FaultDeployment2 each (another route's
+// answer is stored: it must not be replayed) and on the last third one
+// more on FaultRoute (a replay).
 func (s *faultRun) sendLoadKey(ctx context.Context, i int) {
 	n := s.rig.Replicas
 	key := "k" + strconv.Itoa(i)
@@ -284,12 +321,12 @@ func (s *faultRun) sendLoadKey(ctx context.Context, i int) {
 		at = append(at, target{(i + j) % n, FaultRoute})
 	}
 	if i%3 == 0 {
-		at = append(at, target{(i + 1) % n, FaultRoute2})
+		at = append(at, target{(i + 1) % n, FaultRoute2}, target{(i + 2) % n, FaultDeployment2})
 	}
 	s.sendKey(ctx, key, at)
 	switch i % 3 {
 	case 1:
-		s.sendKey(ctx, key, []target{{(i + 2) % n, FaultRoute2}})
+		s.sendKey(ctx, key, []target{{(i + 2) % n, FaultRoute2}, {(i + 1) % n, FaultDeployment2}})
 	case 2:
 		s.sendKey(ctx, key, []target{{(i + 2) % n, FaultRoute}})
 	}
@@ -413,7 +450,10 @@ func (s *faultRun) faultList() []fault {
 		{"restart-empty", s.restartEmpty},
 		{"storm", s.storm},
 	}
-	if s.rig.Replicas >= 3 {
+	if s.cl != nil {
+		list = []fault{{"failover", s.failover}, {"flushall", s.flushAll}, {"storm", s.storm}}
+	}
+	if s.rig.Replicas >= 3 && s.cl == nil {
 		list = append(list, fault{"restart-mid-flight", s.restartMidFlight})
 	}
 	if s.rig.Pause != nil {
@@ -431,6 +471,24 @@ func (s *faultRun) redisClient() *resp.Client {
 		s.t.Fatal(err)
 	}
 	return c
+}
+
+// keyNodes are the nodes that hold keys now: the Redis, or each master of
+// the Cluster.
+func (s *faultRun) keyNodes() []*redisproc.Server {
+	if s.cl == nil {
+		return []*redisproc.Server{s.redis}
+	}
+	return s.cl.Masters()
+}
+
+// nodeDo runs one command on node; a failure fails the test.
+func (s *faultRun) nodeDo(node *redisproc.Server, args ...string) string {
+	v, err := node.Do(args...)
+	if err != nil {
+		s.t.Errorf("redis %s at %s: %v", strings.Join(args, " "), node.Addr(), err)
+	}
+	return v
 }
 
 // do runs one command; a failure fails the test.
@@ -474,14 +532,41 @@ func until(ctx context.Context, cond func() bool) bool {
 // flushAll runs FLUSHALL once the fleet has keys (flights in progress or
 // stored answers).
 func (s *faultRun) flushAll(ctx context.Context, cycle int) {
-	c := s.redisClient()
-	defer c.Close()
-	var size string
-	if !until(ctx, func() bool { size = s.do(c, "DBSIZE"); return size != "0" }) {
+	nodes := s.keyNodes()
+	size := 0
+	if !until(ctx, func() bool {
+		size = 0
+		for _, node := range nodes {
+			n, _ := strconv.Atoi(s.nodeDo(node, "DBSIZE"))
+			size += n
+		}
+		return size > 0
+	}) {
 		s.t.Errorf("flushall: Redis never held a key to flush")
 	}
-	s.do(c, "FLUSHALL")
-	s.note("flushall %d: %s keys flushed", cycle, size)
+	for _, node := range nodes {
+		s.nodeDo(node, "FLUSHALL")
+	}
+	s.note("flushall %d: %d keys flushed on %d nodes", cycle, size, len(nodes))
+}
+
+// failover kills a master of the Cluster (the next one each cycle) while
+// the load runs, waits until its replica took over its slots, starts the
+// killed node again (it rejoins as the new master's replica), then waits
+// until joins work again between every two neighbouring replicas: the
+// time from the kill is a window Redis was away. What the killed master
+// had not yet replicated is lost: streams with a gap, leases gone.
+func (s *faultRun) failover(ctx context.Context, cycle int) {
+	masters := s.cl.Masters()
+	m := masters[cycle%len(masters)]
+	from := time.Now()
+	promoted := s.cl.Failover(m)
+	m.Restart()
+	s.cl.WaitHealthy()
+	back := time.Now()
+	s.rejoin(ctx, fmt.Sprintf("failover %d", cycle), from, back)
+	s.note("failover %d: master %s killed, %s promoted; cluster healthy again %v after the kill, joins on every replica %v after that",
+		cycle, m.Addr(), promoted.Addr(), back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 }
 
 // evict lets Redis evict (allkeys-lru, maxmemory at what it uses) until
@@ -511,23 +596,33 @@ func (s *faultRun) restartEmpty(ctx context.Context, cycle int) {
 	s.redis.Kill()
 	s.redis.Restart()
 	back := time.Now()
+	s.rejoin(ctx, fmt.Sprintf("restart-empty %d", cycle), from, back)
+	s.note("restart-empty %d: Redis away %v, joins on every replica %v after its return", cycle, back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+}
+
+// rejoin waits until every replica and its neighbour join a key again
+// (one generation, both answers whole) after Redis' return at back, and
+// records the time from the fault's start until then as a window Redis
+// was away.
+func (s *faultRun) rejoin(ctx context.Context, fault string, from, back time.Time) {
+	defer func() {
+		s.mu.Lock()
+		s.away = append(s.away, window{from, time.Now()})
+		s.mu.Unlock()
+	}()
 	n := s.rig.Replicas
 	for r := 0; r < n; r++ {
 		joined := false
 		// Polling pairs for the event, bounded by rejoinGuard.
 		for i := 0; !joined && time.Since(back) < rejoinGuard && ctx.Err() == nil; i++ {
-			key := fmt.Sprintf("probe-%d-%d-%d", cycle, r, i)
+			key := fmt.Sprintf("probe-%s-%d-%d", strings.ReplaceAll(fault, " ", "-"), r, i)
 			got := s.sendKey(ctx, key, []target{{r, FaultRoute}, {(r + 1) % n, FaultRoute}})
 			joined = got[0].complete() && got[1].complete() && s.up.Attempts(key) == 1
 		}
 		if !joined {
-			s.t.Errorf("restart-empty %d: replicas %d and %d never joined a key again within %v of Redis' return", cycle, r, (r+1)%n, rejoinGuard)
+			s.t.Errorf("%s: replicas %d and %d never joined a key again within %v of Redis' return", fault, r, (r+1)%n, rejoinGuard)
 		}
 	}
-	s.mu.Lock()
-	s.away = append(s.away, window{from, time.Now()})
-	s.mu.Unlock()
-	s.note("restart-empty %d: Redis away %v, joins on every replica %v after its return", cycle, back.Sub(from).Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
 }
 
 // restartMidFlight restarts Redis empty while replica 0 leads a long
@@ -647,14 +742,13 @@ func (s *faultRun) pause(ctx context.Context, cycle int, beforeCommit bool) {
 			answers[j] = s.send(ctx, target{(r + j) % n, FaultRoute}, key, nil)
 		}()
 	}
-	c := s.redisClient()
-	defer c.Close()
-	leases := s.leases(c)
+	nodes := s.keyNodes()
+	leases := s.leases(nodes)
 	paused := time.Now()
 	s.rig.Pause(r)
 	release() // the leader is stopped before its generation's first byte
 	gone := until(ctx, func() bool {
-		now := s.leases(c)
+		now := s.leases(nodes)
 		for k, v := range leases {
 			if now[k] == v {
 				return false
@@ -673,29 +767,22 @@ func (s *faultRun) pause(ctx context.Context, cycle int, beforeCommit bool) {
 		len(leases), answers[0].status, answers[0].done, answers[0].err, s.up.Attempts(key))
 }
 
-// leases is every lease key in Redis and its value.
-func (s *faultRun) leases(c *resp.Client) map[string]string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
+// leases is every lease key on nodes and its value.
+func (s *faultRun) leases(nodes []*redisproc.Server) map[string]string {
 	out := map[string]string{}
-	cursor := "0"
-	for {
-		v, err := c.Do(ctx, "SCAN", cursor, "MATCH", "*:lease", "COUNT", "1000")
-		if err != nil || len(v.Array) != 2 {
-			s.t.Errorf("SCAN: %v", err)
-			return out
+	for _, node := range nodes {
+		keys, err := node.Do("KEYS", "*:lease")
+		if err != nil {
+			s.t.Errorf("KEYS at %s: %v", node.Addr(), err)
+			continue
 		}
-		for _, k := range v.Array[1].Array {
-			lv, err := c.Do(ctx, "GET", k.Str)
-			if err == nil && lv.Str != "" {
-				out[k.Str] = lv.Str
+		for _, k := range strings.Fields(keys) {
+			if v, err := node.Do("GET", k); err == nil && v != "" {
+				out[k] = v
 			}
 		}
-		cursor = v.Array[0].Str
-		if cursor == "0" {
-			return out
-		}
 	}
+	return out
 }
 
 func (s *faultRun) note(format string, args ...any) {
@@ -753,7 +840,7 @@ func (s *faultRun) judge(proxy string) {
 		if a.replayed && a.complete() {
 			replays++
 		}
-		if a.route == FaultRoute2 {
+		if a.route != FaultRoute {
 			route2++
 			if a.complete() {
 				route2Complete++
@@ -894,7 +981,7 @@ func (s *faultRun) judge(proxy string) {
 		faults = append(faults, fmt.Sprintf("%s=%d", name, n))
 	}
 	sort.Strings(faults)
-	line := fmt.Sprintf("ACCEPTANCE %s: keyed requests %d (%d keys; %d on the second route, %d of them complete), complete %d, broken %d (%d cut, %d without [DONE] and no error), retryable 409 %d / 503 %d, other errors %d; generations %d; generations whole at 2+ clients %d; complete replays %d; clean answers with a hole %d, keys with two complete generations on one route %d (+%d all begun while Redis was away, +%d one begun before Redis went away and one while it was; +%d a fresh race after the first was whole), replays from another route %d, broken answers not a prefix of one generation %d; faults %s; fleet operation errors %s",
+	line := fmt.Sprintf("ACCEPTANCE %s: keyed requests %d (%d keys; %d on the second route or deployment, %d of them complete), complete %d, broken %d (%d cut, %d without [DONE] and no error), retryable 409 %d / 503 %d, other errors %d; generations %d; generations whole at 2+ clients %d; complete replays %d; clean answers with a hole %d, keys with two complete generations on one route %d (+%d all begun while Redis was away, +%d one begun before Redis went away and one while it was; +%d a fresh race after the first was whole), replays from another route %d, broken answers not a prefix of one generation %d; faults %s; fleet operation errors %s",
 		proxy, len(s.answers), len(keys), route2, route2Complete, complete, cut+noDone, cut, noDone, retry409, retry503, other, s.up.Generations(), joined, replays,
 		len(holes), len(twoGens), len(failOpen), len(acrossRestart), len(afresh), len(crossRoute), len(spliced)+len(foreign), strings.Join(faults, " "), s.operationErrors())
 	fmt.Fprintln(os.Stdout, line)

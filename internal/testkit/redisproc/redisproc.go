@@ -173,6 +173,12 @@ func (s *Server) userinfo() string {
 	return ":" + s.opts.Password + "@"
 }
 
+// Do sends one command to the server (with its password) on a connection
+// of its own and returns its reply as text, as Cluster.Do does.
+func (s *Server) Do(args ...string) (string, error) {
+	return clusterCommand(s.Addr(), s.opts.Password, args...)
+}
+
 // Dir is the server's working directory (its log is redis.log there).
 func (s *Server) Dir() string { return s.dir }
 
