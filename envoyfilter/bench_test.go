@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
@@ -143,17 +145,17 @@ func TestReferenceBenchmark(t *testing.T) {
 	dPeers := refload.ComputePeers(wl, "A", "B", directRes.IDs, delay)
 	dIdeal, dIdealExtra := dPeers.Ideal, dPeers.IdealExtra
 
-	m, i := llmsim.Summarize(ttfts), llmsim.Summarize(ideal)
+	m, i := stats.Summarize(ttfts), stats.Summarize(ideal)
 	ratio := float64(m.P99) / float64(i.P99)
 	t.Logf("reference workload: n=%d conc=%d scale=%v delay=%v (p95 of TTFT)", n, conc, scale, delay)
 	t.Logf("TTFT via ext_proc : %v", m)
 	t.Logf("TTFT ideal hedge  : %v", i)
-	t.Logf("TTFT no hedge     : %v", llmsim.Summarize(noHedge))
-	t.Logf("total via ext_proc: %v", llmsim.Summarize(totals))
+	t.Logf("TTFT no hedge     : %v", stats.Summarize(noHedge))
+	t.Logf("total via ext_proc: %v", stats.Summarize(totals))
 	t.Logf("p99 ratio measured/ideal = %.3f (limit 1.10)", ratio)
 	t.Logf("extra attempts: %.2f%% (ideal %.2f%%, limit ideal+2 points)", 100*extra, 100*idealExtra)
 	t.Logf("TTFT direct core  : %v; ideal %v; p99 ratio %.3f; extra %.2f%% (ideal %.2f%%)",
-		llmsim.Summarize(dTTFTs), llmsim.Summarize(dIdeal), float64(llmsim.Summarize(dTTFTs).P99)/float64(llmsim.Summarize(dIdeal).P99),
+		stats.Summarize(dTTFTs), stats.Summarize(dIdeal), float64(stats.Summarize(dTTFTs).P99)/float64(stats.Summarize(dIdeal).P99),
 		100*dExtra, 100*dIdealExtra)
 	perExt, perDirect := cpuExt/time.Duration(n), cpuDirect/time.Duration(n)
 	t.Logf("CPU per request (whole process: client, upstreams, proxy): ext_proc path %v, direct core %v; ratio %.2f; ext_proc overhead %v/request",

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -163,7 +165,7 @@ func TestBenchReferenceWorkload(t *testing.T) {
 	proxied := load(t, ctx, client, c.url(1), "ref-", requests, workers, wl.Tokens).TTFT
 	proxyTime := time.Since(start)
 
-	sHedge, sIdeal, sProxy, sNo := llmsim.Summarize(hedged), llmsim.Summarize(ideal), llmsim.Summarize(proxied), llmsim.Summarize(noHedge)
+	sHedge, sIdeal, sProxy, sNo := stats.Summarize(hedged), stats.Summarize(ideal), stats.Summarize(proxied), stats.Summarize(noHedge)
 	extra := float64(served-requests) / requests
 	extraIdeal := peers.IdealExtra
 	vsIdeal := float64(sHedge.P99) / float64(sIdeal.P99)
@@ -255,12 +257,12 @@ func TestBenchOverhead(t *testing.T) {
 	sort.Float64s(ratios)
 	ratio := (ratios[rounds/2-1] + ratios[rounds/2]) / 2
 	rps := func(i int) float64 { return float64(rounds*perRound) / total[i].Seconds() }
-	p50 := func(i int) time.Duration { return llmsim.Quantile(lat[i], 0.5) }
+	p50 := func(i int) time.Duration { return stats.Quantile(lat[i], 0.5) }
 	added := p50(0) - p50(1)
 	t.Logf("overhead, fast upstream, no hedge: %d rounds x %d requests at %d concurrent, %d sequential", rounds, perRound, workers, rounds*sequential)
 	perReq := func(i int) time.Duration { return cpu[i] / (rounds * perRound) }
-	t.Logf("  llm_hedge      %8.0f req/s   latency p50 %v p99 %v   Caddy CPU %v/request", rps(0), p50(0), llmsim.Quantile(lat[0], 0.99), perReq(0))
-	t.Logf("  reverse_proxy  %8.0f req/s   latency p50 %v p99 %v   Caddy CPU %v/request", rps(1), p50(1), llmsim.Quantile(lat[1], 0.99), perReq(1))
+	t.Logf("  llm_hedge      %8.0f req/s   latency p50 %v p99 %v   Caddy CPU %v/request", rps(0), p50(0), stats.Quantile(lat[0], 0.99), perReq(0))
+	t.Logf("  reverse_proxy  %8.0f req/s   latency p50 %v p99 %v   Caddy CPU %v/request", rps(1), p50(1), stats.Quantile(lat[1], 0.99), perReq(1))
 	t.Logf("  req/s llm_hedge / reverse_proxy: median of rounds %.3f (want >= 0.90), overall %.3f, rounds %.2f", ratio, rps(0)/rps(1), ratios)
 	t.Logf("  added p50 latency = %v (want <= 500µs)", added)
 	if ratio < 0.9 {

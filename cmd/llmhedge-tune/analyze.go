@@ -7,8 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
-	"github.com/llmhedge/llmhedge/internal/testkit/refload"
+	"github.com/llmhedge/llmhedge/internal/stats"
 )
 
 // millis is a duration that reads as milliseconds in JSON.
@@ -29,7 +28,7 @@ type distribution struct {
 }
 
 func distributionOf(ds []time.Duration) distribution {
-	s := llmsim.Summarize(ds)
+	s := stats.Summarize(ds)
 	return distribution{N: s.N, P50: millis(s.P50), P95: millis(s.P95), P99: millis(s.P99), Max: millis(s.Max)}
 }
 
@@ -141,7 +140,7 @@ func analyze(p *plan, m *measurement) *results {
 	res.Recommendation = rec
 
 	title := "Time to first token of " + o.Endpoints[0].Name
-	var series []refload.Series
+	var series []stats.Series
 	var delay time.Duration
 	delayLabel := ""
 	if rec != nil {
@@ -156,16 +155,16 @@ func analyze(p *plan, m *measurement) *results {
 		}
 		res.Snippets = makeSnippets(o.Endpoints, secondary, rec)
 	} else {
-		series = []refload.Series{{Name: o.Endpoints[0].Name + " (primary)", Values: okTTFTs(m.Samples[0])}}
+		series = []stats.Series{{Name: o.Endpoints[0].Name + " (primary)", Values: okTTFTs(m.Samples[0])}}
 	}
-	res.chart = refload.ChartOptions{Title: title, Delay: delay, DelayLabel: delayLabel, Percentiles: true}.CDF(series)
+	res.chart = stats.ChartOptions{Title: title, Delay: delay, DelayLabel: delayLabel, Percentiles: true}.CDF(series)
 	return res
 }
 
 // strategySeries is one chart series per strategy, its extra requests and
 // cost in the legend.
-func strategySeries(t *strategyTable) []refload.Series {
-	series := make([]refload.Series, 0, len(t.Rows))
+func strategySeries(t *strategyTable) []stats.Series {
+	series := make([]stats.Series, 0, len(t.Rows))
 	for _, r := range t.Rows {
 		note := fmt.Sprintf("+%.0f %% requests", 100*r.Extra)
 		if r.Extra > 0 && r.Extra < 1 {
@@ -174,7 +173,7 @@ func strategySeries(t *strategyTable) []refload.Series {
 		if t.Priced {
 			note += fmt.Sprintf(" · $%.4f per 1k", r.CostPer1000)
 		}
-		series = append(series, refload.Series{Name: r.Label + " (" + strings.Join(r.Endpoints, "+") + ")", Note: note, Values: r.ttft})
+		series = append(series, stats.Series{Name: r.Label + " (" + strings.Join(r.Endpoints, "+") + ")", Note: note, Values: r.ttft})
 	}
 	return series
 }
@@ -325,7 +324,7 @@ func pickDelay(primary []sample, done []int, q float64) (time.Duration, string, 
 		keys = append(keys, s.TTFT)
 		slowest = max(slowest, s.TTFT)
 	}
-	d := llmsim.Quantile(keys, q)
+	d := stats.Quantile(keys, q)
 	note := ""
 	if d == failed {
 		if slowest == 0 {

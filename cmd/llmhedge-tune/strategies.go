@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
+	"github.com/llmhedge/llmhedge/internal/stats"
 )
 
 // Strategy names, as the JSON output spells them.
@@ -146,7 +146,7 @@ func (acc *strategyAcc) finish(n int, target time.Duration) strategyRow {
 		r.Extra = float64(acc.extra) / float64(n)
 		r.CostPer1000 = 1000 * acc.cost / float64(n)
 	}
-	r.MeetsTarget = target > 0 && n > 0 && llmsim.Quantile(acc.ranked, 0.99) <= target
+	r.MeetsTarget = target > 0 && n > 0 && stats.Quantile(acc.ranked, 0.99) <= target
 	return r
 }
 

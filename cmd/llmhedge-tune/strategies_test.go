@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
@@ -72,7 +74,7 @@ func TestStrategyTableMatchesSimulatedTruth(t *testing.T) {
 	for i, id := range ids {
 		single[i] = std.TTFT("tune-a", id)
 	}
-	target := (llmsim.Summarize(exactHedge(std, "tune-a", "tune-b", ids, std.TrueQuantile(0.95))).P99 + llmsim.Summarize(single).P99) / 2
+	target := (stats.Summarize(exactHedge(std, "tune-a", "tune-b", ids, std.TrueQuantile(0.95))).P99 + stats.Summarize(single).P99) / 2
 
 	// A loaded machine can stop the whole process for half a second,
 	// which delays every request in flight and no measurement absorbs; such
@@ -142,8 +144,8 @@ func TestStrategyTableMatchesSimulatedTruth(t *testing.T) {
 			what      string
 			got, want time.Duration
 		}{
-			{"TTFT p99", ms(r.TTFT.P99), llmsim.Summarize(want.ttft).P99},
-			{"total p99", ms(r.Total.P99), llmsim.Summarize(want.total).P99},
+			{"TTFT p99", ms(r.TTFT.P99), stats.Summarize(want.ttft).P99},
+			{"total p99", ms(r.Total.P99), stats.Summarize(want.total).P99},
 		} {
 			t.Logf("%-8s %s %v, simulated truth %v (%+.1f %%)", r.Name, c.what, c.got, c.want, pct(c.got, c.want))
 			if d := pct(c.got, c.want); math.Abs(d) > 10 {
@@ -337,8 +339,8 @@ func TestStrategyTableOnExactDraws(t *testing.T) {
 		{0, ""},
 		// Only the priority tier and race-all are this fast; at equal cost
 		// the one without extra requests wins.
-		{llmsim.Summarize(priority).P99 + time.Millisecond, strategyPriority},
-		{llmsim.Summarize(hedged).P99, strategyHedge},
+		{stats.Summarize(priority).P99 + time.Millisecond, strategyPriority},
+		{stats.Summarize(hedged).P99, strategyHedge},
 		{10 * time.Minute, strategySingle},
 		{time.Millisecond, ""},
 	} {

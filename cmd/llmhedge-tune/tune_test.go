@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"go.uber.org/goleak"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -144,7 +146,7 @@ func TestAcceptance(t *testing.T) {
 	}
 	trueP95 := w.TrueQuantile(0.95)
 	peers := refload.ComputePeers(w, "tune-a", "tune-b", tuneIDs(n), delay)
-	ideal, noHedge := llmsim.Summarize(peers.Ideal).P99, llmsim.Summarize(peers.NoHedge).P99
+	ideal, noHedge := stats.Summarize(peers.Ideal).P99, stats.Summarize(peers.NoHedge).P99
 	predicted := ms(rec.Hedged.TTFT.P99)
 	t.Logf("recommended delay %v vs true p95 %v (%+.1f %%); predicted p99 %v vs ideal p99 %v (%+.1f %%); no hedge: measured p99 %v, ideal %v; expected extra %.1f %%",
 		delay, trueP95, pct(delay, trueP95), predicted, ideal, pct(predicted, ideal), ms(rec.NoHedge.TTFT.P99), noHedge, 100*rec.ExpectedExtra)

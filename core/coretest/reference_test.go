@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
@@ -32,7 +34,7 @@ func TestReferenceWorkload(t *testing.T) {
 	p95 := w.TrueQuantile(0.95)
 	var table []string
 	row := func(name string, ttft, total []time.Duration, extra, ratio float64) {
-		s, tt := llmsim.Summarize(ttft), llmsim.Summarize(total)
+		s, tt := stats.Summarize(ttft), stats.Summarize(total)
 		table = append(table, fmt.Sprintf("%-22s ttft p50 %6.1f p95 %6.1f p99 %6.1f max %6.1f | total p99 %6.1f max %6.1f | extra %5.1f%% | p99/ideal %.3f",
 			name, ms(s.P50), ms(s.P95), ms(s.P99), ms(s.Max), ms(tt.P99), ms(tt.Max), 100*extra, ratio))
 	}
@@ -46,12 +48,12 @@ func TestReferenceWorkload(t *testing.T) {
 		{"core adaptive", core.Config{Delay: core.DelayConfig{Mode: core.DelayAdaptive, Fixed: core.Duration(2 * p95), Min: core.Duration(time.Millisecond), MinSamples: 50}}},
 	}
 	peers := refload.ComputePeers(w, "A", "B", ids(n), p95)
-	idealP99 := llmsim.Summarize(peers.Ideal).P99
-	idealMax := llmsim.Summarize(peers.Ideal).Max
+	idealP99 := stats.Summarize(peers.Ideal).P99
+	idealMax := stats.Summarize(peers.Ideal).Max
 	row("ideal hedge (computed)", peers.Ideal, nil, peers.IdealExtra, 1)
-	row("no hedge (computed)", peers.NoHedge, nil, 0, ratio(llmsim.Summarize(peers.NoHedge).P99, idealP99))
-	row("sequential (computed)", peers.Sequential, nil, peers.IdealExtra, ratio(llmsim.Summarize(peers.Sequential).P99, idealP99))
-	row("race-all (computed)", peers.RaceAll, nil, 1, ratio(llmsim.Summarize(peers.RaceAll).P99, idealP99))
+	row("no hedge (computed)", peers.NoHedge, nil, 0, ratio(stats.Summarize(peers.NoHedge).P99, idealP99))
+	row("sequential (computed)", peers.Sequential, nil, peers.IdealExtra, ratio(stats.Summarize(peers.Sequential).P99, idealP99))
+	row("race-all (computed)", peers.RaceAll, nil, 1, ratio(stats.Summarize(peers.RaceAll).P99, idealP99))
 	for _, v := range variants {
 		r := newRig(t, w, v.cfg)
 		res := refload.Run(context.Background(), refload.Options{URL: r.front.URL + "/v1/chat/completions", N: n, Concurrency: conc, Upstreams: []string{"A", "B"}})
@@ -59,7 +61,7 @@ func TestReferenceWorkload(t *testing.T) {
 			t.Fatalf("%s: %d wrong, %d failed answers: %v", v.name, res.Wrong, res.Failed, res.Errors)
 		}
 		extra := float64(r.served()-int64(n)) / float64(n)
-		s := llmsim.Summarize(res.TTFT)
+		s := stats.Summarize(res.TTFT)
 		row(v.name, res.TTFT, res.Total, extra, ratio(s.P99, idealP99))
 		lat := cancelLatencies(r)
 		denials := map[string]int{}
@@ -69,7 +71,7 @@ func TestReferenceWorkload(t *testing.T) {
 			}
 		}
 		table = append(table, fmt.Sprintf("%-22s loser cancel latency (commit -> upstream saw it): n=%d median %.2fms p99 %.2fms; delay now %v (true p95 %v); denials %v",
-			"", len(lat), ms(refload.Median(lat)), ms(llmsim.Quantile(lat, 0.99)), r.hedger.CurrentDelay(), p95, denials))
+			"", len(lat), ms(refload.Median(lat)), ms(stats.Quantile(lat, 0.99)), r.hedger.CurrentDelay(), p95, denials))
 		if bench && v.name == "core fixed p95" {
 			if s.P99 > idealP99*105/100 {
 				t.Errorf("fixed: s.P99 = %v, want <= idealP99*105/100 (%v)", s.P99, idealP99*105/100)

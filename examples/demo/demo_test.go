@@ -14,8 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
-	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
 
 // TestDemoRuns runs the demo small, through the real in-process Caddy, and
@@ -158,7 +159,7 @@ func svgElements(t *testing.T, doc []byte) []svgElement {
 
 // chartSeries are the demo's variants drawn from the reference workload:
 // plain (A alone), hedged at delay (the faster of A and B+delay), ideal.
-func chartSeries(n int, delay time.Duration) []refload.Series {
+func chartSeries(n int, delay time.Duration) []stats.Series {
 	w := llmsim.Reference(1, 0.05)
 	var plain, hedged []time.Duration
 	for i := 0; i < n; i++ {
@@ -170,7 +171,7 @@ func chartSeries(n int, delay time.Duration) []refload.Series {
 		}
 		hedged = append(hedged, a)
 	}
-	return []refload.Series{
+	return []stats.Series{
 		{Name: "caddy reverse_proxy", Values: plain, Note: extraNote(0)},
 		{Name: "llm_hedge fixed delay", Values: hedged, Note: extraNote(5.2)},
 	}

@@ -30,6 +30,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
@@ -143,7 +145,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 
 	res := &Results{Scale: opts.scale, Seed: opts.seed, Concurrency: opts.concurrency, TrueP95: ms(p95)}
 	var ids []string
-	var chartSeries []refload.Series
+	var chartSeries []stats.Series
 	for _, site := range sites {
 		a.ResetCounters()
 		b.ResetCounters()
@@ -163,7 +165,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 			row.DelayMillis = ms(site.delay) // 0 for the adaptive site
 		}
 		res.Rows = append(res.Rows, row)
-		chartSeries = append(chartSeries, refload.Series{Name: site.name, Values: refload.Successful(out.TTFT), Note: extraNote(row.ExtraLoad)})
+		chartSeries = append(chartSeries, stats.Series{Name: site.name, Values: stats.Successful(out.TTFT), Note: extraNote(row.ExtraLoad)})
 	}
 	peers := refload.ComputePeers(w, "A", "B", ids, delay)
 	ideal := Row{Name: "ideal hedge (computed)", Requests: len(ids), ExtraLoad: 100 * peers.IdealExtra, P99VsIdeal: 1}
@@ -173,7 +175,7 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 		res.Rows[i].P99VsIdeal = res.Rows[i].TTFTP99 / idealP99
 	}
 	res.Rows = append(res.Rows, ideal)
-	chartSeries = append(chartSeries, refload.Series{Name: "ideal hedge (computed)", Values: peers.Ideal, Note: extraNote(ideal.ExtraLoad)})
+	chartSeries = append(chartSeries, stats.Series{Name: "ideal hedge (computed)", Values: peers.Ideal, Note: extraNote(ideal.ExtraLoad)})
 
 	chart := demoChart(opts, chartSeries, delay)
 	if err := os.WriteFile(opts.chart, chart, 0o644); err != nil {
@@ -195,8 +197,8 @@ func run(ctx context.Context, opts options, stdout, stderr io.Writer) error {
 // with its percentiles and extra load (their full CDFs coincide below the
 // delay), the tail panel their CDFs from 90 %, the time axis in the run's
 // scaled time with the factor to real time.
-func demoChart(opts options, series []refload.Series, delay time.Duration) []byte {
-	return refload.ChartOptions{
+func demoChart(opts options, series []stats.Series, delay time.Duration) []byte {
+	return stats.ChartOptions{
 		Title:       fmt.Sprintf("TTFT, %d streaming requests per variant (reference workload ×%g)", opts.n, opts.scale),
 		Delay:       delay,
 		DelayLabel:  "hedge delay " + fmt.Sprintf("%.0f ms", ms(delay)) + " (fixed site)",
@@ -210,7 +212,7 @@ func extraNote(pct float64) string { return fmt.Sprintf("+%.1f %% requests", pct
 
 func summarize(name string, out *refload.Result, served int64, n int) Row {
 	row := Row{Name: name, Requests: n, Failed: out.Failed, Wrong: out.Wrong}
-	fill(&row, refload.Successful(out.TTFT), refload.Successful(out.Total))
+	fill(&row, stats.Successful(out.TTFT), stats.Successful(out.Total))
 	extra := served - int64(n)
 	row.ExtraLoad = 100 * float64(extra) / float64(n)
 	hedgeWins := 0
@@ -226,10 +228,10 @@ func summarize(name string, out *refload.Result, served int64, n int) Row {
 }
 
 func fill(row *Row, ttft, total []time.Duration) {
-	s := llmsim.Summarize(ttft)
+	s := stats.Summarize(ttft)
 	row.TTFTP50, row.TTFTP95, row.TTFTP99, row.TTFTMax = ms(s.P50), ms(s.P95), ms(s.P99), ms(s.Max)
 	if len(total) > 0 {
-		t := llmsim.Summarize(total)
+		t := stats.Summarize(total)
 		row.TotalP50, row.TotalP99, row.TotalMax = ms(t.P50), ms(t.P99), ms(t.Max)
 	}
 }

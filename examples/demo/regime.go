@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -163,7 +165,7 @@ func runRegime(ctx context.Context, opts options, stdout, stderr io.Writer) erro
 }
 
 func pct3(ds []time.Duration) [3]float64 {
-	s := llmsim.Summarize(ds)
+	s := stats.Summarize(ds)
 	return [3]float64{ms(s.P50), ms(s.P95), ms(s.P99)}
 }
 
@@ -221,7 +223,7 @@ func timelineOf(name string, run *regimeload.Run, g llmsim.Regime, scale float64
 			continue
 		}
 		tl.at = append(tl.at, (time.Duration(i)*width + width/2).Seconds())
-		tl.p95 = append(tl.p95, ms(llmsim.Quantile(bk, 0.95)))
+		tl.p95 = append(tl.p95, ms(stats.Quantile(bk, 0.95)))
 	}
 	for _, w := range g.Windows(run.Start.Add(run.Wall), scale) {
 		end := w[1]

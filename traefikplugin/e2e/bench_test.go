@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -41,7 +43,7 @@ func benchScale() float64 {
 }
 
 func summary(name string, ds []time.Duration) string {
-	return fmt.Sprintf("%-26s %v", name, llmsim.Summarize(ds))
+	return fmt.Sprintf("%-26s %v", name, stats.Summarize(ds))
 }
 
 // TestBenchReferenceWorkload runs the reference workload (top README, "The reference workload") (2,000
@@ -83,17 +85,17 @@ func TestBenchReferenceWorkload(t *testing.T) {
 	// percentiles are over the answers that arrived whole.
 	t.Logf("plain LB: %d wrong, %d failed (cut) answers of %d", plain.Wrong, plain.Failed, n)
 	peers := refload.ComputePeers(wl, "A", "B", hedged.IDs, delay)
-	ideal, hp, pp := llmsim.Summarize(peers.Ideal), llmsim.Summarize(refload.Successful(hedged.TTFT)), llmsim.Summarize(refload.Successful(plain.TTFT))
+	ideal, hp, pp := stats.Summarize(peers.Ideal), stats.Summarize(stats.Successful(hedged.TTFT)), stats.Summarize(stats.Successful(plain.TTFT))
 	extra := float64(attempts-int64(n)) / float64(n)
 	t.Logf("reference workload, %d requests, %d concurrent, scale %v, hedge delay %v (true p95)", n, concurrency, benchScale(), delay)
-	t.Logf("TTFT  %s", summary("plugin in Traefik", refload.Successful(hedged.TTFT)))
+	t.Logf("TTFT  %s", summary("plugin in Traefik", stats.Successful(hedged.TTFT)))
 	t.Logf("TTFT  %s", summary("ideal hedge", peers.Ideal))
-	t.Logf("TTFT  %s", summary("Traefik plain LB", refload.Successful(plain.TTFT)))
+	t.Logf("TTFT  %s", summary("Traefik plain LB", stats.Successful(plain.TTFT)))
 	t.Logf("TTFT  %s", summary("no hedge (A alone)", peers.NoHedge))
 	t.Logf("TTFT  %s", summary("sequential failover", peers.Sequential))
 	t.Logf("TTFT  %s", summary("race-all", peers.RaceAll))
-	t.Logf("total %s", summary("plugin in Traefik", refload.Successful(hedged.Total)))
-	t.Logf("total %s", summary("Traefik plain LB", refload.Successful(plain.Total)))
+	t.Logf("total %s", summary("plugin in Traefik", stats.Successful(hedged.Total)))
+	t.Logf("total %s", summary("Traefik plain LB", stats.Successful(plain.Total)))
 	t.Logf("p99 TTFT plugin/ideal = %.3f (want <= 1.15); plugin/plain = %.3f (want <= 0.2)",
 		ratio(hp.P99, ideal.P99), ratio(hp.P99, pp.P99))
 	t.Logf("extra upstream attempts: plugin %.2f%%, ideal %.2f%% (want <= ideal + 2 points)", 100*extra, 100*peers.IdealExtra)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/stats"
 )
 
 // This file is a behaviour of its own for the validity checks' acceptance
@@ -146,7 +148,7 @@ func (r *StructuredResult) Summary() string {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	return fmt.Sprintf("%d requests: %d valid, %d invalid (%d marked), %d failed, from %v; TTFT p50 %.1f ms p99 %.1f ms; total p50 %.1f ms p99 %.1f ms",
 		r.Requests, r.Valid, r.Invalid, r.Marked, r.Failed, r.From,
-		ms(Quantile(r.TTFT, 0.5)), ms(Quantile(r.TTFT, 0.99)), ms(Quantile(r.Total, 0.5)), ms(Quantile(r.Total, 0.99)))
+		ms(stats.Quantile(r.TTFT, 0.5)), ms(stats.Quantile(r.TTFT, 0.99)), ms(stats.Quantile(r.Total, 0.5)), ms(stats.Quantile(r.Total, 0.99)))
 }
 
 // StructuredLoad sends n StructuredRequests to base from `clients`

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/stats"
 )
 
 // Workload is the seeded latency model of a simulated upstream (top README, "The reference workload").
@@ -202,7 +204,7 @@ var (
 	trueCache = map[Workload][]time.Duration{}
 )
 
-// TrueQuantile returns the q-quantile (nearest rank, see Quantile) of one
+// TrueQuantile returns the q-quantile (nearest rank, see stats.Quantile) of one
 // upstream's TTFT, scaled, estimated from 200,000 draws for a fixed synthetic
 // set of request ids. It is the target an adaptive hedge delay should
 // converge to. The sorted sample is computed once per workload and cached.
@@ -221,7 +223,7 @@ func (w Workload) TrueQuantile(q float64) time.Duration {
 		trueCache[key] = sorted
 		trueMu.Unlock()
 	}
-	return sorted[rankIndex(len(sorted), q)]
+	return stats.QuantileSorted(sorted, q)
 }
 
 // NoHedge is the TTFT without hedging: the primary's TTFT a.

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/internal/stats"
 )
 
 func TestTTFTDeterministic(t *testing.T) {
@@ -229,7 +231,7 @@ func TestReferencePeersOverDraws(t *testing.T) {
 		ideal = append(ideal, IdealHedge(a, b, d))
 		seq = append(seq, Sequential(a, b, d))
 	}
-	sn, si, ss := Summarize(none), Summarize(ideal), Summarize(seq)
+	sn, si, ss := stats.Summarize(none), stats.Summarize(ideal), stats.Summarize(seq)
 	t.Logf("d=%v\nno hedge   %v\nideal      %v\nsequential %v", d, sn, si, ss)
 	if sn.P99 < 10*time.Second {
 		t.Fatalf("no-hedge p99 %v, want a stall", sn.P99)

@@ -220,17 +220,6 @@ func ComputePeers(w llmsim.Workload, a, b string, ids []string, d time.Duration)
 	return p
 }
 
-// Successful returns the durations of the requests that succeeded.
-func Successful(ds []time.Duration) []time.Duration {
-	out := make([]time.Duration, 0, len(ds))
-	for _, d := range ds {
-		if d > 0 {
-			out = append(out, d)
-		}
-	}
-	return out
-}
-
 // Median returns the median of ds (0 for none).
 func Median(ds []time.Duration) time.Duration {
 	if len(ds) == 0 {

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/internal/stats"
+
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 
@@ -444,11 +446,11 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 	for _, r := range routes {
 		run := runs[r.Name]
 		g := regimes[r.Name]
-		all := llmsim.Summarize(run.TTFTs(nil))
+		all := stats.Summarize(run.TTFTs(nil))
 		calm, degraded := "-", "-"
 		if g.Factor > 0 {
-			calm = pcts(llmsim.Summarize(run.TTFTs(func(q Request) bool { return !g.Degraded(q.Start, opts.Scale) })))
-			degraded = pcts(llmsim.Summarize(run.TTFTs(func(q Request) bool { return g.Degraded(q.Start, opts.Scale) })))
+			calm = pcts(stats.Summarize(run.TTFTs(func(q Request) bool { return !g.Degraded(q.Start, opts.Scale) })))
+			degraded = pcts(stats.Summarize(run.TTFTs(func(q Request) bool { return g.Degraded(q.Start, opts.Scale) })))
 		}
 		primary := r.Primary
 		if r.PreferA != 0 {
@@ -469,7 +471,7 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 	}
 	calmRun := runs["fastcalm"]
 	peers := refload.ComputePeers(wl, "A", "B", idsOf(calmRun), delay)
-	ideal := llmsim.Summarize(peers.Ideal)
+	ideal := stats.Summarize(peers.Ideal)
 	check := func(ok bool, format string, args ...interface{}) {
 		msg := fmt.Sprintf(format, args...)
 		if !ok && opts.Check {
@@ -481,13 +483,13 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 	// The floor: perfect routing (attempt 0 on B exactly while A is
 	// degraded) with a perfect hedge at the delay, from the same draws.
 	floor := IdealRouting(wl, runs["fastshift"], regimes["fastshift"], opts.Scale, delay)
-	floorCalm := llmsim.Summarize(refload.ComputePeers(wl, "A", "B", idsOf(runs["fastcalm"]), delay).Ideal)
-	floorSum := llmsim.Summarize(floor)
+	floorCalm := stats.Summarize(refload.ComputePeers(wl, "A", "B", idsOf(runs["fastcalm"]), delay).Ideal)
+	floorSum := stats.Summarize(floor)
 	t.Logf("  ideal routing + ideal hedge on fastshift's draws: TTFT %s ms, p99 %.3fx the calm ideal hedge's %v (the bound's floor: B's stalls in A's windows can only hedge to the slow A)",
 		pcts(floorSum), float64(floorSum.P99)/float64(floorCalm.P99), ms(floorCalm.P99))
 	for _, name := range []string{"fastshift", "prefshift", "ordshift"} {
 		calmName := strings.TrimSuffix(name, "shift") + "calm"
-		shifted, calm := llmsim.Summarize(runs[name].TTFTs(nil)), llmsim.Summarize(runs[calmName].TTFTs(nil))
+		shifted, calm := stats.Summarize(runs[name].TTFTs(nil)), stats.Summarize(runs[calmName].TTFTs(nil))
 		ratio := float64(shifted.P99) / float64(calm.P99)
 		extraGap := 100 * (runs[name].Extra - runs[calmName].Extra)
 		bound := opts.P99Bound
@@ -498,14 +500,14 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 		check(ratio <= bound, "%s TTFT p99 %v = %.3fx the calm run's %v (want <= %.2f)", name, ms(shifted.P99), ratio, ms(calm.P99), bound)
 		check(extraGap <= 3, "%s extra load %.2f%% = calm %.2f%% %+.2f points (want <= +3)", name, 100*runs[name].Extra, 100*runs[calmName].Extra, extraGap)
 	}
-	pairedFast := llmsim.Summarize(calmRun.TTFTs(nil))
+	pairedFast := stats.Summarize(calmRun.TTFTs(nil))
 	t.Logf("  calm beside a shifting run (%d clients on the proxy): fastest p99 %v = %.3fx the ideal hedge, ordered %.3fx",
 		2*opts.Concurrency, ms(pairedFast.P99), float64(pairedFast.P99)/float64(ideal.P99),
-		float64(llmsim.Summarize(runs["ordcalm"].TTFTs(nil)).P99)/float64(ideal.P99))
+		float64(stats.Summarize(runs["ordcalm"].TTFTs(nil)).P99)/float64(ideal.P99))
 	calmRun = runs["fastcalm"+aloneSuffix]
 	orderedRun := runs["ordcalm"+aloneSuffix]
-	fast := llmsim.Summarize(calmRun.TTFTs(nil))
-	ordered := llmsim.Summarize(orderedRun.TTFTs(nil))
+	fast := stats.Summarize(calmRun.TTFTs(nil))
+	ordered := stats.Summarize(orderedRun.TTFTs(nil))
 	vsIdeal := float64(fast.P99) / float64(ideal.P99)
 	t.Logf("  calm alone (%d clients): fastest p50/p95/p99 %s ms, ordered %s ms; ideal hedge at %v p99 %v, extra %.2f%%; ordered p99 %.3fx ideal, extra %.2f%% (the same draws); fastest p99 %.3fx ordered's",
 		opts.Concurrency, pcts(fast), pcts(ordered), delay, ms(ideal.P99), 100*peers.IdealExtra, float64(ordered.P99)/float64(ideal.P99),
@@ -524,14 +526,14 @@ func report(t *testing.T, proxy string, opts Options, wl llmsim.Workload, delay 
 // the client adds to the TTFT of the run's answers that attempt 0 won: the
 // client's TTFT minus the workload's draw for that upstream and request.
 // For calm runs (in a shifting run A's draws are scaled in its windows).
-func Overhead(wl llmsim.Workload, run *Run) llmsim.Summary {
+func Overhead(wl llmsim.Workload, run *Run) stats.Summary {
 	var ds []time.Duration
 	for _, q := range run.Requests {
 		if q.TTFT > 0 && q.First != "" && q.First == q.Winner {
 			ds = append(ds, q.TTFT-wl.TTFT(q.Winner, q.ID))
 		}
 	}
-	return llmsim.Summarize(ds)
+	return stats.Summarize(ds)
 }
 
 // IdealRouting is the TTFT of each successful request of run with perfect
@@ -566,6 +568,6 @@ func idsOf(run *Run) []string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1fms", float64(d.Microseconds())/1000) }
 
-func pcts(s llmsim.Summary) string {
+func pcts(s stats.Summary) string {
 	return fmt.Sprintf("%.1f/%.1f/%.1f", float64(s.P50.Microseconds())/1000, float64(s.P95.Microseconds())/1000, float64(s.P99.Microseconds())/1000)
 }

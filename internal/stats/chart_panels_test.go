@@ -1,4 +1,4 @@
-package refload
+package stats
 
 import (
 	"bytes"
@@ -9,8 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // svgNode is an element of the chart with its attributes and text.
@@ -56,12 +54,7 @@ func svgNodes(t *testing.T, doc []byte) []svgNode {
 // a panel (it used to run from the top panel to the bottom of the tail
 // panel, across the labels between them).
 func TestDelayLineStaysOutOfTickLabels(t *testing.T) {
-	w := llmsim.Reference(7, 0.05)
-	var a, b []time.Duration
-	for i := 0; i < 500; i++ {
-		id := strconv.Itoa(i)
-		a, b = append(a, w.TTFT("a", id)), append(b, w.TTFT("b", id))
-	}
+	a, b := latencies(1, 500, 0.05), latencies(2, 500, 0.05)
 	const delay = 50 * time.Millisecond
 	for _, percentiles := range []bool{false, true} {
 		doc := ChartOptions{Title: "delay on a tick", Delay: delay, Percentiles: percentiles}.CDF([]Series{{Name: "a", Values: a}, {Name: "b", Values: b}})
@@ -113,7 +106,7 @@ func TestPercentilePanel(t *testing.T) {
 	text := string(doc)
 	for _, s := range series {
 		ok := Successful(s.Values)
-		p99 := "p99 " + formatMillis(millis(llmsim.Quantile(ok, 0.99)))
+		p99 := "p99 " + formatMillis(millis(Quantile(ok, 0.99)))
 		if !strings.Contains(text, esc(s.Name)) || !strings.Contains(text, p99) {
 			t.Errorf("row of %q lacks its name or %q", s.Name, p99)
 		}

@@ -1,4 +1,4 @@
-package refload
+package stats
 
 import (
 	"bytes"
@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
 // Series is one named set of durations drawn as a CDF curve.
@@ -224,7 +222,7 @@ func percentileRows(series []Series, sorted [][]float64, axis logAxis) (rows []p
 		r := percentileRow{stats: "(no samples)"}
 		if len(sorted[i]) > 0 {
 			ok := Successful(s.Values)
-			q := func(f float64) float64 { return millis(llmsim.Quantile(ok, f)) }
+			q := func(f float64) float64 { return millis(Quantile(ok, f)) }
 			r.p50, r.p95, r.p99, r.max = q(0.5), q(0.95), q(0.99), sorted[i][len(sorted[i])-1]
 			r.stats = fmt.Sprintf("p50 %s · p99 %s", formatMillis(r.p50), formatMillis(r.p99))
 		}
@@ -367,7 +365,7 @@ func drawLegend(b *bytes.Buffer, series []Series, sorted [][]float64, axis logAx
 		stats[i] = "(no samples)"
 		if len(sorted[i]) > 0 {
 			ok := Successful(s.Values)
-			stats[i] = fmt.Sprintf("p50 %s · p99 %s", formatMillis(millis(llmsim.Quantile(ok, 0.5))), formatMillis(millis(llmsim.Quantile(ok, 0.99))))
+			stats[i] = fmt.Sprintf("p50 %s · p99 %s", formatMillis(millis(Quantile(ok, 0.5))), formatMillis(millis(Quantile(ok, 0.99))))
 		}
 		if s.Note != "" {
 			stats[i] += " · " + s.Note
@@ -513,6 +511,6 @@ func positiveMillis(ds []time.Duration) []float64 {
 
 func esc(s string) string {
 	var b strings.Builder
-	xml.EscapeText(&b, []byte(s))
+	_ = xml.EscapeText(&b, []byte(s)) // a strings.Builder does not fail
 	return b.String()
 }

@@ -1,4 +1,8 @@
-package llmsim
+// Package stats summarizes latency samples (nearest-rank quantiles) and
+// draws their distributions as SVG charts. llmhedge-tune reports with it,
+// and the test kit and the demo share it, so the binary needs nothing from
+// the test kit. Standard library only.
+package stats
 
 import (
 	"fmt"
@@ -43,8 +47,25 @@ func Quantile(ds []time.Duration, q float64) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
-	s := sortedCopy(ds)
+	return QuantileSorted(sortedCopy(ds), q)
+}
+
+// QuantileSorted is Quantile of an already sorted, non-empty s, for a
+// caller that keeps a large sorted sample and asks it many quantiles.
+func QuantileSorted(s []time.Duration, q float64) time.Duration {
 	return s[rankIndex(len(s), q)]
+}
+
+// Successful returns the durations of the requests that succeeded: a
+// failed request is recorded as 0 or less.
+func Successful(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, 0, len(ds))
+	for _, d := range ds {
+		if d > 0 {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // rankIndex is the 0-based index of the nearest-rank q-quantile among n

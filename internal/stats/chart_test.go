@@ -1,40 +1,45 @@
-package refload
+package stats
 
 import (
-	"bytes"
-	"encoding/xml"
 	"fmt"
-	"io"
+	"math"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
-// referenceSeries draws n requests of the reference workload for a primary,
-// a backup and the ideal hedge at the primary's p95, as the demo does.
+// latencies draws n seeded times to first token shaped like the
+// simulator's reference workload (lognormal around 600 ms, sigma 0.3, 2 %
+// stalls of 10-20 s), times scale. The test kit's simulator imports this
+// package, so the charts are tested on draws of their own.
+func latencies(seed uint64, n int, scale float64) []time.Duration {
+	r := rand.New(rand.NewPCG(seed, 0))
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		ms := 600 * math.Exp(0.3*r.NormFloat64())
+		if r.Float64() < 0.02 {
+			ms = 10000 + 10000*r.Float64()
+		}
+		ds[i] = time.Duration(ms * scale * float64(time.Millisecond))
+	}
+	return ds
+}
+
+// referenceSeries draws n requests for a primary, a backup and the ideal
+// hedge at the primary's p95 (min(a, d+b)), as the demo does.
 func referenceSeries(n int) ([]Series, time.Duration) {
-	w := llmsim.Reference(7, 1)
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("chart-%d", i)
-	}
-	primary := make([]time.Duration, n)
-	for i, id := range ids {
-		primary[i] = w.TTFT("a", id)
-	}
-	d := llmsim.Quantile(primary, 0.95)
-	p := ComputePeers(w, "a", "b", ids, d)
-	backup := make([]time.Duration, n)
-	for i, id := range ids {
-		backup[i] = w.TTFT("b", id)
+	primary, backup := latencies(1, n, 1), latencies(2, n, 1)
+	d := Quantile(primary, 0.95)
+	ideal := make([]time.Duration, n)
+	for i, a := range primary {
+		ideal[i] = min(a, d+backup[i])
 	}
 	return []Series{
-		{Name: "primary (no hedge)", Values: p.NoHedge},
+		{Name: "primary (no hedge)", Values: primary},
 		{Name: "secondary", Values: backup},
-		{Name: "hedged at p95 <ideal>", Values: p.Ideal},
+		{Name: "hedged at p95 <ideal>", Values: ideal},
 	}, d
 }
 
@@ -42,19 +47,10 @@ func referenceSeries(n int) ([]Series, time.Duration) {
 func svgElements(t *testing.T, doc []byte) map[string]int {
 	t.Helper()
 	counts := map[string]int{}
-	dec := xml.NewDecoder(bytes.NewReader(doc))
-	for {
-		tok, err := dec.Token()
-		if err == io.EOF {
-			return counts
-		}
-		if err != nil {
-			t.Fatalf("chart is not valid XML: %v\n%s", err, doc)
-		}
-		if se, ok := tok.(xml.StartElement); ok {
-			counts[se.Name.Local]++
-		}
+	for _, n := range svgNodes(t, doc) {
+		counts[n.name]++
 	}
+	return counts
 }
 
 func TestCDFChartIsValidSVGWithEverySeriesAndTheDelay(t *testing.T) {

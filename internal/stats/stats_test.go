@@ -1,4 +1,4 @@
-package llmsim
+package stats
 
 import (
 	"testing"
