@@ -70,8 +70,10 @@
 // in flight and reports on the samples collected so far (exit status 130); a
 // second Ctrl-C exits at once.
 //
-// The request id is sent as X-Sim-Request: tune-<i>, which the simulated
-// upstreams of internal/testkit/llmsim use to draw latencies; real providers ignore it.
+// Each request carries its body, Content-Type, Accept, User-Agent
+// llmhedge-tune and the endpoint's key (and anthropic-version for
+// Anthropic): no request id or other header of its own. The samples CSV
+// names request i tune-<i>.
 package main
 
 import (

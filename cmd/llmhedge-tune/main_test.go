@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +25,15 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	// The simulated upstreams draw a request's latencies from its id: the
+	// tests name request i as the samples CSV does, so they can compute
+	// the truth from the same draws. Only here, never in the command.
+	tagRequest = simRequestID
 	os.Exit(m.Run())
+}
+
+func simRequestID(req *http.Request, i int) {
+	req.Header.Set(llmsim.HeaderRequest, requestIDPrefix+strconv.Itoa(i))
 }
 
 // TestCtrlC sends SIGINT to the running command: it stops, cancels the

@@ -13,13 +13,19 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
-// requestIDPrefix names request i "tune-<i>" in the X-Sim-Request header:
-// simulated upstreams draw their latencies from it, so the draws of one
-// request pair up across endpoints and runs.
+// requestIDPrefix names request i "tune-<i>" in the samples CSV. The id is
+// not sent: the providers have no use for it.
 const requestIDPrefix = "tune-"
+
+// tagRequest is nil in the command. The tests set it to name request i to
+// the simulated upstreams, whose latency draws follow a request id, so the
+// measurements can be checked against the simulator's truth. A hook with
+// the index rather than an http.RoundTripper: a transport sees the request
+// only, and carrying the index in its context for tests would be plumbing
+// in the product.
+var tagRequest func(req *http.Request, i int)
 
 // sample is one request to one endpoint.
 type sample struct {
@@ -134,7 +140,9 @@ func sendOne(parent context.Context, client *http.Client, p *plan, e, i int) sam
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("User-Agent", "llmhedge-tune")
-	req.Header.Set(llmsim.HeaderRequest, requestIDPrefix+strconv.Itoa(i))
+	if tagRequest != nil {
+		tagRequest(req, i)
+	}
 	if key := p.keys[e]; key != "" {
 		if ep.Format == formatAnthropic {
 			req.Header.Set("x-api-key", key)
