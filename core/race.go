@@ -119,19 +119,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	} else {
 		first, _, probe = claimUpstream(h, rc.order, nil, rc.start)
 	}
-	rc.delay = time.Duration(h.cfg.Delay.Fixed)
-	if h.cfg.Delay.Mode == DelayAdaptive {
-		rc.delay = hedgeDelay(h.state, h.cfg, first)
-	}
-	if rc.exploring {
-		rc.delay = exploreDelay(rc, first)
-	}
-	// switchesSet, inline: without a switch anywhere, no call (Yaegi).
-	if atomic.LoadInt64(&processSwitchCount) != 0 || atomic.LoadInt32(&h.state.share.switches.set) != 0 {
-		if d := hedgeDelayOverride(h); d > 0 {
-			rc.delay = d
-		}
-	}
+	rc.delay = delayInForce(h, rc, first)
 	rc.rep.Delay = rc.delay
 	role := RolePrimary
 	if rc.passthrough {

@@ -540,10 +540,7 @@ func (h *Hedger) RouteStatus() RouteStatus {
 // when the runner-up was unavailable and attempt 0 went to the primary),
 // capped at rc.exploreCap (see planRoute).
 func exploreDelay(rc *race, first int) time.Duration {
-	d := time.Duration(rc.h.cfg.Delay.Fixed)
-	if rc.h.cfg.Delay.Mode == DelayAdaptive {
-		d = hedgeDelay(rc.h.state, rc.h.cfg, rc.delayFrom)
-	}
+	d := hedgeDelay(rc.h.state, rc.h.cfg, rc.delayFrom)
 	if rc.exploreCap > 0 && rc.exploreCap < d && first != rc.delayFrom {
 		d = rc.exploreCap
 	}

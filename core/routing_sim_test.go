@@ -226,10 +226,7 @@ func (s *raceSim) start(r *simRequest, now time.Duration) {
 	if rc.order != nil {
 		first = rc.order[0]
 	}
-	rc.delay = hedgeDelay(h.state, h.cfg, first)
-	if rc.exploring {
-		rc.delay = exploreDelay(rc, first)
-	}
+	rc.delay = delayInForce(h, rc, first)
 	rc.attempts = append(rc.attempts, &attempt{index: 0, upstream: first, role: RolePrimary, started: s.clock.now, cancel: simCancel})
 	rc.used[first]++
 	r.first = s.ttftOf(first, r.i, now)

@@ -79,8 +79,26 @@ func StateKey(cfg Config) string {
 
 func (s *State) fits(cfg Config) bool { return s.shape == stateShape(cfg) }
 
-// hedgeDelay returns the hedge delay in force for attempts whose primary is
-// upstream `up`.
+// delayInForce is the hedge delay of a race whose attempt 0 goes to first
+// (rc nil: a request starting now, which does not explore), the one place
+// it is assembled: the kill switch's override when one is set; else, for
+// an exploring race, the route primary's delay capped (exploreDelay); else
+// first's own (hedgeDelay: fixed, or adaptive from its estimator).
+func delayInForce(h *Hedger, rc *race, first int) time.Duration {
+	// switchesSet, inline: without a switch anywhere, no call (Yaegi).
+	if atomic.LoadInt64(&processSwitchCount) != 0 || atomic.LoadInt32(&h.state.share.switches.set) != 0 {
+		if d := hedgeDelayOverride(h); d > 0 {
+			return d
+		}
+	}
+	if rc != nil && rc.exploring {
+		return exploreDelay(rc, first)
+	}
+	return hedgeDelay(h.state, h.cfg, first)
+}
+
+// hedgeDelay returns upstream up's own hedge delay: the fixed one, or the
+// adaptive one from up's estimator once it has enough samples.
 func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 	if cfg.Delay.Mode != DelayAdaptive {
 		return time.Duration(cfg.Delay.Fixed)
@@ -100,11 +118,8 @@ func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
-	if d := hedgeDelayOverride(h); d > 0 {
-		return d
-	}
 	up, _ := pickUpstreamIn(h, currentOrder(h), nil, clockNow(h))
-	return hedgeDelay(h.state, h.cfg, up)
+	return delayInForce(h, nil, up)
 }
 
 // HedgesInFlight returns the number of hedge attempts running now.
