@@ -73,6 +73,9 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			// let a follower start a second generation. This request leads
 			// as if it had claimed, until Redis says otherwise.
 			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, true)
+			l.mu.Lock()
+			l.claimTimedOut = isTimeout(err)
+			l.mu.Unlock()
 			return fleetJoined{leader: l}
 		}
 		if err != nil && errors.Is(err, ErrRedisBusy) {
@@ -524,13 +527,18 @@ type fleetLeader struct {
 	// last write that found it held, plus the lease; this replica's clock,
 	// never compared with another host's).
 	validUntil time.Time
-	// uncertain: the claim failed (a timeout), so whether it landed is
+	// uncertain: the claim failed (unanswered), so whether it landed is
 	// unknown until Redis answers a renewal or a write: held (it did),
-	// another's (lost), or none: the claim never landed, and another
-	// generation may have run beside this race, so it is lost too, unless
-	// it committed while the fleet was down (it answers its client as
-	// without a fleet: detached).
+	// another's (lost), or none: the claim never landed. After a claim
+	// that timed out, another generation may have run beside this race,
+	// so it is lost too, unless it committed while the fleet was down;
+	// after a broken connection (Redis died, maybe restarted empty) and
+	// once committed, it answers its client as without a fleet (detached).
 	uncertain, detached bool
+	// claimTimedOut: the claim's failure was a timeout (Redis answering
+	// late, or this replica too busy to read it), not a connection that
+	// broke (Redis died or restarted).
+	claimTimedOut bool
 
 	renewTimer Timer
 	renewTick  func()
@@ -628,7 +636,7 @@ func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 		return v.Array[1].Int
 	}
 	if strict {
-		leaseUnconfirmed(l)
+		leaseUnconfirmed(l, err)
 	}
 	return -1
 }
@@ -659,7 +667,7 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	defer l.mu.Unlock()
 	fencedWrite(l, sent, v, err)
 	if err != nil {
-		leaseUnconfirmed(l)
+		leaseUnconfirmed(l, err)
 	}
 	if l.lost {
 		return false
@@ -842,7 +850,7 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	l.mu.Lock()
 	fencedWrite(l, sent, v, err)
 	if err != nil {
-		leaseUnconfirmed(l)
+		leaseUnconfirmed(l, err)
 	}
 	l.mu.Unlock()
 }
@@ -871,7 +879,7 @@ func fencedWrite(l *fleetLeader, sent time.Time, v RedisValue, err error) {
 // found of the lease (l.mu held): 1 held, 0 another's, -1 none (gone, or
 // an uncertain claim that never landed: see uncertain).
 func leaseConfirmed(l *fleetLeader, sent time.Time, state int) {
-	if state == -1 && l.uncertain && l.headSent {
+	if state == -1 && l.uncertain && (l.headSent || !l.claimTimedOut) {
 		l.detached = true
 		l.failed = true
 		l.data = nil
@@ -888,21 +896,24 @@ func leaseConfirmed(l *fleetLeader, sent time.Time, state int) {
 }
 
 // leaseUnconfirmed: Redis did not answer the commit or the end (l.mu
-// held). The lease may have run out meanwhile and another leader claimed
-// the key: once it may have, this leader counts as having lost it.
-func leaseUnconfirmed(l *fleetLeader) {
+// held; err is why). The lease may have run out meanwhile and another
+// leader claimed the key: once it may have, this leader counts as having
+// lost it.
+func leaseUnconfirmed(l *fleetLeader, err error) {
 	if l.uncertain {
-		if l.f.Up() {
-			// Redis answers the fleet, not this leader: its claim may have
-			// landed beside another replica's, so it must not answer as
-			// the key's one generation (before commit its client gets a
-			// 503 to retry, after it the answer ends broken).
+		if l.f.Up() && isTimeout(err) {
+			// Redis answers the fleet, not this leader, in time: its
+			// claim may have landed beside another replica's, so it must
+			// not answer as the key's one generation (before commit its
+			// client gets a 503 to retry, after it the answer ends
+			// broken).
 			l.lost = true
 			return
 		}
-		// Redis is away (the fleet down): like a request without the
-		// fleet, it answers its client; its renewals go on, and tell
-		// once Redis answers.
+		// Redis is away (the fleet down, or the connection refused or
+		// broken: Redis died): like a request without the fleet, it
+		// answers its client; its renewals go on, and tell once Redis
+		// answers.
 		return
 	}
 	if !l.f.clock.Now().Before(l.validUntil) {
