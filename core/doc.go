@@ -10,8 +10,8 @@
 //
 // The package uses the standard library only and runs under the Yaegi
 // interpreter v0.16.1, which Traefik uses for plugins. Yaegi's select
-// statement is not safe when one function runs concurrently (see the README's
-// contributor notes), so no code here uses select: each request has one event
+// statement is not safe when one function runs concurrently (see
+// CONTRIBUTING.md), so no code here uses select: each request has one event
 // channel that attempts and timers post to, read with plain receives. The
 // per-request path is written for what the interpreter charges for (the
 // README's "What Yaegi charges for"): functions rather than methods, rare

@@ -10,7 +10,7 @@ import (
 )
 
 // This file decides when an attempt has produced its first output event
-// (top README, "The first output event decides"). The detector is fed the
+// (core/README.md, "The first output event decides"). The detector is fed the
 // upstream body incrementally, keeps at most one line and one event's data
 // (each bounded by maxLine), and parses JSON only for complete events before
 // the first output, so its cost ends when the race is decided.

@@ -10,10 +10,10 @@ import (
 	"github.com/llmhedge/llmhedge/core"
 )
 
-// TestReadmeTableNamesEveryMetric: the top README's metrics table lists
+// TestReadmeTableNamesEveryMetric: core/README.md's metrics table lists
 // every metric of core.MetricDefs with its type and labels.
 func TestReadmeTableNamesEveryMetric(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../core/README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,16 +27,16 @@ func TestReadmeTableNamesEveryMetric(t *testing.T) {
 	for _, d := range core.MetricDefs() {
 		row, ok := rows[d.Name]
 		if !ok {
-			t.Errorf("README.md's metrics table has no row for %s", d.Name)
+			t.Errorf("core/README.md's metrics table has no row for %s", d.Name)
 			continue
 		}
 		cells := strings.Split(row, "|")
 		if strings.TrimSpace(cells[2]) != d.Type {
-			t.Errorf("README.md: %s is a %q, want %s", d.Name, strings.TrimSpace(cells[2]), d.Type)
+			t.Errorf("core/README.md: %s is a %q, want %s", d.Name, strings.TrimSpace(cells[2]), d.Type)
 		}
 		for _, l := range d.Labels {
 			if !strings.Contains(cells[3], "`"+l+"`") {
-				t.Errorf("README.md: %s's labels %q lack %s", d.Name, cells[3], l)
+				t.Errorf("core/README.md: %s's labels %q lack %s", d.Name, cells[3], l)
 			}
 		}
 	}

@@ -94,7 +94,7 @@
 // server address only, and Redis' own error replies (WRONGPASS, NOAUTH)
 // never echo it.
 //
-// The code follows the Yaegi subset of the project README ("Contributor
+// The code follows the Yaegi subset of CONTRIBUTING.md ("Contributor
 // notes: code that Yaegi runs"): no select, one assignment target per
 // statement, no back pointers between structs.
 package resp

@@ -351,7 +351,7 @@ func TestFatalClientErrorIsPassedThroughUnhedged(t *testing.T) {
 	a := startUpstream(t, "A", func(_ *http.Request) script { return script{status: 401} })
 	b := startUpstream(t, "B", func(_ *http.Request) script { return script{} })
 	// A delay no answer takes: with a hedge already running when the 401
-	// arrives, the hedge may still win (README, "fatal client error"), so
+	// arrives, the hedge may still win (core/README.md, "fatal client error"), so
 	// a short one made the outcome depend on the machine's speed. The
 	// timer after a fatal answer is covered with a fake clock in core.
 	front := frontFor(t, newHedge(t, twoUpstreams(a, b, "10s"), "fatal", nil, nil))

@@ -53,7 +53,7 @@ type sample struct {
 	// tokens are paid for even if the answer then failed.
 	Billed bool
 	// Fatal: the status is a client error that llmhedge passes to the
-	// client at once, unhedged (400, 401, 403, 404, 413, 422; the top README.md, "How it behaves").
+	// client at once, unhedged (400, 401, 403, 404, 413, 422; core/README.md, "How it behaves").
 	Fatal bool
 }
 

@@ -3,7 +3,7 @@
 //
 //	go run ./examples/demo
 //
-// It starts two simulated LLM upstreams with the reference workload (top README, "The reference workload":
+// It starts two simulated LLM upstreams with the reference workload (BENCHMARKS.md, "The reference workload":
 // TTFT lognormal around 600 ms, 2 % stalls of 10–20 s, early headers, a
 // role-only first chunk and keep-alive pings, all time-scaled to run fast),
 // and a real Caddy, in this process, with three sites: plain reverse_proxy

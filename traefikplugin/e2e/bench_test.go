@@ -46,7 +46,7 @@ func summary(name string, ds []time.Duration) string {
 	return fmt.Sprintf("%-26s %v", name, stats.Summarize(ds))
 }
 
-// TestBenchReferenceWorkload runs the reference workload (top README, "The reference workload") (2,000
+// TestBenchReferenceWorkload runs the reference workload (BENCHMARKS.md, "The reference workload") (2,000
 // requests, 20 at a time) through the plugin and through Traefik's plain
 // load balancer on the same upstreams, and compares both with the ideal
 // hedge computed from the same draws.

@@ -23,7 +23,7 @@ import (
 
 // The acceptance test of the Yaegi-safety issue through the real Traefik:
 // the plugin, interpreted by Yaegi v0.16.1 inside Traefik v3.6.12, serves
-// the reference workload (top README) to many concurrent streaming clients with
+// the reference workload (BENCHMARKS.md) to many concurrent streaming clients with
 // hedges firing, and every answer must be its own request's, byte for byte,
 // with no panic, no hang and no goroutine left behind in Traefik.
 

@@ -13,7 +13,7 @@ import (
 	"github.com/llmhedge/llmhedge/internal/stats"
 )
 
-// Workload is the seeded latency model of a simulated upstream (top README, "The reference workload").
+// Workload is the seeded latency model of a simulated upstream (BENCHMARKS.md, "The reference workload").
 //
 // A zero field takes its default (see Reference). A field whose default is
 // not zero is switched off with a negative value: StallProb < 0 means no

@@ -33,7 +33,7 @@ func TestDriverAgainstSim(t *testing.T) {
 
 // The JavaScript SDKs' idempotencyKey request option sends no header (their
 // idempotencyHeader is undefined): the key reaches a gateway only as a
-// header in the request's headers option, as the top README says.
+// header in the request's headers option, as core/README.md says.
 func TestIdempotencyKeyReachesTheGatewayOnlyAsAHeader(t *testing.T) {
 	drv := Install(t)
 	// The gateway is the upstream's own handler behind a hook that records

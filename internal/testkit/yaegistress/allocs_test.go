@@ -17,8 +17,8 @@ import (
 // options (early headers on, no validation), against an upstream that
 // writes its whole 20-token stream at once: 2,360 when it was set, 2,674
 // before early headers, validity checks and routing were taken off the
-// default path. Garbage is most of the plugin's cost under Yaegi (see the
-// README's contributor notes); raise the budget only for work the request
+// default path. Garbage is most of the plugin's cost under Yaegi (see
+// CONTRIBUTING.md, "What Yaegi charges for"); raise the budget only for work the request
 // needs.
 const interpretedAllocsBudget = 2550
 

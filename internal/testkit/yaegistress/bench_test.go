@@ -18,8 +18,8 @@ import (
 // interpreted by Yaegi as Traefik runs it, against an in-process simulated
 // upstream that answers a 20-token stream at once (no hedge fires). The
 // difference between the two is the interpreter's cost; allocs/op is the
-// number to watch, as garbage is most of that cost (see the README's
-// contributor notes).
+// number to watch, as garbage is most of that cost (see
+// CONTRIBUTING.md, "What Yaegi charges for").
 //
 //	go test -run '^$' -bench PluginFastUpstream -benchtime 3000x ./internal/testkit/yaegistress
 func BenchmarkPluginFastUpstream(b *testing.B) {

@@ -21,7 +21,7 @@ import (
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
-// The reference workload (top README, "The reference workload") at a twentieth of real time: TTFT
+// The reference workload (BENCHMARKS.md, "The reference workload") at a twentieth of real time: TTFT
 // lognormal around 30ms with 2% stalls of 0.5–1s, 20 tokens 1ms apart,
 // keep-alive pings every 12.5ms while an upstream "thinks".
 const (
