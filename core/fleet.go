@@ -167,9 +167,8 @@ func fleetResult(f *Fleet, err error, probe bool, replies uint64) {
 			f.up = true
 			changed = true
 		}
-	} else if f.up && f.replies != replies {
-		// Redis answered another operation meanwhile.
-	} else {
+	} else if !f.up || f.replies == replies {
+		// Counted: Redis answered no other operation meanwhile.
 		f.failures++
 		if f.up && f.failures >= fleetFailuresToOpen {
 			f.up = false

@@ -72,10 +72,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			// server runs what it queued), and a lease nobody renews would
 			// let a follower start a second generation. This request leads
 			// as if it had claimed, until Redis says otherwise.
-			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, true)
-			l.mu.Lock()
-			l.claimTimedOut = isTimeout(err)
-			l.mu.Unlock()
+			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, err)
 			return fleetJoined{leader: l}
 		}
 		if err != nil && errors.Is(err, ErrRedisBusy) {
@@ -107,7 +104,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			}
 			return fleetJoined{}
 		case "lead":
-			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, false)
+			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, nil)
 			return fleetJoined{leader: l}
 		case "follow":
 			if len(v.Array) < 2 {
@@ -545,14 +542,17 @@ type fleetLeader struct {
 	finished   chan struct{}
 }
 
-func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, holder, fp string, claimed time.Time, uncertain bool) *fleetLeader {
+// claimErr is the claim's failure when Redis did not answer it (nil: it
+// did, and this replica leads).
+func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, holder, fp string, claimed time.Time, claimErr error) *fleetLeader {
 	f := h.fleet
 	caller := callerHash(h, p)
 	idem := &h.cfg.Idempotency
 	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
 		maxBytes: int(idem.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
 		validUntil: claimed.Add(time.Duration(f.cfg.Lease)), storeKeys: fleetStoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]),
-		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller), uncertain: uncertain}
+		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller),
+		uncertain: claimErr != nil, claimTimedOut: isTimeout(claimErr)}
 	l.cond = sync.NewCond(&l.mu)
 	// Created once: the timer re-arms with this same func (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }

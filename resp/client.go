@@ -417,10 +417,7 @@ func waitForConn(c *Client, ctx context.Context, n *node, p *pool, w *waiter) gr
 // cancellation's cause otherwise (the caller left).
 func waitError(ctx context.Context, n *node, p *pool) error {
 	cause := context.Cause(ctx)
-	n.mu.Lock()
-	last := n.lastDialErr
-	n.mu.Unlock()
-	if ctx.Err() == context.DeadlineExceeded && last != nil {
+	if last := lastDialErr(n); ctx.Err() == context.DeadlineExceeded && last != nil {
 		// The connections it waited for are dials that fail: Redis is
 		// refusing or unreachable, not busy.
 		return last
@@ -475,10 +472,7 @@ func dial(c *Client, ctx context.Context, n *node, p *pool) (cn *conn, goesOn bo
 	if cause := context.Cause(ctx); ctx.Err() != context.DeadlineExceeded {
 		return nil, true, fmt.Errorf("resp: dial at %s: %w", n.addr, cause)
 	}
-	n.mu.Lock()
-	last := n.lastDialErr
-	n.mu.Unlock()
-	if last != nil {
+	if last := lastDialErr(n); last != nil {
 		return nil, true, last
 	}
 	return nil, true, fmt.Errorf("resp: dial at %s: not connected within the operation's deadline: %w (%w)", n.addr, core.ErrRedisBusy, context.DeadlineExceeded)
@@ -513,6 +507,13 @@ func finishDial(c *Client, n *node, p *pool, d *pendingDial) {
 	if left {
 		releaseConn(p, cn, err != nil)
 	}
+}
+
+// lastDialErr is the last dial to n's failure (nil: it connected).
+func lastDialErr(n *node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lastDialErr
 }
 
 // noteDial records the outcome of the last dial to n.
