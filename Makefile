@@ -15,6 +15,9 @@ LLMHEDGE_CACHE ?= $(HOME)/.cache/llmhedge
 export LLMHEDGE_CACHE
 YAEGI_VERSION := v0.16.1
 YAEGI         := $(LLMHEDGE_CACHE)/bin/yaegi-$(YAEGI_VERSION)
+# INTERPRETED are the packages Traefik interprets: the plugin and what it
+# imports of this module.
+INTERPRETED    = $(shell $(GO) list -deps -f "{{if not .Standard}}{{.ImportPath}}{{end}}" ./traefikplugin | sed "s|^github.com/llmhedge/llmhedge/||")
 GOLANGCI_LINT_VERSION := v2.15.0
 GOLANGCI_LINT := $(LLMHEDGE_CACHE)/bin/golangci-lint-$(GOLANGCI_LINT_VERSION)
 FUZZTIME      ?= 15s
@@ -128,7 +131,7 @@ yaegi: $(YAEGI) redis-server
 	mkdir -p $$gopath/src/github.com/llmhedge; \
 	ln -s "$(CURDIR)" $$gopath/src/github.com/llmhedge/llmhedge; \
 	cd $$gopath/src/github.com/llmhedge/llmhedge; \
-	for pkg in core resp traefikplugin; do \
+	for pkg in $(INTERPRETED); do \
 		if ls $$pkg/*.go >/dev/null 2>&1; then \
 			echo "yaegi test ./$$pkg"; \
 			GOPATH=$$gopath GOFLAGS= timeout 900 $(YAEGI) test github.com/llmhedge/llmhedge/$$pkg; \

@@ -6,22 +6,22 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/dustin/go-humanize"
-
-	"github.com/llmhedge/llmhedge/core"
 )
 
 // UnmarshalCaddyfile sets up the handler from Caddyfile tokens; README.md
 // ("Caddyfile") has the syntax. Every option of the handler's JSON
-// (core.Config, transport, log_level) without a syntax of its own here is
+// (config.Config, transport, log_level) without a syntax of its own here is
 // spelled as its JSON name with one argument (a flag has none, a struct is
 // a block), so a new option needs no code here.
 func (h *Handler) UnmarshalCaddyfile(d *caddyfile.Dispenser) error {
 	d.Next() // consume the directive name
 	for _, url := range d.RemainingArgs() {
-		h.Upstreams = append(h.Upstreams, core.UpstreamConfig{URL: url})
+		h.Upstreams = append(h.Upstreams, config.UpstreamConfig{URL: url})
 	}
 	p := args{d}
 	for d.NextBlock(0) {
@@ -71,7 +71,7 @@ func (h *Handler) parseUpstream(p args) error {
 	if err != nil {
 		return err
 	}
-	h.Upstreams = append(h.Upstreams, core.UpstreamConfig{URL: url})
+	h.Upstreams = append(h.Upstreams, config.UpstreamConfig{URL: url})
 	u := &h.Upstreams[len(h.Upstreams)-1] // the block appends no upstream
 	return p.each(func(option string) (err error) {
 		switch option {
@@ -91,12 +91,12 @@ func (h *Handler) parseUpstream(p args) error {
 }
 
 // parsePreferMargin reads `prefer_margin <fraction>`: 0.25 or 25%.
-func parsePreferMargin(u *core.UpstreamConfig, p args) error {
+func parsePreferMargin(u *config.UpstreamConfig, p args) error {
 	value, err := p.one()
 	if err != nil {
 		return err
 	}
-	f, err := core.ParseFraction(value)
+	f, err := config.ParseFraction(value)
 	if err != nil {
 		return p.d.Errf("prefer_margin %q: want a fraction such as 0.25 or a percentage such as 25%%", value)
 	}
@@ -105,7 +105,7 @@ func parsePreferMargin(u *core.UpstreamConfig, p args) error {
 }
 
 // parseHeaderUp reads `header_up <field> <value>` or `header_up -<field>`.
-func parseHeaderUp(u *core.UpstreamConfig, p args) error {
+func parseHeaderUp(u *config.UpstreamConfig, p args) error {
 	d := p.d
 	fields := d.RemainingArgs()
 	switch {
@@ -133,15 +133,15 @@ func (h *Handler) parseDelay(p args) error {
 		if err != nil {
 			return d.Errf("delay %q: want a duration (e.g. 500ms) or adaptive: %v", values[0], err)
 		}
-		dl.Mode, dl.Fixed = core.DelayFixed, core.Duration(v)
+		dl.Mode, dl.Fixed = config.DelayFixed, config.Duration(v)
 	case len(values) >= 1 && len(values) <= 2 && values[0] == "adaptive":
-		dl.Mode = core.DelayAdaptive
+		dl.Mode = config.DelayAdaptive
 		if len(values) == 2 {
 			v, err := caddy.ParseDuration(values[1])
 			if err != nil {
 				return d.Errf("delay adaptive %q: want the initial delay as a duration: %v", values[1], err)
 			}
-			dl.Fixed = core.Duration(v)
+			dl.Fixed = config.Duration(v)
 		}
 	default:
 		return d.Errf("delay: want `delay <duration>` or `delay adaptive [<initial>] { ... }`")
@@ -158,7 +158,7 @@ func (h *Handler) parseDelay(p args) error {
 }
 
 // jsonOption reads the current option line into the field of the struct v
-// (the handler, one of its parts, or core.TransportConfig) whose JSON name
+// (the handler, one of its parts, or config.TransportConfig) whose JSON name
 // it is, by the field's type: a flag takes no argument, a list one or
 // more, a struct (or a pointer to one) is a block of its own options, any
 // other field one argument.
@@ -192,7 +192,7 @@ func (p args) jsonOption(v reflect.Value, block string) error {
 	switch to := field.Addr().Interface().(type) {
 	case *string:
 		*to = value
-	case *core.ByteSize:
+	case *config.ByteSize:
 		*to, err = p.size(option, value, intSizeOptions[option])
 	default:
 		if field.Kind() == reflect.String {
@@ -291,7 +291,7 @@ func (p args) number(option string, field reflect.Value, value string) error {
 		field.Set(reflect.ValueOf(-1).Convert(field.Type()))
 		return nil
 	}
-	if _, ok := field.Addr().Interface().(*core.Duration); ok {
+	if _, ok := field.Addr().Interface().(*config.Duration); ok {
 		d, err := caddy.ParseDuration(value)
 		if err != nil {
 			return p.d.Errf("%s %q: want a duration such as 250ms or 2s: %v", option, value, err)
@@ -316,7 +316,7 @@ func (p args) number(option string, field reflect.Value, value string) error {
 }
 
 // size parses a byte size such as 4MiB or 65536; fitInt: it must fit an int32.
-func (p args) size(option, value string, fitInt bool) (core.ByteSize, error) {
+func (p args) size(option, value string, fitInt bool) (config.ByteSize, error) {
 	n, err := humanize.ParseBytes(value)
 	if err != nil || n > math.MaxInt64 {
 		return 0, p.d.Errf("%s %q: want a size such as 4MiB or 65536", option, value)
@@ -324,5 +324,5 @@ func (p args) size(option, value string, fitInt bool) (core.ByteSize, error) {
 	if fitInt && n > math.MaxInt32 {
 		return 0, p.d.Errf("%s %d is too large", option, n)
 	}
-	return core.ByteSize(n), nil
+	return config.ByteSize(n), nil
 }

@@ -196,7 +196,7 @@ func TestCaddyfileErrors(t *testing.T) {
 	}
 }
 
-// Every option of core.Config has a Caddyfile spelling: its JSON name (in
+// Every option of config.Config has a Caddyfile spelling: its JSON name (in
 // its block), except the upstreams and delay's mode and fixed, which have
 // a syntax of their own. A new core option is parsed without a new case.
 func TestCaddyfileSpellsEveryCoreOption(t *testing.T) {

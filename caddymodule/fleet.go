@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -37,11 +39,11 @@ func checkFleet(client *fleetredis.Client) error {
 
 // fleetKey keys a fleet in the usage pool: its settings, defaults applied.
 // It holds the URL (maybe with a password) but is never logged.
-func fleetKey(cfg core.FleetConfig) string { return "fleet\x00" + cfg.Key() }
+func fleetKey(cfg config.FleetConfig) string { return "fleet\x00" + cfg.Key() }
 
 // acquireFleet returns the pooled fleet for cfg, creating it on first use.
 // The caller must release key with shared.Delete.
-func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f *core.Fleet, err error) {
+func acquireFleet(cfg config.FleetConfig, metrics core.MetricSink) (key string, f *core.Fleet, err error) {
 	key = fleetKey(cfg)
 	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
 		client, err := fleetredis.New(cfg)
@@ -65,7 +67,7 @@ func acquireFleet(cfg core.FleetConfig, metrics core.MetricSink) (key string, f 
 }
 
 // parseFleet reads `fleet <url> [{ ... }]` or `fleet { url <url> ... }`:
-// the block's options are core.FleetConfig's JSON names.
+// the block's options are config.FleetConfig's JSON names.
 func (h *Handler) parseFleet(p args) error {
 	d := p.d
 	values := d.RemainingArgs()

@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// `fleet <url>` and its block fill core.FleetConfig; JSON has fleet.url.
+// `fleet <url>` and its block fill config.FleetConfig; JSON has fleet.url.
 func TestCaddyfileFleet(t *testing.T) {
 	h, err := parse(t, `llm_hedge http://a.test {
 		fleet redis://:pw@127.0.0.1:6380/2 {

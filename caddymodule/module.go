@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
 	"github.com/caddyserver/caddy/v2/caddyconfig/httpcaddyfile"
@@ -36,25 +38,25 @@ func init() {
 // upstream) and never calls the next handler. Attempts go through the
 // handler's own HTTP transport, never through Caddy's next handler.
 type Handler struct {
-	// The hedging options are core.Config's fields, in its snake_case
+	// The hedging options are config.Config's fields, in its snake_case
 	// names (README.md lists them with their defaults). Global
 	// placeholders ({env.*}, {system.*}, …) in an upstream's url,
 	// set_headers values and model are replaced once, when the handler is
 	// provisioned, so an API key can stay in the environment and out of
 	// the adapted JSON.
-	core.Config
+	config.Config
 
-	// Transport sends the attempts. Default: see core.TransportConfig.
-	Transport *core.TransportConfig `json:"transport,omitempty"`
+	// Transport sends the attempts. Default: see config.TransportConfig.
+	Transport *config.TransportConfig `json:"transport,omitempty"`
 
 	// LogLevel of the per-request log line: auto, info or debug. Default
 	// "auto" (info when a hedge started or was denied or the request did
 	// not end ok, else debug).
 	LogLevel string `json:"log_level,omitempty"`
 
-	cfg          core.Config
+	cfg          config.Config
 	cfgErr       error
-	transport    core.TransportConfig
+	transport    config.TransportConfig
 	hedger       *core.Hedger
 	httpTrans    *http.Transport
 	stateKey     string

@@ -3,6 +3,8 @@ package caddymodule
 import (
 	"net/http"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/caddyserver/caddy/v2"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -37,9 +39,9 @@ func (p *pooledTransport) Destruct() error {
 // acquireState returns the pooled state for cfg, creating it on first use.
 // Its key, core.StateKey, is the route's name and what the state depends
 // on, so a reload that changes the upstreams, windows or budgets starts
-// afresh. core.TransportKey keys never equal a core.StateKey.
+// afresh. config.TransportKey keys never equal a core.StateKey.
 // The caller must release key with shared.Delete.
-func acquireState(cfg core.Config) (key string, st *core.State, err error) {
+func acquireState(cfg config.Config) (key string, st *core.State, err error) {
 	key = core.StateKey(cfg)
 	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
 		return &pooledState{state: core.NewState(cfg, nil)}, nil
@@ -53,8 +55,8 @@ func acquireState(cfg core.Config) (key string, st *core.State, err error) {
 // acquireTransport returns the pooled transport for t, creating it on first
 // use; transports with the same settings and CA file contents are shared.
 // The caller must release key with shared.Delete.
-func acquireTransport(t core.TransportConfig, caPEM []byte) (key string, tr *http.Transport, err error) {
-	key = core.TransportKey(t, caPEM)
+func acquireTransport(t config.TransportConfig, caPEM []byte) (key string, tr *http.Transport, err error) {
+	key = config.TransportKey(t, caPEM)
 	v, _, err := shared.LoadOrNew(key, func() (caddy.Destructor, error) {
 		tr, err := core.NewTransport(t, caPEM)
 		if err != nil {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // This file reads a complete answer (a JSON body, or a whole SSE or NDJSON
@@ -69,7 +71,7 @@ func documentAnswer(obj map[string]interface{}) *answer {
 		return chatDocument(choices)
 	}
 	if stringOf(obj, "object") == "response" {
-		ans := &answer{family: RuleOpenAIResponses}
+		ans := &answer{family: config.RuleOpenAIResponses}
 		responsesDocument(ans, obj)
 		return ans
 	}
@@ -90,7 +92,7 @@ func documentAnswer(obj map[string]interface{}) *answer {
 
 // chatDocument reads a Chat Completions answer's choices.
 func chatDocument(choices []interface{}) *answer {
-	ans := &answer{family: RuleOpenAIChat}
+	ans := &answer{family: config.RuleOpenAIChat}
 	for _, c := range choices {
 		cm, _ := c.(map[string]interface{})
 		ch := &answerChoice{}
@@ -185,7 +187,7 @@ func anthropicDocument(obj map[string]interface{}, content []interface{}) *answe
 	}
 	ch.text = text.String()
 	setAnthropicStop(ch, obj["stop_reason"])
-	return &answer{family: RuleAnthropic, choices: []*answerChoice{ch}}
+	return &answer{family: config.RuleAnthropic, choices: []*answerChoice{ch}}
 }
 
 // setAnthropicStop records a stop_reason: end_turn, tool_use and
@@ -279,17 +281,17 @@ func streamEvent(ans *answer, data string) {
 		return
 	}
 	if choices, ok := obj["choices"].([]interface{}); ok {
-		ans.family = RuleOpenAIChat
+		ans.family = config.RuleOpenAIChat
 		addChatChunk(ans, choices)
 		return
 	}
 	kind, _ := obj["type"].(string)
 	switch {
 	case strings.HasPrefix(kind, "response."):
-		ans.family = RuleOpenAIResponses
+		ans.family = config.RuleOpenAIResponses
 		responsesEvent(ans, kind, obj)
 	case anthropicKinds[kind]:
-		ans.family = RuleAnthropic
+		ans.family = config.RuleAnthropic
 		anthropicEvent(ans, kind, obj)
 	default:
 		if msg, ok := obj["message"].(map[string]interface{}); ok {
@@ -427,19 +429,19 @@ func failedCheck(ans *answer, checks int, schema interface{}) (string, string) {
 func choiceFails(ch *answerChoice, checks int, schema interface{}, which string) (string, string) {
 	if checks&checkFinish != 0 && !ch.finishOK {
 		if ch.finish == "" {
-			return ValidateFinish, "the answer" + which + " has no finish reason (it was cut off)"
+			return config.ValidateFinish, "the answer" + which + " has no finish reason (it was cut off)"
 		}
-		return ValidateFinish, "the answer" + which + " finished with " + strconv.Quote(ch.finish) + ", not a normal end"
+		return config.ValidateFinish, "the answer" + which + " finished with " + strconv.Quote(ch.finish) + ", not a normal end"
 	}
 	if checks&checkNoRefusal != 0 && ch.refusal != "" {
-		return ValidateNoRefusal, "the answer" + which + " is a refusal: " + quoteCut(ch.refusal, 60)
+		return config.ValidateNoRefusal, "the answer" + which + " is a refusal: " + quoteCut(ch.refusal, 60)
 	}
 	if checks&(checkIsJSON|checkJSONSchema) == 0 || ch.text == "" && ch.tool {
 		return "", "" // a tool call without text: its arguments are the provider's to check
 	}
-	check := ValidateJSON
+	check := config.ValidateJSON
 	if checks&checkJSONSchema != 0 {
-		check = ValidateJSONSchema
+		check = config.ValidateJSONSchema
 	}
 	var v interface{}
 	if err := json.Unmarshal([]byte(ch.text), &v); err != nil {
@@ -447,7 +449,7 @@ func choiceFails(ch *answerChoice, checks int, schema interface{}, which string)
 	}
 	if checks&checkJSONSchema != 0 && schema != nil {
 		if msg := schemaViolation(schema, v); msg != "" {
-			return ValidateJSONSchema, "the content" + which + " does not match the schema: " + msg
+			return config.ValidateJSONSchema, "the content" + which + " does not match the schema: " + msg
 		}
 	}
 	return "", ""

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // attempt is one upstream request of a race. Its goroutine owns it until it
@@ -131,7 +133,7 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 // branches of sendAttempt are functions of their own: under Yaegi a call
 // allocates every slot of its frame, taken branch or not.)
 func notBuilt(h *Hedger, a *attempt, p *preparedRequest, err error) eventKind {
-	a.reason = "building the upstream request: " + redactText(err.Error(), reasonSecrets(h, p.orig))
+	a.reason = "building the upstream request: " + redact.Text(err.Error(), reasonSecrets(h, p.orig))
 	a.code = codeUpstreamUnreachable
 	a.connErr = true
 	return evFailed
@@ -150,7 +152,7 @@ func passedThrough(h *Hedger, a *attempt, resp *http.Response) eventKind {
 // redacted like one) for the client in case no attempt wins.
 func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
 	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a) {
-		a.errBody = redactBody(append([]byte(nil), a.prefix...), h.secrets)
+		a.errBody = redact.Body(append([]byte(nil), a.prefix...), h.secrets)
 		a.answered = true
 		a.resp = resp
 	}
@@ -177,7 +179,7 @@ func transportFailed(h *Hedger, a *attempt, p *preparedRequest, err error) {
 		// shows this reason, and a loser's is the common case.
 		a.reason = "cancelled"
 	} else {
-		a.reason = "upstream request failed: " + redactText(err.Error(), reasonSecrets(h, p.orig))
+		a.reason = "upstream request failed: " + redact.Text(err.Error(), reasonSecrets(h, p.orig))
 	}
 	a.code = codeUpstreamUnreachable
 	if isTimeout(err) {
@@ -205,7 +207,7 @@ func isTimeout(err error) bool {
 // redacted from it.
 func keepErrorAnswer(h *Hedger, a *attempt, resp *http.Response) {
 	errBody, _ := io.ReadAll(io.LimitReader(resp.Body, errorBodyLimit))
-	a.errBody = redactBody(errBody, h.secrets)
+	a.errBody = redact.Body(errBody, h.secrets)
 	resp.Body.Close()
 	a.resp = resp
 	a.reason = fmt.Sprintf("upstream answered %d", resp.StatusCode)
@@ -287,7 +289,7 @@ func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, d
 	if err != io.EOF {
 		a.reason = "cancelled" // a loser's, the common case: nothing to redact
 		if !errors.Is(err, context.Canceled) {
-			a.reason = "upstream stream broke before the first output event: " + redactText(err.Error(), reasonSecrets(h, p.orig))
+			a.reason = "upstream stream broke before the first output event: " + redact.Text(err.Error(), reasonSecrets(h, p.orig))
 		}
 		return false
 	}

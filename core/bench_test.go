@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // The per-request cost of the engine on the path that matters for
@@ -57,9 +59,9 @@ func BenchmarkHandleStream(b *testing.B) {
 	}
 	var tr http.RoundTripper = &streamTransport{events: events}
 	var clock Clock = SystemClock{}
-	cfg := Config{
-		Upstreams: []UpstreamConfig{{Name: "F", URL: "http://f.test"}, {Name: "G", URL: "http://g.test"}},
-		Delay:     DelayConfig{Fixed: Duration(30 * time.Second)},
+	cfg := config.Config{
+		Upstreams: []config.UpstreamConfig{{Name: "F", URL: "http://f.test"}, {Name: "G", URL: "http://g.test"}},
+		Delay:     config.DelayConfig{Fixed: config.Duration(30 * time.Second)},
 	}
 	h, err := New(cfg, Options{Transport: tr, Clock: clock})
 	if err != nil {
@@ -89,7 +91,7 @@ func BenchmarkDetectFirstToken(b *testing.B) {
 	events := benchEvents()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		d := newFirstEventDetector(formatSSE, RuleAuto, 0)
+		d := newFirstEventDetector(formatSSE, config.RuleAuto, 0)
 		if v, _ := d.Feed(events[0]); v != verdictPending {
 			b.Fatal("role chunk decided")
 		}

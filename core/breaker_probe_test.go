@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // A probe cancelled because its client left frees the probe slot: the
@@ -58,7 +60,7 @@ func TestBreakerOpenTimeDoublesUpToCap(t *testing.T) {
 		{10 * time.Minute, []time.Duration{10 * time.Minute, 10 * time.Minute}},
 	}
 	for _, c := range cases {
-		cfg := &BudgetConfig{BreakerFailures: 1, BreakerOpen: Duration(c.open)}
+		cfg := &config.BudgetConfig{BreakerFailures: 1, BreakerOpen: config.Duration(c.open)}
 		u := &upstreamHealth{}
 		now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		recordFailure(u, now, 0, 0, cfg)
@@ -87,7 +89,7 @@ func TestBreakerOpenTimeDoublesUpToCap(t *testing.T) {
 // Releasing a probe frees its slot once; an old ticket can neither free
 // the slot of a newer probe nor close the breaker.
 func TestBreakerReleaseProbeOnce(t *testing.T) {
-	cfg := &BudgetConfig{BreakerFailures: 1, BreakerOpen: Duration(time.Second)}
+	cfg := &config.BudgetConfig{BreakerFailures: 1, BreakerOpen: config.Duration(time.Second)}
 	u := &upstreamHealth{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	recordFailure(u, now, 0, 0, cfg)
@@ -121,7 +123,7 @@ func TestBreakerReleaseProbeOnce(t *testing.T) {
 // While the breaker is open, the success of an attempt sent before it
 // opened does not close it: only a probe does.
 func TestBreakerOpenIgnoresOrdinarySuccess(t *testing.T) {
-	cfg := &BudgetConfig{BreakerFailures: 2, BreakerOpen: Duration(time.Second)}
+	cfg := &config.BudgetConfig{BreakerFailures: 2, BreakerOpen: config.Duration(time.Second)}
 	u := &upstreamHealth{}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	recordFailure(u, now, 0, 0, cfg)

@@ -3,14 +3,16 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // breakerConfig opens upstream A's breaker after 2 failures for 5 s; one
 // attempt per request unless the test says otherwise.
-func breakerConfig(attempts int) Config {
+func breakerConfig(attempts int) config.Config {
 	cfg := testConfig()
 	cfg.Budget.BreakerFailures = 2
-	cfg.Budget.BreakerOpen = Duration(5 * time.Second)
+	cfg.Budget.BreakerOpen = config.Duration(5 * time.Second)
 	cfg.MaxAttempts = attempts
 	return cfg
 }

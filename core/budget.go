@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // hedgeBucket is the extra-load budget, in the style of gRPC retry
@@ -266,7 +268,7 @@ func recordSuccess(u *upstreamHealth, probe uint64) {
 // for recordSuccess. It returns what the failure started, for the fleet:
 // cooled, the cool-down it extended (0: none), and opened, the open time
 // of a breaker it opened (0: none).
-func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, probe uint64, cfg *BudgetConfig) (cooled, opened time.Duration) {
+func recordFailure(u *upstreamHealth, now time.Time, coolFor time.Duration, probe uint64, cfg *config.BudgetConfig) (cooled, opened time.Duration) {
 	u.mu.Lock()
 	if coolFor > 0 {
 		until := now.Add(coolFor)
@@ -333,7 +335,7 @@ func nextOpenTime(last, open time.Duration) time.Duration {
 
 // coolDownFor returns how long a 429/503 answer cools its upstream down:
 // Retry-After (seconds or an HTTP date) capped at max, else the default.
-func coolDownFor(status int, retryAfter string, now time.Time, cfg *BudgetConfig) time.Duration {
+func coolDownFor(status int, retryAfter string, now time.Time, cfg *config.BudgetConfig) time.Duration {
 	if status != 429 && status != 503 {
 		return 0
 	}

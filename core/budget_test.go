@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // slowPrimaryRequest runs one request whose primary never produces output
@@ -134,7 +136,7 @@ func TestOverloadStopsHedging(t *testing.T) {
 	cfg := testConfig()
 	cfg.Budget.OverloadWindow = 4
 	cfg.Budget.OverloadRate = 0.5
-	cfg.Budget.CoolDown = Duration(time.Millisecond)
+	cfg.Budget.CoolDown = config.Duration(time.Millisecond)
 	hs := newHarness(t, cfg)
 	for i := 0; i < 4; i++ {
 		out := hs.serve(chatRequest(""))
@@ -163,7 +165,7 @@ func TestOverloadStopsHedging(t *testing.T) {
 func TestCircuitBreakerOpens(t *testing.T) {
 	cfg := testConfig()
 	cfg.Budget.BreakerFailures = 2
-	cfg.Budget.BreakerOpen = Duration(5 * time.Second)
+	cfg.Budget.BreakerOpen = config.Duration(5 * time.Second)
 	cfg.MaxAttempts = 1
 	hs := newHarness(t, cfg)
 	for i := 0; i < 2; i++ {
@@ -196,7 +198,7 @@ func TestCircuitBreakerOpens(t *testing.T) {
 // using the fixed delay until enough samples exist.
 func TestAdaptiveDelayEstimator(t *testing.T) {
 	cfg := testConfig()
-	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: Duration(time.Second), Quantile: 0.9, Min: Duration(10 * time.Millisecond), Max: Duration(500 * time.Millisecond), Window: 100, MinSamples: 10}
+	cfg.Delay = config.DelayConfig{Mode: config.DelayAdaptive, Fixed: config.Duration(time.Second), Quantile: 0.9, Min: config.Duration(10 * time.Millisecond), Max: config.Duration(500 * time.Millisecond), Window: 100, MinSamples: 10}
 	cfg = cfg.WithDefaults()
 	st := NewState(cfg, newFakeClock())
 	if d := hedgeDelay(st, &cfg, 0); d != time.Second {
@@ -322,7 +324,7 @@ func TestCallersOwn429CoolsOnlyThatCaller(t *testing.T) {
 		wantNext  string
 	}{
 		{"own key, default", "", false, "a.test"},
-		{"own key, caller_429 route", Caller429Route, false, "b.test"},
+		{"own key, caller_429 route", config.Caller429Route, false, "b.test"},
 		{"route's key", "", true, "b.test"},
 	}
 	for _, tc := range cases {

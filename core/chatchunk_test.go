@@ -1,6 +1,10 @@
 package core
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
+)
 
 // TestChatFastPathAgreesWithGeneralRules feeds chat-like event data to the
 // fast path and the general rules: wherever the fast path answers, it must
@@ -60,7 +64,7 @@ func TestChatFastPathAgreesWithGeneralRules(t *testing.T) {
 		{``, false},
 		{`not json "choices"`, false},
 	}
-	for _, rule := range []string{RuleAuto, RuleOpenAIChat} {
+	for _, rule := range []string{config.RuleAuto, config.RuleOpenAIChat} {
 		for _, c := range cases {
 			fast, ok := classifyChatChunk(c.data)
 			if ok != c.fastPath {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // answerStatus answers a call at once with status, a JSON error body and
@@ -91,7 +93,7 @@ func (errConnRefused) Error() string { return "connection refused" }
 func TestTimeoutSaysDoNotRetry(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxAttempts = 1
-	cfg.Timeout = Duration(2 * time.Second)
+	cfg.Timeout = config.Duration(2 * time.Second)
 	cfg.EarlyHeaders = -1
 	cfg.ReportHeader = "Server-Timing"
 	hs := newHarness(t, cfg)

@@ -10,13 +10,6 @@ import (
 	"time"
 )
 
-// DefaultEarlyHeaders is the grace time of Config.EarlyHeaders: long
-// enough that fast failures (a 400 or 401 arrives in milliseconds) keep
-// their real status, short enough that a client's time-to-headers timeout
-// (the OpenAI SDKs' `timeout`, Node's headersTimeout) does not become a
-// time-to-first-token timeout.
-const DefaultEarlyHeaders = time.Second
-
 // evKeepAlive: the grace time (then each keep-alive interval) passed with
 // the streaming race still undecided.
 const evKeepAlive eventKind = 6

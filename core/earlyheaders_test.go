@@ -7,12 +7,14 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // earlyConfig: two upstreams, a 100ms hedge delay, early headers after 1s.
-func earlyConfig() Config {
+func earlyConfig() config.Config {
 	cfg := testConfig()
-	cfg.EarlyHeaders = Duration(time.Second)
+	cfg.EarlyHeaders = config.Duration(time.Second)
 	cfg.ReportHeader = "Server-Timing"
 	return cfg
 }
@@ -157,7 +159,7 @@ func TestEarlyHeadersFailureIsAnErrorEvent(t *testing.T) {
 func TestEarlyHeadersDeadlineIsAnErrorEvent(t *testing.T) {
 	cfg := earlyConfig()
 	cfg.MaxAttempts = 1
-	cfg.Timeout = Duration(5 * time.Second)
+	cfg.Timeout = config.Duration(5 * time.Second)
 	hs := newHarness(t, cfg)
 	pw := newPipeWriter()
 	done := hs.serveVia(pw, chatRequest(""))
@@ -207,11 +209,11 @@ func TestEarlyHeadersOnlyForSSEStreams(t *testing.T) {
 		name  string
 		path  string
 		body  string
-		early Duration
+		early config.Duration
 	}{
-		{"not a stream", "/v1/chat/completions", `{"model":"m","messages":[]}`, Duration(time.Second)},
-		{"nested stream key", "/v1/chat/completions", `{"model":"m","metadata":{"stream":true}}`, Duration(time.Second)},
-		{"ollama", "/api/chat", `{"model":"m","stream":true}`, Duration(time.Second)},
+		{"not a stream", "/v1/chat/completions", `{"model":"m","messages":[]}`, config.Duration(time.Second)},
+		{"nested stream key", "/v1/chat/completions", `{"model":"m","metadata":{"stream":true}}`, config.Duration(time.Second)},
+		{"ollama", "/api/chat", `{"model":"m","stream":true}`, config.Duration(time.Second)},
 		{"off", "/v1/chat/completions", `{"model":"m","stream":true}`, -1},
 	}
 	for _, tc := range cases {

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -55,13 +57,13 @@ func ExampleNew() {
 	defer primary.Close()
 	defer backup.Close()
 
-	h, err := core.New(core.Config{
+	h, err := core.New(config.Config{
 		Route: "chat",
-		Upstreams: []core.UpstreamConfig{
+		Upstreams: []config.UpstreamConfig{
 			{Name: "primary", URL: primary.URL},
 			{Name: "backup", URL: backup.URL},
 		},
-		Delay: core.DelayConfig{Fixed: core.Duration(time.Second)},
+		Delay: config.DelayConfig{Fixed: config.Duration(time.Second)},
 	}, core.Options{})
 	if err != nil {
 		fmt.Println(err)
@@ -87,12 +89,12 @@ func ExampleHedger_Handle() {
 	defer primary.Close()
 	defer backup.Close()
 
-	h, err := core.New(core.Config{
-		Upstreams: []core.UpstreamConfig{
+	h, err := core.New(config.Config{
+		Upstreams: []config.UpstreamConfig{
 			{Name: "primary", URL: primary.URL},
 			{Name: "backup", URL: backup.URL},
 		},
-		Delay: core.DelayConfig{Fixed: core.Duration(20 * time.Millisecond)},
+		Delay: config.DelayConfig{Fixed: config.Duration(20 * time.Millisecond)},
 	}, core.Options{})
 	if err != nil {
 		fmt.Println(err)
@@ -127,13 +129,13 @@ func ExampleOptions_observer() {
 			fmt.Println("  winner:", w.Upstream)
 		}
 	})
-	h, err := core.New(core.Config{
+	h, err := core.New(config.Config{
 		Route: "chat",
-		Upstreams: []core.UpstreamConfig{
+		Upstreams: []config.UpstreamConfig{
 			{Name: "primary", URL: primary.URL},
 			{Name: "backup", URL: backup.URL},
 		},
-		Delay: core.DelayConfig{Fixed: core.Duration(20 * time.Millisecond)},
+		Delay: config.DelayConfig{Fixed: config.Duration(20 * time.Millisecond)},
 	}, core.Options{Observer: observer})
 	if err != nil {
 		fmt.Println(err)

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // This file decides when an attempt has produced its first output event
@@ -105,13 +107,13 @@ type firstEventDetector struct {
 // accumulated data, in bytes (<= 0 means the 256 KiB default).
 func newFirstEventDetector(format streamFormat, rule string, maxLine int) *firstEventDetector {
 	if rule == "" {
-		rule = RuleAuto
+		rule = config.RuleAuto
 	}
 	if maxLine <= 0 {
 		maxLine = 256 << 10
 	}
 	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine, quiet: format == formatSSE,
-		chatRule: rule == RuleAuto || rule == RuleOpenAIChat}
+		chatRule: rule == config.RuleAuto || rule == config.RuleOpenAIChat}
 }
 
 // Feed consumes the next bytes read from the upstream body. It returns
@@ -435,15 +437,15 @@ func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind
 		return verdictFailure, withDetail("upstream error event", errorMessage(obj))
 	}
 	family := rule
-	if rule == RuleAuto || rule == RuleAny {
+	if rule == config.RuleAuto || rule == config.RuleAny {
 		_, isChat := obj["choices"].([]interface{})
 		switch {
 		case isChat:
-			family = RuleOpenAIChat
+			family = config.RuleOpenAIChat
 		case strings.HasPrefix(kind, "response."):
-			family = RuleOpenAIResponses
+			family = config.RuleOpenAIResponses
 		case anthropicKinds[kind]:
-			family = RuleAnthropic
+			family = config.RuleAnthropic
 		case cohereControlKinds[kind]:
 			return verdictPending, "" // Cohere v2: no output yet
 		default:
@@ -452,16 +454,16 @@ func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind
 		}
 	}
 	switch family {
-	case RuleOpenAIChat:
+	case config.RuleOpenAIChat:
 		choices, _ := obj["choices"].([]interface{})
-		if rule == RuleAny {
+		if rule == config.RuleAny {
 			// Lenient: anything but role-only or empty choices is output.
 			return outputIf(!choicesEmpty(choices) || chatFinished(choices))
 		}
 		return outputIf(chatOutput(choices) || chatFinished(choices))
-	case RuleOpenAIResponses:
+	case config.RuleOpenAIResponses:
 		return classifyResponses(kind, obj)
-	case RuleAnthropic:
+	case config.RuleAnthropic:
 		switch kind {
 		case "content_block_delta", "message_stop":
 			return verdictOutput, ""
@@ -599,7 +601,7 @@ func (d *firstEventDetector) ndjsonLine(line []byte) (verdict, string) {
 	}
 	obj, _ := val.(map[string]interface{})
 	if obj == nil {
-		return outputIf(!isEmptyJSON(val) && (d.rule == RuleAuto || d.rule == RuleAny))
+		return outputIf(!isEmptyJSON(val) && (d.rule == config.RuleAuto || d.rule == config.RuleAny))
 	}
 	if e, ok := obj["error"]; ok && e != nil && e != false {
 		return verdictFailure, withDetail("upstream error", errorMessage(obj))

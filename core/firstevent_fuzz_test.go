@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // FuzzFirstEventDetector checks, for any body, rule, line limit and split
@@ -22,7 +24,7 @@ import (
 //
 //	go test -run='^$' -fuzz=FuzzFirstEventDetector -fuzztime=20s ./core
 func FuzzFirstEventDetector(f *testing.F) {
-	rules := []string{RuleAuto, RuleOpenAIChat, RuleOpenAIResponses, RuleAnthropic, RuleAny}
+	rules := []string{config.RuleAuto, config.RuleOpenAIChat, config.RuleOpenAIResponses, config.RuleAnthropic, config.RuleAny}
 	sse := []string{chatStream, chatNoOutputStream, chatFinishOnlyStream, responsesStream, anthropicStream, anthropicErrorStream, otherStream,
 		"data: {\"choices\":\r\ndata: [{\"delta\":\rdata: {\"content\":\"a\"}}]}\n\r\n",
 		"\xEF\xBB\xBFevent: error\ndata: {\"error\":{\"message\":\"overloaded\"}}\n\n",
@@ -75,7 +77,7 @@ func FuzzChatFastPath(f *testing.F) {
 		if !ok || spellsFieldInOtherCase(data) {
 			return // the one known difference (see chatchunk.go)
 		}
-		for _, rule := range []string{RuleAuto, RuleOpenAIChat} {
+		for _, rule := range []string{config.RuleAuto, config.RuleOpenAIChat} {
 			if general, _ := classifyEvent(rule, data, ""); fast != general {
 				t.Fatalf("%s %q: fast path says %s, the general rules %s", rule, data, verdictNames[fast], verdictNames[general])
 			}

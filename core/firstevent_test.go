@@ -4,6 +4,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // Realistic streams, shared with the fuzz seeds. Each reaches its first
@@ -174,14 +176,14 @@ const roleOnly = "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assista
 func TestFirstEventSSEOpenAIChat(t *testing.T) {
 	runDetectorCases(t, formatSSE, []detectorCase{
 		{"realistic", "", chatStream, verdictOutput, ""},
-		{"realistic, explicit rule", RuleOpenAIChat, chatStream, verdictOutput, ""},
+		{"realistic, explicit rule", config.RuleOpenAIChat, chatStream, verdictOutput, ""},
 		{"role-only and pings never win", "", roleOnly + ": ping\n\n" + roleOnly, verdictFailure, "stream ended before the first output event"},
 		{"empty content is not output", "", chatChunk(`{"role":"assistant","content":"","refusal":null,"tool_calls":[]}`), verdictFailure, "before the first output"},
 		{"[DONE] before output", "", chatNoOutputStream, verdictFailure, "stream ended ([DONE]) before the first output event"},
-		{"[DONE] before output, explicit rule", RuleOpenAIChat, chatNoOutputStream, verdictFailure, "[DONE]"},
+		{"[DONE] before output, explicit rule", config.RuleOpenAIChat, chatNoOutputStream, verdictFailure, "[DONE]"},
 		{"finish_reason without output is final", "", chatFinishOnlyStream, verdictOutput, ""},
-		{"finish_reason without output, explicit rule", RuleOpenAIChat, chatFinishOnlyStream, verdictOutput, ""},
-		{"finish_reason without output, rule any", RuleAny, chatFinishOnlyStream, verdictOutput, ""},
+		{"finish_reason without output, explicit rule", config.RuleOpenAIChat, chatFinishOnlyStream, verdictOutput, ""},
+		{"finish_reason without output, rule any", config.RuleAny, chatFinishOnlyStream, verdictOutput, ""},
 		{"content filter finish", "", roleOnly + "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"content_filter\"}]}\n\n", verdictOutput, ""},
 		{"empty finish_reason is not final", "", roleOnly + "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"\"}]}\n\n", verdictFailure, "before the first output"},
 		{"legacy completions finish", "", "data: {\"object\":\"text_completion\",\"choices\":[{\"text\":\"\",\"index\":0,\"finish_reason\":\"length\"}]}\n\n", verdictOutput, ""},
@@ -196,15 +198,15 @@ func TestFirstEventSSEOpenAIChat(t *testing.T) {
 		{"second choice carries output", "", "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}},{\"index\":1,\"delta\":{\"content\":\"x\"}}]}\n\n", verdictOutput, ""},
 		{"usage-only chunk", "", "data: {\"choices\":[],\"usage\":{\"total_tokens\":3}}\n\n", verdictFailure, "before the first output"},
 		{"top-level error", "", roleOnly + "data: {\"error\":{\"message\":\"The server had an error\",\"type\":\"server_error\"}}\n\n", verdictFailure, "upstream error: The server had an error"},
-		{"top-level error, explicit rule", RuleOpenAIChat, "data: {\"error\":{\"message\":\"boom\"}}\n\n", verdictFailure, "boom"},
+		{"top-level error, explicit rule", config.RuleOpenAIChat, "data: {\"error\":{\"message\":\"boom\"}}\n\n", verdictFailure, "boom"},
 		{"false error is no error", "", "data: {\"error\":false,\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
 		{"null error is no error", "", "data: {\"error\":null,\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
 		{"error event", "", roleOnly + "event: error\ndata: {\"error\":{\"message\":\"overloaded\"}}\n\n", verdictFailure, "upstream error event: overloaded"},
 		{"error event with text data", "", "event: error\ndata: rate limited\n\n", verdictFailure, "upstream error event: rate limited"},
-		{"error event, explicit rule", RuleOpenAIChat, "event:error\ndata: x\n\n", verdictFailure, "upstream error event"},
+		{"error event, explicit rule", config.RuleOpenAIChat, "event:error\ndata: x\n\n", verdictFailure, "upstream error event"},
 		{"content after output-less events", "", roleOnly + "data: \n\n" + "data: {\"choices\":[{\"delta\":{\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
 		{"message instead of delta is not chat output", "", "data: {\"choices\":[{\"message\":{\"content\":\"a\"}}]}\n\n", verdictFailure, "before the first output"},
-		{"explicit rule ignores other dialects", RuleOpenAIChat, anthropicStream, verdictFailure, "stream ended before the first output event"},
+		{"explicit rule ignores other dialects", config.RuleOpenAIChat, anthropicStream, verdictFailure, "stream ended before the first output event"},
 	})
 }
 
@@ -215,7 +217,7 @@ func TestFirstEventSSEOpenAIResponses(t *testing.T) {
 	}
 	runDetectorCases(t, formatSSE, []detectorCase{
 		{"realistic", "", responsesStream, verdictOutput, ""},
-		{"realistic, explicit rule", RuleOpenAIResponses, responsesStream, verdictOutput, ""},
+		{"realistic, explicit rule", config.RuleOpenAIResponses, responsesStream, verdictOutput, ""},
 		{"control events never win", "", created + ev("response.in_progress", "") + ev("response.output_item.added", `,"item":{"type":"message"}`) + ev("response.content_part.added", ""), verdictFailure, "stream ended before the first output event"},
 		{"function_call_arguments delta", "", created + ev("response.function_call_arguments.delta", `,"delta":"{\"a"`), verdictOutput, ""},
 		{"refusal delta", "", ev("response.refusal.delta", `,"delta":"no"`), verdictOutput, ""},
@@ -227,27 +229,27 @@ func TestFirstEventSSEOpenAIResponses(t *testing.T) {
 		{"failed", "", created + ev("response.failed", `,"response":{"status":"failed","error":{"code":"server_error","message":"The model failed"}}`), verdictFailure, "response.failed: The model failed"},
 		{"failed without a message", "", created + ev("response.failed", `,"response":{"status":"failed"}`), verdictFailure, "stream ended (response.failed) before the first output event"},
 		{"incomplete is final", "", created + ev("response.incomplete", `,"response":{"status":"incomplete","incomplete_details":{"reason":"max_output_tokens"}}`), verdictOutput, ""},
-		{"completed without output is final", RuleOpenAIResponses, created + ev("response.completed", `,"response":{"status":"completed","error":null}`), verdictOutput, ""},
-		{"completed without output, rule any", RuleAny, created + ev("response.completed", `,"response":{"status":"completed"}`), verdictOutput, ""},
+		{"completed without output is final", config.RuleOpenAIResponses, created + ev("response.completed", `,"response":{"status":"completed","error":null}`), verdictOutput, ""},
+		{"completed without output, rule any", config.RuleAny, created + ev("response.completed", `,"response":{"status":"completed"}`), verdictOutput, ""},
 		{"error type without event name", "", "data: {\"type\":\"error\",\"code\":\"ERR\",\"message\":\"Something went wrong\"}\n\n", verdictFailure, "upstream error event: Something went wrong"},
 		{"error type", "", created + ev("error", `,"code":"ERR","message":"Something went wrong"`), verdictFailure, "upstream error event: Something went wrong"},
-		{"explicit rule ignores chat chunks", RuleOpenAIResponses, chatChunk(`{"content":"x"}`), verdictFailure, "stream ended before the first output event"},
+		{"explicit rule ignores chat chunks", config.RuleOpenAIResponses, chatChunk(`{"content":"x"}`), verdictFailure, "stream ended before the first output event"},
 	})
 }
 
 func TestFirstEventSSEAnthropic(t *testing.T) {
 	runDetectorCases(t, formatSSE, []detectorCase{
 		{"realistic", "", anthropicStream, verdictOutput, ""},
-		{"realistic, explicit rule", RuleAnthropic, anthropicStream, verdictOutput, ""},
+		{"realistic, explicit rule", config.RuleAnthropic, anthropicStream, verdictOutput, ""},
 		{"error event", "", anthropicErrorStream, verdictFailure, "upstream error event: Overloaded"},
 		{"control events never win", "", strings.Split(anthropicStream, "event: content_block_delta")[0], verdictFailure, "stream ended before the first output event"},
 		{"stop_reason without output is final", "", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":0}}\n\n", verdictOutput, ""},
-		{"stop_reason from event name", RuleAnthropic, "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"refusal\"}}\n\n", verdictOutput, ""},
+		{"stop_reason from event name", config.RuleAnthropic, "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"refusal\"}}\n\n", verdictOutput, ""},
 		{"message_delta without stop_reason is control", "", "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":null},\"usage\":{\"output_tokens\":3}}\n\n", verdictFailure, "stream ended before the first output event"},
 		{"message_stop is final", "", "event: message_start\ndata: {\"type\":\"message_start\"}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n", verdictOutput, ""},
 		{"thinking delta", "", "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"thinking_delta\",\"thinking\":\"Hmm\"}}\n\n", verdictOutput, ""},
-		{"type from event name", RuleAnthropic, "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n", verdictOutput, ""},
-		{"explicit rule ignores chat chunks", RuleAnthropic, chatStream, verdictFailure, "[DONE]"},
+		{"type from event name", config.RuleAnthropic, "event: content_block_delta\ndata: {\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"\"}}\n\n", verdictOutput, ""},
+		{"explicit rule ignores chat chunks", config.RuleAnthropic, chatStream, verdictFailure, "[DONE]"},
 	})
 }
 
@@ -261,7 +263,7 @@ func TestFirstEventSSECohere(t *testing.T) {
 		ev("content-start", `,"index":0,"delta":{"message":{"content":{"type":"text","text":""}}}`)
 	runDetectorCases(t, formatSSE, []detectorCase{
 		{"control events never win", "", start, verdictFailure, "stream ended before the first output event"},
-		{"control events never win, rule any", RuleAny, start + ev("content-end", `,"index":0`), verdictFailure, "stream ended before the first output event"},
+		{"control events never win, rule any", config.RuleAny, start + ev("content-end", `,"index":0`), verdictFailure, "stream ended before the first output event"},
 		{"content-delta", "", start + ev("content-delta", `,"index":0,"delta":{"message":{"content":{"text":"Hi"}}}`), verdictOutput, ""},
 		{"tool-plan-delta", "", ev("message-start", `,"id":"c1"`) + ev("tool-plan-delta", `,"delta":{"message":{"tool_plan":"I will"}}`), verdictOutput, ""},
 		{"message-end is final", "", start + ev("message-end", `,"delta":{"finish_reason":"MAX_TOKENS"}`), verdictOutput, ""},
@@ -271,18 +273,18 @@ func TestFirstEventSSECohere(t *testing.T) {
 func TestFirstEventSSEAny(t *testing.T) {
 	runDetectorCases(t, formatSSE, []detectorCase{
 		{"plain text data", "", otherStream, verdictOutput, ""},
-		{"plain text data, rule any", RuleAny, otherStream, verdictOutput, ""},
+		{"plain text data, rule any", config.RuleAny, otherStream, verdictOutput, ""},
 		{"unknown JSON", "", "data: {\"token\":\"Hi\"}\n\n", verdictOutput, ""},
 		{"empty JSON object is control", "", "data: {}\n\ndata: {\"text\":\"\",\"meta\":null}\n\n", verdictFailure, "stream ended before the first output event"},
-		{"empty data is control", RuleAny, "data:\n\ndata: \n\n", verdictFailure, "stream ended before the first output event"},
-		{"[DONE]", RuleAny, "data: [DONE]\n\n", verdictFailure, "[DONE]"},
-		{"top-level error", RuleAny, "data: {\"error\":\"quota\"}\n\n", verdictFailure, "upstream error: quota"},
-		{"known control kinds", RuleAny, "event: ping\ndata: ping\n\n" + "data: {\"type\":\"response.in_progress\"}\n\n" + "data: {\"type\":\"message_start\"}\n\n", verdictFailure, "stream ended before the first output event"},
-		{"known final event", RuleAny, "data: {\"type\":\"message_stop\"}\n\n", verdictOutput, ""},
-		{"role-only chat chunk", RuleAny, roleOnly + chatChunk(`{"content":"","tool_calls":null}`), verdictFailure, "stream ended before the first output event"},
-		{"any chat chunk with content", RuleAny, "data: {\"choices\":[{\"message\":{\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
-		{"chat content", RuleAny, chatStream, verdictOutput, ""},
-		{"explicit rules ignore plain text", RuleOpenAIChat, otherStream, verdictFailure, "stream ended before the first output event"},
+		{"empty data is control", config.RuleAny, "data:\n\ndata: \n\n", verdictFailure, "stream ended before the first output event"},
+		{"[DONE]", config.RuleAny, "data: [DONE]\n\n", verdictFailure, "[DONE]"},
+		{"top-level error", config.RuleAny, "data: {\"error\":\"quota\"}\n\n", verdictFailure, "upstream error: quota"},
+		{"known control kinds", config.RuleAny, "event: ping\ndata: ping\n\n" + "data: {\"type\":\"response.in_progress\"}\n\n" + "data: {\"type\":\"message_start\"}\n\n", verdictFailure, "stream ended before the first output event"},
+		{"known final event", config.RuleAny, "data: {\"type\":\"message_stop\"}\n\n", verdictOutput, ""},
+		{"role-only chat chunk", config.RuleAny, roleOnly + chatChunk(`{"content":"","tool_calls":null}`), verdictFailure, "stream ended before the first output event"},
+		{"any chat chunk with content", config.RuleAny, "data: {\"choices\":[{\"message\":{\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
+		{"chat content", config.RuleAny, chatStream, verdictOutput, ""},
+		{"explicit rules ignore plain text", config.RuleOpenAIChat, otherStream, verdictFailure, "stream ended before the first output event"},
 	})
 }
 
@@ -294,7 +296,7 @@ func TestFirstEventSSEParsing(t *testing.T) {
 		{"CR line ends, no output", "", strings.Replace(chatNoOutputStream, "\n", "\r", -1), verdictFailure, "[DONE]"},
 		{"mixed line ends", "", ": ping\r\n\r" + roleOnly + "data: " + content + "\r\n\n", verdictOutput, ""},
 		{"multi-line data is joined with LF", "", "data: {\"choices\":\ndata: [{\"delta\":\ndata: {\"content\":\"a\"}}]}\n\n", verdictOutput, ""},
-		{"multi-line data split mid-JSON string is not JSON", RuleOpenAIChat, "data: {\"choices\":[{\"delta\":{\"content\":\"a\ndata: b\"}}]}\n\n", verdictFailure, "before the first output"},
+		{"multi-line data split mid-JSON string is not JSON", config.RuleOpenAIChat, "data: {\"choices\":[{\"delta\":{\"content\":\"a\ndata: b\"}}]}\n\n", verdictFailure, "before the first output"},
 		{"no space after colon", "", "data:" + content + "\n\n", verdictOutput, ""},
 		{"only one space is stripped", "", "event:  error\ndata: " + content + "\n\n", verdictOutput, ""},
 		{"field without colon", "", "data\n\n", verdictFailure, "stream ended before the first output event"},
@@ -323,7 +325,7 @@ func TestFirstEventDecidesAtEventEnd(t *testing.T) {
 	}
 	for _, c := range cases {
 		stream := c.prefix + c.rest
-		d := newFirstEventDetector(c.format, RuleAuto, 1024)
+		d := newFirstEventDetector(c.format, config.RuleAuto, 1024)
 		at := -1
 		for i := 0; i < len(stream); i++ {
 			v, reason := d.Feed([]byte{stream[i]})
@@ -352,23 +354,23 @@ func TestFirstEventSplitAtEveryByte(t *testing.T) {
 		stream string
 		want   verdict
 	}{
-		{formatSSE, RuleAuto, chatStream, verdictOutput},
-		{formatSSE, RuleOpenAIChat, crlf(chatStream), verdictOutput},
-		{formatSSE, RuleAuto, cr(chatStream), verdictOutput},
-		{formatSSE, RuleAuto, chatNoOutputStream, verdictFailure},
-		{formatSSE, RuleAuto, crlf(chatNoOutputStream), verdictFailure},
-		{formatSSE, RuleAuto, chatFinishOnlyStream, verdictOutput},
-		{formatSSE, RuleOpenAIChat, cr(chatFinishOnlyStream), verdictOutput},
-		{formatSSE, RuleAuto, responsesStream, verdictOutput},
-		{formatSSE, RuleOpenAIResponses, cr(responsesStream), verdictOutput},
-		{formatSSE, RuleAuto, anthropicStream, verdictOutput},
-		{formatSSE, RuleAnthropic, crlf(anthropicStream), verdictOutput},
-		{formatSSE, RuleAuto, anthropicErrorStream, verdictFailure},
-		{formatSSE, RuleAny, otherStream, verdictOutput},
-		{formatSSE, RuleAuto, "data: {\"choices\":\r\ndata: [{\"delta\":\rdata: {\"content\":\"a\"}}]}\n\r\n", verdictOutput},
-		{formatNDJSON, RuleAuto, ollamaChatStream, verdictOutput},
-		{formatNDJSON, RuleAuto, crlf(ollamaGenerateStream), verdictOutput},
-		{formatNDJSON, RuleAuto, strings.TrimSuffix(ollamaChatStream[:strings.Index(ollamaChatStream, "\n")+1]+"{\"message\":{\"content\":\"x\"}}", "\n"), verdictOutput},
+		{formatSSE, config.RuleAuto, chatStream, verdictOutput},
+		{formatSSE, config.RuleOpenAIChat, crlf(chatStream), verdictOutput},
+		{formatSSE, config.RuleAuto, cr(chatStream), verdictOutput},
+		{formatSSE, config.RuleAuto, chatNoOutputStream, verdictFailure},
+		{formatSSE, config.RuleAuto, crlf(chatNoOutputStream), verdictFailure},
+		{formatSSE, config.RuleAuto, chatFinishOnlyStream, verdictOutput},
+		{formatSSE, config.RuleOpenAIChat, cr(chatFinishOnlyStream), verdictOutput},
+		{formatSSE, config.RuleAuto, responsesStream, verdictOutput},
+		{formatSSE, config.RuleOpenAIResponses, cr(responsesStream), verdictOutput},
+		{formatSSE, config.RuleAuto, anthropicStream, verdictOutput},
+		{formatSSE, config.RuleAnthropic, crlf(anthropicStream), verdictOutput},
+		{formatSSE, config.RuleAuto, anthropicErrorStream, verdictFailure},
+		{formatSSE, config.RuleAny, otherStream, verdictOutput},
+		{formatSSE, config.RuleAuto, "data: {\"choices\":\r\ndata: [{\"delta\":\rdata: {\"content\":\"a\"}}]}\n\r\n", verdictOutput},
+		{formatNDJSON, config.RuleAuto, ollamaChatStream, verdictOutput},
+		{formatNDJSON, config.RuleAuto, crlf(ollamaGenerateStream), verdictOutput},
+		{formatNDJSON, config.RuleAuto, strings.TrimSuffix(ollamaChatStream[:strings.Index(ollamaChatStream, "\n")+1]+"{\"message\":{\"content\":\"x\"}}", "\n"), verdictOutput},
 	}
 	for _, c := range cases {
 		if v, reason := detectSplits(t, c.format, c.rule, 1024, c.stream); v != c.want {
@@ -381,7 +383,7 @@ func TestFirstEventLineLimit(t *testing.T) {
 	const maxLine = 100 // not a power of two: append's own growth would pass it
 	// A comment line that never ends: failure as soon as it passes maxLine,
 	// with buffers that never grow past it.
-	d := newFirstEventDetector(formatSSE, RuleAuto, maxLine)
+	d := newFirstEventDetector(formatSSE, config.RuleAuto, maxLine)
 	chunk := []byte(": " + strings.Repeat("x", 9))
 	v, reason := verdictPending, ""
 	fed := 0
@@ -401,7 +403,7 @@ func TestFirstEventLineLimit(t *testing.T) {
 	line := "data: " + strings.Repeat("y", maxLine-len("data: "))
 	runLimit := func(format streamFormat, stream string, want verdict, wantReason string) {
 		t.Helper()
-		v, reason := detectSplits(t, format, RuleAny, maxLine, stream)
+		v, reason := detectSplits(t, format, config.RuleAny, maxLine, stream)
 		if v != want {
 			t.Fatalf("%.60q: verdict %s (reason %q), want %s", stream, verdictNames[v], reason, verdictNames[want])
 		} else if !strings.Contains(reason, wantReason) {
@@ -425,7 +427,7 @@ func TestFirstEventLineLimit(t *testing.T) {
 func TestFirstEventNDJSON(t *testing.T) {
 	runDetectorCases(t, formatNDJSON, []detectorCase{
 		{"ollama chat", "", ollamaChatStream, verdictOutput, ""},
-		{"ollama chat, explicit rule", RuleAnthropic, ollamaChatStream, verdictOutput, ""},
+		{"ollama chat, explicit rule", config.RuleAnthropic, ollamaChatStream, verdictOutput, ""},
 		{"ollama generate", "", ollamaGenerateStream, verdictOutput, ""},
 		{"ollama chat thinking", "", "{\"message\":{\"role\":\"assistant\",\"content\":\"\",\"thinking\":\"Hmm\"},\"done\":false}\n", verdictOutput, ""},
 		{"ollama generate thinking", "", "{\"response\":\"\",\"thinking\":\"Hmm\",\"done\":false}\n", verdictOutput, ""},
@@ -445,7 +447,7 @@ func TestFirstEventNDJSON(t *testing.T) {
 }
 
 func TestFirstEventVerdictIsSticky(t *testing.T) {
-	d := newFirstEventDetector(formatSSE, RuleAuto, 1024)
+	d := newFirstEventDetector(formatSSE, config.RuleAuto, 1024)
 	if v, _ := d.Feed([]byte(roleOnly + "data: [DONE]\n\n")); v != verdictFailure {
 		t.Fatalf("got %s, want failure", verdictNames[v])
 	}
@@ -464,7 +466,7 @@ func TestFirstEventVerdictIsSticky(t *testing.T) {
 // attempt's reason of it, cuts it short.
 func TestFirstEventReasonIsShort(t *testing.T) {
 	long := strings.Repeat("é", 300)
-	v, reason := feedChunks(newFirstEventDetector(formatSSE, RuleAuto, 4096), "data: {\"error\":{\"message\":\"line1\\nline2 "+long+"\"}}\n\n")
+	v, reason := feedChunks(newFirstEventDetector(formatSSE, config.RuleAuto, 4096), "data: {\"error\":{\"message\":\"line1\\nline2 "+long+"\"}}\n\n")
 	reason = redactReason(reason, nil)
 	switch {
 	case v != verdictFailure:
@@ -506,7 +508,7 @@ func TestFirstEventConcurrentDetectors(t *testing.T) {
 			defer wg.Done()
 			for r := 0; r < rounds; r++ {
 				s := streams[(g+r)%len(streams)]
-				d := newFirstEventDetector(s.format, RuleAuto, 1024)
+				d := newFirstEventDetector(s.format, config.RuleAuto, 1024)
 				// Feed in small chunks so goroutines interleave mid-stream.
 				v, reason := verdictPending, ""
 				for i := 0; i < len(s.stream) && v == verdictPending; i += 7 {

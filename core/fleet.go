@@ -11,6 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // A Fleet is one replica's connection to the shared Redis of a fleet of
@@ -22,7 +25,7 @@ import (
 // share one Fleet. It is safe for concurrent use.
 type Fleet struct {
 	client  RedisClient
-	cfg     FleetConfig
+	cfg     config.FleetConfig
 	name    string // host:port/db, for metrics and logs
 	clock   Clock
 	metrics MetricSink
@@ -96,14 +99,14 @@ var ErrRedisBusy = errors.New("llmhedge: no Redis connection free")
 
 // NewFleet returns a Fleet over client for cfg (defaults applied). It does
 // not touch Redis: the first keyed request does. It starts up.
-func NewFleet(client RedisClient, cfg FleetConfig, opts FleetOptions) *Fleet {
+func NewFleet(client RedisClient, cfg config.FleetConfig, opts FleetOptions) *Fleet {
 	cfg = cfg.WithDefaults()
 	if opts.Clock == nil {
 		var c Clock = SystemClock{}
 		opts.Clock = c
 	}
 	name := ""
-	if a, err := ParseRedisURL(cfg.URL, ""); err == nil {
+	if a, err := config.ParseRedisURL(cfg.URL, ""); err == nil {
 		name = a.Name()
 	}
 	var id [6]byte
@@ -129,7 +132,7 @@ func (f *Fleet) Up() bool {
 func (f *Fleet) Name() string { return f.name }
 
 // Config returns the fleet's configuration, defaults applied.
-func (f *Fleet) Config() FleetConfig { return f.cfg }
+func (f *Fleet) Config() config.FleetConfig { return f.cfg }
 
 // fleetAllow reports whether an operation may go to Redis: always while
 // the fleet is up; while it is down, one probe per retry interval. probe
@@ -206,7 +209,7 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 	if err != nil {
 		// Client errors name the address at most; redactURLsIn removes a
 		// URL's userinfo should one quote it.
-		fields = append(fields, stringField("error", redactURLsIn(err.Error())))
+		fields = append(fields, stringField("error", redact.URLsIn(err.Error())))
 	}
 	f.log(fields)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // gateClient answers each command when the test sends its outcome on the
@@ -33,7 +35,7 @@ func (c *gateClient) Pipeline(ctx context.Context, cmds [][]string) ([]RedisValu
 // up; three failures with no reply since each was sent take it down.
 func TestFleetBreakerOpensOnSilenceOnly(t *testing.T) {
 	c := &gateClient{gates: map[string]chan error{"LOST": make(chan error), "OK": make(chan error)}, entered: make(chan string, 10)}
-	f := NewFleet(c, FleetConfig{URL: "redis://127.0.0.1:1/0"}, FleetOptions{})
+	f := NewFleet(c, config.FleetConfig{URL: "redis://127.0.0.1:1/0"}, FleetOptions{})
 	timeout := context.DeadlineExceeded
 	var wg sync.WaitGroup
 	for i := 0; i < fleetFailuresToOpen; i++ {

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // The fleet's keys all have TTLs (leases, streams, stored answers, the
@@ -109,7 +111,7 @@ func fleetCheckPolicy(f *Fleet) {
 		f.log([]LogField{
 			stringField("msg", "llmhedge fleet: cannot read Redis maxmemory-policy (CONFIG GET refused, as managed Redis often does); "+
 				"make sure it is noeviction, or Redis may evict live leases"),
-			stringField("level", "info"), stringField("fleet", f.name), stringField("error", redactURLsIn(refusal))})
+			stringField("level", "info"), stringField("fleet", f.name), stringField("error", redact.URLsIn(refusal))})
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // policyClient answers CONFIG GET maxmemory-policy with what answer
@@ -97,7 +99,7 @@ func (l *policyLines) all() []string {
 func newPolicyFleet(answer func() (RedisValue, error)) (*Fleet, *policyClient, *policySink, *policyLines) {
 	client := &policyClient{answer: answer}
 	sink, lines := &policySink{}, &policyLines{}
-	f := NewFleet(client, FleetConfig{URL: "redis://redis:6379/0"}, FleetOptions{Metrics: sink, Log: lines.log})
+	f := NewFleet(client, config.FleetConfig{URL: "redis://redis:6379/0"}, FleetOptions{Metrics: sink, Log: lines.log})
 	return f, client, sink, lines
 }
 

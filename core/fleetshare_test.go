@@ -4,10 +4,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 func TestSpendCapOptions(t *testing.T) {
-	base := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}}
+	base := config.Config{Upstreams: []config.UpstreamConfig{{URL: "http://a"}}}
 	bad := base
 	bad.Budget.SpendCapUSDPerHour = 5
 	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "prompt_usd_per_million") {
@@ -19,7 +21,7 @@ func TestSpendCapOptions(t *testing.T) {
 		t.Error("negative spend_cap_tokens_per_hour: no error, want one")
 	}
 	slow := base
-	slow.Fleet = FleetConfig{URL: "redis://127.0.0.1:1/0", SyncInterval: Duration(2 * time.Second)}
+	slow.Fleet = config.FleetConfig{URL: "redis://127.0.0.1:1/0", SyncInterval: config.Duration(2 * time.Second)}
 	if err := slow.Validate(); err == nil || !strings.Contains(err.Error(), "sync_interval") {
 		t.Errorf("sync_interval 2s: error %v, want one naming sync_interval", err)
 	}
@@ -34,12 +36,12 @@ func TestSpendCapOptions(t *testing.T) {
 		{1000, 1, 2, 1000},
 		{900000, 1, 2, 500000},
 	} {
-		b := BudgetConfig{SpendCapTokensPerHour: c.tokens, SpendCapUSDPerHour: c.usd, PromptUSDPerMillion: c.price}
-		if got := spendCapTokens(&b); got != c.want {
-			t.Errorf("spendCapTokens(%d tokens, $%v at $%v) = %d, want %d", c.tokens, c.usd, c.price, got, c.want)
+		b := config.BudgetConfig{SpendCapTokensPerHour: c.tokens, SpendCapUSDPerHour: c.usd, PromptUSDPerMillion: c.price}
+		if got := b.SpendCapTokens(); got != c.want {
+			t.Errorf("SpendCapTokens(%d tokens, $%v at $%v) = %d, want %d", c.tokens, c.usd, c.price, got, c.want)
 		}
 	}
-	if d := (FleetConfig{URL: "redis://h:1/0"}).WithDefaults().SyncInterval; d != Duration(250*time.Millisecond) {
+	if d := (config.FleetConfig{URL: "redis://h:1/0"}).WithDefaults().SyncInterval; d != config.Duration(250*time.Millisecond) {
 		t.Errorf("default sync_interval = %v, want 250ms", d)
 	}
 }
@@ -96,7 +98,7 @@ func TestLeaseWant(t *testing.T) {
 }
 
 func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
-	h, err := New(Config{Route: "sw", Upstreams: []UpstreamConfig{{URL: "http://a"}}}, Options{})
+	h, err := New(config.Config{Route: "sw", Upstreams: []config.UpstreamConfig{{URL: "http://a"}}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

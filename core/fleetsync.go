@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // Fleet mode part 2: the hedge budget, the concurrent-hedge cap, the
@@ -87,7 +89,7 @@ type fleetRoute struct {
 
 // routeConf is what the loop reads of a route's configuration.
 type routeConf struct {
-	budget     BudgetConfig
+	budget     config.BudgetConfig
 	spendCap   int64
 	tenantCaps bool
 	names      []string       // upstream names, by index
@@ -452,7 +454,7 @@ func fleetReadAllSwitch(f *Fleet) Switch {
 // fleetAttachKey is what a hedger attaches with: its fleet and what the
 // loop reads of its configuration. A hedger with another key (a reload
 // that changed the budget, another fleet) attaches again.
-func fleetAttachKey(f *Fleet, cfg *Config, spendCap int64) string {
+func fleetAttachKey(f *Fleet, cfg *config.Config, spendCap int64) string {
 	b := &cfg.Budget
 	key := f.replica + "|" + strconv.FormatFloat(b.Ratio, 'g', -1, 64) + "|" + strconv.FormatFloat(b.Burst, 'g', -1, 64) +
 		"|" + strconv.Itoa(b.MaxConcurrentHedges) + "|" + strconv.FormatFloat(b.OverloadRate, 'g', -1, 64) +

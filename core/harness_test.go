@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // fakeClock is a manual clock: timers fire only when the test advances it.
@@ -190,14 +192,14 @@ type harness struct {
 	reports chan *Report
 }
 
-func testConfig() Config {
-	return Config{
-		Upstreams: []UpstreamConfig{{Name: "A", URL: "http://a.test/base"}, {Name: "B", URL: "http://b.test"}},
-		Delay:     DelayConfig{Fixed: Duration(100 * time.Millisecond)},
+func testConfig() config.Config {
+	return config.Config{
+		Upstreams: []config.UpstreamConfig{{Name: "A", URL: "http://a.test/base"}, {Name: "B", URL: "http://b.test"}},
+		Delay:     config.DelayConfig{Fixed: config.Duration(100 * time.Millisecond)},
 	}
 }
 
-func newHarness(t *testing.T, cfg Config) *harness {
+func newHarness(t *testing.T, cfg config.Config) *harness {
 	hs := &harness{t: t, tr: newScriptTransport(), clock: newFakeClock(), reports: make(chan *Report, 64)}
 	h, err := New(cfg, Options{Transport: hs.tr, Clock: hs.clock, Observer: ObserverFunc(func(r *Report) { hs.reports <- r })})
 	if err != nil {

@@ -7,6 +7,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // ErrStreamAborted is returned by Handle when the winner failed after its
@@ -40,7 +43,7 @@ type Options struct {
 type Hedger struct {
 	// cfg and opts are pointers so that reading one of their fields under
 	// Yaegi does not copy the whole struct into a fresh frame slot.
-	cfg   *Config
+	cfg   *config.Config
 	opts  *Options
 	state *State
 	// bases[i] is cfg.Upstreams[i].URL parsed once: parsing it per attempt
@@ -95,7 +98,7 @@ type Hedger struct {
 }
 
 // New validates cfg and returns a Hedger for it.
-func New(cfg Config, opts Options) (*Hedger, error) {
+func New(cfg config.Config, opts Options) (*Hedger, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -156,7 +159,7 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
 		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), passedCredentials: passedCredentials(cfg.Upstreams), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
-		fastest: cfg.Primary == PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: spendCapTokens(&cfg.Budget)}
+		fastest: cfg.Primary == config.PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: cfg.Budget.SpendCapTokens()}
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
 	}
@@ -165,11 +168,11 @@ func New(cfg Config, opts Options) (*Hedger, error) {
 
 // passedCredentials lists, per upstream, the credential headers it gets
 // from the caller unchanged.
-func passedCredentials(ups []UpstreamConfig) [][]string {
+func passedCredentials(ups []config.UpstreamConfig) [][]string {
 	out := make([][]string, len(ups))
 	for i := range ups {
 		u := &ups[i]
-		for _, name := range credentialHeaders {
+		for _, name := range redact.CredentialHeaders {
 			touched := false
 			for k := range u.SetHeaders {
 				if strings.EqualFold(k, name) {
@@ -190,7 +193,7 @@ func passedCredentials(ups []UpstreamConfig) [][]string {
 }
 
 // earlyGrace is cfg's early-headers grace time, 0 when they are off.
-func earlyGrace(cfg *Config) time.Duration {
+func earlyGrace(cfg *config.Config) time.Duration {
 	if cfg.EarlyHeaders <= 0 {
 		return 0
 	}
@@ -200,15 +203,15 @@ func earlyGrace(cfg *Config) time.Duration {
 // publicUpstreamName is how answers to clients name an upstream: by its
 // configured name, or by its index when it has the default name (its host,
 // which clients need not learn; adapters may have filled it in already).
-func publicUpstreamName(u UpstreamConfig, index int) string {
-	if u.Name == "" || u.Name == defaultUpstreamName(u.URL, index) {
+func publicUpstreamName(u config.UpstreamConfig, index int) string {
+	if u.Name == "" || u.Name == config.DefaultUpstreamName(u.URL, index) {
 		return "upstream " + strconv.Itoa(index)
 	}
 	return "upstream " + strconv.Quote(u.Name)
 }
 
 // Config returns the configuration in force, defaults filled in.
-func (h *Hedger) Config() Config { return *h.cfg }
+func (h *Hedger) Config() config.Config { return *h.cfg }
 
 // State returns the shared state, to keep across reloads.
 func (h *Hedger) State() *State { return h.state }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 func keyed(body, key string) *http.Request {
@@ -105,7 +107,7 @@ func TestIdempotentConflict(t *testing.T) {
 // and not after it.
 func TestIdempotentReplayWithinTTL(t *testing.T) {
 	cfg := testConfig()
-	cfg.Idempotency.TTL = Duration(time.Minute)
+	cfg.Idempotency.TTL = config.Duration(time.Minute)
 	hs := newHarness(t, cfg)
 	first := hs.serve(keyed("", "k4"))
 	a := hs.tr.next(t)

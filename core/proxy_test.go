@@ -9,13 +9,15 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // realHedger returns a Hedger on the system clock and the default
 // transport (or tr) whose one upstream is url.
 func realHedger(t *testing.T, url string, tr http.RoundTripper) *Hedger {
 	t.Helper()
-	cfg := Config{Upstreams: []UpstreamConfig{{Name: "A", URL: url}}}
+	cfg := config.Config{Upstreams: []config.UpstreamConfig{{Name: "A", URL: url}}}
 	h, err := New(cfg, Options{Transport: tr})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 type eventKind int
@@ -421,7 +423,7 @@ func noteFailure(rc *race, a *attempt) {
 // callersOwn429 reports whether a 429 from upstream i answered the
 // caller's own credentials (see BudgetConfig.Caller429).
 func callersOwn429(h *Hedger, p *preparedRequest, i int) bool {
-	if h.cfg.Budget.Caller429 != Caller429Caller {
+	if h.cfg.Budget.Caller429 != config.Caller429Caller {
 		return false
 	}
 	for _, name := range h.passedCredentials[i] {

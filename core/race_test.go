@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // The primary sends early headers, a role-only chunk and pings: that is not
@@ -153,7 +155,7 @@ func TestConnectFailureIs502JSON(t *testing.T) {
 // The shared deadline answers 504 and cancels every attempt.
 func TestDeadlineGives504(t *testing.T) {
 	cfg := testConfig()
-	cfg.Timeout = Duration(time.Second)
+	cfg.Timeout = config.Duration(time.Second)
 	hs := newHarness(t, cfg)
 	out := hs.serve(chatRequest(""))
 	a := hs.tr.next(t)
@@ -400,7 +402,7 @@ func TestStatefulRequestNeedsIdempotencyKey(t *testing.T) {
 func TestDefaultOptionsRealClock(t *testing.T) {
 	tr := newScriptTransport()
 	cfg := testConfig()
-	cfg.Delay.Fixed = Duration(time.Millisecond)
+	cfg.Delay.Fixed = config.Duration(time.Millisecond)
 	h, err := New(cfg, Options{Transport: tr})
 	if err != nil {
 		t.Fatal(err)

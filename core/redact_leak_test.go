@@ -4,6 +4,9 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // Credentials an upstream may quote back: the gateway's own key (set in
@@ -15,7 +18,7 @@ const (
 
 // cfgWithGatewayKey is one upstream that sends the gateway's key, with a
 // single attempt: its failure is the client's answer.
-func cfgWithGatewayKey() Config {
+func cfgWithGatewayKey() config.Config {
 	cfg := testConfig()
 	cfg.Upstreams = cfg.Upstreams[:1]
 	cfg.Upstreams[0].SetHeaders = map[string]string{"Authorization": "Bearer " + gatewayKey}
@@ -75,7 +78,7 @@ func TestReasonIsRedactedBeforeItIsCut(t *testing.T) {
 	<-out
 	rep := <-hs.reports
 	got := rep.Attempts[0].Error
-	mustNotContain(t, "report error", got, gatewayKey[:minSecretLen])
+	mustNotContain(t, "report error", got, gatewayKey[:redact.MinSecretLen])
 	if !strings.HasPrefix(got, "upstream error event: xxx") {
 		t.Fatalf("got = %q, want it to start with \"upstream error event: xxx\"", got)
 	} else if len(got) > len("upstream error event: ")+maxReason+len("…") {
@@ -110,14 +113,14 @@ func TestReasonRedactsTheClientsOwnCredential(t *testing.T) {
 // A query part without "=" is a value: it may be a bare key.
 func TestBareQueryPartIsRedacted(t *testing.T) {
 	const raw = "https://h.test/v1/chat?sk-bare-secret-1"
-	if got, want := redactURL(raw), "https://h.test/v1/chat?REDACTED"; got != want {
-		t.Errorf("redactURL(%q) = %q, want %q", raw, got, want)
+	if got, want := redact.URL(raw), "https://h.test/v1/chat?REDACTED"; got != want {
+		t.Errorf("redact.URL(%q) = %q, want %q", raw, got, want)
 	}
-	secrets := secretsOf([]UpstreamConfig{{URL: raw}})
-	if got, want := redactText("upstream said: bad key sk-bare-secret-1", secrets), "upstream said: bad key REDACTED"; got != want {
+	secrets := secretsOf([]config.UpstreamConfig{{URL: raw}})
+	if got, want := redact.Text("upstream said: bad key sk-bare-secret-1", secrets), "upstream said: bad key REDACTED"; got != want {
 		t.Errorf("redactText with the URL's secrets = %q, want %q", got, want)
 	}
-	if got, want := redactURL("http://h.test/?a=1&&flag&b"), "http://h.test/?a=REDACTED&&REDACTED&REDACTED"; got != want {
+	if got, want := redact.URL("http://h.test/?a=1&&flag&b"), "http://h.test/?a=REDACTED&&REDACTED&REDACTED"; got != want {
 		t.Errorf("redactURL = %q, want %q", got, want)
 	}
 }

@@ -10,6 +10,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // The canaries stand for credentials: none may reach an answer, a report
@@ -36,12 +39,12 @@ func TestRedactURL(t *testing.T) {
 		"http://us er:pw@h":                             "http://REDACTED@h",
 	}
 	for in, want := range cases {
-		if got := redactURL(in); got != want {
-			t.Errorf("redactURL(%q) = %q, want %q", in, got, want)
+		if got := redact.URL(in); got != want {
+			t.Errorf("redact.URL(%q) = %q, want %q", in, got, want)
 		}
 	}
 	msg := `Post "http://10.0.0.7:9/v1/chat?key=` + canaryQuery + `": dial tcp 10.0.0.7:9: connect: refused; Bearer ` + canaryHeader
-	got := redactText(msg, secretsOf([]UpstreamConfig{{SetHeaders: map[string]string{"Authorization": "Bearer " + canaryHeader}}}))
+	got := redact.Text(msg, secretsOf([]config.UpstreamConfig{{SetHeaders: map[string]string{"Authorization": "Bearer " + canaryHeader}}}))
 	want := `Post "http://10.0.0.7:9/v1/chat?key=REDACTED": dial tcp 10.0.0.7:9: connect: refused; REDACTED`
 	if got != want {
 		t.Fatalf("redactText = %q, want %q", got, want)
@@ -51,7 +54,7 @@ func TestRedactURL(t *testing.T) {
 // Validate quotes upstream URLs redacted, and rejects userinfo (which the
 // engine would silently drop) pointing at set_headers.
 func TestValidateRedactsURLs(t *testing.T) {
-	cfg := Config{Upstreams: []UpstreamConfig{
+	cfg := config.Config{Upstreams: []config.UpstreamConfig{
 		{URL: "http://h.test/v1?key=" + canaryQuery + "#frag"},
 		{URL: "http://user:" + canaryQuery + "@h.test"},
 		{URL: "http://us er:" + canaryQuery + "@h.test"}, // does not parse
@@ -81,7 +84,7 @@ func TestValidateRedactsURLs(t *testing.T) {
 // A user:password in an upstream URL is rejected, never silently dropped.
 func TestValidateRejectsUserinfo(t *testing.T) {
 	for _, raw := range []string{"http://user:s3cr3tpw@h.test", "https://t0kenvalue@h.test/v1"} {
-		err := Config{Upstreams: []UpstreamConfig{{URL: raw}}}.Validate()
+		err := config.Config{Upstreams: []config.UpstreamConfig{{URL: raw}}}.Validate()
 		if err == nil || !strings.Contains(err.Error(), "set_headers Authorization") {
 			t.Fatalf("Validate(%q) = %v, want the userinfo rejected with a hint to set_headers", raw, err)
 		}
@@ -106,13 +109,13 @@ func TestTransportErrorsReachNoClient(t *testing.T) {
 		return dialer.DialContext(ctx, network, addr)
 	}}
 	defer tr.CloseIdleConnections()
-	cfg := Config{
-		Upstreams: []UpstreamConfig{
+	cfg := config.Config{
+		Upstreams: []config.UpstreamConfig{
 			{Name: "a", URL: "http://" + refused, SetHeaders: map[string]string{"Authorization": "Bearer " + canaryHeader}},
 			{Name: "b", URL: "http://internal-name.invalid:8123/v1?api-version=1&key=" + canaryURLKey},
 		},
-		Delay:       DelayConfig{Fixed: Duration(time.Hour)},
-		Budget:      BudgetConfig{Ratio: -1},
+		Delay:       config.DelayConfig{Fixed: config.Duration(time.Hour)},
+		Budget:      config.BudgetConfig{Ratio: -1},
 		MaxAttempts: 2,
 	}
 	reports := make(chan *Report, 1)
@@ -159,7 +162,7 @@ func TestUpstreamQueryComesBeforeTheClients(t *testing.T) {
 		io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
 	}))
 	defer up.Close()
-	h, err := New(Config{Upstreams: []UpstreamConfig{{Name: "a", URL: up.URL + "/v1?api-version=2024-06-01&key=" + canaryURLKey}}}, Options{})
+	h, err := New(config.Config{Upstreams: []config.UpstreamConfig{{Name: "a", URL: up.URL + "/v1?api-version=2024-06-01&key=" + canaryURLKey}}}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +239,7 @@ func TestUpstreamTextQuotingAKeyIsRedacted(t *testing.T) {
 func TestUnnamedUpstreamIsNamedByIndex(t *testing.T) {
 	cfg := testConfig()
 	// Named after its host as an adapter may have filled it in.
-	cfg.Upstreams = []UpstreamConfig{{URL: "http://secret-host.test:7777", Name: "secret-host.test:7777"}}
+	cfg.Upstreams = []config.UpstreamConfig{{URL: "http://secret-host.test:7777", Name: "secret-host.test:7777"}}
 	cfg.MaxAttempts = 1
 	hs := newHarness(t, cfg)
 	out := hs.serve(chatRequest(""))

@@ -15,6 +15,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // HeaderHedge lets a client opt out of hedging (`X-LLM-Hedge: off`).
@@ -327,7 +329,7 @@ func callerHash(h *Hedger, p *preparedRequest) string {
 // leaves the process). Two deployments on one Redis with the same route
 // name still differ by their upstreams or credentials; two that match in
 // all of these send the same request to the same place, and may share it.
-func routeScope(cfg *Config) string {
+func routeScope(cfg *config.Config) string {
 	sum := sha256.New()
 	writeField(sum, cfg.Route)
 	for i := range cfg.Upstreams {
@@ -840,7 +842,7 @@ func setForwardedOrigin(hdr http.Header, orig *http.Request) {
 }
 
 // editHeaders applies an upstream's configured header changes.
-func editHeaders(hdr http.Header, u *UpstreamConfig) {
+func editHeaders(hdr http.Header, u *config.UpstreamConfig) {
 	for _, name := range u.DeleteHeaders {
 		hdr.Del(name)
 	}

@@ -7,11 +7,13 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // rejectedBeforeUpstream serves body and wants it answered with status and
 // an OpenAI-shaped error of the given code, with no upstream contacted.
-func rejectedBeforeUpstream(t *testing.T, cfg Config, path, body string, status int, code string) {
+func rejectedBeforeUpstream(t *testing.T, cfg config.Config, path, body string, status int, code string) {
 	t.Helper()
 	tr := &refusingTransport{}
 	shown := body

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // Primary-selection policies (Config.Primary).
@@ -114,7 +116,7 @@ func newRouter(n int) *router {
 // setPreferences copies each upstream's prefer_margin, and whether the
 // route hedges, into the router (a reload may change them without
 // changing the State's shape).
-func setPreferences(r *router, cfg *Config) {
+func setPreferences(r *router, cfg *config.Config) {
 	r.mu.Lock()
 	for i := 0; i < len(r.est) && i < len(cfg.Upstreams); i++ {
 		r.est[i].preferFactor = 1 + float64(cfg.Upstreams[i].PreferMargin)
@@ -550,7 +552,7 @@ func exploreDelay(rc *race, first int) time.Duration {
 // currentOrder is the ranking a request starting now would get (nil on an
 // ordered route); it neither counts the request nor explores.
 func currentOrder(h *Hedger) []int {
-	if h.cfg.Primary != PrimaryFastest || len(h.cfg.Upstreams) < 2 {
+	if h.cfg.Primary != config.PrimaryFastest || len(h.cfg.Upstreams) < 2 {
 		return nil
 	}
 	r := h.state.router
@@ -579,22 +581,6 @@ func routeReport(rc *race) string {
 		s += " explore=1"
 	}
 	return s
-}
-
-// validateRouting checks the primary policy and the upstreams' prefer
-// margins of c (defaults applied).
-func validateRouting(bad func(string, ...interface{}), c *Config) {
-	if c.Primary != PrimaryOrdered && c.Primary != PrimaryFastest {
-		bad("primary %q: want ordered or fastest", c.Primary)
-	}
-	for i, u := range c.Upstreams {
-		if u.PreferMargin < 0 || u.PreferMargin > 10 {
-			bad("upstream %d: prefer_margin %v: want 0..10 (0.25 or 25%% prefers it unless it is 25 %% slower)", i, float64(u.PreferMargin))
-		}
-		if u.PreferMargin != 0 && c.Primary != PrimaryFastest {
-			bad("upstream %d: prefer_margin needs primary fastest (an ordered route always prefers the first upstream)", i)
-		}
-	}
 }
 
 // resetEstimator forgets e's samples.

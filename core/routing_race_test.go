@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // Primaries whose first token comes around the hedge delay, on a real
@@ -34,8 +36,8 @@ func TestRouteHedgeTimerRacesFirstToken(t *testing.T) {
 	defer a.Close()
 	b := httptest.NewServer(http.HandlerFunc(up))
 	defer b.Close()
-	cfg := Config{Primary: PrimaryFastest, Upstreams: []UpstreamConfig{{Name: "A", URL: a.URL}, {Name: "B", URL: b.URL}},
-		Delay: DelayConfig{Fixed: Duration(2 * time.Millisecond)}, Budget: BudgetConfig{Ratio: -1}}
+	cfg := config.Config{Primary: config.PrimaryFastest, Upstreams: []config.UpstreamConfig{{Name: "A", URL: a.URL}, {Name: "B", URL: b.URL}},
+		Delay: config.DelayConfig{Fixed: config.Duration(2 * time.Millisecond)}, Budget: config.BudgetConfig{Ratio: -1}}
 	h, err := New(cfg, Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // raceSim runs a route's policy on virtual time with the engine's own
@@ -147,11 +149,11 @@ func simTrueP95() time.Duration {
 // and B, with primary policy, the benchmark's delay (adaptive from the
 // true p95) and budget.
 func newRaceSim(primary string, preferA float64, draws [2][]time.Duration) *raceSim {
-	cfg := Config{
+	cfg := config.Config{
 		Primary:   primary,
-		Upstreams: []UpstreamConfig{{Name: "A", URL: "http://a.test", PreferMargin: Fraction(preferA)}, {Name: "B", URL: "http://b.test"}},
-		Delay:     DelayConfig{Mode: DelayAdaptive, Fixed: Duration(simTrueP95())},
-		Budget:    BudgetConfig{Burst: 40},
+		Upstreams: []config.UpstreamConfig{{Name: "A", URL: "http://a.test", PreferMargin: config.Fraction(preferA)}, {Name: "B", URL: "http://b.test"}},
+		Delay:     config.DelayConfig{Mode: config.DelayAdaptive, Fixed: config.Duration(simTrueP95())},
+		Budget:    config.BudgetConfig{Burst: 40},
 	}
 	clock := &simClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	h, err := New(cfg, Options{Clock: clock})
@@ -363,8 +365,8 @@ func compiledTest(t *testing.T) {
 func TestRouteSimCalm(t *testing.T) {
 	compiledTest(t)
 	for seed := int64(1); seed <= 3; seed++ {
-		ord := simulate(PrimaryOrdered, 0, seed, 200, 4000, 0)
-		fast := simulate(PrimaryFastest, 0, seed, 200, 4000, 0)
+		ord := simulate(config.PrimaryOrdered, 0, seed, 200, 4000, 0)
+		fast := simulate(config.PrimaryFastest, 0, seed, 200, 4000, 0)
 		ideal, idealExtra := idealHedge(fast)
 		fp, op, ip := simP99(fast.ttft), simP99(ord.ttft), simP99(ideal)
 		if r := float64(fp) / float64(ip); r > 1.05 {
@@ -396,8 +398,8 @@ func TestRouteSimShift(t *testing.T) {
 	var ratios float64
 	var left time.Duration
 	for seed := int64(1); seed <= seeds; seed++ {
-		calm := simulate(PrimaryFastest, 0, seed, 200, 4000, 0)
-		shift := simulate(PrimaryFastest, 0, seed, 200, 4000, 8)
+		calm := simulate(config.PrimaryFastest, 0, seed, 200, 4000, 0)
+		shift := simulate(config.PrimaryFastest, 0, seed, 200, 4000, 8)
 		ratios += float64(simP99(shift.ttft)) / float64(simP99(calm.ttft))
 		left += simReactions(shift)[0].leftAfter
 	}
@@ -421,9 +423,9 @@ func TestRouteSimCompare(t *testing.T) {
 	var sumLeft time.Duration
 	seeds := 12
 	for seed := int64(1); seed <= int64(seeds); seed++ {
-		ord := simulate(PrimaryOrdered, 0, seed, 200, 4000, 0)
-		fast := simulate(PrimaryFastest, 0, seed, 200, 4000, 0)
-		shift := simulate(PrimaryFastest, 0, seed, 200, 4000, 8)
+		ord := simulate(config.PrimaryOrdered, 0, seed, 200, 4000, 0)
+		fast := simulate(config.PrimaryFastest, 0, seed, 200, 4000, 0)
+		shift := simulate(config.PrimaryFastest, 0, seed, 200, 4000, 8)
 		ideal, idealExtra := idealHedge(fast)
 		ip := float64(simP99(ideal))
 		ro, rf := float64(simP99(ord.ttft))/ip, float64(simP99(fast.ttft))/ip

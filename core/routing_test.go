@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // routeSim feeds a router the way races on a fastest route do, on virtual
@@ -249,9 +251,9 @@ func TestRouteRanking(t *testing.T) {
 }
 
 // fastestConfig is testConfig on primary fastest.
-func fastestConfig() Config {
+func fastestConfig() config.Config {
 	cfg := testConfig()
-	cfg.Primary = PrimaryFastest
+	cfg.Primary = config.PrimaryFastest
 	return cfg
 }
 
@@ -330,7 +332,7 @@ func TestRouteRaceFollowsRanking(t *testing.T) {
 // runner-up's), or sooner: at 1.5x the primary's routing median.
 func TestRouteRaceExplores(t *testing.T) {
 	cfg := fastestConfig()
-	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: Duration(time.Second), MinSamples: 1}
+	cfg.Delay = config.DelayConfig{Mode: config.DelayAdaptive, Fixed: config.Duration(time.Second), MinSamples: 1}
 	hs := newHarness(t, cfg)
 	st := hs.h.state
 	for i := 0; i < routeWindow; i++ {
@@ -383,19 +385,19 @@ func TestRouteOrderedIgnoresEstimates(t *testing.T) {
 
 func TestRouteConfig(t *testing.T) {
 	cfg := testConfig()
-	if got := cfg.WithDefaults().Primary; got != PrimaryOrdered {
+	if got := cfg.WithDefaults().Primary; got != config.PrimaryOrdered {
 		t.Fatalf("default primary = %q, want ordered", got)
 	}
 	cfg.Primary = "fastest-ish"
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), `primary "fastest-ish"`) {
 		t.Fatalf("Validate = %v, want a complaint about primary", err)
 	}
-	cfg.Primary = PrimaryOrdered
+	cfg.Primary = config.PrimaryOrdered
 	cfg.Upstreams[0].PreferMargin = 0.25
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "prefer_margin needs primary fastest") {
 		t.Fatalf("Validate = %v, want prefer_margin to need primary fastest", err)
 	}
-	cfg.Primary = PrimaryFastest
+	cfg.Primary = config.PrimaryFastest
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -403,13 +405,13 @@ func TestRouteConfig(t *testing.T) {
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "prefer_margin") {
 		t.Fatalf("Validate = %v, want a complaint about prefer_margin -1", err)
 	}
-	for in, want := range map[string]Fraction{`0.25`: 0.25, `"25%"`: 0.25, `" 5 %"`: 0.05, `"0.5"`: 0.5} {
-		var f Fraction
+	for in, want := range map[string]config.Fraction{`0.25`: 0.25, `"25%"`: 0.25, `" 5 %"`: 0.05, `"0.5"`: 0.5} {
+		var f config.Fraction
 		if err := f.UnmarshalJSON([]byte(in)); err != nil || math.Abs(float64(f-want)) > 1e-12 {
 			t.Fatalf("Fraction(%s) = %v, %v; want %v", in, float64(f), err, float64(want))
 		}
 	}
-	var f Fraction
+	var f config.Fraction
 	if err := f.UnmarshalJSON([]byte(`"lots"`)); err == nil {
 		t.Fatalf("Fraction(\"lots\") = %v, want an error", float64(f))
 	}
@@ -464,7 +466,7 @@ func TestRouteLeavesDegradedPreferredPrimaryQuickly(t *testing.T) {
 // is not its delay.
 func TestRouteChangeResetsDelayEstimate(t *testing.T) {
 	cfg := fastestConfig()
-	cfg.Delay = DelayConfig{Mode: DelayAdaptive, Fixed: Duration(100 * time.Millisecond), MinSamples: 1}
+	cfg.Delay = config.DelayConfig{Mode: config.DelayAdaptive, Fixed: config.Duration(100 * time.Millisecond), MinSamples: 1}
 	hs := newHarness(t, cfg)
 	st := hs.h.state
 	for i := 0; i < routeWindow; i++ {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // State is what a route learns and rations across requests: TTFT estimators,
@@ -31,7 +33,7 @@ type State struct {
 }
 
 // NewState returns fresh state for cfg (defaults applied), on clock.
-func NewState(cfg Config, clock Clock) *State {
+func NewState(cfg config.Config, clock Clock) *State {
 	cfg = cfg.WithDefaults()
 	if clock == nil {
 		clock = SystemClock{}
@@ -56,7 +58,7 @@ func NewState(cfg Config, clock Clock) *State {
 }
 
 // stateShape is what must match for State to be reused by a new config.
-func stateShape(cfg Config) string {
+func stateShape(cfg config.Config) string {
 	// Every field NewState reads.
 	s := fmt.Sprintf("%d|%v|%v|%v|%v|%d|%d|%d|%d", len(cfg.Upstreams), cfg.Delay.Window, cfg.Delay.Quantile,
 		cfg.Budget.Ratio, cfg.Budget.Burst, cfg.Budget.OverloadWindow, cfg.Budget.TenantTokensPerMinute,
@@ -72,12 +74,12 @@ func stateShape(cfg Config) string {
 // State must match (same upstreams, windows and budgets). Two routes with
 // the same upstreams get different keys, so each keeps its own budget; a
 // change of upstreams or windows gives a new key, and fresh state.
-func StateKey(cfg Config) string {
+func StateKey(cfg config.Config) string {
 	cfg = cfg.WithDefaults()
 	return "state\x00" + cfg.Route + "\x00" + stateShape(cfg)
 }
 
-func (s *State) fits(cfg Config) bool { return s.shape == stateShape(cfg) }
+func (s *State) fits(cfg config.Config) bool { return s.shape == stateShape(cfg) }
 
 // delayInForce is the hedge delay of a race whose attempt 0 goes to first
 // (rc nil: a request starting now, which does not explore), the one place
@@ -99,8 +101,8 @@ func delayInForce(h *Hedger, rc *race, first int) time.Duration {
 
 // hedgeDelay returns upstream up's own hedge delay: the fixed one, or the
 // adaptive one from up's estimator once it has enough samples.
-func hedgeDelay(s *State, cfg *Config, up int) time.Duration {
-	if cfg.Delay.Mode != DelayAdaptive {
+func hedgeDelay(s *State, cfg *config.Config, up int) time.Duration {
+	if cfg.Delay.Mode != config.DelayAdaptive {
 		return time.Duration(cfg.Delay.Fixed)
 	}
 	q, n := quantile(s.estimators[up])

@@ -9,10 +9,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 func TestTransportDefaults(t *testing.T) {
-	tr, err := NewTransport(TransportConfig{}, nil)
+	tr, err := NewTransport(config.TransportConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,11 +36,11 @@ func TestTransportDefaults(t *testing.T) {
 	if !tr.ForceAttemptHTTP2 {
 		t.Error("ForceAttemptHTTP2 = false, want true")
 	}
-	d := TransportConfig{DialTimeout: Duration(3 * time.Second)}.WithDefaults()
-	if d.TLSHandshakeTimeout != Duration(3*time.Second) {
+	d := config.TransportConfig{DialTimeout: config.Duration(3 * time.Second)}.WithDefaults()
+	if d.TLSHandshakeTimeout != config.Duration(3*time.Second) {
 		t.Errorf("TLSHandshakeTimeout default = %v, want the dial timeout 3s", d.TLSHandshakeTimeout)
 	}
-	tr, err = NewTransport(TransportConfig{ProxyFromEnvironment: true, TLSHandshakeTimeout: Duration(time.Second)}, nil)
+	tr, err = NewTransport(config.TransportConfig{ProxyFromEnvironment: true, TLSHandshakeTimeout: config.Duration(time.Second)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +54,14 @@ func TestTransportDefaults(t *testing.T) {
 
 func TestTransportValidate(t *testing.T) {
 	cases := []struct {
-		cfg  TransportConfig
+		cfg  config.TransportConfig
 		want string
 	}{
-		{TransportConfig{DialTimeout: -1}, "timeouts must not be negative"},
-		{TransportConfig{TLSHandshakeTimeout: -1}, "timeouts must not be negative"},
-		{TransportConfig{MaxIdleConnsPerHost: -2}, "max_idle_conns_per_host -2 must not be negative"},
-		{TransportConfig{Versions: []string{"3"}}, `unknown HTTP version "3"`},
-		{TransportConfig{Versions: []string{"1.1", "h2c"}}, "1.1 and h2c exclude each other"},
+		{config.TransportConfig{DialTimeout: -1}, "timeouts must not be negative"},
+		{config.TransportConfig{TLSHandshakeTimeout: -1}, "timeouts must not be negative"},
+		{config.TransportConfig{MaxIdleConnsPerHost: -2}, "max_idle_conns_per_host -2 must not be negative"},
+		{config.TransportConfig{Versions: []string{"3"}}, `unknown HTTP version "3"`},
+		{config.TransportConfig{Versions: []string{"1.1", "h2c"}}, "1.1 and h2c exclude each other"},
 	}
 	for _, c := range cases {
 		err := c.cfg.Validate()
@@ -69,7 +71,7 @@ func TestTransportValidate(t *testing.T) {
 			t.Errorf("err.Error() = %q, want it to contain %q", err.Error(), c.want)
 		}
 	}
-	if err := (TransportConfig{}).WithDefaults().Validate(); err != nil {
+	if err := (config.TransportConfig{}).WithDefaults().Validate(); err != nil {
 		t.Errorf("defaults: Validate() = %v, want nil", err)
 	}
 }
@@ -84,7 +86,7 @@ func TestTransportTrustedCA(t *testing.T) {
 	if err := os.WriteFile(caFile, caPEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := TransportConfig{TLSTrustedCACerts: []string{caFile}}
+	cfg := config.TransportConfig{TLSTrustedCACerts: []string{caFile}}
 	read, err := cfg.ReadCACerts()
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +105,7 @@ func TestTransportTrustedCA(t *testing.T) {
 		t.Errorf("status = %d, want 204", resp.StatusCode)
 	}
 
-	system, err := NewTransport(TransportConfig{}, nil)
+	system, err := NewTransport(config.TransportConfig{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,38 +120,38 @@ func TestTransportTrustedCA(t *testing.T) {
 	} else if !strings.Contains(err.Error(), "no certificate found") {
 		t.Errorf("NewTransport without a certificate: err.Error() = %q, want it to contain \"no certificate found\"", err.Error())
 	}
-	missing := TransportConfig{TLSTrustedCACerts: []string{filepath.Join(t.TempDir(), "none.pem")}}
+	missing := config.TransportConfig{TLSTrustedCACerts: []string{filepath.Join(t.TempDir(), "none.pem")}}
 	if _, err := missing.ReadCACerts(); err == nil {
 		t.Error("ReadCACerts of a missing file: nil error")
 	}
 }
 
 func TestTransportKey(t *testing.T) {
-	base := TransportKey(TransportConfig{}, nil)
-	if got := TransportKey(TransportConfig{DialTimeout: DefaultDialTimeout}, nil); got != base {
+	base := config.TransportKey(config.TransportConfig{}, nil)
+	if got := config.TransportKey(config.TransportConfig{DialTimeout: config.DefaultDialTimeout}, nil); got != base {
 		t.Errorf("a default written out changed the key: %q, want %q", got, base)
 	}
-	if got := TransportKey(TransportConfig{MaxIdleConnsPerHost: 3}, nil); got == base {
+	if got := config.TransportKey(config.TransportConfig{MaxIdleConnsPerHost: 3}, nil); got == base {
 		t.Error("max_idle_conns_per_host 3 kept the default key")
 	}
-	if got := TransportKey(TransportConfig{}, []byte("other CA")); got == base {
+	if got := config.TransportKey(config.TransportConfig{}, []byte("other CA")); got == base {
 		t.Error("other CA contents kept the key")
 	}
 }
 
 func TestStateKeyIncludesRoute(t *testing.T) {
-	ups := []UpstreamConfig{{URL: "http://a"}, {URL: "http://b"}}
-	chat := StateKey(Config{Route: "chat", Upstreams: ups})
-	if other := StateKey(Config{Route: "embed", Upstreams: ups}); other == chat {
+	ups := []config.UpstreamConfig{{URL: "http://a"}, {URL: "http://b"}}
+	chat := StateKey(config.Config{Route: "chat", Upstreams: ups})
+	if other := StateKey(config.Config{Route: "embed", Upstreams: ups}); other == chat {
 		t.Errorf("routes chat and embed share the state key %q", chat)
 	}
-	if unnamed, named := StateKey(Config{Upstreams: ups}), StateKey(Config{Route: "default", Upstreams: ups}); unnamed != named {
+	if unnamed, named := StateKey(config.Config{Upstreams: ups}), StateKey(config.Config{Route: "default", Upstreams: ups}); unnamed != named {
 		t.Errorf("no route = %q, route default = %q: want the same key", unnamed, named)
 	}
-	if slower := StateKey(Config{Route: "chat", Upstreams: ups, Delay: DelayConfig{Fixed: Duration(time.Minute)}}); slower != chat {
+	if slower := StateKey(config.Config{Route: "chat", Upstreams: ups, Delay: config.DelayConfig{Fixed: config.Duration(time.Minute)}}); slower != chat {
 		t.Error("a new fixed delay changed the state key; the state still fits")
 	}
-	if moved := StateKey(Config{Route: "chat", Upstreams: ups[:1]}); moved == chat {
+	if moved := StateKey(config.Config{Route: "chat", Upstreams: ups[:1]}); moved == chat {
 		t.Error("other upstreams kept the state key")
 	}
 }

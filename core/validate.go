@@ -3,11 +3,12 @@ package core
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync/atomic"
+
+	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // Validity checks: with `validate` set an answer must pass them before it
@@ -19,14 +20,6 @@ import (
 // is not told (the upstream works, its answer did not fit), and when every
 // attempt is invalid the client gets the most complete invalid answer,
 // marked with HeaderValidation, or a 502 (validate_failure 502).
-
-// The checks, as configured and in HeaderValidate.
-const (
-	ValidateJSON       = "json"        // the message content parses as JSON
-	ValidateJSONSchema = "json_schema" // the content validates against the request's (or the route's) schema
-	ValidateFinish     = "finish"      // the answer finished normally
-	ValidateNoRefusal  = "no_refusal"  // the answer carries no refusal
-)
 
 // Check bits, in the order failedCheck tries them.
 const (
@@ -45,12 +38,6 @@ const HeaderValidate = "X-LLM-Hedge-Validate"
 // (`X-LLM-Hedge-Validation: failed; check=json_schema`), sent when every
 // attempt's answer was invalid.
 const HeaderValidation = "X-LLM-Hedge-Validation"
-
-// ValidateFailure values: what the client gets when every answer is invalid.
-const (
-	ValidateFailureAnswer = "answer" // the most complete invalid answer, marked (default)
-	ValidateFailure502    = "502"    // a 502 upstream_invalid_answer error
-)
 
 // OutcomeInvalid: every attempt's answer failed validation.
 const OutcomeInvalid = "invalid"
@@ -81,8 +68,8 @@ type validation struct {
 }
 
 // newValidation parses cfg's checks (Validate has accepted them).
-func newValidation(cfg *Config) *validation {
-	v := &validation{fail502: string(cfg.ValidateFailure) == ValidateFailure502}
+func newValidation(cfg *config.Config) *validation {
+	v := &validation{fail502: string(cfg.ValidateFailure) == config.ValidateFailure502}
 	checks, _ := parseChecks(cfg.ValidateChecks)
 	v.checks = checks
 	if cfg.ValidateSchema != "" {
@@ -94,72 +81,39 @@ func newValidation(cfg *Config) *validation {
 	return v
 }
 
-// parseChecks reads check names, each item a name or a comma-separated
-// list of them.
-func parseChecks(names []string) (int, error) {
+// parseChecks reads check names (config.ParseChecks) into check bits.
+func parseChecks(items []string) (int, error) {
+	names, err := config.ParseChecks(items)
+	if err != nil {
+		return 0, err
+	}
 	checks := 0
-	for _, item := range names {
-		for _, name := range strings.Split(item, ",") {
-			bit := checkBit(strings.TrimSpace(name))
-			if bit < 0 {
-				return 0, fmt.Errorf("validate %q: want json, json_schema, finish or no_refusal", strings.TrimSpace(name))
-			}
-			checks |= bit
+	for _, name := range names {
+		switch name {
+		case config.ValidateJSON:
+			checks |= checkIsJSON
+		case config.ValidateJSONSchema:
+			checks |= checkJSONSchema
+		case config.ValidateFinish:
+			checks |= checkFinish
+		case config.ValidateNoRefusal:
+			checks |= checkNoRefusal
 		}
 	}
 	return checks, nil
-}
-
-// checkBit is a check's bit, 0 for an empty name, -1 for an unknown one.
-func checkBit(name string) int {
-	switch strings.ToLower(name) {
-	case "":
-		return 0
-	case ValidateJSON:
-		return checkIsJSON
-	case ValidateJSONSchema:
-		return checkJSONSchema
-	case ValidateFinish:
-		return checkFinish
-	case ValidateNoRefusal:
-		return checkNoRefusal
-	}
-	return -1
 }
 
 // firstCheckName names the first check of a set, in failedCheck's order.
 func firstCheckName(checks int) string {
 	switch {
 	case checks&checkFinish != 0:
-		return ValidateFinish
+		return config.ValidateFinish
 	case checks&checkNoRefusal != 0:
-		return ValidateNoRefusal
+		return config.ValidateNoRefusal
 	case checks&checkIsJSON != 0:
-		return ValidateJSON
+		return config.ValidateJSON
 	}
-	return ValidateJSONSchema
-}
-
-// validateConfig adds the problems of c's validity options to bad.
-func validateConfig(c *Config, bad func(string, ...interface{})) {
-	if _, err := parseChecks(c.ValidateChecks); err != nil {
-		bad("%v", err)
-	}
-	switch string(c.ValidateFailure) {
-	case "", ValidateFailureAnswer, ValidateFailure502:
-	default:
-		bad("validate_failure %q: want answer or 502", string(c.ValidateFailure))
-	}
-	if c.ValidateSchema != "" {
-		var schema interface{}
-		if err := json.Unmarshal([]byte(c.ValidateSchema), &schema); err != nil {
-			bad("validate_schema is not JSON: %v", err)
-		} else if _, ok := schema.(map[string]interface{}); !ok {
-			if _, isBool := schema.(bool); !isBool {
-				bad("validate_schema must be a JSON object (a schema), got %s", describeJSON(schema))
-			}
-		}
-	}
+	return config.ValidateJSONSchema
 }
 
 // prepareValidation sets the request's checks (the route's and the
@@ -252,7 +206,7 @@ func validateAttempt(h *Hedger, a *attempt, p *preparedRequest) eventKind {
 	a.reason = redactReason("invalid answer ("+check+"): "+why, reasonSecrets(h, p.orig))
 	a.retryable = true
 	a.code = codeUpstreamBadResponse
-	a.errBody = redactBody(append([]byte(nil), a.prefix...), h.secrets)
+	a.errBody = redact.Body(append([]byte(nil), a.prefix...), h.secrets)
 	return releaseHeld(a)
 }
 
@@ -282,7 +236,7 @@ func holdStream(h *Hedger, a *attempt, p *preparedRequest) bool {
 		if err != nil {
 			a.reason = "cancelled"
 			if a.ctx.Err() == nil {
-				a.reason = "upstream stream broke while held for validation: " + redactText(err.Error(), reasonSecrets(h, p.orig))
+				a.reason = "upstream stream broke while held for validation: " + redact.Text(err.Error(), reasonSecrets(h, p.orig))
 			}
 			return false
 		}
@@ -341,8 +295,8 @@ func moreComplete(a, best *attempt) bool {
 	if a.invalid == "" || best == nil || best.invalid == "" {
 		return false
 	}
-	if (a.invalid == ValidateFinish) != (best.invalid == ValidateFinish) {
-		return best.invalid == ValidateFinish
+	if (a.invalid == config.ValidateFinish) != (best.invalid == config.ValidateFinish) {
+		return best.invalid == config.ValidateFinish
 	}
 	return len(a.errBody) > len(best.errBody)
 }

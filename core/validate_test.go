@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // schemaRequest is a non-streaming Chat request that asks for {"city": string}.
@@ -24,7 +26,7 @@ func chatAnswer(content, finish string) string {
 
 const finishChunk = "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"
 
-func validatedConfig(checks ...string) Config {
+func validatedConfig(checks ...string) config.Config {
 	cfg := testConfig()
 	cfg.ValidateChecks = checks
 	return cfg
@@ -34,7 +36,7 @@ func validatedConfig(checks ...string) Config {
 // attempt starts at once (no hedge delay), its valid answer wins, and the
 // invalid one counts as invalid in the report, without opening the breaker.
 func TestInvalidAnswerRetriedAtOnce(t *testing.T) {
-	cfg := validatedConfig(ValidateJSONSchema)
+	cfg := validatedConfig(config.ValidateJSONSchema)
 	cfg.Budget.BreakerFailures = 1
 	hs := newHarness(t, cfg)
 	out := hs.serve(schemaRequest(false))
@@ -61,8 +63,8 @@ func TestInvalidAnswerRetriedAtOnce(t *testing.T) {
 		t.Fatalf("rep.Winner = %d, want 1", rep.Winner)
 	} else if rep.Attempts[0].Result != ResultInvalid {
 		t.Fatalf("attempt 0 result = %q, want %q", rep.Attempts[0].Result, ResultInvalid)
-	} else if rep.Attempts[0].Invalid != ValidateJSONSchema {
-		t.Fatalf("attempt 0 invalid check = %q, want %q", rep.Attempts[0].Invalid, ValidateJSONSchema)
+	} else if rep.Attempts[0].Invalid != config.ValidateJSONSchema {
+		t.Fatalf("attempt 0 invalid check = %q, want %q", rep.Attempts[0].Invalid, config.ValidateJSONSchema)
 	} else if !strings.Contains(rep.Attempts[0].Error, "$.city: got number 42, want string") {
 		t.Fatalf("attempt 0 error = %q, want the wrong value named", rep.Attempts[0].Error)
 	} else if rep.Attempts[1].Role != RoleRetry {
@@ -76,7 +78,7 @@ func TestInvalidAnswerRetriedAtOnce(t *testing.T) {
 	}
 	sink := &recordingSink{}
 	ReportMetrics(rep, sink)
-	if got := sink.count(MetricInvalid, "default", "A", ValidateJSONSchema); got != 1 {
+	if got := sink.count(MetricInvalid, "default", "A", config.ValidateJSONSchema); got != 1 {
 		t.Fatalf("llm_hedge_invalid_answers_total{A,json_schema} = %v, want 1", got)
 	}
 	fields := ReportLogFields(rep)
@@ -191,7 +193,7 @@ func serveHeld(hs *harness, r *http.Request) (*heldWriter, chan error) {
 // client while it streams, the hedge delay passing meanwhile starts no
 // hedge (output has come), and the complete valid answer is released whole.
 func TestStreamHeldAndReleased(t *testing.T) {
-	hs := newHarness(t, validatedConfig(ValidateJSONSchema, ValidateFinish))
+	hs := newHarness(t, validatedConfig(config.ValidateJSONSchema, config.ValidateFinish))
 	w, done := serveHeld(hs, schemaRequest(true))
 	a := hs.tr.next(t)
 	a.respond(200, "text/event-stream")
@@ -227,7 +229,7 @@ func TestStreamHeldAndReleased(t *testing.T) {
 // A held stream that turns out invalid (cut off by max_tokens) is never
 // sent: the next attempt starts at once and its valid stream wins.
 func TestHeldStreamInvalidStartsNextAttempt(t *testing.T) {
-	hs := newHarness(t, validatedConfig(ValidateFinish))
+	hs := newHarness(t, validatedConfig(config.ValidateFinish))
 	w, done := serveHeld(hs, chatRequest(""))
 	a := hs.tr.next(t)
 	a.respond(200, "text/event-stream")
@@ -245,8 +247,8 @@ func TestHeldStreamInvalidStartsNextAttempt(t *testing.T) {
 		t.Fatalf("body\n got %q\nwant B's %q", got, valid)
 	}
 	rep := <-hs.reports
-	if rep.Attempts[0].Invalid != ValidateFinish {
-		t.Fatalf("attempt 0 invalid = %q, want %q", rep.Attempts[0].Invalid, ValidateFinish)
+	if rep.Attempts[0].Invalid != config.ValidateFinish {
+		t.Fatalf("attempt 0 invalid = %q, want %q", rep.Attempts[0].Invalid, config.ValidateFinish)
 	} else if !strings.Contains(rep.Attempts[0].Error, `"length"`) {
 		t.Fatalf("attempt 0 error = %q, want it to name \"length\"", rep.Attempts[0].Error)
 	}
@@ -255,7 +257,7 @@ func TestHeldStreamInvalidStartsNextAttempt(t *testing.T) {
 // A streamed answer that outgrows max_prefix while held goes out unchecked,
 // whole, and the report says so.
 func TestHeldStreamBeyondMaxPrefixUnchecked(t *testing.T) {
-	cfg := validatedConfig(ValidateJSON)
+	cfg := validatedConfig(config.ValidateJSON)
 	cfg.MaxPrefix = 1024
 	hs := newHarness(t, cfg)
 	w, done := serveHeld(hs, chatRequest(""))
@@ -291,10 +293,10 @@ func TestHeldStreamBeyondMaxPrefixUnchecked(t *testing.T) {
 // When every answer is invalid the client gets the most complete one,
 // marked; with validate_failure 502, an error.
 func TestEveryAnswerInvalid(t *testing.T) {
-	for _, mode := range []string{"", ValidateFailure502} {
+	for _, mode := range []string{"", config.ValidateFailure502} {
 		t.Run("failure="+mode, func(t *testing.T) {
-			cfg := validatedConfig(ValidateJSONSchema)
-			cfg.ValidateFailure = FailureMode(mode)
+			cfg := validatedConfig(config.ValidateJSONSchema)
+			cfg.ValidateFailure = config.FailureMode(mode)
 			hs := newHarness(t, cfg)
 			out := hs.serve(schemaRequest(false))
 			a := hs.tr.next(t)
@@ -315,7 +317,7 @@ func TestEveryAnswerInvalid(t *testing.T) {
 			} else if rep.Validation != ValidationFailed {
 				t.Fatalf("rep.Validation = %q, want %q", rep.Validation, ValidationFailed)
 			}
-			if mode == ValidateFailure502 {
+			if mode == config.ValidateFailure502 {
 				if res.rec.Code != 502 {
 					t.Fatalf("status = %d, want 502", res.rec.Code)
 				} else if !strings.Contains(bodyOf(res), codeUpstreamInvalid) {
@@ -354,8 +356,8 @@ func TestValidateHeaderOptsIn(t *testing.T) {
 	if got := bodyOf(<-out); got != valid {
 		t.Fatalf("body = %q, want %q", got, valid)
 	}
-	if rep := <-hs.reports; rep.Attempts[0].Invalid != ValidateJSON {
-		t.Fatalf("attempt 0 invalid = %q, want %q", rep.Attempts[0].Invalid, ValidateJSON)
+	if rep := <-hs.reports; rep.Attempts[0].Invalid != config.ValidateJSON {
+		t.Fatalf("attempt 0 invalid = %q, want %q", rep.Attempts[0].Invalid, config.ValidateJSON)
 	}
 
 	bad := chatRequest("")
@@ -370,8 +372,8 @@ func TestValidateHeaderOptsIn(t *testing.T) {
 
 // The configured schema applies when the request sends none.
 func TestConfiguredSchema(t *testing.T) {
-	cfg := validatedConfig(ValidateJSONSchema)
-	cfg.ValidateSchema = SchemaText(answerSchema)
+	cfg := validatedConfig(config.ValidateJSONSchema)
+	cfg.ValidateSchema = config.SchemaText(answerSchema)
 	hs := newHarness(t, cfg)
 	out := hs.serve(chatRequest(`{"model":"m","messages":[]}`))
 	a := hs.tr.next(t)
@@ -392,13 +394,13 @@ func TestConfiguredSchema(t *testing.T) {
 // Yaegi encoding/json does not see an interpreted type's UnmarshalJSON) and
 // are checked, naming the wrong value.
 func TestValidateOptions(t *testing.T) {
-	var mode FailureMode
+	var mode config.FailureMode
 	if err := mode.UnmarshalJSON([]byte(`502`)); err != nil {
 		t.Fatalf("validate_failure 502: %v", err)
-	} else if mode != ValidateFailure502 {
+	} else if mode != config.ValidateFailure502 {
 		t.Fatalf("validate_failure = %q, want \"502\"", mode)
 	}
-	var schema SchemaText
+	var schema config.SchemaText
 	if err := schema.UnmarshalJSON([]byte(` {"type":"object"}`)); err != nil {
 		t.Fatalf("validate_schema object: %v", err)
 	} else if schema != `{"type":"object"}` {
@@ -409,7 +411,7 @@ func TestValidateOptions(t *testing.T) {
 	} else if schema != `{"type":"array"}` {
 		t.Fatalf("validate_schema = %q, want the string's text", schema)
 	}
-	c := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}, ValidateChecks: []string{"json_schema", "finish"},
+	c := config.Config{Upstreams: []config.UpstreamConfig{{URL: "http://a"}}, ValidateChecks: []string{"json_schema", "finish"},
 		ValidateFailure: mode, ValidateSchema: schema}
 	if err := c.Validate(); err != nil {
 		t.Fatalf("Validate = %v, want nil", err)
@@ -446,7 +448,7 @@ func TestHeldStreamsEveryFormat(t *testing.T) {
 				"event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n"},
 	} {
 		t.Run(f.name, func(t *testing.T) {
-			hs := newHarness(t, validatedConfig(ValidateFinish, ValidateJSON))
+			hs := newHarness(t, validatedConfig(config.ValidateFinish, config.ValidateJSON))
 			r := httptest.NewRequest("POST", f.path, strings.NewReader(`{"model":"m","stream":true,"store":false}`))
 			r.Header.Set("Content-Type", "application/json")
 			w, done := serveHeld(hs, r)
@@ -467,8 +469,8 @@ func TestHeldStreamsEveryFormat(t *testing.T) {
 			if got := w.rec.Body.String(); got != f.valid {
 				t.Fatalf("body\n got %q\nwant B's %q", got, f.valid)
 			}
-			if rep := <-hs.reports; rep.Attempts[0].Invalid != ValidateFinish {
-				t.Fatalf("attempt 0 invalid = %q (%s), want %q", rep.Attempts[0].Invalid, rep.Attempts[0].Error, ValidateFinish)
+			if rep := <-hs.reports; rep.Attempts[0].Invalid != config.ValidateFinish {
+				t.Fatalf("attempt 0 invalid = %q (%s), want %q", rep.Attempts[0].Invalid, rep.Attempts[0].Error, config.ValidateFinish)
 			}
 		})
 	}
@@ -477,7 +479,7 @@ func TestHeldStreamsEveryFormat(t *testing.T) {
 // A held stream that the upstream breaks off fails like any stream
 // before commit: retried, never delivered.
 func TestHeldStreamBrokenIsRetried(t *testing.T) {
-	hs := newHarness(t, validatedConfig(ValidateJSON))
+	hs := newHarness(t, validatedConfig(config.ValidateJSON))
 	w, done := serveHeld(hs, chatRequest(""))
 	a := hs.tr.next(t)
 	a.respond(200, "text/event-stream")
@@ -505,8 +507,8 @@ func TestEarlyHeadersWithHeldInvalidAnswers(t *testing.T) {
 	cut := "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\ndata: [DONE]\n\n"
 	for _, trailers := range []bool{false, true} {
 		t.Run(map[bool]string{false: "error event", true: "trailer"}[trailers], func(t *testing.T) {
-			cfg := validatedConfig(ValidateFinish)
-			cfg.EarlyHeaders = Duration(time.Second)
+			cfg := validatedConfig(config.ValidateFinish)
+			cfg.EarlyHeaders = config.Duration(time.Second)
 			hs := newHarness(t, cfg)
 			pw := newPipeWriter()
 			r := chatRequest("")

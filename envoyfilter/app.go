@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.uber.org/zap"
@@ -311,7 +313,7 @@ func restartOnly(running, next *FileConfig, transportReloads bool) []string {
 	changed("admin.listen", running.Admin.Listen != next.Admin.Listen)
 	changed("log.format", running.Log.Format != next.Log.Format)
 	changed("transport", !transportReloads &&
-		core.TransportKey(running.Transport.TransportConfig, nil) != core.TransportKey(next.Transport.TransportConfig, nil))
+		config.TransportKey(running.Transport.TransportConfig, nil) != config.TransportKey(next.Transport.TransportConfig, nil))
 	return fields
 }
 

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"golang.org/x/net/http/httpguts"
 	"sigs.k8s.io/yaml"
-
-	"github.com/llmhedge/llmhedge/core"
 )
 
 // FileConfig is the server's configuration file: snake_case YAML (or
@@ -42,7 +42,7 @@ type FileConfig struct {
 	Routes []RouteConfig `json:"routes"`
 	// Fleet shares keyed requests with the other replicas through Redis,
 	// for every route without a fleet of its own. Default off.
-	Fleet core.FleetConfig `json:"fleet"`
+	Fleet config.FleetConfig `json:"fleet"`
 }
 
 // GRPCConfig configures the gRPC listener.
@@ -167,16 +167,16 @@ type EnvoyConfig struct {
 }
 
 // TransportConfig configures the HTTP client of upstream attempts:
-// core.TransportConfig, in its snake_case names (README.md lists them).
+// config.TransportConfig, in its snake_case names (README.md lists them).
 type TransportConfig struct {
-	core.TransportConfig
+	config.TransportConfig
 	// IdleConnTimeout is the earlier name of keepalive_idle_timeout, still
 	// accepted.
 	IdleConnTimeout Duration `json:"idle_conn_timeout,omitempty"`
 }
 
 // RouteConfig is one hedged route: which requests it takes over (Match)
-// and the hedging options, core.Config's fields in its snake_case names
+// and the hedging options, config.Config's fields in its snake_case names
 // (README.md lists them). "${NAME}" in an upstream's url, set_headers
 // values and model is replaced by the environment variable NAME, so keys
 // stay out of the file.
@@ -185,12 +185,12 @@ type RouteConfig struct {
 	Name string `json:"name"`
 	// Match selects the requests this route hedges.
 	Match MatchConfig `json:"match"`
-	core.Config
-	// Route hides core.Config's route field: a route is named by name.
+	config.Config
+	// Route hides config.Config's route field: a route is named by name.
 	Route routeIsName `json:"route,omitempty"`
 }
 
-// routeIsName rejects a route: field, which core.Config would accept.
+// routeIsName rejects a route: field, which config.Config would accept.
 type routeIsName struct{}
 
 // UnmarshalJSON always fails: the route's name is its name field.
@@ -219,8 +219,8 @@ type HeaderMatch struct {
 
 // Duration and ByteSize are core's: "250ms", "4MiB" or integers.
 type (
-	Duration = core.Duration
-	ByteSize = core.ByteSize
+	Duration = config.Duration
+	ByteSize = config.ByteSize
 )
 
 // Defaults of the server-level settings.
@@ -461,7 +461,7 @@ func expandEnv(value string) (string, error) {
 
 // CoreConfig returns the route's core configuration, environment
 // references in its upstreams expanded.
-func (r RouteConfig) CoreConfig() (core.Config, error) {
+func (r RouteConfig) CoreConfig() (config.Config, error) {
 	cfg := r.Config
 	cfg.Route = r.Name
 	fleetURL, err := expandEnv(cfg.Fleet.URL)

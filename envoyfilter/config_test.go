@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/envoyfilter"
 )
 
@@ -48,15 +49,15 @@ routes:
 		t.Fatalf("cc.Route = %q, want \"chat\"", cc.Route)
 	} else if len(cc.Upstreams) != 2 {
 		t.Fatalf("len(cc.Upstreams) = %v, want 2", len(cc.Upstreams))
-	} else if cc.Delay.Mode != core.DelayFixed {
-		t.Fatalf("cc.Delay.Mode = %v, want core.DelayFixed", cc.Delay.Mode)
+	} else if cc.Delay.Mode != config.DelayFixed {
+		t.Fatalf("cc.Delay.Mode = %v, want config.DelayFixed", cc.Delay.Mode)
 	} else if time.Duration(cc.Delay.Fixed) != 50*time.Millisecond {
 		t.Fatalf("time.Duration(cc.Delay.Fixed) = %v, want %v", time.Duration(cc.Delay.Fixed), 50*time.Millisecond)
 	}
 }
 
 // Every field of the core schema is spelled in snake_case and arrives in
-// core.Config.
+// config.Config.
 func TestConfigFullRoute(t *testing.T) {
 	t.Setenv("LLMHEDGE_TEST_KEY", "sk-123")
 	cfg, err := envoyfilter.ParseConfig([]byte(`
@@ -105,8 +106,8 @@ routes:
 		t.Fatalf("u.Model = %q, want \"gpt-4o-mini\"", u.Model)
 	}
 	d := cc.Delay
-	if d.Mode != core.DelayAdaptive {
-		t.Fatalf("d.Mode = %v, want core.DelayAdaptive", d.Mode)
+	if d.Mode != config.DelayAdaptive {
+		t.Fatalf("d.Mode = %v, want config.DelayAdaptive", d.Mode)
 	} else if time.Duration(d.Fixed) != 2*time.Second {
 		t.Fatalf("time.Duration(d.Fixed) = %v, want %v", time.Duration(d.Fixed), 2*time.Second)
 	} else if d.Quantile != 0.9 {
@@ -136,8 +137,8 @@ routes:
 		t.Fatalf("len(cc.Methods) = %v, want 2", len(cc.Methods))
 	} else if cc.PathPrefixes[0] != "/v1/chat/" {
 		t.Fatalf("cc.PathPrefixes[0] = %q, want \"/v1/chat/\"", cc.PathPrefixes[0])
-	} else if cc.FirstEvent != core.RuleOpenAIChat {
-		t.Fatalf("cc.FirstEvent = %v, want core.RuleOpenAIChat", cc.FirstEvent)
+	} else if cc.FirstEvent != config.RuleOpenAIChat {
+		t.Fatalf("cc.FirstEvent = %v, want config.RuleOpenAIChat", cc.FirstEvent)
 	} else if cc.ReportHeader != "Server-Timing" {
 		t.Fatalf("cc.ReportHeader = %q, want \"Server-Timing\"", cc.ReportHeader)
 	} else if !cc.StreamErrorEvent {
@@ -269,15 +270,15 @@ func TestConfigRejectsRouteField(t *testing.T) {
 	}
 }
 
-// The transport section is core.TransportConfig with its defaults;
+// The transport section is config.TransportConfig with its defaults;
 // idle_conn_timeout, its earlier name of keepalive_idle_timeout, still works.
 func TestConfigTransport(t *testing.T) {
 	cfg, err := envoyfilter.ParseConfig([]byte("routes: []\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cfg.Transport.TransportConfig, (core.TransportConfig{}).WithDefaults(); core.TransportKey(got, nil) != core.TransportKey(want, nil) {
-		t.Errorf("core.TransportKey(got, nil) = %v, want %v", core.TransportKey(got, nil), core.TransportKey(want, nil))
+	if got, want := cfg.Transport.TransportConfig, (config.TransportConfig{}).WithDefaults(); config.TransportKey(got, nil) != config.TransportKey(want, nil) {
+		t.Errorf("config.TransportKey(got, nil) = %v, want %v", config.TransportKey(got, nil), config.TransportKey(want, nil))
 	}
 	cfg, err = envoyfilter.ParseConfig([]byte("transport: {idle_conn_timeout: 7s, tls_handshake_timeout: 3s, response_header_timeout: 1m, proxy_from_environment: true}\n"))
 	if err != nil {

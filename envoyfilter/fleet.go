@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 )
@@ -24,7 +26,7 @@ func (f *serverFleet) close() {
 
 // fleetKey identifies a fleet's settings (defaults applied). It holds the
 // URL, maybe with a password: it is never logged.
-func fleetKey(cfg core.FleetConfig) string { return cfg.Key() }
+func fleetKey(cfg config.FleetConfig) string { return cfg.Key() }
 
 // fleetPicker hands out the fleets of one configuration being built:
 // those of the running configuration where the settings are unchanged,
@@ -35,7 +37,7 @@ type fleetPicker struct {
 	made []*serverFleet
 }
 
-func (p *fleetPicker) fleet(cfg core.FleetConfig) (*core.Fleet, error) {
+func (p *fleetPicker) fleet(cfg config.FleetConfig) (*core.Fleet, error) {
 	if !cfg.Enabled() {
 		return nil, nil
 	}

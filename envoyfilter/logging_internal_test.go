@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -21,7 +23,7 @@ func TestRequestLogCarriesKeyHashNotKey(t *testing.T) {
 	}))
 	defer upstream.Close()
 	logCore, logs := observer.New(zapcore.InfoLevel)
-	h, err := core.New(core.Config{Upstreams: []core.UpstreamConfig{{Name: "A", URL: upstream.URL}}},
+	h, err := core.New(config.Config{Upstreams: []config.UpstreamConfig{{Name: "A", URL: upstream.URL}}},
 		core.Options{Observer: requestLogger{log: zap.New(logCore)}})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -75,7 +77,7 @@ func (t *routeTable) match(head *requestHead) *route {
 // budgets, breakers, idempotency table), so a reload neither forgets the
 // learned delay nor refills the hedge budget.
 func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripper, clock core.Clock,
-	observer core.Observer, fleetFor func(core.FleetConfig) (*core.Fleet, error)) (*routeTable, error) {
+	observer core.Observer, fleetFor func(config.FleetConfig) (*core.Fleet, error)) (*routeTable, error) {
 	t := &routeTable{states: make(map[string]*core.State)}
 	for _, rc := range cfgs {
 		cc, err := rc.CoreConfig()

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
 	"go.uber.org/zap"
 
@@ -28,7 +30,7 @@ type Server struct {
 	// one for the new routes; an injected one (Options.Transport) is kept.
 	transport    http.RoundTripper
 	ownTransport bool
-	transportKey string                  // core.TransportKey of the built transport
+	transportKey string                  // config.TransportKey of the built transport
 	fleets       map[string]*serverFleet // by fleetKey, the fleets in use
 	current      atomic.Pointer[settings]
 	inFlight     atomic.Int64
@@ -118,7 +120,7 @@ func (s *Server) apply(cfg *FileConfig) error {
 		if err != nil {
 			return err
 		}
-		transportKey = core.TransportKey(cfg.Transport.TransportConfig, caPEM)
+		transportKey = config.TransportKey(cfg.Transport.TransportConfig, caPEM)
 		if transportKey != s.transportKey {
 			// Streams in flight keep the old transport through their
 			// hedgers; its idle connections close now, the busy ones

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -50,7 +52,7 @@ func keysOnMasters(t *testing.T, c *redisproc.Cluster, prefix string) map[*redis
 // reads its slot map again after a failover.
 func TestClusterClient(t *testing.T) {
 	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1, Password: "cl-s3cret"})
-	c, err := New(core.FleetConfig{URL: cl.URL()})
+	c, err := New(config.FleetConfig{URL: cl.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +188,7 @@ func TestClusterClient(t *testing.T) {
 // by Check.
 func TestClusterMismatchRefused(t *testing.T) {
 	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3})
-	single, err := New(core.FleetConfig{URL: "redis://" + cl.Nodes[0].Addr() + "/0"})
+	single, err := New(config.FleetConfig{URL: "redis://" + cl.Nodes[0].Addr() + "/0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,14 +202,14 @@ func TestClusterMismatchRefused(t *testing.T) {
 	if _, err := do(t, single, "GET", "k"); err == nil || !strings.Contains(err.Error(), "redis+cluster://") {
 		t.Fatalf("GET through the refused client: %v, want the refusal", err)
 	}
-	lazy, _ := New(core.FleetConfig{URL: "redis://" + cl.Nodes[1].Addr() + "/0"})
+	lazy, _ := New(config.FleetConfig{URL: "redis://" + cl.Nodes[1].Addr() + "/0"})
 	defer lazy.Close()
 	if _, err := do(t, lazy, "GET", "k"); err == nil || !strings.Contains(err.Error(), "cluster_enabled:1") {
 		t.Fatalf("first GET without Check: %v, want the refusal", err)
 	}
 
 	plain := redisproc.Start(t, redisproc.Options{})
-	cc, err := New(core.FleetConfig{URL: "redis+cluster://" + plain.Addr() + "/"})
+	cc, err := New(config.FleetConfig{URL: "redis+cluster://" + plain.Addr() + "/"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +220,7 @@ func TestClusterMismatchRefused(t *testing.T) {
 	// Unreachable is no mismatch: the fleet starts down and retries.
 	gone := redisproc.Start(t, redisproc.Options{})
 	gone.Kill()
-	g, _ := New(core.FleetConfig{URL: gone.URL()})
+	g, _ := New(config.FleetConfig{URL: gone.URL()})
 	defer g.Close()
 	if err := g.Check(ctx); err != nil {
 		t.Fatalf("Check of a server that is down: %v, want nil", err)

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -75,17 +77,17 @@ type Client struct {
 // New returns a client for cfg's URL (and password_env). It does not dial:
 // the first command does (Check dials at once). A rediss:// URL verifies
 // the server against the system's roots.
-func New(cfg core.FleetConfig) (*Client, error) { return NewWith(cfg, Settings{}) }
+func New(cfg config.FleetConfig) (*Client, error) { return NewWith(cfg, Settings{}) }
 
 // NewWithRoots is New with the CAs a rediss:// server is verified against
 // (nil: the system's).
-func NewWithRoots(cfg core.FleetConfig, roots *x509.CertPool) (*Client, error) {
+func NewWithRoots(cfg config.FleetConfig, roots *x509.CertPool) (*Client, error) {
 	return NewWith(cfg, Settings{Roots: roots})
 }
 
 // NewWith is New with settings.
-func NewWith(cfg core.FleetConfig, s Settings) (*Client, error) {
-	addr, err := core.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
+func NewWith(cfg config.FleetConfig, s Settings) (*Client, error) {
+	addr, err := config.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +122,8 @@ func NewWith(cfg core.FleetConfig, s Settings) (*Client, error) {
 // password_env), TLS verified against roots (nil: the system's), and the
 // server's name (host:port/db). llmhedge-ctl dials with them too. A Redis
 // Cluster URL is refused: it needs New's cluster client.
-func Options(cfg core.FleetConfig, roots *x509.CertPool) (*redis.Options, string, error) {
-	addr, err := core.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
+func Options(cfg config.FleetConfig, roots *x509.CertPool) (*redis.Options, string, error) {
+	addr, err := config.ParseRedisURL(cfg.URL, cfg.PasswordEnv)
 	if err != nil {
 		return nil, "", err
 	}
@@ -131,7 +133,7 @@ func Options(cfg core.FleetConfig, roots *x509.CertPool) (*redis.Options, string
 	return options(addr, roots, DefaultPoolSize, 2), addr.Name(), nil
 }
 
-func options(addr core.RedisAddress, roots *x509.CertPool, poolSize, minIdle int) *redis.Options {
+func options(addr config.RedisAddress, roots *x509.CertPool, poolSize, minIdle int) *redis.Options {
 	opts := &redis.Options{
 		Addr:     addr.Host,
 		Username: addr.Username,
@@ -164,7 +166,7 @@ func options(addr core.RedisAddress, roots *x509.CertPool, poolSize, minIdle int
 // clusterOptions are options' for a cluster: per node pools of poolSize
 // (the client's turns bound the total), MOVED and ASK followed, and no
 // retry of a command that may have reached a node (noResend).
-func clusterOptions(addr core.RedisAddress, roots *x509.CertPool, poolSize, minIdle int) *redis.ClusterOptions {
+func clusterOptions(addr config.RedisAddress, roots *x509.CertPool, poolSize, minIdle int) *redis.ClusterOptions {
 	opts := &redis.ClusterOptions{
 		Addrs:    addr.Hosts,
 		Username: addr.Username,

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -22,7 +24,7 @@ func do(t *testing.T, c *Client, args ...string) (core.RedisValue, error) {
 // with nil elements), and error replies are errors with Redis' code first.
 func TestRepliesConvert(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
-	c, err := New(core.FleetConfig{URL: srv.URL()})
+	c, err := New(config.FleetConfig{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestRepliesConvert(t *testing.T) {
 // server's CA.
 func TestAuthAndTLS(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{Password: "s3cret-pw", TLS: true})
-	c, err := New(core.FleetConfig{URL: srv.URL()})
+	c, err := New(config.FleetConfig{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,12 +72,12 @@ func TestAuthAndTLS(t *testing.T) {
 	}
 	t.Setenv("LLMHEDGE_TEST_REDIS_PW", "s3cret-pw")
 	bare := strings.Replace(srv.URL(), ":s3cret-pw@", "", 1)
-	e, _ := New(core.FleetConfig{URL: bare, PasswordEnv: "LLMHEDGE_TEST_REDIS_PW"})
+	e, _ := New(config.FleetConfig{URL: bare, PasswordEnv: "LLMHEDGE_TEST_REDIS_PW"})
 	defer e.Close()
 	if _, err := do(t, e, "PING"); err != nil {
 		t.Errorf("PING with password_env: %v", err)
 	}
-	s, err := NewWithRoots(core.FleetConfig{URL: srv.TLSURL()}, srv.CAPool)
+	s, err := NewWithRoots(config.FleetConfig{URL: srv.TLSURL()}, srv.CAPool)
 	if err != nil {
 		t.Fatal(err)
 	}

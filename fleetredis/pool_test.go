@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -45,12 +47,12 @@ func waitBlocked(t *testing.T, probe *Client, want int) {
 func TestBlockingReadsHaveTheirOwnPool(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	const blocking = 8
-	c, err := NewWith(core.FleetConfig{URL: srv.URL()}, Settings{PoolSize: 2, BlockingPoolSize: blocking})
+	c, err := NewWith(config.FleetConfig{URL: srv.URL()}, Settings{PoolSize: 2, BlockingPoolSize: blocking})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	probe, err := New(core.FleetConfig{URL: srv.URL()})
+	probe, err := New(config.FleetConfig{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +116,7 @@ func TestBlockingReadsHaveTheirOwnPool(t *testing.T) {
 // go-redis maps to it as well.
 func TestMainPoolBusy(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
-	c, err := NewWith(core.FleetConfig{URL: srv.URL()}, Settings{PoolSize: 1})
+	c, err := NewWith(config.FleetConfig{URL: srv.URL()}, Settings{PoolSize: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,13 +171,13 @@ func TestIsBlockingRead(t *testing.T) {
 // followers never wait for a connection), unless the settings say.
 func TestBlockingPoolFollowsMaxFollowers(t *testing.T) {
 	for _, c := range []struct {
-		cfg  core.FleetConfig
+		cfg  config.FleetConfig
 		s    Settings
 		want int
 	}{
-		{core.FleetConfig{URL: "redis://127.0.0.1:1/0"}, Settings{}, 512},
-		{core.FleetConfig{URL: "redis://127.0.0.1:1/0", MaxFollowers: 40}, Settings{}, 40},
-		{core.FleetConfig{URL: "redis+cluster://127.0.0.1:1/", MaxFollowers: 40}, Settings{BlockingPoolSize: 7}, 7},
+		{config.FleetConfig{URL: "redis://127.0.0.1:1/0"}, Settings{}, 512},
+		{config.FleetConfig{URL: "redis://127.0.0.1:1/0", MaxFollowers: 40}, Settings{}, 40},
+		{config.FleetConfig{URL: "redis+cluster://127.0.0.1:1/", MaxFollowers: 40}, Settings{BlockingPoolSize: 7}, 7},
 	} {
 		cl, err := NewWith(c.cfg, c.s)
 		if err != nil {

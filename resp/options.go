@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // Defaults of Options.
@@ -89,7 +89,7 @@ type endpoint struct {
 // URL redacted), and the password from passwordEnv when that is set.
 func parseURL(raw, passwordEnv string) (endpoint, error) {
 	var ep endpoint
-	a, err := core.ParseRedisURL(raw, passwordEnv)
+	a, err := config.ParseRedisURL(raw, passwordEnv)
 	if err != nil {
 		return ep, errors.New("resp: " + err.Error())
 	}

@@ -7,11 +7,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // Config is the middleware's dynamic configuration, spelled in Traefik's
-// camelCase: each field is the core.Config field its core tag names
+// camelCase: each field is the config.Config field its core tag names
 // (documented there and in README.md, defaults from core's WithDefaults),
 // durations as strings such as "250ms" because Traefik hands plugins plain
 // strings and does not decode time.Duration. CreateConfig fills every
@@ -23,29 +23,29 @@ import (
 //	delay: 50ms
 type Config struct {
 	// Route defaults to the Traefik middleware's name (e.g. "hedge@file").
-	Route            string        `json:"route,omitempty" yaml:"route,omitempty" core:"Route"`
-	Upstreams        []Upstream    `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
-	Primary          string        `json:"primary,omitempty" yaml:"primary,omitempty" core:"Primary"`
-	Delay            string        `json:"delay,omitempty" yaml:"delay,omitempty" core:"Delay.Fixed"`
-	DelayMode        string        `json:"delayMode,omitempty" yaml:"delayMode,omitempty" core:"Delay.Mode"`
-	DelayQuantile    float64       `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty" core:"Delay.Quantile"`
-	DelayMin         string        `json:"delayMin,omitempty" yaml:"delayMin,omitempty" core:"Delay.Min"`
-	DelayMax         string        `json:"delayMax,omitempty" yaml:"delayMax,omitempty" core:"Delay.Max"`
-	DelayWindow      int           `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty" core:"Delay.Window"`
-	DelayMinSamples  int           `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty" core:"Delay.MinSamples"`
-	MaxAttempts      int           `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty" core:"MaxAttempts"`
-	Timeout          string        `json:"timeout,omitempty" yaml:"timeout,omitempty" core:"Timeout"`
-	MinTimeLeft      string        `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty" core:"MinTimeLeft"`
-	MaxBody          core.ByteSize `json:"maxBody,omitempty" yaml:"maxBody,omitempty" core:"MaxBody"`
-	MaxPrefix        core.ByteSize `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty" core:"MaxPrefix"`
-	MaxLine          core.ByteSize `json:"maxLine,omitempty" yaml:"maxLine,omitempty" core:"MaxLine"`
-	Methods          []string      `json:"methods,omitempty" yaml:"methods,omitempty" core:"Methods"`
-	PathPrefixes     []string      `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty" core:"PathPrefixes"`
-	FirstEvent       string        `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty" core:"FirstEvent"`
-	Idempotency      Idempotency   `json:"idempotency,omitempty" yaml:"idempotency,omitempty"`
-	Budget           Budget        `json:"budget,omitempty" yaml:"budget,omitempty"`
-	ReportHeader     string        `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
-	StreamErrorEvent bool          `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
+	Route            string          `json:"route,omitempty" yaml:"route,omitempty" core:"Route"`
+	Upstreams        []Upstream      `json:"upstreams,omitempty" yaml:"upstreams,omitempty"`
+	Primary          string          `json:"primary,omitempty" yaml:"primary,omitempty" core:"Primary"`
+	Delay            string          `json:"delay,omitempty" yaml:"delay,omitempty" core:"Delay.Fixed"`
+	DelayMode        string          `json:"delayMode,omitempty" yaml:"delayMode,omitempty" core:"Delay.Mode"`
+	DelayQuantile    float64         `json:"delayQuantile,omitempty" yaml:"delayQuantile,omitempty" core:"Delay.Quantile"`
+	DelayMin         string          `json:"delayMin,omitempty" yaml:"delayMin,omitempty" core:"Delay.Min"`
+	DelayMax         string          `json:"delayMax,omitempty" yaml:"delayMax,omitempty" core:"Delay.Max"`
+	DelayWindow      int             `json:"delayWindow,omitempty" yaml:"delayWindow,omitempty" core:"Delay.Window"`
+	DelayMinSamples  int             `json:"delayMinSamples,omitempty" yaml:"delayMinSamples,omitempty" core:"Delay.MinSamples"`
+	MaxAttempts      int             `json:"maxAttempts,omitempty" yaml:"maxAttempts,omitempty" core:"MaxAttempts"`
+	Timeout          string          `json:"timeout,omitempty" yaml:"timeout,omitempty" core:"Timeout"`
+	MinTimeLeft      string          `json:"minTimeLeft,omitempty" yaml:"minTimeLeft,omitempty" core:"MinTimeLeft"`
+	MaxBody          config.ByteSize `json:"maxBody,omitempty" yaml:"maxBody,omitempty" core:"MaxBody"`
+	MaxPrefix        config.ByteSize `json:"maxPrefix,omitempty" yaml:"maxPrefix,omitempty" core:"MaxPrefix"`
+	MaxLine          config.ByteSize `json:"maxLine,omitempty" yaml:"maxLine,omitempty" core:"MaxLine"`
+	Methods          []string        `json:"methods,omitempty" yaml:"methods,omitempty" core:"Methods"`
+	PathPrefixes     []string        `json:"pathPrefixes,omitempty" yaml:"pathPrefixes,omitempty" core:"PathPrefixes"`
+	FirstEvent       string          `json:"firstEvent,omitempty" yaml:"firstEvent,omitempty" core:"FirstEvent"`
+	Idempotency      Idempotency     `json:"idempotency,omitempty" yaml:"idempotency,omitempty"`
+	Budget           Budget          `json:"budget,omitempty" yaml:"budget,omitempty"`
+	ReportHeader     string          `json:"reportHeader,omitempty" yaml:"reportHeader,omitempty" core:"ReportHeader"`
+	StreamErrorEvent bool            `json:"streamErrorEvent,omitempty" yaml:"streamErrorEvent,omitempty" core:"StreamErrorEvent"`
 	// EarlyHeaders: "off" (also "false", "0", "0s") holds a streaming
 	// race's headers until its winner; converted by earlyHeaders.
 	EarlyHeaders         string   `json:"earlyHeaders,omitempty" yaml:"earlyHeaders,omitempty" core:"EarlyHeaders"`
@@ -70,7 +70,7 @@ type Config struct {
 	Fleet Fleet `json:"fleet,omitempty" yaml:"fleet,omitempty"`
 }
 
-// Fleet is core.FleetConfig in Traefik's spelling.
+// Fleet is config.FleetConfig in Traefik's spelling.
 type Fleet struct {
 	// URL of the Redis server: redis://[user:password@]host:port/db or
 	// rediss://.
@@ -91,7 +91,7 @@ type Fleet struct {
 	MaxFollowers int `json:"maxFollowers,omitempty" yaml:"maxFollowers,omitempty" core:"Fleet.MaxFollowers"`
 }
 
-// Upstream is core.UpstreamConfig. SetHeaders values are never logged.
+// Upstream is config.UpstreamConfig. SetHeaders values are never logged.
 type Upstream struct {
 	Name          string            `json:"name,omitempty" yaml:"name,omitempty" core:"Upstreams.Name"`
 	URL           string            `json:"url,omitempty" yaml:"url,omitempty" core:"Upstreams.URL"`
@@ -103,20 +103,20 @@ type Upstream struct {
 	PreferMargin float64 `json:"preferMargin,omitempty" yaml:"preferMargin,omitempty" core:"Upstreams.PreferMargin"`
 }
 
-// Idempotency is core.IdempotencyConfig. TTL "off" disables joins and
+// Idempotency is config.IdempotencyConfig. TTL "off" disables joins and
 // replays, and so do the forms an unquoted YAML off takes on its way here
 // ("false", "0") and a zero duration ("0s").
 type Idempotency struct {
-	Header            string        `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
-	TTL               string        `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
-	MaxEntries        int           `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
-	MaxBytes          core.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
-	MaxBytesPerCaller core.ByteSize `json:"maxBytesPerCaller,omitempty" yaml:"maxBytesPerCaller,omitempty" core:"Idempotency.MaxBytesPerCaller"`
-	MaxResponseBytes  core.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
-	ScopeHeaders      []string      `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
+	Header            string          `json:"header,omitempty" yaml:"header,omitempty" core:"Idempotency.Header"`
+	TTL               string          `json:"ttl,omitempty" yaml:"ttl,omitempty" core:"Idempotency.TTL"`
+	MaxEntries        int             `json:"maxEntries,omitempty" yaml:"maxEntries,omitempty" core:"Idempotency.MaxEntries"`
+	MaxBytes          config.ByteSize `json:"maxBytes,omitempty" yaml:"maxBytes,omitempty" core:"Idempotency.MaxBytes"`
+	MaxBytesPerCaller config.ByteSize `json:"maxBytesPerCaller,omitempty" yaml:"maxBytesPerCaller,omitempty" core:"Idempotency.MaxBytesPerCaller"`
+	MaxResponseBytes  config.ByteSize `json:"maxResponseBytes,omitempty" yaml:"maxResponseBytes,omitempty" core:"Idempotency.MaxResponseBytes"`
+	ScopeHeaders      []string        `json:"scopeHeaders,omitempty" yaml:"scopeHeaders,omitempty" core:"Idempotency.ScopeHeaders"`
 }
 
-// Budget is core.BudgetConfig.
+// Budget is config.BudgetConfig.
 type Budget struct {
 	Ratio                 float64 `json:"ratio,omitempty" yaml:"ratio,omitempty" core:"Budget.Ratio"`
 	Burst                 float64 `json:"burst,omitempty" yaml:"burst,omitempty" core:"Budget.Burst"`
@@ -185,7 +185,7 @@ func logDestination(v string) (string, bool) {
 // disagree.
 func CreateConfig() *Config {
 	c := &Config{}
-	defaults := core.Config{}.WithDefaults()
+	defaults := config.Config{}.WithDefaults()
 	copyDefaults(reflect.ValueOf(c).Elem(), reflect.ValueOf(defaults))
 	c.Route = "" // the default is the middleware's name, known in New
 	// The core's default depends on budget.tenantHeader, which the dynamic
@@ -223,25 +223,25 @@ func fieldAt(v reflect.Value, path string) reflect.Value {
 
 // coreConfig converts c to the engine's configuration. It reports every
 // problem at once, each naming the option as it is spelled in Traefik.
-func (c *Config) coreConfig(route string) (core.Config, error) {
+func (c *Config) coreConfig(route string) (config.Config, error) {
 	out, errs := c.toCore(route)
 	if err := out.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if len(errs) > 0 {
-		return core.Config{}, errors.Join(errs...)
+		return config.Config{}, errors.Join(errs...)
 	}
 	return out, nil
 }
 
 // toCore copies every option to the core field its core tag names, with
 // the options it could not read.
-func (c *Config) toCore(route string) (core.Config, []error) {
-	var out core.Config
+func (c *Config) toCore(route string) (config.Config, []error) {
+	var out config.Config
 	var errs []error
 	copyOptions(reflect.ValueOf(&out).Elem(), reflect.ValueOf(c).Elem(), "", "", &errs)
 	for i := range c.Upstreams {
-		var up core.UpstreamConfig
+		var up config.UpstreamConfig
 		copyOptions(reflect.ValueOf(&up).Elem(), reflect.ValueOf(c.Upstreams[i]), "", "Upstreams.", &errs)
 		up.URL = strings.TrimSpace(up.URL)
 		out.Upstreams = append(out.Upstreams, up)
@@ -286,7 +286,7 @@ func copyOptions(dst, m reflect.Value, prefix, trim string, errs *[]error) {
 
 // optionDuration parses a duration option: "" is zero (the default), a
 // negative duration is an error.
-func optionDuration(option, value string, errs *[]error) core.Duration {
+func optionDuration(option, value string, errs *[]error) config.Duration {
 	value = strings.TrimSpace(value)
 	if value == "" {
 		return 0
@@ -300,13 +300,13 @@ func optionDuration(option, value string, errs *[]error) core.Duration {
 		*errs = append(*errs, fmt.Errorf("%s %q must not be negative", option, value))
 		return 0
 	}
-	return core.Duration(d)
+	return config.Duration(d)
 }
 
 // earlyHeaders converts the earlyHeaders option: "" is the default, off
 // (in every form isOff accepts) and "0s" turn early headers off (-1 for
 // the engine), anything else must be a positive duration.
-func earlyHeaders(v string, errs *[]error) core.Duration {
+func earlyHeaders(v string, errs *[]error) config.Duration {
 	switch {
 	case strings.TrimSpace(v) == "":
 		return 0
@@ -325,7 +325,7 @@ func earlyHeaders(v string, errs *[]error) core.Duration {
 // off (in every form isOff accepts) and a zero duration such as "0s"
 // disable joins and replays (-1 for the engine), anything else must be a
 // positive duration.
-func idempotencyTTL(v string, errs *[]error) core.Duration {
+func idempotencyTTL(v string, errs *[]error) config.Duration {
 	switch {
 	case strings.TrimSpace(v) == "":
 		return 0

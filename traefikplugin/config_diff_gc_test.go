@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // firstDifference names the first field, by its path, where got and want
@@ -50,8 +50,8 @@ func differ(got, want reflect.Value, path string) (string, string, string, bool)
 }
 
 func TestFirstDifferenceNamesTheField(t *testing.T) {
-	a := core.Config{Budget: core.BudgetConfig{Ratio: 0.2}, Methods: []string{"POST"}}
-	b := core.Config{Budget: core.BudgetConfig{Ratio: 0.1}, Methods: []string{"POST"}}
+	a := config.Config{Budget: config.BudgetConfig{Ratio: 0.2}, Methods: []string{"POST"}}
+	b := config.Config{Budget: config.BudgetConfig{Ratio: 0.1}, Methods: []string{"POST"}}
 	if got, want := firstDifference(a, b), "Budget.Ratio = 0.2, want 0.1"; got != want {
 		t.Fatalf("firstDifference = %q, want %q", got, want)
 	}

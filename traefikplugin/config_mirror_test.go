@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // leafFields calls leaf for every field of t that holds a value (not a
@@ -44,20 +44,20 @@ func mirrorTags(t *testing.T) map[string]string {
 	return spelled
 }
 
-// Every field of core.Config has a Traefik spelling: a new core option
+// Every field of config.Config has a Traefik spelling: a new core option
 // fails here until traefikplugin.Config mirrors it.
 func TestEveryCoreFieldHasATraefikSpelling(t *testing.T) {
 	spelled := mirrorTags(t)
 	coreFields := map[string]bool{}
-	leafFields(reflect.TypeOf(core.Config{}), "", func(path string, _ reflect.StructField) {
+	leafFields(reflect.TypeOf(config.Config{}), "", func(path string, _ reflect.StructField) {
 		coreFields[path] = true
 		if _, ok := spelled[path]; !ok {
-			t.Errorf("core.Config.%s has no Traefik spelling: add a field to traefikplugin.Config with core:%q", path, path)
+			t.Errorf("config.Config.%s has no Traefik spelling: add a field to traefikplugin.Config with core:%q", path, path)
 		}
 	})
 	for target, option := range spelled {
 		if !coreFields[target] {
-			t.Errorf("traefikplugin.Config.%s: core tag %q names no core.Config field", option, target)
+			t.Errorf("traefikplugin.Config.%s: core tag %q names no config.Config field", option, target)
 		}
 	}
 }
@@ -82,7 +82,7 @@ func TestEveryTraefikOptionReachesItsCoreField(t *testing.T) {
 			v = v.FieldByName(name)
 		}
 		if !v.IsValid() || v.IsZero() {
-			t.Errorf("traefikplugin.Config.%s set, but core.Config.%s is still zero", option, target)
+			t.Errorf("traefikplugin.Config.%s set, but config.Config.%s is still zero", option, target)
 		}
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 func TestCreateConfigHoldsTheEngineDefaults(t *testing.T) {
@@ -18,7 +18,7 @@ func TestCreateConfigHoldsTheEngineDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := core.Config{Route: "hedge@file", Upstreams: []core.UpstreamConfig{{URL: "http://127.0.0.1:9001"}}}.WithDefaults()
+	want := config.Config{Route: "hedge@file", Upstreams: []config.UpstreamConfig{{URL: "http://127.0.0.1:9001"}}}.WithDefaults()
 	if !reflect.DeepEqual(got.WithDefaults(), want) {
 		t.Fatalf("defaults differ: %s", firstDifference(got.WithDefaults(), want))
 	}
@@ -77,19 +77,19 @@ func TestEveryOptionReachesTheEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := core.Config{
+	want := config.Config{
 		Route: "r",
-		Upstreams: []core.UpstreamConfig{{Name: "a", URL: "http://a:1/v1", SetHeaders: map[string]string{"Authorization": "Bearer k"},
+		Upstreams: []config.UpstreamConfig{{Name: "a", URL: "http://a:1/v1", SetHeaders: map[string]string{"Authorization": "Bearer k"},
 			DeleteHeaders: []string{"Cookie"}, Model: "m2"}},
-		Delay: core.DelayConfig{Mode: "adaptive", Fixed: core.Duration(250 * time.Millisecond), Quantile: 0.9, Min: core.Duration(10 * time.Millisecond),
-			Max: core.Duration(2 * time.Second), Window: 500, MinSamples: 20},
-		MaxAttempts: 3, Timeout: core.Duration(30 * time.Second), MinTimeLeft: core.Duration(time.Second), MaxBody: 1 << 20, MaxPrefix: 4096, MaxLine: 2048,
+		Delay: config.DelayConfig{Mode: "adaptive", Fixed: config.Duration(250 * time.Millisecond), Quantile: 0.9, Min: config.Duration(10 * time.Millisecond),
+			Max: config.Duration(2 * time.Second), Window: 500, MinSamples: 20},
+		MaxAttempts: 3, Timeout: config.Duration(30 * time.Second), MinTimeLeft: config.Duration(time.Second), MaxBody: 1 << 20, MaxPrefix: 4096, MaxLine: 2048,
 		Methods: []string{"POST", "PUT"}, PathPrefixes: []string{"/v1/"}, FirstEvent: "openai-chat",
-		Idempotency: core.IdempotencyConfig{Header: "X-Key", TTL: -1, MaxEntries: 5, MaxBytes: 6000, MaxResponseBytes: 7000,
+		Idempotency: config.IdempotencyConfig{Header: "X-Key", TTL: -1, MaxEntries: 5, MaxBytes: 6000, MaxResponseBytes: 7000,
 			ScopeHeaders: []string{"Authorization", "X-User"}},
-		Budget: core.BudgetConfig{Ratio: 0.2, Burst: 3, MaxConcurrentHedges: 4, CoolDown: core.Duration(2 * time.Second),
-			MaxCoolDown: core.Duration(20 * time.Second), OverloadRate: 0.5, OverloadWindow: 50, BreakerFailures: 7,
-			BreakerOpen: core.Duration(30 * time.Second), TenantHeader: "X-Tenant", TenantTokensPerMinute: 1000},
+		Budget: config.BudgetConfig{Ratio: 0.2, Burst: 3, MaxConcurrentHedges: 4, CoolDown: config.Duration(2 * time.Second),
+			MaxCoolDown: config.Duration(20 * time.Second), OverloadRate: 0.5, OverloadWindow: 50, BreakerFailures: 7,
+			BreakerOpen: config.Duration(30 * time.Second), TenantHeader: "X-Tenant", TenantTokensPerMinute: 1000},
 		ReportHeader: "Server-Timing", StreamErrorEvent: true,
 	}
 	if !reflect.DeepEqual(got, want) {

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/resp"
 )
@@ -37,16 +39,16 @@ func newFleetRegistry() *fleetRegistry {
 // clientKey identifies a Redis connection: the URL (password included: it
 // stays in memory, never in a log), the password variable and the bound of
 // the blocking reads' pool (max_followers).
-func clientKey(cfg core.FleetConfig) string {
+func clientKey(cfg config.FleetConfig) string {
 	return cfg.URL + "\x00" + cfg.PasswordEnv + "\x00" + strconv.Itoa(cfg.WithDefaults().MaxFollowers)
 }
 
 // fleetKey identifies a fleet: its connection and the protocol's settings.
-func fleetKey(cfg core.FleetConfig) string { return cfg.Key() }
+func fleetKey(cfg config.FleetConfig) string { return cfg.Key() }
 
 // checkFleet reports what would keep the fleet's client from being made
 // (an unset password variable), for New. It creates nothing that lasts.
-func checkFleet(cfg core.FleetConfig) error {
+func checkFleet(cfg config.FleetConfig) error {
 	if !cfg.Enabled() {
 		return nil
 	}
@@ -57,14 +59,14 @@ func checkFleet(cfg core.FleetConfig) error {
 // fleetClientOptions are the Redis client's options: the URL, the password
 // variable, and as many connections for blocking reads as the fleet lets
 // requests follow at once (max_followers).
-func fleetClientOptions(cfg core.FleetConfig) resp.Options {
+func fleetClientOptions(cfg config.FleetConfig) resp.Options {
 	return resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv, MaxBlocking: cfg.WithDefaults().MaxFollowers}
 }
 
 // fleetFor returns the fleet of cfg (defaults applied), making it and its
 // client on first use. Fleet state changes are logged to logOut (nil: not
 // logged) of the handler that made it, and counted in sharedMetrics.
-func fleetFor(g *fleetRegistry, cfg core.FleetConfig, logOut io.Writer) (*core.Fleet, error) {
+func fleetFor(g *fleetRegistry, cfg config.FleetConfig, logOut io.Writer) (*core.Fleet, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	key := fleetKey(cfg)

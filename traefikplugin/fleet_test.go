@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
 )
@@ -239,10 +240,10 @@ func TestFleetPasswordFromAnUnsetVariableFailsNew(t *testing.T) {
 // fleet.maxFollowers sizes the blocking reads' pool (its default too); each
 // value is a client of its own (the pool's bound is the client's).
 func TestFleetMaxFollowersSizesTheBlockingPool(t *testing.T) {
-	if got := fleetClientOptions(core.FleetConfig{URL: "redis://h:1/0", MaxFollowers: 7}).MaxBlocking; got != 7 {
+	if got := fleetClientOptions(config.FleetConfig{URL: "redis://h:1/0", MaxFollowers: 7}).MaxBlocking; got != 7 {
 		t.Fatalf("client options' MaxBlocking = %d, want 7 (fleet.maxFollowers)", got)
 	}
-	if got := fleetClientOptions(core.FleetConfig{URL: "redis://h:1/0"}).MaxBlocking; got != 512 {
+	if got := fleetClientOptions(config.FleetConfig{URL: "redis://h:1/0"}).MaxBlocking; got != 512 {
 		t.Fatalf("client options' MaxBlocking = %d, want 512 (fleet.maxFollowers' default)", got)
 	}
 	srv := redisproc.Start(t, redisproc.Options{})

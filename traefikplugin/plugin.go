@@ -20,6 +20,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -27,7 +29,7 @@ import (
 type Hedge struct {
 	name        string
 	next        http.Handler
-	cfg         core.Config
+	cfg         config.Config
 	passThrough bool
 	logOut      io.Writer // nil: no log lines
 	metricsPath string    // "": no metrics (see metrics.go)

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -124,7 +126,7 @@ func sweepFromRequest(g *registry) {
 // pluginTransport is the plugin's transport: core's defaults, and the
 // proxy of the environment (HTTP_PROXY, HTTPS_PROXY, NO_PROXY), as Traefik
 // itself honours it.
-var pluginTransport = core.TransportConfig{ProxyFromEnvironment: true}
+var pluginTransport = config.TransportConfig{ProxyFromEnvironment: true}
 
 // roundTripperLocked returns the plugin's own transport, created on first
 // use. Hedged attempts never go through Traefik's `next` handler, which

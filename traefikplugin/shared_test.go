@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -304,7 +306,7 @@ func TestPluginTransportIsCoresDefault(t *testing.T) {
 	if !ok {
 		t.Fatalf("transport is %T, want *http.Transport", rt)
 	}
-	defaults := core.TransportConfig{}.WithDefaults()
+	defaults := config.TransportConfig{}.WithDefaults()
 	if tr.MaxIdleConnsPerHost != defaults.MaxIdleConnsPerHost {
 		t.Errorf("MaxIdleConnsPerHost = %d, want core's %d", tr.MaxIdleConnsPerHost, defaults.MaxIdleConnsPerHost)
 	}

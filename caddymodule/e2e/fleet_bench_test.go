@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
@@ -126,7 +128,7 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 2 * time.Millisecond, PingEvery: 10 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	rc, err := fleetredis.New(core.FleetConfig{URL: r.Redis.URL()})
+	rc, err := fleetredis.New(config.FleetConfig{URL: r.Redis.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}

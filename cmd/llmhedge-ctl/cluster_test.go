@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -94,8 +96,8 @@ func clusterReplica(t *testing.T, url, route string) (*core.Hedger, *core.Fleet)
 		io.WriteString(w, `{"choices":[{"message":{"content":"hi"}}]}`)
 	}))
 	t.Cleanup(up.Close)
-	cfg := core.Config{Route: route, Upstreams: []core.UpstreamConfig{{Name: "A", URL: up.URL}},
-		Fleet: core.FleetConfig{URL: url, Timeout: core.Duration(2 * time.Second)}}
+	cfg := config.Config{Route: route, Upstreams: []config.UpstreamConfig{{Name: "A", URL: up.URL}},
+		Fleet: config.FleetConfig{URL: url, Timeout: config.Duration(2 * time.Second)}}
 	client, err := fleetredis.New(cfg.Fleet)
 	if err != nil {
 		t.Fatal(err)

@@ -48,6 +48,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/redis/go-redis/v9"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -268,14 +270,14 @@ func dial(o options) (*fleet, error) {
 			return nil, usagef("-cacert %s: no PEM certificate", o.caCert)
 		}
 	}
-	addr, err := core.ParseRedisURL(o.fleet, o.passwordEnv)
+	addr, err := config.ParseRedisURL(o.fleet, o.passwordEnv)
 	if err != nil {
 		return nil, usagef("-fleet: %v", err)
 	}
 	if addr.Cluster {
 		return dialCluster(o, addr, roots), nil
 	}
-	opts, name, err := fleetredis.Options(core.FleetConfig{URL: o.fleet, PasswordEnv: o.passwordEnv}, roots)
+	opts, name, err := fleetredis.Options(config.FleetConfig{URL: o.fleet, PasswordEnv: o.passwordEnv}, roots)
 	if err != nil {
 		return nil, usagef("-fleet: %v", err)
 	}
@@ -293,7 +295,7 @@ func dial(o options) (*fleet, error) {
 // dialCluster is dial for a Redis Cluster: a cluster client over the URL's
 // nodes (it follows MOVED and ASK), a connection per node on demand,
 // bounded by the command's deadline.
-func dialCluster(o options, addr core.RedisAddress, roots *x509.CertPool) *fleet {
+func dialCluster(o options, addr config.RedisAddress, roots *x509.CertPool) *fleet {
 	opts := &redis.ClusterOptions{
 		Addrs:           addr.Hosts,
 		Username:        addr.Username,

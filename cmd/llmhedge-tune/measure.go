@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -188,7 +190,7 @@ func timeResponse(client *http.Client, req *http.Request, start time.Time, key s
 		return s
 	}
 	s.Billed = true
-	detector, streaming := core.NewEventDetector(resp.Header.Get("Content-Type"), core.RuleAuto)
+	detector, streaming := core.NewEventDetector(resp.Header.Get("Content-Type"), config.RuleAuto)
 	tokens := &tokenCounter{stream: streaming, in: -1, out: -1}
 	defer func() { tokens.into(&s) }()
 	buf := make([]byte, 32<<10)

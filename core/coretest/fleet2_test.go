@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"go.uber.org/goleak"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -327,26 +329,26 @@ func (l *lineLog) count(sub string) int {
 }
 
 // fleet2Config is a route over A then B that hedges after 2ms.
-func fleet2Config(redisURL string, ups *twoUpstreams) core.Config {
-	return core.Config{
+func fleet2Config(redisURL string, ups *twoUpstreams) config.Config {
+	return config.Config{
 		Route:       "fleet",
-		Upstreams:   []core.UpstreamConfig{{Name: "A", URL: ups.a.URL}, {Name: "B", URL: ups.b.URL}},
-		Delay:       core.DelayConfig{Fixed: core.Duration(2 * time.Millisecond)},
+		Upstreams:   []config.UpstreamConfig{{Name: "A", URL: ups.a.URL}, {Name: "B", URL: ups.b.URL}},
+		Delay:       config.DelayConfig{Fixed: config.Duration(2 * time.Millisecond)},
 		MaxAttempts: 2,
-		Fleet:       core.FleetConfig{URL: redisURL, Timeout: core.Duration(2 * time.Second)},
+		Fleet:       config.FleetConfig{URL: redisURL, Timeout: config.Duration(2 * time.Second)},
 	}
 }
 
 // newMember makes a replica for cfg (cfg.Fleet.URL empty: no fleet) on
 // clock (nil: a steppedClock of its own).
-func newMember(t *testing.T, cfg core.Config, clock core.Clock, state *core.State) *member {
+func newMember(t *testing.T, cfg config.Config, clock core.Clock, state *core.State) *member {
 	t.Helper()
 	return newMemberClocks(t, cfg, clock, nil, state)
 }
 
 // newMemberClocks is newMember with the hedger's clock too (nil:
 // hedgeAtOnce): a replica whose clock is off.
-func newMemberClocks(t *testing.T, cfg core.Config, clock, hedgerClock core.Clock, state *core.State) *member {
+func newMemberClocks(t *testing.T, cfg config.Config, clock, hedgerClock core.Clock, state *core.State) *member {
 	t.Helper()
 	m := &member{sink: newFleetSink(), reports: &reportLog{denials: map[string]int{}}, logs: &lineLog{}}
 	if clock == nil {
@@ -415,9 +417,9 @@ func TestFleetBudgetBoundAcrossReplicas(t *testing.T) {
 	const ratio, burst = 0.05, 5
 	run := func(fleet bool) int {
 		cfg := fleet2Config(redis.URL(), ups)
-		cfg.Budget = core.BudgetConfig{Ratio: ratio, Burst: burst, MaxConcurrentHedges: -1}
+		cfg.Budget = config.BudgetConfig{Ratio: ratio, Burst: burst, MaxConcurrentHedges: -1}
 		if !fleet {
-			cfg.Fleet = core.FleetConfig{}
+			cfg.Fleet = config.FleetConfig{}
 		}
 		members := make([]*member, replicas)
 		for i := range members {
@@ -494,8 +496,8 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(delay)}
-	cfg.Budget = core.BudgetConfig{Ratio: 0.1, Burst: 10}
+	cfg.Delay = config.DelayConfig{Fixed: config.Duration(delay)}
+	cfg.Budget = config.BudgetConfig{Ratio: 0.1, Burst: 10}
 	members := make([]*member, replicas)
 	for i := range members {
 		members[i] = newMemberClocks(t, cfg, nil, clocks[i], nil)
@@ -550,7 +552,7 @@ func tooManyOnXFail(n int64, w http.ResponseWriter, r *http.Request) bool {
 // answering a request with X-Fail 429 Retry-After: 5. Its members (see
 // noHedgeMember) never hedge: the first attempt's upstream is the routing's
 // choice alone.
-func coolDownFleet(t *testing.T) (*redisproc.Server, *twoUpstreams, core.Config) {
+func coolDownFleet(t *testing.T) (*redisproc.Server, *twoUpstreams, config.Config) {
 	t.Helper()
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, tooManyOnXFail)
@@ -560,7 +562,7 @@ func coolDownFleet(t *testing.T) (*redisproc.Server, *twoUpstreams, core.Config)
 
 // noHedgeMember is newMember whose hedge timer never passes (heldHedge,
 // never fired): a failing A is always seen, never lost to a hedge.
-func noHedgeMember(t *testing.T, cfg core.Config, clock core.Clock) *member {
+func noHedgeMember(t *testing.T, cfg config.Config, clock core.Clock) *member {
 	t.Helper()
 	return newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 }
@@ -593,7 +595,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 // and replica 2 then avoids A.
 func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 	redis, _, cfg := coolDownFleet(t)
-	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
+	cfg.Fleet.Timeout = config.Duration(100 * time.Millisecond)
 	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r1.do(t, nil)
 	r2.do(t, nil) // both attached, and A is fine
@@ -625,7 +627,7 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 // since, replica 2 avoids A.
 func TestFleetCoolDownThroughTheLoops(t *testing.T) {
 	_, _, cfg := coolDownFleet(t)
-	cfg.Fleet.Timeout = core.Duration(200 * time.Millisecond)
+	cfg.Fleet.Timeout = config.Duration(200 * time.Millisecond)
 	r1, r2 := noHedgeMember(t, cfg, core.SystemClock{}), noHedgeMember(t, cfg, core.SystemClock{})
 	synced := make(chan struct{}, 1)
 	r2.fleet.SetSyncHook(func() {
@@ -774,7 +776,7 @@ func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Delay = core.DelayConfig{Fixed: core.Duration(time.Hour)}
+	cfg.Delay = config.DelayConfig{Fixed: config.Duration(time.Hour)}
 	r1 := newMember(t, cfg, nil, nil)
 	redisDo(t, redis, "SET", core.FleetSwitchKey("llmhedge:", core.SwitchAllRoutes), core.EncodeSwitch(core.Switch{Delay: 5 * time.Millisecond}))
 	r1.do(t, nil) // attaches: the first sync reads the switch
@@ -786,8 +788,8 @@ func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
 	}
 
 	noFleet := cfg
-	noFleet.Fleet = core.FleetConfig{}
-	noFleet.Delay = core.DelayConfig{Fixed: core.Duration(2 * time.Millisecond)}
+	noFleet.Fleet = config.FleetConfig{}
+	noFleet.Delay = config.DelayConfig{Fixed: config.Duration(2 * time.Millisecond)}
 	local := newMember(t, noFleet, nil, nil)
 	core.SetProcessSwitch("fleet", core.Switch{Paused: true})
 	t.Cleanup(func() { core.SetProcessSwitch("fleet", core.Switch{}) })
@@ -818,7 +820,7 @@ func TestFleetSpendCap(t *testing.T) {
 	perHedge := int64(len(chatBody) / 4)
 	const capHedges = 10
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2, PromptUSDPerMillion: 2}
+	cfg.Budget = config.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2, PromptUSDPerMillion: 2}
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	alternate(t, 3*capHedges, nil, r1, r2)
 	h1, d1 := r1.reports.snapshot()
@@ -857,7 +859,7 @@ func TestFleetSpendCap(t *testing.T) {
 
 	// Without a fleet the cap is this replica's.
 	noFleet := cfg
-	noFleet.Fleet = core.FleetConfig{}
+	noFleet.Fleet = config.FleetConfig{}
 	local := newMember(t, noFleet, nil, nil)
 	for i := 0; i <= capHedges; i++ {
 		local.do(t, nil)
@@ -874,7 +876,7 @@ func TestFleetTenantCap(t *testing.T) {
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
 	perHedge := int64(len(chatBody) / 4)
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{Ratio: -1, TenantHeader: "X-Tenant", TenantTokensPerMinute: 2*perHedge + perHedge/2}
+	cfg.Budget = config.BudgetConfig{Ratio: -1, TenantHeader: "X-Tenant", TenantTokensPerMinute: 2*perHedge + perHedge/2}
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	tenant := map[string]string{"X-Tenant": "acme"}
 	r1.do(t, tenant)
@@ -912,8 +914,8 @@ func TestFleetHedgeCapShared(t *testing.T) {
 		<-r.Context().Done()
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{MaxConcurrentHedges: 2}
-	cfg.Timeout = core.Duration(time.Second)
+	cfg.Budget = config.BudgetConfig{MaxConcurrentHedges: 2}
+	cfg.Timeout = config.Duration(time.Second)
 	clock := &steppedClock{}
 	r1, r2 := newMember(t, cfg, clock, nil), newMember(t, cfg, clock, nil)
 	r1.fleet.SyncNow()
@@ -992,8 +994,8 @@ func TestFleetRedisAwayUsesLocalBudget(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Fleet.Timeout = core.Duration(100 * time.Millisecond)
-	cfg.Budget = core.BudgetConfig{Ratio: 0.5, Burst: 2}
+	cfg.Fleet.Timeout = config.Duration(100 * time.Millisecond)
+	cfg.Budget = config.BudgetConfig{Ratio: 0.5, Burst: 2}
 	r1 := newMember(t, cfg, nil, nil)
 	r1.do(t, nil)
 	redis.Pause()
@@ -1134,7 +1136,7 @@ func TestFleetCloseLeavesNoGoroutine(t *testing.T) {
 	ups := newTwoUpstreams(t, nil)
 	ignore := goleak.IgnoreCurrent()
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Fleet.SyncInterval = core.Duration(10 * time.Millisecond)
+	cfg.Fleet.SyncInterval = config.Duration(10 * time.Millisecond)
 	client, err := fleetredis.New(cfg.Fleet)
 	if err != nil {
 		t.Fatal(err)
@@ -1179,7 +1181,7 @@ func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
 		return false
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{BreakerFailures: 1, BreakerOpen: core.Duration(time.Minute)}
+	cfg.Budget = config.BudgetConfig{BreakerFailures: 1, BreakerOpen: config.Duration(time.Minute)}
 	r1, r2 := noHedgeMember(t, cfg, nil), noHedgeMember(t, cfg, nil)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "A" {
@@ -1222,7 +1224,7 @@ func TestFleetOverloadReachesOtherReplicas(t *testing.T) {
 		}
 	})
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{CoolDown: core.Duration(time.Millisecond), MaxCoolDown: core.Duration(time.Millisecond),
+	cfg.Budget = config.BudgetConfig{CoolDown: config.Duration(time.Millisecond), MaxCoolDown: config.Duration(time.Millisecond),
 		OverloadWindow: 2, BreakerFailures: 100}
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	r2.do(t, nil)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -50,7 +52,7 @@ func TestFleetClusterRouteSync(t *testing.T) {
 	for _, route := range routes {
 		cfg := fleet2Config(cl.URL(), ups)
 		cfg.Route = route
-		cfg.Budget = core.BudgetConfig{Ratio: 0.5, Burst: 4, SpendCapTokensPerHour: 100 * perHedge,
+		cfg.Budget = config.BudgetConfig{Ratio: 0.5, Burst: 4, SpendCapTokensPerHour: 100 * perHedge,
 			TenantHeader: "X-Tenant", TenantTokensPerMinute: 100 * perHedge}
 		pair := [2]*member{newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)}
 		members[route] = pair

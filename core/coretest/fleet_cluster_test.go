@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -194,11 +196,11 @@ func TestFleetClusterFailoverUnderKeyedLoad(t *testing.T) {
 	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
 	const events = 20
 	up := newPacedUpstream(t, events)
-	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), "go-redis", func(cfg *core.Config) {
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), "go-redis", func(cfg *config.Config) {
 		cfg.Upstreams[0].URL = up.srv.URL
 	})
 	a, b := rig.replicas[0], rig.replicas[1]
-	cfg := core.FleetConfig{Lease: core.Duration(300 * time.Millisecond)}.WithDefaults()
+	cfg := config.FleetConfig{Lease: config.Duration(300 * time.Millisecond)}.WithDefaults()
 	block := time.Duration(cfg.Lease) / 2
 	perOp := time.Duration(cfg.Timeout) + 2*block
 

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -36,7 +38,7 @@ func TestFleetNoScriptIsNoOperationError(t *testing.T) {
 
 // syncedReplica is a replica of fleet2Config on a steppedClock that has
 // served one request and synced.
-func syncedReplica(t *testing.T) (*redisproc.Server, core.Config, *steppedClock, *member) {
+func syncedReplica(t *testing.T) (*redisproc.Server, config.Config, *steppedClock, *member) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	cfg := fleet2Config(redis.URL(), newTwoUpstreams(t, nil))
 	clock := &steppedClock{}

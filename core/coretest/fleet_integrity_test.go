@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -173,7 +175,7 @@ func waitEntries(t *testing.T, rig *fleetRig, n int64) string {
 // never share an answer.
 func TestFleetRoutesDoNotShareAnswers(t *testing.T) {
 	n := 0
-	rig := newFleetRig(t, 2, func(cfg *core.Config) {
+	rig := newFleetRig(t, 2, func(cfg *config.Config) {
 		cfg.Route = []string{"gpt", "claude"}[n]
 		n++
 	})
@@ -251,17 +253,17 @@ func TestFleetStoreHoldsAnswersOnceWithinItsBudget(t *testing.T) {
 	if os.Getenv("LLMHEDGE_FLEET_MEMORY") == "full" {
 		answers, eventSize, budget = 400, 64<<10, 16<<20 // 1 MiB answers
 	}
-	rig := newFleetRig(t, 1, func(cfg *core.Config) {
-		cfg.Idempotency.MaxBytes = core.ByteSize(budget)
-		cfg.Idempotency.MaxBytesPerCaller = core.ByteSize(budget)
+	rig := newFleetRig(t, 1, func(cfg *config.Config) {
+		cfg.Idempotency.MaxBytes = config.ByteSize(budget)
+		cfg.Idempotency.MaxBytesPerCaller = config.ByteSize(budget)
 		cfg.Idempotency.MaxResponseBytes = 2 << 20
 		// About memory, not Redis faults: an end that timed out would
 		// leave its stream for the in-flight linger.
-		cfg.Fleet.Timeout = core.Duration(5 * time.Second)
+		cfg.Fleet.Timeout = config.Duration(5 * time.Second)
 		// wall clock: Redis expires a lease in real time (no clock to
 		// inject there); nor takeovers: the rig's 300ms lease ran out
 		// while a loaded machine delayed a renewal (an answer cut).
-		cfg.Fleet.Lease = core.Duration(time.Minute)
+		cfg.Fleet.Lease = config.Duration(time.Minute)
 	})
 	rig.upstream.mu.Lock()
 	rig.upstream.events, rig.upstream.size = 16, eventSize
@@ -332,7 +334,7 @@ func TestFleetFollowerStorm(t *testing.T) {
 			// takeover tests). A loaded machine may starve a leader past
 			// its lease or time a claim out: the judge below tells those
 			// events (Redis' own expiries, failed operations) apart.
-			rig := newFleetRigClient(t, 3, client, func(cfg *core.Config) { cfg.Fleet.Lease = 0 })
+			rig := newFleetRigClient(t, 3, client, func(cfg *config.Config) { cfg.Fleet.Lease = 0 })
 			expiries := watchExpiries(t, rig.redis)
 			a, b, c := rig.replicas[0], rig.replicas[1], rig.replicas[2]
 			release := rig.upstream.holdAll()
@@ -566,7 +568,7 @@ func TestFleetUncertainLeaderWithRedisAnsweringRetries(t *testing.T) {
 // clock never fires a timer, so its first renewal is the one its commit
 // sends.
 func TestFleetUncertainLeaderDoesNotAdoptBesideAnEndedGeneration(t *testing.T) {
-	rig := newFleetRigClocks(t, []core.Clock{frozenClock(), nil}, func(cfg *core.Config) { cfg.Idempotency.MaxBytes, cfg.Idempotency.MaxBytesPerCaller = 64, 64 })
+	rig := newFleetRigClocks(t, []core.Clock{frozenClock(), nil}, func(cfg *config.Config) { cfg.Idempotency.MaxBytes, cfg.Idempotency.MaxBytesPerCaller = 64, 64 })
 	a, b := rig.replicas[0], rig.replicas[1]
 	releaseB := rig.upstream.holdGen("t4", 1, true)
 	defer releaseB()

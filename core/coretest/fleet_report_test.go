@@ -3,13 +3,13 @@ package coretest
 import (
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // A follower on another replica and a replay from the fleet made no
 // attempts, and their report header says so, not the leader's race.
 func TestFleetReportHeaders(t *testing.T) {
-	rig := newFleetRig(t, 3, func(c *core.Config) { c.ReportHeader = "Server-Timing" })
+	rig := newFleetRig(t, 3, func(c *config.Config) { c.ReportHeader = "Server-Timing" })
 	a, b, c := rig.replicas[0], rig.replicas[1], rig.replicas[2]
 	release := rig.upstream.hold("k-report", true)
 	first := a.sendAsync(t, "k-report", "alice", chatBody)

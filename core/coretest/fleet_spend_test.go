@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
@@ -25,7 +27,7 @@ func TestFleetSpendCapBurstAcrossReplicas(t *testing.T) {
 	const replicas, perReplica, workers, capHedges = 4, 40, 4, 10
 	limit := capHedges*perHedge + perHedge/2
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{Ratio: -1, MaxConcurrentHedges: -1, SpendCapTokensPerHour: limit}
+	cfg.Budget = config.BudgetConfig{Ratio: -1, MaxConcurrentHedges: -1, SpendCapTokensPerHour: limit}
 	members := make([]*member, replicas)
 	for i := range members {
 		members[i] = newMember(t, cfg, nil, nil)
@@ -107,7 +109,7 @@ func TestFleetCapsCountOnRedisClock(t *testing.T) {
 	ahead := &steppedClock{}
 	ahead.advance(time.Hour)
 	const capHedges = 4
-	run := func(route string, budget core.BudgetConfig, hdr map[string]string) (int, int) {
+	run := func(route string, budget config.BudgetConfig, hdr map[string]string) (int, int) {
 		cfg := fleet2Config(redis.URL(), ups)
 		cfg.Route = route
 		cfg.Budget = budget
@@ -131,7 +133,7 @@ func TestFleetCapsCountOnRedisClock(t *testing.T) {
 		return n
 	}
 
-	ha, hb := run("spend", core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2}, nil)
+	ha, hb := run("spend", config.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2}, nil)
 	hour := redisNow().Unix() / 3600
 	keys := redisArray(t, redis, "KEYS", "llmhedge:{r:spend}:spend:*")
 	if len(keys) == 0 || len(keys) > 2 {
@@ -150,7 +152,7 @@ func TestFleetCapsCountOnRedisClock(t *testing.T) {
 		t.Errorf("replica B (an hour ahead) hedged %d times, want its share", hb)
 	}
 
-	ha, hb = run("tenant", core.BudgetConfig{Ratio: -1, TenantHeader: "X-Tenant", TenantTokensPerMinute: capHedges*perHedge + perHedge/2},
+	ha, hb = run("tenant", config.BudgetConfig{Ratio: -1, TenantHeader: "X-Tenant", TenantTokensPerMinute: capHedges*perHedge + perHedge/2},
 		map[string]string{"X-Tenant": "acme"})
 	minute := redisNow().Unix() / 60
 	keys = redisArray(t, redis, "KEYS", "llmhedge:{r:tenant}:tenant:*")
@@ -183,7 +185,7 @@ func TestFleetSpendCapAfterRedisLostTheKey(t *testing.T) {
 	perHedge := int64(len(chatBody) / 4)
 	const capHedges, replicas = 10, 2
 	cfg := fleet2Config(redis.URL(), ups)
-	cfg.Budget = core.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2}
+	cfg.Budget = config.BudgetConfig{Ratio: -1, SpendCapTokensPerHour: capHedges*perHedge + perHedge/2}
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	alternate(t, 3*capHedges, nil, r1, r2)
 	h1, _ := r1.reports.snapshot()

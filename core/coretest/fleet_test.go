@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
@@ -334,24 +336,24 @@ type fleetRig struct {
 	replicas []*replica
 }
 
-func newFleetRig(t *testing.T, n int, tune func(*core.Config)) *fleetRig {
+func newFleetRig(t *testing.T, n int, tune func(*config.Config)) *fleetRig {
 	return newFleetRigClocks(t, make([]core.Clock, n), tune)
 }
 
 // newFleetRigClocks is newFleetRig with replica i on clocks[i] (nil: the
 // system clock).
-func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*core.Config)) *fleetRig {
+func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*config.Config)) *fleetRig {
 	return newFleetRigWith(t, clocks, "go-redis", tune)
 }
 
 // newFleetRigClient is newFleetRig with replicas on the Redis client the
 // Caddy module and the Envoy server use ("go-redis": fleetredis) or the
 // Traefik plugin's ("resp").
-func newFleetRigClient(t *testing.T, n int, client string, tune func(*core.Config)) *fleetRig {
+func newFleetRigClient(t *testing.T, n int, client string, tune func(*config.Config)) *fleetRig {
 	return newFleetRigWith(t, make([]core.Clock, n), client, tune)
 }
 
-func newFleetRigWith(t *testing.T, clocks []core.Clock, clientKind string, tune func(*core.Config)) *fleetRig {
+func newFleetRigWith(t *testing.T, clocks []core.Clock, clientKind string, tune func(*config.Config)) *fleetRig {
 	srv := redisproc.Start(t, redisproc.Options{})
 	rig := newFleetRigOn(t, srv.URL(), clocks, clientKind, tune)
 	rig.redis = srv
@@ -359,14 +361,14 @@ func newFleetRigWith(t *testing.T, clocks []core.Clock, clientKind string, tune 
 }
 
 // newFleetRigOn is newFleetRigClocks on the Redis at url (rig.redis nil).
-func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, clientKind string, tune func(*core.Config)) *fleetRig {
+func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, clientKind string, tune func(*config.Config)) *fleetRig {
 	rig := &fleetRig{upstream: newGatedUpstream(t)}
 	for i := range clocks {
-		cfg := core.Config{
+		cfg := config.Config{
 			Route:       "fleet",
-			Upstreams:   []core.UpstreamConfig{{Name: "up", URL: rig.upstream.srv.URL}},
+			Upstreams:   []config.UpstreamConfig{{Name: "up", URL: rig.upstream.srv.URL}},
 			MaxAttempts: 1,
-			Fleet:       core.FleetConfig{URL: url, Lease: core.Duration(300 * time.Millisecond), RetryInterval: core.Duration(100 * time.Millisecond)},
+			Fleet:       config.FleetConfig{URL: url, Lease: config.Duration(300 * time.Millisecond), RetryInterval: config.Duration(100 * time.Millisecond)},
 		}
 		if tune != nil {
 			tune(&cfg)
@@ -407,7 +409,7 @@ type closingClient interface {
 
 // newRedisClient makes a replica's Redis client of the kind an adapter
 // uses, sized as the adapter sizes it.
-func newRedisClient(kind string, cfg core.FleetConfig) (closingClient, error) {
+func newRedisClient(kind string, cfg config.FleetConfig) (closingClient, error) {
 	if kind == "resp" {
 		return resp.New(resp.Options{URL: cfg.URL, PasswordEnv: cfg.PasswordEnv, MaxBlocking: cfg.WithDefaults().MaxFollowers})
 	}
@@ -733,7 +735,7 @@ func TestFleetRedisPausedIsBounded(t *testing.T) {
 // max_response_bytes (an answer beyond it is cut for followers and not
 // stored).
 func TestFleetKeysExpireAndStreamsAreCapped(t *testing.T) {
-	rig := newFleetRig(t, 2, func(c *core.Config) { c.Idempotency.MaxResponseBytes = 4096 })
+	rig := newFleetRig(t, 2, func(c *config.Config) { c.Idempotency.MaxResponseBytes = 4096 })
 	a, b := rig.replicas[0], rig.replicas[1]
 	a.send(t, "small", "alice", chatBody)
 	rig.upstream.mu.Lock()
@@ -794,7 +796,7 @@ func TestFleetSimultaneousClaims(t *testing.T) {
 	// there). The test is about claims, not takeovers: a lease of a minute
 	// does not run out while a loaded machine delays a renewal, as the
 	// rig's 300ms one did (a second generation).
-	rig := newFleetRig(t, 4, func(cfg *core.Config) { cfg.Fleet.Lease = core.Duration(time.Minute) })
+	rig := newFleetRig(t, 4, func(cfg *config.Config) { cfg.Fleet.Lease = config.Duration(time.Minute) })
 	for round := 0; round < 10; round++ {
 		key := "same" + strconv.Itoa(round)
 		var wg sync.WaitGroup
@@ -832,7 +834,7 @@ func drain(ch chan struct{}) {
 
 func redisDo(t *testing.T, srv *redisproc.Server, args ...string) core.RedisValue {
 	t.Helper()
-	c, err := fleetredis.New(core.FleetConfig{URL: srv.URL()})
+	c, err := fleetredis.New(config.FleetConfig{URL: srv.URL()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -942,7 +944,7 @@ func TestFleetBenchMemory(t *testing.T) {
 	if os.Getenv("LLMHEDGE_FLEET_BENCH") != "1" {
 		t.Skip("fleet benchmark: set LLMHEDGE_FLEET_BENCH=1")
 	}
-	rig := newFleetRig(t, 1, func(c *core.Config) { c.Fleet.Lease = core.Duration(10 * time.Second) })
+	rig := newFleetRig(t, 1, func(c *config.Config) { c.Fleet.Lease = config.Duration(10 * time.Second) })
 	a := rig.replicas[0]
 	rig.upstream.mu.Lock()
 	rig.upstream.events = 50

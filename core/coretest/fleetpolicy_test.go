@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
@@ -40,7 +42,7 @@ func (s *evictionSink) String() string {
 func evictionFleet(t *testing.T, args ...string) (*evictionSink, *lineLog, string) {
 	t.Helper()
 	redis := redisproc.Start(t, redisproc.Options{Args: args})
-	cfg := core.FleetConfig{URL: redis.URL()}
+	cfg := config.FleetConfig{URL: redis.URL()}
 	client, err := fleetredis.New(cfg)
 	if err != nil {
 		t.Fatal(err)

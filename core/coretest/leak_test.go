@@ -12,9 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"go.uber.org/goleak"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
 
@@ -48,8 +49,8 @@ func TestNoLeaksUnderFaults(t *testing.T) {
 	}
 	ignore := goleak.IgnoreCurrent()
 	w := llmsim.Reference(7, 0.02)
-	cfg := core.Config{Delay: core.DelayConfig{Fixed: core.Duration(30 * time.Millisecond)}, Timeout: core.Duration(5 * time.Second),
-		Budget: core.BudgetConfig{Ratio: -1, CoolDown: core.Duration(time.Millisecond), MaxCoolDown: core.Duration(time.Millisecond), BreakerFailures: 1 << 20, OverloadRate: 1}}
+	cfg := config.Config{Delay: config.DelayConfig{Fixed: config.Duration(30 * time.Millisecond)}, Timeout: config.Duration(5 * time.Second),
+		Budget: config.BudgetConfig{Ratio: -1, CoolDown: config.Duration(time.Millisecond), MaxCoolDown: config.Duration(time.Millisecond), BreakerFailures: 1 << 20, OverloadRate: 1}}
 	r := newRig(t, w, cfg)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	const n, conc = 2000, 20

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/internal/stats"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/refload"
 )
@@ -41,11 +42,11 @@ func TestReferenceWorkload(t *testing.T) {
 
 	variants := []struct {
 		name string
-		cfg  core.Config
+		cfg  config.Config
 	}{
-		{"no hedge (measured)", core.Config{MaxAttempts: 1}},
-		{"core fixed p95", core.Config{Delay: core.DelayConfig{Fixed: core.Duration(p95)}}},
-		{"core adaptive", core.Config{Delay: core.DelayConfig{Mode: core.DelayAdaptive, Fixed: core.Duration(2 * p95), Min: core.Duration(time.Millisecond), MinSamples: 50}}},
+		{"no hedge (measured)", config.Config{MaxAttempts: 1}},
+		{"core fixed p95", config.Config{Delay: config.DelayConfig{Fixed: config.Duration(p95)}}},
+		{"core adaptive", config.Config{Delay: config.DelayConfig{Mode: config.DelayAdaptive, Fixed: config.Duration(2 * p95), Min: config.Duration(time.Millisecond), MinSamples: 50}}},
 	}
 	peers := refload.ComputePeers(w, "A", "B", ids(n), p95)
 	idealP99 := stats.Summarize(peers.Ideal).P99

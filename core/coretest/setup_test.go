@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
@@ -24,11 +26,11 @@ type rig struct {
 	close    func() // idempotent
 }
 
-func newRig(t testing.TB, w llmsim.Workload, cfg core.Config) *rig {
+func newRig(t testing.TB, w llmsim.Workload, cfg config.Config) *rig {
 	r := &rig{workload: w, commits: make(map[string]time.Time)}
 	r.a = llmsim.Start("A", w)
 	r.b = llmsim.Start("B", w)
-	cfg.Upstreams = []core.UpstreamConfig{{Name: "A", URL: r.a.URL}, {Name: "B", URL: r.b.URL}}
+	cfg.Upstreams = []config.UpstreamConfig{{Name: "A", URL: r.a.URL}, {Name: "B", URL: r.b.URL}}
 	transport := &http.Transport{MaxIdleConns: 512, MaxIdleConnsPerHost: 256, IdleConnTimeout: time.Minute}
 	h, err := core.New(cfg, core.Options{Transport: transport, Observer: core.ObserverFunc(func(rep *core.Report) {
 		id := rep.Request.Header.Get(llmsim.HeaderRequest)

@@ -5,12 +5,12 @@ package configcheck
 import (
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // PrimaryFastestMargins checks the engine configuration of a route set to
 // primary fastest with two upstreams whose prefer_margin are 25% and 0.1.
-func PrimaryFastestMargins(t *testing.T, cfg core.Config) {
+func PrimaryFastestMargins(t *testing.T, cfg config.Config) {
 	t.Helper()
 	if cfg.Primary != "fastest" {
 		t.Fatalf("Primary = %q, want \"fastest\"", cfg.Primary)

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
@@ -14,13 +16,13 @@ import (
 func inProcess(t *testing.T, routes []Route) map[string]string {
 	bases := map[string]string{}
 	for _, r := range routes {
-		cfg := core.Config{
+		cfg := config.Config{
 			Route:        r.Name,
 			Primary:      r.Primary,
-			Upstreams:    []core.UpstreamConfig{{Name: "A", URL: r.A, PreferMargin: core.Fraction(r.PreferA)}, {Name: "B", URL: r.B}},
-			Delay:        core.DelayConfig{Mode: core.DelayAdaptive, Fixed: core.Duration(r.Delay)},
+			Upstreams:    []config.UpstreamConfig{{Name: "A", URL: r.A, PreferMargin: config.Fraction(r.PreferA)}, {Name: "B", URL: r.B}},
+			Delay:        config.DelayConfig{Mode: config.DelayAdaptive, Fixed: config.Duration(r.Delay)},
 			ReportHeader: ReportHeader,
-			Budget:       core.BudgetConfig{Burst: r.Burst},
+			Budget:       config.BudgetConfig{Burst: r.Burst},
 		}
 		h, err := core.New(cfg, core.Options{})
 		if err != nil {

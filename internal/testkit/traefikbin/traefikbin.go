@@ -57,10 +57,35 @@ func Binary(t testing.TB) string {
 	return binPath
 }
 
+// PluginPackages are the folders of this module that Traefik interprets:
+// the plugin and every package of the module it imports, as `go list -deps`
+// finds them (so a new package of the core is laid out without a list to
+// keep).
+func PluginPackages() ([]string, error) {
+	root, err := caddybin.RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "list", "-deps", "-f", "{{if not .Standard}}{{.ImportPath}}{{end}}", "./traefikplugin")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -deps ./traefikplugin: %v", err)
+	}
+	var pkgs []string
+	for _, line := range strings.Fields(string(out)) {
+		if rel, ok := strings.CutPrefix(line, ModulePath+"/"); ok {
+			pkgs = append(pkgs, rel)
+		} else {
+			return nil, fmt.Errorf("the plugin imports %s, outside its module: Traefik's loader has only the standard library", line)
+		}
+	}
+	return pkgs, nil
+}
+
 // LayoutPlugin copies what Traefik interprets of this checkout into
 // dir/plugins-local/src/<ModulePath>: the manifest, go.mod and the non-test
-// Go files of core/, traefikplugin/ and resp/ (the plugin's whole import
-// graph). Traefik's working directory must then be dir.
+// Go files of PluginPackages. Traefik's working directory must then be dir.
 func LayoutPlugin(t testing.TB, dir string) {
 	t.Helper()
 	root, err := caddybin.RepoRoot()
@@ -69,8 +94,12 @@ func LayoutPlugin(t testing.TB, dir string) {
 	}
 	dst := filepath.Join(dir, "plugins-local", "src", filepath.FromSlash(ModulePath))
 	files := []string{".traefik.yml", "go.mod"}
-	for _, pkg := range []string{"core", "traefikplugin", "resp"} {
-		matches, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+	pkgs, err := PluginPackages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range pkgs {
+		matches, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pkg), "*.go"))
 		if err != nil || len(matches) == 0 {
 			t.Fatalf("no Go files in %s: %v", pkg, err)
 		}

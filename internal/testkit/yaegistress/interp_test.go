@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/traefikbin"
 	"github.com/traefik/yaegi/interp"
 	"github.com/traefik/yaegi/stdlib"
 )
@@ -14,14 +15,12 @@ import (
 // modulePath is the module the interpreter resolves imports under.
 const modulePath = "github.com/llmhedge/llmhedge"
 
-// interpretedPackages are copied into the interpreter's GOPATH: the code
-// Traefik would run (core, the plugin) and this package's helpers that the
-// tests interpret (the probes, the core handler, the naive select hedger). Only non-test .go files
-// are copied, as Traefik's plugin loader would see them.
-var interpretedPackages = []string{
-	"core",
-	"traefikplugin",
-	"resp",
+// helperPackages are this package's helpers that the tests interpret (the
+// probes, the core handler, the naive select hedger), copied into the
+// interpreter's GOPATH beside the code Traefik would run
+// (traefikbin.PluginPackages). Only non-test .go files are copied, as
+// Traefik's plugin loader would see them.
+var helperPackages = []string{
 	"internal/testkit/yaegistress/probe",
 	"internal/testkit/yaegistress/respcheck",
 	"internal/testkit/yaegistress/corehandler",
@@ -50,7 +49,11 @@ func newGoPath(t testing.TB) string {
 	gopath := t.TempDir()
 	dst := filepath.Join(gopath, "src", filepath.FromSlash(modulePath))
 	copyFile(t, filepath.Join(root, "go.mod"), filepath.Join(dst, "go.mod"))
-	for _, pkg := range interpretedPackages {
+	pkgs, err := traefikbin.PluginPackages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range append(pkgs, helperPackages...) {
 		files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pkg), "*.go"))
 		if err != nil {
 			t.Fatal(err)

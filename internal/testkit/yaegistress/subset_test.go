@@ -10,10 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-)
 
-// guardedPackages are the packages Traefik interprets.
-var guardedPackages = []string{"core", "traefikplugin", "resp"}
+	"github.com/llmhedge/llmhedge/internal/testkit/traefikbin"
+)
 
 // TestCoreAndPluginStayInTheSafeSubset checks the source of core and the
 // plugin (non-test files) for the constructs that Yaegi v0.16.1 runs wrongly,
@@ -25,8 +24,12 @@ var guardedPackages = []string{"core", "traefikplugin", "resp"}
 func TestCoreAndPluginStayInTheSafeSubset(t *testing.T) {
 	root := repoRoot(t)
 	var found []string
-	for _, pkg := range guardedPackages {
-		files, err := filepath.Glob(filepath.Join(root, pkg, "*.go"))
+	pkgs, err := traefikbin.PluginPackages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range pkgs {
+		files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pkg), "*.go"))
 		if err != nil {
 			t.Fatal(err)
 		}

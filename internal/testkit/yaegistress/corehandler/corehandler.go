@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/config"
+
 	"github.com/llmhedge/llmhedge/core"
 )
 
@@ -19,13 +21,13 @@ import (
 // to the same Go func type as the compiled one.
 func New(a, b string, delay time.Duration, transport http.RoundTripper,
 	observe func(outcome string, hedges int, winner string)) (http.Handler, error) {
-	cfg := core.Config{
+	cfg := config.Config{
 		Route: "yaegistress",
-		Upstreams: []core.UpstreamConfig{
+		Upstreams: []config.UpstreamConfig{
 			{Name: "A", URL: a},
 			{Name: "B", URL: b},
 		},
-		Delay:       core.DelayConfig{Mode: core.DelayFixed, Fixed: core.Duration(delay)},
+		Delay:       config.DelayConfig{Mode: config.DelayFixed, Fixed: config.Duration(delay)},
 		MaxAttempts: 2,
 	}
 	opts := core.Options{Transport: transport}

@@ -1,4 +1,8 @@
-package core
+// Package config is the one declaration of a hedged route's options:
+// the schema, its units, defaults and shape checks, the names its values
+// take, and the fleet's and the transport's settings. It imports nothing
+// of the engine.
+package config
 
 import (
 	"bytes"
@@ -9,6 +13,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // Config is the one declaration of a hedged route's options. Its JSON
@@ -300,9 +306,9 @@ type BudgetConfig struct {
 	PromptUSDPerMillion float64 `json:"prompt_usd_per_million,omitempty"`
 }
 
-// spendCapTokens is the hourly spend cap in tokens (0: none): the lower
+// SpendCapTokens is the hourly spend cap in tokens (0: none): the lower
 // of the token cap and the dollar cap at the configured price.
-func spendCapTokens(b *BudgetConfig) int64 {
+func (b BudgetConfig) SpendCapTokens() int64 {
 	limit := b.SpendCapTokensPerHour
 	if b.SpendCapUSDPerHour > 0 && b.PromptUSDPerMillion > 0 {
 		byPrice := int64(b.SpendCapUSDPerHour / b.PromptUSDPerMillion * 1e6)
@@ -351,6 +357,39 @@ func (c Config) ExpandUpstreams(expand func(string) (string, error)) (Config, er
 	return c, nil
 }
 
+// Primary-selection policies (Config.Primary).
+const (
+	// PrimaryOrdered sends attempt 0 to the first healthy upstream in the
+	// configured order, each hedge to the next.
+	PrimaryOrdered = "ordered"
+	// PrimaryFastest sends attempt 0 to the healthy upstream whose recent
+	// TTFT is lowest (scaled by its prefer_margin), each hedge to the next
+	// in the same ranking.
+	PrimaryFastest = "fastest"
+)
+
+// The validity checks (Config.ValidateChecks, and the client's
+// X-LLM-Hedge-Validate header).
+const (
+	ValidateJSON       = "json"        // the message content parses as JSON
+	ValidateJSONSchema = "json_schema" // the content validates against the request's (or the route's) schema
+	ValidateFinish     = "finish"      // the answer finished normally
+	ValidateNoRefusal  = "no_refusal"  // the answer carries no refusal
+)
+
+// ValidateFailure values: what the client gets when every answer is invalid.
+const (
+	ValidateFailureAnswer = "answer" // the most complete invalid answer, marked (default)
+	ValidateFailure502    = "502"    // a 502 upstream_invalid_answer error
+)
+
+// DefaultEarlyHeaders is the grace time of Config.EarlyHeaders: long
+// enough that fast failures (a 400 or 401 arrives in milliseconds) keep
+// their real status, short enough that a client's time-to-headers timeout
+// (the OpenAI SDKs' `timeout`, Node's headersTimeout) does not become a
+// time-to-first-token timeout.
+const DefaultEarlyHeaders = time.Second
+
 // First-event rules.
 const (
 	RuleAuto            = "auto"
@@ -369,7 +408,7 @@ func (c Config) WithDefaults() Config {
 	copy(ups, c.Upstreams)
 	for i := range ups {
 		if ups[i].Name == "" {
-			ups[i].Name = defaultUpstreamName(ups[i].URL, i)
+			ups[i].Name = DefaultUpstreamName(ups[i].URL, i)
 		}
 	}
 	c.Upstreams = ups
@@ -440,7 +479,7 @@ func (c Config) WithDefaults() Config {
 		c.Idempotency.MaxResponseBytes = 1 << 20
 	}
 	if len(c.Idempotency.ScopeHeaders) == 0 {
-		scope := append([]string(nil), credentialHeaders...)
+		scope := append([]string(nil), redact.CredentialHeaders...)
 		if c.Budget.TenantHeader != "" {
 			scope = append(scope, c.Budget.TenantHeader)
 		}
@@ -485,9 +524,9 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// defaultUpstreamName is the name of upstream i when none is configured:
+// DefaultUpstreamName is the name of upstream i when none is configured:
 // its URL's host.
-func defaultUpstreamName(rawURL string, i int) string {
+func DefaultUpstreamName(rawURL string, i int) string {
 	if u, err := url.Parse(rawURL); err == nil && u.Host != "" {
 		return u.Host
 	}
@@ -609,7 +648,7 @@ func (c Config) Validate() error {
 	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
 		bad("report header %q is not a valid token", c.ReportHeader)
 	}
-	validateConfig(&c, bad)
+	validateValidity(&c, bad)
 	validateFleet(bad, c.Fleet)
 	return errors.Join(errs...)
 }
@@ -621,11 +660,11 @@ func validateUpstreamURL(bad func(string, ...interface{}), i int, raw string) {
 		bad("upstream %d: url is required", i)
 		return
 	}
-	shown := redactURL(raw)
+	shown := redact.URL(raw)
 	parsed, err := url.Parse(raw)
 	switch {
 	case err != nil:
-		bad("upstream %d: url %q is not a valid URL: %s", i, shown, urlParseProblem(err, raw))
+		bad("upstream %d: url %q is not a valid URL: %s", i, shown, redact.ParseError(err, raw))
 	case parsed.User != nil:
 		// The engine sends attempts with RoundTrip, which never turns
 		// userinfo into a header: the upstream would see no credential.
@@ -638,28 +677,6 @@ func validateUpstreamURL(bad func(string, ...interface{}), i int, raw string) {
 	case parsed.Fragment != "":
 		bad("upstream %d: url %q must not have a fragment", i, shown)
 	}
-}
-
-// urlParseProblem is url.Parse's complaint without the URL it quotes, and
-// with the parts of the URL that may be secret (as redactURL finds them)
-// redacted.
-func urlParseProblem(err error, raw string) string {
-	msg := err.Error()
-	if ue, ok := err.(*url.Error); ok {
-		msg = ue.Err.Error()
-	}
-	u := splitURL(raw)
-	secrets := appendQuerySecrets(nil, raw)
-	if u.query != "" {
-		secrets = append(secrets, u.query)
-	}
-	if u.userinfo != "" {
-		secrets = append(secrets, u.userinfo)
-		if _, password, ok := strings.Cut(u.userinfo, ":"); ok && password != "" {
-			secrets = append(secrets, password)
-		}
-	}
-	return redactText(msg, secrets)
 }
 
 // validHeaderName reports whether s is an RFC 9110 token.
@@ -677,4 +694,79 @@ func validHeaderName(s string) bool {
 		}
 	}
 	return true
+}
+
+// validateRouting checks the primary policy and the upstreams' prefer
+// margins of c (defaults applied).
+func validateRouting(bad func(string, ...interface{}), c *Config) {
+	if c.Primary != PrimaryOrdered && c.Primary != PrimaryFastest {
+		bad("primary %q: want ordered or fastest", c.Primary)
+	}
+	for i, u := range c.Upstreams {
+		if u.PreferMargin < 0 || u.PreferMargin > 10 {
+			bad("upstream %d: prefer_margin %v: want 0..10 (0.25 or 25%% prefers it unless it is 25 %% slower)", i, float64(u.PreferMargin))
+		}
+		if u.PreferMargin != 0 && c.Primary != PrimaryFastest {
+			bad("upstream %d: prefer_margin needs primary fastest (an ordered route always prefers the first upstream)", i)
+		}
+	}
+}
+
+// validateValidity adds the problems of c's validity options to bad.
+func validateValidity(c *Config, bad func(string, ...interface{})) {
+	if _, err := ParseChecks(c.ValidateChecks); err != nil {
+		bad("%v", err)
+	}
+	switch string(c.ValidateFailure) {
+	case "", ValidateFailureAnswer, ValidateFailure502:
+	default:
+		bad("validate_failure %q: want answer or 502", string(c.ValidateFailure))
+	}
+	if c.ValidateSchema != "" {
+		var schema interface{}
+		if err := json.Unmarshal([]byte(c.ValidateSchema), &schema); err != nil {
+			bad("validate_schema is not JSON: %v", err)
+		} else if _, ok := schema.(map[string]interface{}); !ok {
+			if _, isBool := schema.(bool); !isBool {
+				bad("validate_schema must be a JSON object (a schema), got %s", jsonKind(schema))
+			}
+		}
+	}
+}
+
+// ParseChecks reads check names (Config.ValidateChecks, or the values of
+// the X-LLM-Hedge-Validate header), each item a name or a comma-separated
+// list of them, and returns them lower-cased, without empty names.
+func ParseChecks(items []string) ([]string, error) {
+	var names []string
+	for _, item := range items {
+		for _, name := range strings.Split(item, ",") {
+			name = strings.TrimSpace(name)
+			switch lower := strings.ToLower(name); lower {
+			case "":
+			case ValidateJSON, ValidateJSONSchema, ValidateFinish, ValidateNoRefusal:
+				names = append(names, lower)
+			default:
+				return nil, fmt.Errorf("validate %q: want json, json_schema, finish or no_refusal", name)
+			}
+		}
+	}
+	return names, nil
+}
+
+// jsonKind names the kind of a decoded JSON value, for a message.
+func jsonKind(v interface{}) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case bool:
+		return "a boolean"
+	case float64:
+		return "a number"
+	case string:
+		return "a string"
+	case []interface{}:
+		return "an array"
+	}
+	return "an object"
 }

@@ -1,12 +1,13 @@
-package core
+package config
 
 import (
-	"net/http"
 	"os"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 func TestParseRedisURL(t *testing.T) {
@@ -64,7 +65,7 @@ func TestParseRedisClusterURL(t *testing.T) {
 	} {
 		_, err := ParseRedisURL(bad, "")
 		if err == nil {
-			t.Errorf("%s: no error", redactURL(bad))
+			t.Errorf("%s: no error", redact.URL(bad))
 			continue
 		}
 		if strings.Contains(err.Error(), "s3cret-pw") {
@@ -79,7 +80,7 @@ func TestFleetConfigErrorsHideThePassword(t *testing.T) {
 		cfg := Config{Upstreams: []UpstreamConfig{{URL: "http://a"}}, Fleet: FleetConfig{URL: raw}}
 		err := cfg.Validate()
 		if err == nil {
-			t.Errorf("%s: no error", redactURL(raw))
+			t.Errorf("%s: no error", redact.URL(raw))
 			continue
 		}
 		if strings.Contains(err.Error(), "s3cret-pw") {
@@ -98,18 +99,6 @@ func TestFleetConfigErrorsHideThePassword(t *testing.T) {
 	}
 	if off := (Config{}).WithDefaults().Fleet; off != (FleetConfig{}) {
 		t.Errorf("no fleet: defaults filled in %+v, want none", off)
-	}
-}
-
-func TestFleetHeadRoundTrip(t *testing.T) {
-	hdr := http.Header{"Content-Type": {"text/event-stream"}, "X-Multi": {"a", "b"}}
-	enc := encodeFleetHead(201, hdr) + "body\nbytes"
-	status, got, rest, ok := decodeFleetHead(enc)
-	if !ok || status != 201 || rest != "body\nbytes" || got.Get("Content-Type") != "text/event-stream" || len(got["X-Multi"]) != 2 {
-		t.Errorf("decoded %d %v %q %v", status, got, rest, ok)
-	}
-	if _, _, _, ok := decodeFleetHead("20x\n\n"); ok {
-		t.Error("a bad status decoded")
 	}
 }
 

@@ -1,4 +1,4 @@
-package core
+package config
 
 import (
 	"encoding/json"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/redact"
 )
 
 // FleetConfig shares idempotency across gateway replicas through one Redis
@@ -150,7 +152,7 @@ func (a RedisAddress) Name() string {
 // read from (it replaces one in the URL). Errors quote the URL redacted.
 func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
 	var a RedisAddress
-	shown := redactURL(raw)
+	shown := redact.URL(raw)
 	// A cluster URL lists its nodes where one host stands: parse it with a
 	// placeholder host, then each node on its own.
 	parsed, hostList := raw, ""
@@ -169,7 +171,7 @@ func ParseRedisURL(raw, passwordEnv string) (RedisAddress, error) {
 	}
 	u, err := url.Parse(parsed)
 	if err != nil {
-		return a, fmt.Errorf("url %q is not a valid URL: %s", shown, urlParseProblem(err, raw))
+		return a, fmt.Errorf("url %q is not a valid URL: %s", shown, redact.ParseError(err, raw))
 	}
 	switch u.Scheme {
 	case "redis":
