@@ -7,11 +7,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
-// TestCoreOptionTableMatchesConfig checks core/README.md's option table
-// against core.Config: every leaf field of the config has a row, and every
+// TestCoreOptionTableMatchesConfig checks core/config/README.md's option table
+// against config.Config: every leaf field of the config has a row, and every
 // name in the table's "core field" column is a leaf field.
 //
 // A struct field (Delay, Budget, Upstreams[]) is not a leaf: the table must
@@ -23,21 +23,21 @@ func TestCoreOptionTableMatchesConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fields := configFields(reflect.TypeFor[core.Config](), "")
+	fields := configFields(reflect.TypeFor[config.Config](), "")
 	listed := map[string]bool{}
-	for _, name := range optionTableNames(t, readFile(t, filepath.Join(root, "core/README.md"))) {
+	for _, name := range optionTableNames(t, readFile(t, filepath.Join(root, "core/config/README.md"))) {
 		listed[name] = true
 		leaf, ok := fields[name]
 		switch {
 		case !ok:
-			t.Errorf("core/README.md: option table names %s, which is no field of core.Config", name)
+			t.Errorf("core/config/README.md: option table names %s, which is no field of config.Config", name)
 		case !leaf:
-			t.Errorf("core/README.md: option table names %s, a struct: list its fields instead", name)
+			t.Errorf("core/config/README.md: option table names %s, a struct: list its fields instead", name)
 		}
 	}
 	for name, leaf := range fields {
 		if leaf && !listed[name] {
-			t.Errorf("core/README.md: option table lacks core.Config field %s", name)
+			t.Errorf("core/config/README.md: option table lacks config.Config field %s", name)
 		}
 	}
 }
@@ -45,8 +45,8 @@ func TestCoreOptionTableMatchesConfig(t *testing.T) {
 // configFields returns the exported fields of struct type typ, recursively,
 // as dotted paths after prefix, each mapped to whether it is a leaf. A field
 // whose type (or slice element type, then written Name[]) is a struct of
-// package core is a node and is walked; any other field is a leaf, unit
-// types such as core.Duration and structs of other packages included.
+// package config is a node and is walked; any other field is a leaf, unit
+// types such as config.Duration and structs of other packages included.
 func configFields(typ reflect.Type, prefix string) map[string]bool {
 	out := map[string]bool{}
 	for _, f := range reflect.VisibleFields(typ) {
@@ -73,15 +73,15 @@ func configFields(typ reflect.Type, prefix string) map[string]bool {
 var codeSpan = regexp.MustCompile("`([^`]+)`")
 
 // optionTableNames returns the field paths of the first column of the table
-// in core/README.md's "Configuration (the core schema)" section, expanded:
+// in core/config/README.md's "Configuration (the core schema)" section, expanded:
 // `Delay.Quantile/Min/Max` is Delay.Quantile, Delay.Min and Delay.Max (after
 // the first, a slash-separated name replaces the last path element), and a
 // cell may hold several backticked names, as in `MaxPrefix`, `MaxLine`.
 func optionTableNames(t *testing.T, readme string) []string {
 	t.Helper()
-	_, section, ok := strings.Cut(readme, "\n## Configuration (the core schema)\n")
+	_, section, ok := strings.Cut(readme, "# Configuration (the core schema)\n")
 	if !ok {
-		t.Fatal("core/README.md: no section \"## Configuration (the core schema)\"")
+		t.Fatal("core/config/README.md: no section \"# Configuration (the core schema)\"")
 	}
 	section, _, _ = strings.Cut(section, "\n## ")
 	var names []string
@@ -108,7 +108,7 @@ func optionTableNames(t *testing.T, readme string) []string {
 		}
 	}
 	if !header || len(names) == 0 {
-		t.Fatal("core/README.md: no option table with a \"core field\" column in \"Configuration (the core schema)\"")
+		t.Fatal("core/config/README.md: no option table with a \"core field\" column in \"Configuration (the core schema)\"")
 	}
 	return names
 }
