@@ -140,7 +140,7 @@ yaegi: $(YAEGI) redis-server
 
 # go test -fuzz takes one target per run.
 fuzz:
-	$(GO) test -run='^$$' -fuzz=FuzzFirstEventDetector -fuzztime=$(FUZZTIME) ./core
+	$(GO) test -run='^$$' -fuzz=FuzzFirstEventDetector -fuzztime=$(FUZZTIME) ./core/stream
 	$(GO) test -run='^$$' -fuzz=FuzzRequestJSON -fuzztime=$(FUZZTIME) ./core
 
 demo:

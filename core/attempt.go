@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/redact"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // attempt is one upstream request of a race. Its goroutine owns it until it
@@ -116,9 +117,9 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 		keepErrorAnswer(h, a, resp)
 		return evFailed
 	}
-	format, streaming := streamFormatOf(resp.Header.Get("Content-Type"))
+	format, streaming := stream.FormatOf(resp.Header.Get("Content-Type"))
 	a.streaming = streaming
-	a.sse = format == formatSSE
+	a.sse = format == stream.FormatSSE
 	if readUntilDecided(h, a, p, resp, format) {
 		a.resp = resp
 		if p.checks != 0 {
@@ -151,7 +152,7 @@ func passedThrough(h *Hedger, a *attempt, resp *http.Response) eventKind {
 // A complete answer without output is kept (bounded like an error body,
 // redacted like one) for the client in case no attempt wins.
 func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
-	if (a.reason == reasonEnded || a.reason == reasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a) {
+	if (a.reason == stream.ReasonEnded || a.reason == stream.ReasonDone) && len(a.prefix) <= errorBodyLimit && !cutMidLine(a) {
 		a.errBody = redact.Body(append([]byte(nil), a.prefix...), h.secrets)
 		a.answered = true
 		a.resp = resp
@@ -167,7 +168,7 @@ func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
 // cutMidLine: an SSE answer that ended inside a line is broken, not an
 // empty answer (see complete.go), unless its end marker is there.
 func cutMidLine(a *attempt) bool {
-	return a.sse && endsMidLine(a.prefix) && !streamFinished(a.prefix)
+	return a.sse && stream.EndsMidLine(a.prefix) && !stream.Finished(a.prefix)
 }
 
 // transportFailed records an attempt that got no response. The transport's
@@ -219,10 +220,10 @@ func keepErrorAnswer(h *Hedger, a *attempt, resp *http.Response) {
 // readUntilDecided reads resp until the first output event (stream) or
 // the whole body (non-stream), keeping every byte in a.prefix, a pooled
 // buffer read into directly. It reports whether the attempt is ready to win.
-func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, format streamFormat) bool {
-	var det *firstEventDetector
+func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, format stream.Format) bool {
+	var det *stream.Detector
 	if a.streaming {
-		det = newFirstEventDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine))
+		det = stream.NewDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine))
 	}
 	body := resp.Body
 	buf := getBuffer()[:0]
@@ -235,10 +236,10 @@ func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Resp
 		buf = buf[:end+n]
 		a.prefix = buf
 		if n > 0 && det != nil {
-			if v, why := feed(det, buf[end:]); v == verdictOutput {
+			if v, why := stream.Feed(det, buf[end:]); v == stream.VerdictOutput {
 				a.firstAt = clockNow(h) // decided's common case, without its frame
 				return true
-			} else if v != verdictPending {
+			} else if v != stream.VerdictPending {
 				return decided(h, a, p, v, why)
 			}
 		}
@@ -253,13 +254,13 @@ func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Resp
 
 // decided records the detector's verdict on an attempt and reports
 // whether it is ready to win.
-func decided(h *Hedger, a *attempt, p *preparedRequest, v verdict, why string) bool {
-	if v == verdictOutput {
+func decided(h *Hedger, a *attempt, p *preparedRequest, v stream.Verdict, why string) bool {
+	if v == stream.VerdictOutput {
 		a.firstAt = clockNow(h)
 		return true
 	}
 	a.reason = why
-	if why != reasonEnded && why != reasonDone {
+	if why != stream.ReasonEnded && why != stream.ReasonDone {
 		// Upstream text may quote the gateway's key or echo the client's.
 		a.reason = redactReason(why, reasonSecrets(h, p.orig))
 	}
@@ -285,7 +286,7 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 
 // readEnded decides an attempt whose body ended (err, io.EOF included)
 // before readUntilDecided could.
-func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *firstEventDetector, err error) bool {
+func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *stream.Detector, err error) bool {
 	if err != io.EOF {
 		a.reason = "cancelled" // a loser's, the common case: nothing to redact
 		if !errors.Is(err, context.Canceled) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // The per-request cost of the engine on the path that matters for
@@ -91,11 +92,11 @@ func BenchmarkDetectFirstToken(b *testing.B) {
 	events := benchEvents()
 	b.ReportAllocs()
 	for i := 0; i < b.N; i++ {
-		d := newFirstEventDetector(formatSSE, config.RuleAuto, 0)
-		if v, _ := d.Feed(events[0]); v != verdictPending {
+		d := stream.NewDetector(stream.FormatSSE, config.RuleAuto, 0)
+		if v, _ := stream.Feed(d, events[0]); v != stream.VerdictPending {
 			b.Fatal("role chunk decided")
 		}
-		if v, _ := d.Feed(events[1]); v != verdictOutput {
+		if v, _ := stream.Feed(d, events[1]); v != stream.VerdictOutput {
 			b.Fatal("token chunk not output")
 		}
 	}

@@ -73,29 +73,6 @@ func TestLargeJSONEndedOpenIsCut(t *testing.T) {
 	}
 }
 
-func TestJSONShape(t *testing.T) {
-	for text, open := range map[string]bool{
-		``:                      false,
-		`  `:                    false,
-		`{}`:                    false,
-		`{"a":[1,2,{"b":"}"}]}`: false,
-		`{"a":"\\"}`:            false,
-		`{"a":"\\\"}`:           true,
-		`{"a":[`:                true,
-		`"str`:                  true,
-		`123`:                   false,
-	} {
-		s := &jsonShape{}
-		// Fed a byte at a time, as a worst case of chunking.
-		for i := 0; i < len(text); i++ {
-			feedShape(s, []byte{text[i]})
-		}
-		if got := shapeOpen(s); got != open {
-			t.Errorf("shapeOpen after %q = %v, want %v", text, got, open)
-		}
-	}
-}
-
 // Every attempt's stream ends cleanly inside a line before any output: no
 // attempt answered, so the client gets an error, not the broken bytes as a
 // complete empty answer.

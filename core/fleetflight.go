@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // The fleet protocol of a keyed request, after this replica's own table
@@ -223,7 +225,7 @@ func fleetBlock(f *Fleet) time.Duration {
 func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
 	var tail []byte
 	res := fleetRead(f, fw, keys, holder, leaseValue, ctx, &tail)
-	if res == followCut && streamFinished(tail) {
+	if res == followCut && stream.Finished(tail) {
 		// The generation's bytes reached their end marker, which its
 		// leader writes only while its lease surely holds: the answer is
 		// whole even though the stream's own end never came (Redis

@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // StoredResponse is a completed response kept for replays.
@@ -239,12 +241,12 @@ func (f *flight) join() bool {
 }
 
 // bodyFinished reports whether a flight's bytes end with a stream's end
-// marker (see streamFinished).
+// marker (see Finished).
 func bodyFinished(body []byte) bool {
 	if len(body) > tailSize {
 		body = body[len(body)-tailSize:]
 	}
-	return streamFinished(body)
+	return stream.Finished(body)
 }
 
 // leave uncounts a follower; the last reader to go cancels the race.
@@ -471,7 +473,7 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		fw.tail = keepTail(fw.tail, p)
 		// A stream's end marker goes out only while the lease surely
 		// holds: a client takes an answer with its end for whole.
-		ending := !fw.confirmed && streamFinished(fw.tail)
+		ending := !fw.confirmed && stream.Finished(fw.tail)
 		// Confirmed first: followers get the end marker only if it holds.
 		if ending && !fleetLeaderConfirm(fw.remote, true) || !fleetLeaderData(fw.remote, p) {
 			// Another leader may answer this key: this answer stops here,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 type eventKind int
@@ -681,7 +682,7 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	if a.streaming {
 		tail = keepTail(buf[len(buf)-tailCompactAt:len(buf)-tailCompactAt], a.prefix)
 	}
-	var shape *jsonShape
+	var shape *stream.Shape
 	if !a.streaming {
 		shape = shapeFor(a)
 	}
@@ -689,7 +690,7 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	putBuffer(a.prefix)
 	a.prefix = nil
 	tail, err := copyRest(w, a.resp.Body, reads, tail, shape)
-	if err == nil && (a.sse && endsMidLine(tail) && !streamFinished(tail) || shape != nil && shapeOpen(shape)) {
+	if err == nil && (a.sse && stream.EndsMidLine(tail) && !stream.Finished(tail) || shape != nil && stream.ShapeOpen(shape)) {
 		err = errEndedBroken
 	}
 	if err != nil {
@@ -772,7 +773,7 @@ var errClientWrite = errors.New("writing to the client failed")
 // upstream read, and under Yaegi each call and interface conversion costs
 // microseconds: the flush method is resolved once, and the tail is appended
 // inline and cut back only now and then.
-func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte, shape *jsonShape) ([]byte, error) {
+func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte, shape *stream.Shape) ([]byte, error) {
 	// Flush called directly where it can be (see flusherFor): a function
 	// value would cost an interpreted call per read.
 	hf, hasFlush := w.(http.Flusher)
@@ -797,7 +798,7 @@ func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte, shape *js
 				flushW()
 			}
 			if shape != nil {
-				feedShape(shape, chunk)
+				stream.FeedShape(shape, chunk)
 			}
 			if keep {
 				tail = append(tail, chunk...)
@@ -818,15 +819,15 @@ func copyRest(w http.ResponseWriter, body io.Reader, buf, tail []byte, shape *js
 // errEndedBroken: the upstream ended its body cleanly inside its answer.
 var errEndedBroken = errors.New("the upstream ended its answer in the middle")
 
-// shapeFor returns a jsonShape fed with a's prefix when a is a JSON answer
+// shapeFor returns a Shape fed with a's prefix when a is a JSON answer
 // whose rest is streamed, else nil.
-func shapeFor(a *attempt) *jsonShape {
+func shapeFor(a *attempt) *stream.Shape {
 	ct := a.resp.Header.Get("Content-Type")
 	if ct == "" || !looksJSON(ct) {
 		return nil
 	}
-	shape := &jsonShape{}
-	feedShape(shape, a.prefix)
+	shape := &stream.Shape{}
+	stream.FeedShape(shape, a.prefix)
 	return shape
 }
 
@@ -849,7 +850,7 @@ func streamEnded(rc *race, a *attempt, w http.ResponseWriter, tail []byte, err e
 		if len(tail) > tailSize {
 			tail = tail[len(tail)-tailSize:]
 		}
-		if !a.streaming || !streamFinished(tail) {
+		if !a.streaming || !stream.Finished(tail) {
 			rep.Outcome = OutcomeClientGone
 		}
 		return nil

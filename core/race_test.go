@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // The primary sends early headers, a role-only chunk and pings: that is not
@@ -456,9 +457,9 @@ func TestClientClosingAtEndMarkerIsOK(t *testing.T) {
 	if rep := <-hs.reports; rep.Outcome != OutcomeOK {
 		t.Fatalf("outcome %s", rep.Outcome)
 	}
-	if !streamFinished([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")) {
-		t.Fatal("streamFinished(message_stop) = false, want true")
-	} else if streamFinished([]byte(tokenChunk("x"))) {
-		t.Fatal("streamFinished(a token chunk) = true, want false")
+	if !stream.Finished([]byte("event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n")) {
+		t.Fatal("Finished(message_stop) = false, want true")
+	} else if stream.Finished([]byte(tokenChunk("x"))) {
+		t.Fatal("Finished(a token chunk) = true, want false")
 	}
 }

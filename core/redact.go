@@ -5,6 +5,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core/config"
 	"github.com/llmhedge/llmhedge/core/redact"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // Error text never carries a credential (package redact says how). These
@@ -47,7 +48,7 @@ func secretsOf(ups []config.UpstreamConfig) []string {
 	return out
 }
 
-// redactReason redacts a failed attempt's reason and cuts it to maxReason.
+// redactReason redacts a failed attempt's reason and cuts it to MaxReason.
 func redactReason(reason string, secrets []string) string {
-	return redact.Reason(reason, secrets, maxReason)
+	return redact.Reason(reason, secrets, stream.MaxReason)
 }

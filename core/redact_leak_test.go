@@ -7,6 +7,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core/config"
 	"github.com/llmhedge/llmhedge/core/redact"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // Credentials an upstream may quote back: the gateway's own key (set in
@@ -71,8 +72,8 @@ func TestReasonIsRedactedBeforeItIsCut(t *testing.T) {
 	out := hs.serve(chatRequest(""))
 	a := hs.tr.next(t)
 	a.respond(200, "text/event-stream")
-	// The key starts 6 bytes before withDetail's cut.
-	msg := strings.Repeat("x", maxReason-7) + " " + gatewayKey
+	// The key starts 6 bytes before WithDetail's cut.
+	msg := strings.Repeat("x", stream.MaxReason-7) + " " + gatewayKey
 	a.write("event: error\ndata: {\"error\":{\"message\":\"" + msg + "\"}}\n\n")
 	a.end()
 	<-out
@@ -81,8 +82,8 @@ func TestReasonIsRedactedBeforeItIsCut(t *testing.T) {
 	mustNotContain(t, "report error", got, gatewayKey[:redact.MinSecretLen])
 	if !strings.HasPrefix(got, "upstream error event: xxx") {
 		t.Fatalf("got = %q, want it to start with \"upstream error event: xxx\"", got)
-	} else if len(got) > len("upstream error event: ")+maxReason+len("…") {
-		t.Fatalf("len(got) = %v, want <= len(\"upstream error event: \")+maxReason+len(\"…\") (%v)", len(got), len("upstream error event: ")+maxReason+len("…"))
+	} else if len(got) > len("upstream error event: ")+stream.MaxReason+len("…") {
+		t.Fatalf("len(got) = %v, want <= len(\"upstream error event: \")+MaxReason+len(\"…\") (%v)", len(got), len("upstream error event: ")+stream.MaxReason+len("…"))
 	}
 }
 
@@ -152,8 +153,8 @@ func TestIdempotencyScopesGeminiCallers(t *testing.T) {
 // key either, however much redaction before it shortened the text.
 func TestDetailCutLeavesNoTokenFragment(t *testing.T) {
 	key := strings.Repeat("K", 1000)
-	msg := strings.Repeat(key+" ", maxDetail/len(key)) + "tail-" + key
-	got := redactReason(withDetail("upstream error", msg), []string{key})
+	msg := strings.Repeat(key+" ", stream.MaxDetail/len(key)) + "tail-" + key
+	got := redactReason(stream.WithDetail("upstream error", msg), []string{key})
 	if strings.Contains(got, "KKKK") {
 		t.Fatalf("got = %q, want it not to contain \"KKKK\"", got)
 	} else if strings.Contains(got, "tail-") {

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bytes"
 	"encoding/json"
 	"net/http"
 	"strconv"
@@ -131,19 +130,4 @@ func keepTail(tail, p []byte) []byte {
 		tail = append(tail[:0], tail[len(tail)-tailSize:]...)
 	}
 	return tail
-}
-
-// streamFinished reports whether a stream's last bytes hold its end marker:
-// OpenAI Chat `data: [DONE]`, Responses `response.completed`, Anthropic
-// `message_stop`, Ollama `"done":true`.
-func streamFinished(tail []byte) bool {
-	end := bytes.TrimRight(tail, "\r\n")
-	if bytes.HasSuffix(end, []byte("data: [DONE]")) || bytes.HasSuffix(end, []byte("data:[DONE]")) {
-		return true
-	}
-	if i := bytes.LastIndex(end, []byte("\n\n")); i >= 0 {
-		end = end[i:]
-	}
-	return bytes.Contains(end, []byte(`"response.completed"`)) || bytes.Contains(end, []byte("message_stop")) ||
-		bytes.Contains(end, []byte(`"done":true`))
 }

@@ -1,7 +1,6 @@
 package core
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -9,6 +8,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core/config"
 	"github.com/llmhedge/llmhedge/core/redact"
+	"github.com/llmhedge/llmhedge/core/stream"
 )
 
 // Validity checks: with `validate` set an answer must pass them before it
@@ -20,14 +20,6 @@ import (
 // is not told (the upstream works, its answer did not fit), and when every
 // attempt is invalid the client gets the most complete invalid answer,
 // marked with HeaderValidation, or a 502 (validate_failure 502).
-
-// Check bits, in the order failedCheck tries them.
-const (
-	checkFinish     int = 1
-	checkNoRefusal  int = 2
-	checkIsJSON     int = 4
-	checkJSONSchema int = 8
-)
 
 // HeaderValidate lets a client ask for checks on top of the route's
 // (`X-LLM-Hedge-Validate: json_schema,finish`); it cannot remove any. It is
@@ -70,7 +62,7 @@ type validation struct {
 // newValidation parses cfg's checks (Validate has accepted them).
 func newValidation(cfg *config.Config) *validation {
 	v := &validation{fail502: string(cfg.ValidateFailure) == config.ValidateFailure502}
-	checks, _ := parseChecks(cfg.ValidateChecks)
+	checks, _ := stream.CheckBits(cfg.ValidateChecks)
 	v.checks = checks
 	if cfg.ValidateSchema != "" {
 		var schema interface{}
@@ -81,102 +73,26 @@ func newValidation(cfg *config.Config) *validation {
 	return v
 }
 
-// parseChecks reads check names (config.ParseChecks) into check bits.
-func parseChecks(items []string) (int, error) {
-	names, err := config.ParseChecks(items)
-	if err != nil {
-		return 0, err
-	}
-	checks := 0
-	for _, name := range names {
-		switch name {
-		case config.ValidateJSON:
-			checks |= checkIsJSON
-		case config.ValidateJSONSchema:
-			checks |= checkJSONSchema
-		case config.ValidateFinish:
-			checks |= checkFinish
-		case config.ValidateNoRefusal:
-			checks |= checkNoRefusal
-		}
-	}
-	return checks, nil
-}
-
-// firstCheckName names the first check of a set, in failedCheck's order.
-func firstCheckName(checks int) string {
-	switch {
-	case checks&checkFinish != 0:
-		return config.ValidateFinish
-	case checks&checkNoRefusal != 0:
-		return config.ValidateNoRefusal
-	case checks&checkIsJSON != 0:
-		return config.ValidateJSON
-	}
-	return config.ValidateJSONSchema
-}
-
 // prepareValidation sets the request's checks (the route's and the
 // client's header's) and the schema json_schema uses. It runs only for a
 // hedged request: a single unhedged attempt is plain proxying.
 func prepareValidation(h *Hedger, p *preparedRequest) error {
 	checks := h.validation.checks
 	if values := p.orig.Header[canonicalValidate]; len(values) > 0 {
-		extra, err := parseChecks(values)
+		extra, err := stream.CheckBits(values)
 		if err != nil {
 			return &badRequest{http.StatusBadRequest, "invalid_validate_header", HeaderValidate + ": " + err.Error()}
 		}
 		checks |= extra
 	}
 	p.checks = checks
-	if checks&checkJSONSchema != 0 {
-		p.schema = requestSchema(p.body)
+	if checks&stream.CheckJSONSchema != 0 {
+		p.schema = stream.RequestSchema(p.body)
 		if p.schema == nil {
 			p.schema = h.validation.schema
 		}
 	}
 	return nil
-}
-
-// requestSchema is the JSON schema the request asks the answer to follow:
-// Chat's response_format {type: json_schema, json_schema: {schema}}, the
-// Responses API's text.format {type: json_schema, schema}, or Anthropic's
-// output_format {type: json_schema, schema}; nil when it sends none.
-func requestSchema(body []byte) interface{} {
-	if !bytes.Contains(body, []byte("json_schema")) {
-		return nil // the common case, without decoding the body
-	}
-	var req struct {
-		ResponseFormat *struct {
-			Type       string `json:"type"`
-			JSONSchema *struct {
-				Schema interface{} `json:"schema"`
-			} `json:"json_schema"`
-		} `json:"response_format"`
-		Text *struct {
-			Format *schemaFormat `json:"format"`
-		} `json:"text"`
-		OutputFormat *schemaFormat `json:"output_format"`
-	}
-	if json.Unmarshal(body, &req) != nil {
-		return nil
-	}
-	if rf := req.ResponseFormat; rf != nil && rf.Type == "json_schema" && rf.JSONSchema != nil {
-		return rf.JSONSchema.Schema
-	}
-	if req.Text != nil && req.Text.Format != nil && req.Text.Format.Type == "json_schema" {
-		return req.Text.Format.Schema
-	}
-	if of := req.OutputFormat; of != nil && of.Type == "json_schema" {
-		return of.Schema
-	}
-	return nil
-}
-
-// schemaFormat is a {type, schema} format object.
-type schemaFormat struct {
-	Type   string      `json:"type"`
-	Schema interface{} `json:"schema"`
 }
 
 // validateAttempt checks an attempt that is ready to win, holding a
@@ -198,7 +114,7 @@ func validateAttempt(h *Hedger, a *attempt, p *preparedRequest) eventKind {
 			return evReady
 		}
 	}
-	check, why := failedCheck(answerOf(a.prefix, a.streaming, a.sse), p.checks, p.schema)
+	check, why := stream.FailedCheck(stream.AnswerOf(a.prefix, a.streaming, a.sse), p.checks, p.schema)
 	if check == "" {
 		return evReady
 	}
@@ -226,7 +142,7 @@ func holdStream(h *Hedger, a *attempt, p *preparedRequest) bool {
 		buf = buf[:end+n]
 		a.prefix = buf
 		if err == io.EOF {
-			if a.sse && endsMidLine(buf) && !streamFinished(buf[len(buf)-tailOf(buf):]) {
+			if a.sse && stream.EndsMidLine(buf) && !stream.Finished(buf[len(buf)-tailOf(buf):]) {
 				a.reason = "upstream ended its stream inside an event while held for validation"
 				return false
 			}
@@ -244,7 +160,7 @@ func holdStream(h *Hedger, a *attempt, p *preparedRequest) bool {
 	return true
 }
 
-// tailOf is how many of b's last bytes streamFinished looks at.
+// tailOf is how many of b's last bytes Finished looks at.
 func tailOf(b []byte) int {
 	if len(b) < tailSize {
 		return len(b)

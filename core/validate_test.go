@@ -13,6 +13,9 @@ import (
 )
 
 // schemaRequest is a non-streaming Chat request that asks for {"city": string}.
+// answerSchema is the schema of the validity tests' answers.
+const answerSchema = `{"type":"object","required":["city"],"properties":{"city":{"type":"string"}},"additionalProperties":false}`
+
 func schemaRequest(stream bool) *http.Request {
 	body := `{"model":"m","stream":` + map[bool]string{true: "true", false: "false"}[stream] +
 		`,"messages":[],"response_format":{"type":"json_schema","json_schema":{"name":"c","schema":` + answerSchema + `}}}`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/stream"
 
 	"github.com/llmhedge/llmhedge/core"
 )
@@ -190,7 +191,7 @@ func timeResponse(client *http.Client, req *http.Request, start time.Time, key s
 		return s
 	}
 	s.Billed = true
-	detector, streaming := core.NewEventDetector(resp.Header.Get("Content-Type"), config.RuleAuto)
+	detector, streaming := stream.NewEventDetector(resp.Header.Get("Content-Type"), config.RuleAuto)
 	tokens := &tokenCounter{stream: streaming, in: -1, out: -1}
 	defer func() { tokens.into(&s) }()
 	buf := make([]byte, 32<<10)

@@ -1,4 +1,4 @@
-package core
+package stream
 
 // Yaegi: `yaegi test` v0.16.1 loads this file as is. Its stdlib symbols
 // include testing.F, so FuzzFirstEventDetector compiles; it only collects
@@ -44,9 +44,9 @@ func FuzzFirstEventDetector(f *testing.F) {
 		f.Add([]byte(s), i*11, uint8(4), true, uint16(50))
 	}
 	f.Fuzz(func(t *testing.T, body []byte, split int, rule uint8, ndjson bool, maxLine uint16) {
-		format := formatSSE
+		format := FormatSSE
 		if ndjson {
-			format = formatNDJSON
+			format = FormatNDJSON
 		}
 		limit := 1 + int(maxLine)%8192
 		if split < 0 {

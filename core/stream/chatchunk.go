@@ -1,4 +1,4 @@
-package core
+package stream
 
 import (
 	"encoding/json"
@@ -45,18 +45,18 @@ type chatEventDelta struct {
 
 // classifyChatChunk judges SSE data that has no event name under the auto
 // or Chat rule. ok=false: not a plain chunk, the general rules decide.
-func classifyChatChunk(data string) (verdict, bool) {
+func classifyChatChunk(data string) (Verdict, bool) {
 	if !strings.Contains(data, `"choices"`) {
-		return verdictPending, false
+		return VerdictPending, false
 	}
 	var c chatEvent
 	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
-		return verdictPending, false // a "type" or an "error", even null: the general rules
+		return VerdictPending, false // a "type" or an "error", even null: the general rules
 	}
 	for i := range c.Choices {
 		ch := &c.Choices[i]
 		if (len(ch.Text) > 0 || ch.FinishReason != nil) && textOrFinish(ch) {
-			return verdictOutput, true
+			return VerdictOutput, true
 		}
 		d := ch.Delta
 		if d == nil {
@@ -66,16 +66,16 @@ func classifyChatChunk(data string) (verdict, bool) {
 		// tells "" (2 bytes) from text.
 		if len(d.Refusal)+len(d.ReasoningContent)+len(d.Reasoning)+len(d.ToolCalls)+len(d.FunctionCall)+len(d.Audio) > 0 {
 			v, ok := classifyRichDelta(d)
-			if !ok || v == verdictOutput {
+			if !ok || v == VerdictOutput {
 				return v, ok
 			}
 			continue
 		}
 		if len(d.Content) > 2 && (d.Content[0] == '"' || jsonNonEmptyList(d.Content, '[', ']')) {
-			return verdictOutput, true
+			return VerdictOutput, true
 		}
 	}
-	return verdictPending, true
+	return VerdictPending, true
 }
 
 // textOrFinish reports whether a choice carries legacy completions text or
@@ -87,16 +87,16 @@ func textOrFinish(ch *chatEventChoice) bool {
 }
 
 // classifyRichDelta judges a delta with more than a role and content.
-func classifyRichDelta(d *chatEventDelta) (verdict, bool) {
+func classifyRichDelta(d *chatEventDelta) (Verdict, bool) {
 	if !jsonAbsent(d.Audio) {
-		return verdictPending, false
+		return VerdictPending, false
 	}
 	if jsonNonEmptyString(d.Content) || jsonNonEmptyString(d.Refusal) || jsonNonEmptyString(d.ReasoningContent) ||
 		jsonNonEmptyString(d.Reasoning) || jsonNonEmptyList(d.Content, '[', ']') ||
 		jsonNonEmptyList(d.ToolCalls, '[', ']') || jsonNonEmptyList(d.FunctionCall, '{', '}') {
-		return verdictOutput, true
+		return VerdictOutput, true
 	}
-	return verdictPending, true
+	return VerdictPending, true
 }
 
 // jsonAbsent reports whether a raw member was missing or null.

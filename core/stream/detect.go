@@ -1,4 +1,4 @@
-package core
+package stream
 
 import "errors"
 
@@ -6,24 +6,24 @@ import "errors"
 // same rules the race uses. Tools that measure TTFT (e.g. the tuning
 // command) use it so they measure what the engine would race on.
 type EventDetector struct {
-	d *firstEventDetector
+	d *Detector
 }
 
 // NewEventDetector returns a detector for a response Content-Type and a
 // first-event rule (RuleAuto, ...). ok is false when the content type is not
 // a stream (the answer is then complete when its body ends).
 func NewEventDetector(contentType, rule string) (d *EventDetector, ok bool) {
-	format, ok := streamFormatOf(contentType)
+	format, ok := FormatOf(contentType)
 	if !ok {
 		return nil, false
 	}
-	return &EventDetector{d: newFirstEventDetector(format, rule, 0)}, true
+	return &EventDetector{d: NewDetector(format, rule, 0)}, true
 }
 
 // Feed consumes the next bytes. It reports output=true once the first output
 // event is complete, or a non-nil error when the stream failed before output.
 func (e *EventDetector) Feed(p []byte) (output bool, err error) {
-	v, why := e.d.Feed(p)
+	v, why := Feed(e.d, p)
 	return verdictResult(v, why)
 }
 
@@ -33,11 +33,11 @@ func (e *EventDetector) End() (output bool, err error) {
 	return verdictResult(v, why)
 }
 
-func verdictResult(v verdict, why string) (bool, error) {
+func verdictResult(v Verdict, why string) (bool, error) {
 	switch v {
-	case verdictOutput:
+	case VerdictOutput:
 		return true, nil
-	case verdictFailure:
+	case VerdictFailure:
 		return false, errors.New(why)
 	}
 	return false, nil

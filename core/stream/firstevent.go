@@ -1,4 +1,4 @@
-package core
+package stream
 
 import (
 	"bytes"
@@ -17,39 +17,39 @@ import (
 // (each bounded by maxLine), and parses JSON only for complete events before
 // the first output, so its cost ends when the race is decided.
 
-// verdict is what the bytes of an attempt seen so far say about it.
-type verdict int
+// Verdict is what the bytes of an attempt seen so far say about it.
+type Verdict int
 
 const (
-	verdictPending verdict = iota // no output event yet
-	verdictOutput                 // the bytes fed so far complete the first output event
-	verdictFailure                // the stream failed before any output
+	VerdictPending Verdict = iota // no output event yet
+	VerdictOutput                 // the bytes fed so far complete the first output event
+	VerdictFailure                // the stream failed before any output
 )
 
-// streamFormat is the framing of a streamed response body.
-type streamFormat int
+// Format is the framing of a streamed response body.
+type Format int
 
 // Explicit values, not iota+1: Yaegi v0.16.1 gives typed constants declared
 // with `iota + 1` a value that compares unequal to the same constant stored
 // in a variable.
 const (
-	formatSSE    streamFormat = 1 // text/event-stream
-	formatNDJSON streamFormat = 2 // application/x-ndjson, application/jsonl (not application/json-seq)
+	FormatSSE    Format = 1 // text/event-stream
+	FormatNDJSON Format = 2 // application/x-ndjson, application/jsonl (not application/json-seq)
 )
 
-// streamFormatOf returns the stream format of a response Content-Type
+// FormatOf returns the stream format of a response Content-Type
 // (parameters and case ignored); ok=false for anything that is not a stream,
 // e.g. application/json.
-func streamFormatOf(contentType string) (streamFormat, bool) {
+func FormatOf(contentType string) (Format, bool) {
 	if contentType == "text/event-stream" || strings.HasPrefix(contentType, "text/event-stream;") {
-		return formatSSE, true // the common spellings, without parsing
+		return FormatSSE, true // the common spellings, without parsing
 	}
 	f, ok := parseStreamFormat(contentType)
 	return f, ok
 }
 
-// parseStreamFormat is streamFormatOf for every other spelling.
-func parseStreamFormat(contentType string) (streamFormat, bool) {
+// parseStreamFormat is FormatOf for every other spelling.
+func parseStreamFormat(contentType string) (Format, bool) {
 	mt, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		// Be lenient with broken parameters: the media type alone decides.
@@ -57,29 +57,29 @@ func parseStreamFormat(contentType string) (streamFormat, bool) {
 	}
 	switch mt {
 	case "text/event-stream":
-		return formatSSE, true
+		return FormatSSE, true
 	case "application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonl", "application/jsonlines":
-		return formatNDJSON, true
+		return FormatNDJSON, true
 	}
 	return 0, false
 }
 
 const (
-	reasonEnded = "stream ended before the first output event"
-	reasonDone  = "stream ended ([DONE]) before the first output event"
-	// maxReason bounds a failed attempt's reason (logs, headers), cut once
+	ReasonEnded = "stream ended before the first output event"
+	ReasonDone  = "stream ended ([DONE]) before the first output event"
+	// MaxReason bounds a failed attempt's reason (logs, headers), cut once
 	// redacted (see redactReason).
-	maxReason = 160
-	// maxDetail bounds the upstream text the detector quotes: far more than
-	// maxReason, so that redaction can shorten it first.
-	maxDetail = 4 << 10
+	MaxReason = 160
+	// MaxDetail bounds the upstream text the detector quotes: far more than
+	// MaxReason, so that redaction can shorten it first.
+	MaxDetail = 4 << 10
 )
 
 var utf8BOM = []byte("\xEF\xBB\xBF")
 
-// firstEventDetector finds the first output event of one attempt's body.
-type firstEventDetector struct {
-	format  streamFormat
+// Detector finds the first output event of one attempt's body.
+type Detector struct {
+	format  Format
 	rule    string
 	maxLine int
 
@@ -97,45 +97,41 @@ type firstEventDetector struct {
 	// chatRule: the rule lets classifyChatChunk judge events without a name.
 	chatRule bool
 
-	done   verdict // sticky non-pending verdict
+	done   Verdict // sticky non-pending verdict
 	reason string
 }
 
-// newFirstEventDetector returns a detector for a body of the given format.
+// NewDetector returns a detector for a body of the given format.
 // rule is one of RuleAuto, RuleOpenAIChat, RuleOpenAIResponses, RuleAnthropic,
 // RuleAny ("" means auto); maxLine bounds a single line and one event's
 // accumulated data, in bytes (<= 0 means the 256 KiB default).
-func newFirstEventDetector(format streamFormat, rule string, maxLine int) *firstEventDetector {
+func NewDetector(format Format, rule string, maxLine int) *Detector {
 	if rule == "" {
 		rule = config.RuleAuto
 	}
 	if maxLine <= 0 {
 		maxLine = 256 << 10
 	}
-	return &firstEventDetector{format: format, rule: rule, maxLine: maxLine, quiet: format == formatSSE,
+	return &Detector{format: format, rule: rule, maxLine: maxLine, quiet: format == FormatSSE,
 		chatRule: rule == config.RuleAuto || rule == config.RuleOpenAIChat}
 }
 
 // Feed consumes the next bytes read from the upstream body. It returns
-// verdictOutput as soon as an event carrying model output has been completely
+// VerdictOutput as soon as an event carrying model output has been completely
 // received (SSE: its terminating blank line; NDJSON: its newline),
-// verdictFailure with a short reason when the stream failed before output,
-// else verdictPending. p is not retained. Once a verdict is reached it is
+// VerdictFailure with a short reason when the stream failed before output,
+// else VerdictPending. p is not retained. Once a verdict is reached it is
 // returned again by any later call.
-func (d *firstEventDetector) Feed(p []byte) (verdict, string) {
-	v, reason := feed(d, p)
-	return v, reason
-}
-
-// feed is Feed, as a function for the engine's hot path (see handle). It
-// takes the common event, one "data: " line ending in "\n\n" within
+//
+// A function, not a method: it is the engine's hot path, and under Yaegi a
+// method call costs several function calls. It takes the common event, one "data: " line ending in "\n\n" within
 // maxLine, read whole while nothing is pending: it dispatches exactly its
 // line's value with no event name, without the line machinery (each
 // interpreted step costs microseconds under Yaegi). Anything else goes to
 // feedLoop, which handles every case. (Two functions: under Yaegi a call
 // allocates every slot of its frame, so the common path's stays small.)
-func feed(d *firstEventDetector, p []byte) (verdict, string) {
-	if d.done != verdictPending {
+func Feed(d *Detector, p []byte) (Verdict, string) {
+	if d.done != VerdictPending {
 		return d.done, d.reason
 	}
 	for len(p) > 0 {
@@ -149,7 +145,7 @@ func feed(d *firstEventDetector, p []byte) (verdict, string) {
 		d.started = true // "data: " is not a BOM
 		// classifySSE with no event name, inline: a call's frame per event.
 		data := string(p[len(sseDataPrefix):i])
-		v := verdictPending
+		v := VerdictPending
 		plain := false
 		if d.chatRule {
 			v, plain = classifyChatChunk(data)
@@ -159,16 +155,16 @@ func feed(d *firstEventDetector, p []byte) (verdict, string) {
 			v, reason = classifyEvent(d.rule, data, "")
 		}
 		p = p[i+2:]
-		if v != verdictPending {
+		if v != VerdictPending {
 			return finish(d, v, reason)
 		}
 	}
-	return verdictPending, ""
+	return VerdictPending, ""
 }
 
 // feedLoop is feed for bytes that may hold anything: line ends split
 // across reads, comments, event names, multi-line data.
-func feedLoop(d *firstEventDetector, p []byte) (verdict, string) {
+func feedLoop(d *Detector, p []byte) (Verdict, string) {
 	for len(p) > 0 {
 		if d.skipLF {
 			d.skipLF = false
@@ -183,7 +179,7 @@ func feedLoop(d *firstEventDetector, p []byte) (verdict, string) {
 				d.started = true
 				v, reason := classifySSE(d, string(p[len(sseDataPrefix):i]), "")
 				p = p[i+2:]
-				if v != verdictPending {
+				if v != VerdictPending {
 					return finish(d, v, reason)
 				}
 				continue
@@ -191,33 +187,33 @@ func feedLoop(d *firstEventDetector, p []byte) (verdict, string) {
 		}
 		n, v, reason := feedLine(d, p)
 		p = p[n:]
-		if v != verdictPending {
+		if v != VerdictPending {
 			return finish(d, v, reason)
 		}
 	}
-	return verdictPending, ""
+	return VerdictPending, ""
 }
 
 // feedLine consumes p up to and including its first line end, handling
 // the line, or all of p when it has none (kept until the line completes).
 // It returns how many bytes it consumed and the verdict so far.
-func feedLine(d *firstEventDetector, p []byte) (int, verdict, string) {
+func feedLine(d *Detector, p []byte) (int, Verdict, string) {
 	var i int
-	if d.format == formatSSE {
+	if d.format == FormatSSE {
 		i = bytes.IndexAny(p, "\r\n")
 	} else {
 		i = bytes.IndexByte(p, '\n')
 	}
 	if i < 0 {
 		if len(d.line)+len(p) > d.maxLine {
-			return len(p), verdictFailure, d.tooLong()
+			return len(p), VerdictFailure, d.tooLong()
 		}
 		d.line = appendBounded(d.line, p, d.maxLine)
 		d.quiet = false
-		return len(p), verdictPending, ""
+		return len(p), VerdictPending, ""
 	}
 	if len(d.line)+i > d.maxLine {
-		return i + 1, verdictFailure, d.tooLong()
+		return i + 1, VerdictFailure, d.tooLong()
 	}
 	line := p[:i]
 	if len(d.line) > 0 {
@@ -227,7 +223,7 @@ func feedLine(d *firstEventDetector, p []byte) (int, verdict, string) {
 	d.skipLF = p[i] == '\r'
 	v, reason := d.onLine(line)
 	d.line = d.line[:0]
-	d.quiet = d.format == formatSSE && !d.hasData && d.event == ""
+	d.quiet = d.format == FormatSSE && !d.hasData && d.event == ""
 	return i + 1, v, reason
 }
 
@@ -237,25 +233,25 @@ const sseDataPrefix = "data: "
 var sseDataPrefixBytes = []byte(sseDataPrefix)
 
 // End is called when the body hit EOF while the verdict was still pending.
-// It never returns verdictPending. SSE: an unterminated event is discarded
+// It never returns VerdictPending. SSE: an unterminated event is discarded
 // (EventSource rules), so the result is a failure. NDJSON: a last line
-// without a newline is still classified, so End may return verdictOutput
+// without a newline is still classified, so End may return VerdictOutput
 // (with an empty reason) or a failure of that line; otherwise a failure.
-func (d *firstEventDetector) End() (verdict, string) {
-	if d.done != verdictPending {
+func (d *Detector) End() (Verdict, string) {
+	if d.done != VerdictPending {
 		return d.done, d.reason
 	}
-	if d.format == formatNDJSON && len(d.line) > 0 {
+	if d.format == FormatNDJSON && len(d.line) > 0 {
 		v, reason := d.onLine(d.line)
 		d.line = d.line[:0]
-		if v != verdictPending {
+		if v != VerdictPending {
 			return finish(d, v, reason)
 		}
 	}
-	return finish(d, verdictFailure, reasonEnded)
+	return finish(d, VerdictFailure, ReasonEnded)
 }
 
-func finish(d *firstEventDetector, v verdict, reason string) (verdict, string) {
+func finish(d *Detector, v Verdict, reason string) (Verdict, string) {
 	d.done = v
 	d.reason = reason
 	// Nothing more is parsed: release the buffers. (Separate statements: Yaegi
@@ -265,27 +261,27 @@ func finish(d *firstEventDetector, v verdict, reason string) (verdict, string) {
 	return v, reason
 }
 
-func (d *firstEventDetector) tooLong() string {
-	if d.format == formatSSE {
+func (d *Detector) tooLong() string {
+	if d.format == FormatSSE {
 		return "SSE line exceeds " + strconv.Itoa(d.maxLine) + " bytes"
 	}
 	return "NDJSON line exceeds " + strconv.Itoa(d.maxLine) + " bytes"
 }
 
 // onLine handles one complete line (without its line end).
-func (d *firstEventDetector) onLine(line []byte) (verdict, string) {
+func (d *Detector) onLine(line []byte) (Verdict, string) {
 	if !d.started {
 		d.started = true
 		line = bytes.TrimPrefix(line, utf8BOM)
 	}
-	if d.format == formatNDJSON {
+	if d.format == FormatNDJSON {
 		return d.ndjsonLine(line)
 	}
 	return d.sseLine(line)
 }
 
 // sseLine applies the WHATWG EventSource line rules.
-func (d *firstEventDetector) sseLine(line []byte) (verdict, string) {
+func (d *Detector) sseLine(line []byte) (Verdict, string) {
 	if len(line) == 0 {
 		// A blank line dispatches the event; one without data is ignored.
 		hasData, event := d.hasData, d.event
@@ -293,14 +289,14 @@ func (d *firstEventDetector) sseLine(line []byte) (verdict, string) {
 		d.event = ""
 		if !hasData {
 			d.data = d.data[:0]
-			return verdictPending, ""
+			return VerdictPending, ""
 		}
 		v, reason := classifySSE(d, string(d.data), event)
 		d.data = d.data[:0]
 		return v, reason
 	}
 	if line[0] == ':' {
-		return verdictPending, "" // comment, e.g. ": ping"
+		return VerdictPending, "" // comment, e.g. ": ping"
 	}
 	field, value := line, []byte(nil)
 	if i := bytes.IndexByte(line, ':'); i >= 0 {
@@ -316,7 +312,7 @@ func (d *firstEventDetector) sseLine(line []byte) (verdict, string) {
 			n++ // the \n joining data lines
 		}
 		if n > d.maxLine {
-			return verdictFailure, "SSE event data exceeds " + strconv.Itoa(d.maxLine) + " bytes"
+			return VerdictFailure, "SSE event data exceeds " + strconv.Itoa(d.maxLine) + " bytes"
 		}
 		if d.hasData {
 			d.data = appendBounded(d.data, []byte{'\n'}, d.maxLine)
@@ -327,7 +323,7 @@ func (d *firstEventDetector) sseLine(line []byte) (verdict, string) {
 		d.event = string(value)
 	}
 	// id, retry and unknown fields do not matter here.
-	return verdictPending, ""
+	return VerdictPending, ""
 }
 
 // appendBounded appends p to b, growing b to at most limit bytes of capacity
@@ -381,7 +377,7 @@ var cohereControlKinds = map[string]bool{
 
 // classifySSE classifies one dispatched SSE event of d's stream: a plain
 // Chat chunk by its fast path, anything else by the general rules.
-func classifySSE(d *firstEventDetector, data, event string) (verdict, string) {
+func classifySSE(d *Detector, data, event string) (Verdict, string) {
 	if event == "" && d.chatRule {
 		if v, ok := classifyChatChunk(data); ok {
 			return v, ""
@@ -392,7 +388,7 @@ func classifySSE(d *firstEventDetector, data, event string) (verdict, string) {
 }
 
 // classifyEvent applies the general rules to one dispatched SSE event.
-func classifyEvent(rule, data, event string) (verdict, string) {
+func classifyEvent(rule, data, event string) (Verdict, string) {
 	s := strings.TrimSpace(data)
 	var val interface{}
 	isJSON := false
@@ -405,13 +401,13 @@ func classifyEvent(rule, data, event string) (verdict, string) {
 		if obj != nil {
 			msg = errorMessage(obj)
 		}
-		return verdictFailure, withDetail("upstream error event", msg)
+		return VerdictFailure, WithDetail("upstream error event", msg)
 	}
 	if s == "" {
-		return verdictPending, "" // empty data is a keep-alive, never output
+		return VerdictPending, "" // empty data is a keep-alive, never output
 	}
 	if s == "[DONE]" {
-		return verdictFailure, reasonDone
+		return VerdictFailure, ReasonDone
 	}
 	if !isJSON {
 		val = s // plain text: output for auto/any unless its event name is a known control
@@ -427,14 +423,14 @@ func classifyEvent(rule, data, event string) (verdict, string) {
 // in Ollama's shape) given its decoded JSON value (or its text when it is
 // not JSON); obj is val when it is an object, kind its "type" or SSE event
 // name.
-func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind string) (verdict, string) {
+func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind string) (Verdict, string) {
 	if obj != nil {
 		if e, ok := obj["error"]; ok && e != nil && e != false {
-			return verdictFailure, withDetail("upstream error", errorMessage(obj))
+			return VerdictFailure, WithDetail("upstream error", errorMessage(obj))
 		}
 	}
 	if kind == "error" {
-		return verdictFailure, withDetail("upstream error event", errorMessage(obj))
+		return VerdictFailure, WithDetail("upstream error event", errorMessage(obj))
 	}
 	family := rule
 	if rule == config.RuleAuto || rule == config.RuleAny {
@@ -447,7 +443,7 @@ func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind
 		case anthropicKinds[kind]:
 			family = config.RuleAnthropic
 		case cohereControlKinds[kind]:
-			return verdictPending, "" // Cohere v2: no output yet
+			return VerdictPending, "" // Cohere v2: no output yet
 		default:
 			// Unknown event: output for auto/any unless it carries nothing.
 			return outputIf(!isEmptyJSON(val))
@@ -466,20 +462,20 @@ func classifyJSON(rule string, val interface{}, obj map[string]interface{}, kind
 	case config.RuleAnthropic:
 		switch kind {
 		case "content_block_delta", "message_stop":
-			return verdictOutput, ""
+			return VerdictOutput, ""
 		case "message_delta":
 			delta, _ := obj["delta"].(map[string]interface{})
 			return outputIf(!isEmptyJSON(delta["stop_reason"]))
 		}
 	}
-	return verdictPending, "" // not recognised by an explicit rule: control
+	return VerdictPending, "" // not recognised by an explicit rule: control
 }
 
-func outputIf(ok bool) (verdict, string) {
+func outputIf(ok bool) (Verdict, string) {
 	if ok {
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	}
-	return verdictPending, ""
+	return VerdictPending, ""
 }
 
 // chatTextFields are the delta members whose non-empty text is output.
@@ -572,39 +568,39 @@ func choicesEmpty(choices []interface{}) bool {
 // classifyResponses classifies an OpenAI Responses API event: a delta with
 // content is output, response.completed and response.incomplete are final
 // events (a complete answer, which decides as output does).
-func classifyResponses(kind string, obj map[string]interface{}) (verdict, string) {
+func classifyResponses(kind string, obj map[string]interface{}) (Verdict, string) {
 	switch kind {
 	case "response.completed", "response.incomplete":
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	case "response.failed":
 		resp, _ := obj["response"].(map[string]interface{})
 		if msg := errorMessage(resp); msg != "" {
-			return verdictFailure, withDetail(kind, msg)
+			return VerdictFailure, WithDetail(kind, msg)
 		}
-		return verdictFailure, "stream ended (" + kind + ") before the first output event"
+		return VerdictFailure, "stream ended (" + kind + ") before the first output event"
 	}
 	if strings.HasPrefix(kind, "response.") && strings.HasSuffix(kind, ".delta") {
 		return outputIf(!isEmptyJSON(obj["delta"]))
 	}
-	return verdictPending, "" // response.created, response.in_progress, ...added, ...done
+	return VerdictPending, "" // response.created, response.in_progress, ...added, ...done
 }
 
 // ndjsonLine classifies one NDJSON line.
-func (d *firstEventDetector) ndjsonLine(line []byte) (verdict, string) {
+func (d *Detector) ndjsonLine(line []byte) (Verdict, string) {
 	line = bytes.TrimSpace(line)
 	if len(line) == 0 {
-		return verdictPending, ""
+		return VerdictPending, ""
 	}
 	var val interface{}
 	if json.Unmarshal(line, &val) != nil {
-		return verdictFailure, "malformed NDJSON line"
+		return VerdictFailure, "malformed NDJSON line"
 	}
 	obj, _ := val.(map[string]interface{})
 	if obj == nil {
 		return outputIf(!isEmptyJSON(val) && (d.rule == config.RuleAuto || d.rule == config.RuleAny))
 	}
 	if e, ok := obj["error"]; ok && e != nil && e != false {
-		return verdictFailure, withDetail("upstream error", errorMessage(obj))
+		return VerdictFailure, WithDetail("upstream error", errorMessage(obj))
 	}
 	_, hasMessage := obj["message"]
 	_, hasResponse := obj["response"]
@@ -617,24 +613,24 @@ func (d *firstEventDetector) ndjsonLine(line []byte) (verdict, string) {
 	// the rule: the rules name SSE dialects.
 	msg, _ := obj["message"].(map[string]interface{})
 	if s, _ := msg["content"].(string); s != "" {
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	}
 	if s, _ := msg["thinking"].(string); s != "" {
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	}
 	if a, _ := msg["tool_calls"].([]interface{}); len(a) > 0 {
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	}
 	if s, _ := obj["response"].(string); s != "" {
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	}
 	if s, _ := obj["thinking"].(string); s != "" {
-		return verdictOutput, ""
+		return VerdictOutput, ""
 	}
 	if done, _ := obj["done"].(bool); done {
-		return verdictOutput, "" // the final line: a complete answer decides as output does
+		return VerdictOutput, "" // the final line: a complete answer decides as output does
 	}
-	return verdictPending, ""
+	return VerdictPending, ""
 }
 
 // isEmptyJSON reports whether a decoded JSON value carries nothing: null,
@@ -685,12 +681,12 @@ func errorMessage(obj map[string]interface{}) string {
 	return m
 }
 
-// withDetail returns prefix, followed by ": " and msg made single-line
-// when msg is not empty, at most maxDetail bytes of it. A cut drops the word
+// WithDetail returns prefix, followed by ": " and msg made single-line
+// when msg is not empty, at most MaxDetail bytes of it. A cut drops the word
 // it falls in: that may be the start of a key, which redaction (later)
 // would not recognise. (A plain loop, not strings.Map: no interpreted
 // callback is handed to compiled code under Yaegi.)
-func withDetail(prefix, msg string) string {
+func WithDetail(prefix, msg string) string {
 	var b strings.Builder
 	space := false
 	for _, r := range msg {
@@ -698,7 +694,7 @@ func withDetail(prefix, msg string) string {
 			space = b.Len() > 0
 			continue
 		}
-		if b.Len() >= maxDetail {
+		if b.Len() >= MaxDetail {
 			return prefix + ": " + withoutLastWord(b.String()) + "…"
 		}
 		if space {

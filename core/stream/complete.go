@@ -1,4 +1,4 @@
-package core
+package stream
 
 import "bytes"
 
@@ -9,28 +9,28 @@ import "bytes"
 // bytes prove: an SSE stream that stops inside a line, a JSON document
 // whose brackets or strings are still open.
 
-// endsMidLine reports whether an SSE stream whose last bytes are tail
+// EndsMidLine reports whether an SSE stream whose last bytes are tail
 // stopped inside a line: every EventSource parser drops that line.
-func endsMidLine(tail []byte) bool {
+func EndsMidLine(tail []byte) bool {
 	n := len(tail)
 	return n > 0 && tail[n-1] != '\n' && tail[n-1] != '\r'
 }
 
-// jsonShape follows a JSON text's nesting as it streams by, to tell at its
+// Shape follows a JSON text's nesting as it streams by, to tell at its
 // end whether the document was closed. It does not validate the grammar
 // (the upstream is not hostile): it counts brackets outside strings.
-type jsonShape struct {
+type Shape struct {
 	depth    int
 	started  bool
 	inString bool
 	escaped  bool
 }
 
-// structural are the bytes jsonShape must look at; the rest are skipped
+// structural are the bytes Shape must look at; the rest are skipped
 // with one IndexAny call (the loop is interpreted under Yaegi).
 const structural = "{}[]\"\\"
 
-func feedShape(s *jsonShape, p []byte) {
+func FeedShape(s *Shape, p []byte) {
 	for len(p) > 0 {
 		if !s.started {
 			t := bytes.TrimLeft(p, " \t\r\n")
@@ -70,7 +70,22 @@ func feedShape(s *jsonShape, p []byte) {
 	}
 }
 
-// shapeOpen reports whether the document started and is not closed.
-func shapeOpen(s *jsonShape) bool {
+// ShapeOpen reports whether the document started and is not closed.
+func ShapeOpen(s *Shape) bool {
 	return s.started && (s.depth > 0 || s.inString)
+}
+
+// Finished reports whether a stream's last bytes hold its end marker:
+// OpenAI Chat `data: [DONE]`, Responses `response.completed`, Anthropic
+// `message_stop`, Ollama `"done":true`.
+func Finished(tail []byte) bool {
+	end := bytes.TrimRight(tail, "\r\n")
+	if bytes.HasSuffix(end, []byte("data: [DONE]")) || bytes.HasSuffix(end, []byte("data:[DONE]")) {
+		return true
+	}
+	if i := bytes.LastIndex(end, []byte("\n\n")); i >= 0 {
+		end = end[i:]
+	}
+	return bytes.Contains(end, []byte(`"response.completed"`)) || bytes.Contains(end, []byte("message_stop")) ||
+		bytes.Contains(end, []byte(`"done":true`))
 }

@@ -1,4 +1,4 @@
-package core
+package stream
 
 import (
 	"bytes"
@@ -26,8 +26,8 @@ type answerChoice struct {
 	refusal  string
 }
 
-// answer is what the checks see of a complete answer.
-type answer struct {
+// Answer is what the checks see of a complete Answer.
+type Answer struct {
 	family  string // RuleOpenAIChat, RuleOpenAIResponses, RuleAnthropic, "ollama", or "" when not recognised
 	choices []*answerChoice
 }
@@ -36,18 +36,18 @@ type answer struct {
 // index comes from the upstream).
 const maxChoices = 128
 
-// answerOf reads a complete answer body; streaming says it is an SSE
+// AnswerOf reads a complete answer body; streaming says it is an SSE
 // (sse) or NDJSON stream rather than one JSON document.
-func answerOf(body []byte, streaming, sse bool) *answer {
+func AnswerOf(body []byte, streaming, sse bool) *Answer {
 	if !streaming {
 		var v interface{}
 		if json.Unmarshal(body, &v) != nil {
-			return &answer{}
+			return &Answer{}
 		}
 		obj, _ := v.(map[string]interface{})
 		return documentAnswer(obj)
 	}
-	ans := &answer{}
+	ans := &Answer{}
 	if sse {
 		for _, data := range sseData(body) {
 			streamEvent(ans, data)
@@ -63,15 +63,15 @@ func answerOf(body []byte, streaming, sse bool) *answer {
 }
 
 // documentAnswer reads a non-streaming answer.
-func documentAnswer(obj map[string]interface{}) *answer {
+func documentAnswer(obj map[string]interface{}) *Answer {
 	if obj == nil {
-		return &answer{}
+		return &Answer{}
 	}
 	if choices, ok := obj["choices"].([]interface{}); ok {
 		return chatDocument(choices)
 	}
 	if stringOf(obj, "object") == "response" {
-		ans := &answer{family: config.RuleOpenAIResponses}
+		ans := &Answer{family: config.RuleOpenAIResponses}
 		responsesDocument(ans, obj)
 		return ans
 	}
@@ -84,15 +84,15 @@ func documentAnswer(obj map[string]interface{}) *answer {
 		if _, done := obj["done"]; done {
 			ch := &answerChoice{}
 			ollamaLine(ch, obj, msg)
-			return &answer{family: "ollama", choices: []*answerChoice{ch}}
+			return &Answer{family: "ollama", choices: []*answerChoice{ch}}
 		}
 	}
-	return &answer{}
+	return &Answer{}
 }
 
 // chatDocument reads a Chat Completions answer's choices.
-func chatDocument(choices []interface{}) *answer {
-	ans := &answer{family: config.RuleOpenAIChat}
+func chatDocument(choices []interface{}) *Answer {
+	ans := &Answer{family: config.RuleOpenAIChat}
 	for _, c := range choices {
 		cm, _ := c.(map[string]interface{})
 		ch := &answerChoice{}
@@ -141,7 +141,7 @@ func setChatFinish(ch *answerChoice, reason interface{}) {
 
 // responsesDocument reads a Responses API response object (a whole answer,
 // or the one a stream's final event carries) into ans's one choice.
-func responsesDocument(ans *answer, resp map[string]interface{}) {
+func responsesDocument(ans *Answer, resp map[string]interface{}) {
 	ch := &answerChoice{}
 	ch.finish, _ = resp["status"].(string)
 	ch.finishOK = ch.finish == "completed"
@@ -172,7 +172,7 @@ func responsesDocument(ans *answer, resp map[string]interface{}) {
 }
 
 // anthropicDocument reads an Anthropic Messages answer.
-func anthropicDocument(obj map[string]interface{}, content []interface{}) *answer {
+func anthropicDocument(obj map[string]interface{}, content []interface{}) *Answer {
 	ch := &answerChoice{}
 	var text strings.Builder
 	for _, block := range content {
@@ -187,7 +187,7 @@ func anthropicDocument(obj map[string]interface{}, content []interface{}) *answe
 	}
 	ch.text = text.String()
 	setAnthropicStop(ch, obj["stop_reason"])
-	return &answer{family: config.RuleAnthropic, choices: []*answerChoice{ch}}
+	return &Answer{family: config.RuleAnthropic, choices: []*answerChoice{ch}}
 }
 
 // setAnthropicStop records a stop_reason: end_turn, tool_use and
@@ -271,7 +271,7 @@ func sseData(body []byte) []string {
 }
 
 // streamEvent adds one streamed event (SSE data or an NDJSON line) to ans.
-func streamEvent(ans *answer, data string) {
+func streamEvent(ans *Answer, data string) {
 	s := strings.TrimSpace(data)
 	if s == "" || s[0] != '{' {
 		return // [DONE], keep-alives
@@ -302,7 +302,7 @@ func streamEvent(ans *answer, data string) {
 }
 
 // oneChoice returns the answer's only choice, adding it when missing.
-func oneChoice(ans *answer) *answerChoice {
+func oneChoice(ans *Answer) *answerChoice {
 	if len(ans.choices) == 0 {
 		ans.choices = append(ans.choices, new(answerChoice))
 	}
@@ -310,7 +310,7 @@ func oneChoice(ans *answer) *answerChoice {
 }
 
 // addChatChunk adds a Chat Completions chunk's deltas to their choices.
-func addChatChunk(ans *answer, choices []interface{}) {
+func addChatChunk(ans *Answer, choices []interface{}) {
 	for _, c := range choices {
 		cm, _ := c.(map[string]interface{})
 		idx := 0
@@ -337,7 +337,7 @@ func addChatChunk(ans *answer, choices []interface{}) {
 }
 
 // responsesEvent adds one Responses API event to ans.
-func responsesEvent(ans *answer, kind string, obj map[string]interface{}) {
+func responsesEvent(ans *Answer, kind string, obj map[string]interface{}) {
 	ch := oneChoice(ans)
 	switch kind {
 	case "response.output_text.delta":
@@ -383,7 +383,7 @@ func keepStreamed(final, streamed *answerChoice) {
 }
 
 // anthropicEvent adds one Anthropic Messages event to ans.
-func anthropicEvent(ans *answer, kind string, obj map[string]interface{}) {
+func anthropicEvent(ans *Answer, kind string, obj map[string]interface{}) {
 	ch := oneChoice(ans)
 	switch kind {
 	case "content_block_start":
@@ -406,12 +406,12 @@ func anthropicEvent(ans *answer, kind string, obj map[string]interface{}) {
 	}
 }
 
-// failedCheck returns the first of the checks (a set of check bits) that
+// FailedCheck returns the first of the checks (a set of check bits) that
 // ans fails, and why, naming the wrong value; "" when it passes them all.
 // schema is the json_schema check's schema (nil: the content must be JSON).
-func failedCheck(ans *answer, checks int, schema interface{}) (string, string) {
+func FailedCheck(ans *Answer, checks int, schema interface{}) (string, string) {
 	if ans.family == "" || len(ans.choices) == 0 {
-		return firstCheckName(checks), "the answer is not a recognised Chat, Responses, Anthropic or Ollama answer"
+		return FirstCheckName(checks), "the answer is not a recognised Chat, Responses, Anthropic or Ollama answer"
 	}
 	for i, ch := range ans.choices {
 		which := ""
@@ -425,29 +425,29 @@ func failedCheck(ans *answer, checks int, schema interface{}) (string, string) {
 	return "", ""
 }
 
-// choiceFails is failedCheck for one choice.
+// choiceFails is FailedCheck for one choice.
 func choiceFails(ch *answerChoice, checks int, schema interface{}, which string) (string, string) {
-	if checks&checkFinish != 0 && !ch.finishOK {
+	if checks&CheckFinish != 0 && !ch.finishOK {
 		if ch.finish == "" {
 			return config.ValidateFinish, "the answer" + which + " has no finish reason (it was cut off)"
 		}
 		return config.ValidateFinish, "the answer" + which + " finished with " + strconv.Quote(ch.finish) + ", not a normal end"
 	}
-	if checks&checkNoRefusal != 0 && ch.refusal != "" {
+	if checks&CheckNoRefusal != 0 && ch.refusal != "" {
 		return config.ValidateNoRefusal, "the answer" + which + " is a refusal: " + quoteCut(ch.refusal, 60)
 	}
-	if checks&(checkIsJSON|checkJSONSchema) == 0 || ch.text == "" && ch.tool {
+	if checks&(CheckJSON|CheckJSONSchema) == 0 || ch.text == "" && ch.tool {
 		return "", "" // a tool call without text: its arguments are the provider's to check
 	}
 	check := config.ValidateJSON
-	if checks&checkJSONSchema != 0 {
+	if checks&CheckJSONSchema != 0 {
 		check = config.ValidateJSONSchema
 	}
 	var v interface{}
 	if err := json.Unmarshal([]byte(ch.text), &v); err != nil {
 		return check, "the content" + which + " is not JSON (" + err.Error() + "): " + quoteCut(ch.text, 40)
 	}
-	if checks&checkJSONSchema != 0 && schema != nil {
+	if checks&CheckJSONSchema != 0 && schema != nil {
 		if msg := schemaViolation(schema, v); msg != "" {
 			return config.ValidateJSONSchema, "the content" + which + " does not match the schema: " + msg
 		}
