@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/internal/zapfields"
 
 	"github.com/caddyserver/caddy/v2"
 
@@ -56,7 +57,7 @@ func acquireFleet(cfg config.FleetConfig, metrics core.MetricSink) (key string, 
 		}
 		logger := caddy.Log().Named("http.handlers.llm_hedge.fleet")
 		fl := core.NewFleet(client, cfg, core.FleetOptions{Metrics: metrics, Kind: "caddy", Log: func(fields []core.LogField) {
-			fleetredis.LogFleetState(logger, fields)
+			zapfields.LogFleetState(logger, fields)
 		}})
 		return &pooledFleet{client: client, fleet: fl}, nil
 	})

@@ -10,6 +10,7 @@ import (
 	"net/http"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/internal/zapfields"
 
 	"github.com/caddyserver/caddy/v2"
 	"github.com/caddyserver/caddy/v2/caddyconfig/caddyfile"
@@ -18,7 +19,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/fleetredis"
 )
 
 func init() {
@@ -111,7 +111,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	logger := h.logger
 	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet,
-		Log: func(fields []core.LogField) { fleetredis.LogFleetState(logger, fields) }})
+		Log: func(fields []core.LogField) { zapfields.LogFleetState(logger, fields) }})
 	if err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 	"github.com/llmhedge/llmhedge/core/redact"
 )
 
@@ -24,7 +25,7 @@ import (
 // first success brings the fleet up again. Routes that use the same Redis
 // share one Fleet. It is safe for concurrent use.
 type Fleet struct {
-	client  RedisClient
+	client  fleetstore.RedisClient
 	cfg     config.FleetConfig
 	name    string // host:port/db, for metrics and logs
 	clock   Clock
@@ -91,15 +92,9 @@ const (
 // errFleetDown is the error of an operation the breaker did not let through.
 var errFleetDown = errors.New("llmhedge: fleet down")
 
-// ErrRedisBusy is what a RedisClient returns (wrapped or not) when its
-// command never reached Redis because the client had no connection free
-// within the deadline: the replica is busy, Redis is not failing, so it
-// neither takes the fleet down nor counts as a fleet operation error.
-var ErrRedisBusy = errors.New("llmhedge: no Redis connection free")
-
 // NewFleet returns a Fleet over client for cfg (defaults applied). It does
 // not touch Redis: the first keyed request does. It starts up.
-func NewFleet(client RedisClient, cfg config.FleetConfig, opts FleetOptions) *Fleet {
+func NewFleet(client fleetstore.RedisClient, cfg config.FleetConfig, opts FleetOptions) *Fleet {
 	cfg = cfg.WithDefaults()
 	if opts.Clock == nil {
 		var c Clock = SystemClock{}
@@ -218,10 +213,10 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 // breaker. A blocking read (block > 0) gets twice its block time on top:
 // Redis times blocked clients out on its own clock tick (hz), up to about
 // 100ms late at the default hz.
-func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, args ...string) (RedisValue, error) {
+func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, args ...string) (fleetstore.RedisValue, error) {
 	allowed, probe, replies := fleetAllow(f)
 	if !allowed {
-		return RedisValue{}, errFleetDown
+		return fleetstore.RedisValue{}, errFleetDown
 	}
 	ctx, cancel := context.WithTimeout(parent, time.Duration(f.cfg.Timeout)+2*block)
 	start := time.Now()
@@ -232,7 +227,7 @@ func fleetDo(f *Fleet, parent context.Context, op string, block time.Duration, a
 }
 
 // fleetPipeline sends cmds in one round trip within the operation timeout.
-func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string) ([]RedisValue, error) {
+func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	allowed, probe, replies := fleetAllow(f)
 	if !allowed {
 		return nil, errFleetDown
@@ -248,7 +243,7 @@ func fleetPipeline(f *Fleet, parent context.Context, op string, cmds [][]string)
 // fleetObserve records an operation's latency and error, and tells the
 // breaker. An error reply such as NOSCRIPT proves the connection works.
 func fleetObserve(f *Fleet, parent context.Context, op string, start time.Time, err error, probe bool, replies uint64) {
-	busy := err != nil && errors.Is(err, ErrRedisBusy)
+	busy := err != nil && errors.Is(err, fleetstore.ErrRedisBusy)
 	if f.metrics != nil {
 		f.metrics.Record(MetricFleetDuration, []string{f.name, op}, time.Since(start).Seconds())
 		if err != nil && !busy && !isNoScript(err) { // fleetEval sends the script then
@@ -297,7 +292,7 @@ func fleetScriptCmd(verb, script string, keys, args []string) []string {
 }
 
 // fleetEval runs s with keys and args.
-func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (RedisValue, error) {
+func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (fleetstore.RedisValue, error) {
 	cmd := fleetScriptCmd("EVALSHA", s.sha, keys, args)
 	v, err := fleetDo(f, ctx, op, 0, cmd...)
 	if err == nil || !isNoScript(err) {
@@ -314,7 +309,7 @@ func fleetEval(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []
 // ctx lives: for the scripts whose outcome decides what a client gets and
 // that are safe to run twice (claim, finish, store budget). It returns
 // when the reply's call was sent.
-func fleetEvalAgain(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (time.Time, RedisValue, error) {
+func fleetEvalAgain(f *Fleet, ctx context.Context, op string, s *fleetScript, keys []string, args ...string) (time.Time, fleetstore.RedisValue, error) {
 	sent := f.clock.Now()
 	v, err := fleetEval(f, ctx, op, s, keys, args...)
 	if err != nil && err != errFleetDown && f.Up() && ctx.Err() == nil {
@@ -323,44 +318,6 @@ func fleetEvalAgain(f *Fleet, ctx context.Context, op string, s *fleetScript, ke
 	}
 	return sent, v, err
 }
-
-// The keys of one identity share the hash tag {<identity>} so that a Redis
-// Cluster keeps them on one slot:
-//
-//	<prefix>{<id>}:lease       the leader's claim: "<holder> <fingerprint>", PX lease
-//	<prefix>{<id>}:done        the stored complete answer, PX ttl
-//	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
-//	<prefix>{<id>}:readers     hash: holder -> followers reading its stream, PX stream linger
-//	<prefix>{<id>}:sealed      the lease value of a generation whose end marker went out, until its end (PX seal)
-//
-// A stream per generation means a follower can only ever read one
-// generation's bytes: a new leader after a takeover or a cut writes a
-// stream of its own. Every entry carries its sequence number (field n,
-// from 1, the head first), so a follower sees any gap.
-//
-// Fencing: every write of a leader (head, data, end, done) is a script
-// that first checks the lease (or, after its end marker, the seal) still
-// holds this leader's value; a leader that lost it (paused past its
-// lease, Redis lost its data) writes nothing more, and no append
-// re-creates a stream that vanished.
-type fleetKeys struct {
-	tag     string
-	lease   string
-	done    string
-	readers string // followers per generation
-	sealed  string // the generation whose end marker went out, until its end is in
-}
-
-func newFleetKeys(f *Fleet, identity string) fleetKeys {
-	id := identity
-	if len(id) > 32 {
-		id = id[:32] // 128 bits of the SHA-256: plenty, and shorter keys
-	}
-	tag := f.cfg.Prefix + "{" + id + "}"
-	return fleetKeys{tag: tag, lease: tag + ":lease", done: tag + ":done", readers: tag + ":readers", sealed: tag + ":sealed"}
-}
-
-func (k fleetKeys) stream(holder string) string { return k.tag + ":s:" + holder }
 
 // fleetNewHolder returns a holder id unique to this flight.
 func fleetNewHolder(f *Fleet) string {
@@ -559,11 +516,3 @@ for i = 1, 3, 2 do
 end
 return 1
 `)
-
-// fleetStoreKeys are the keys of storeBudgetScript for a route and a
-// caller: the route's hash tag, so that one script reaches them on a Redis
-// Cluster.
-func fleetStoreKeys(prefix, route, caller string) []string {
-	tag := prefix + "{store:" + route + "}"
-	return []string{tag + ":set", tag + ":bytes", tag + ":set:" + caller, tag + ":bytes:" + caller}
-}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // gateClient answers each command when the test sends its outcome on the
@@ -17,15 +18,15 @@ type gateClient struct {
 	entered chan string
 }
 
-func (c *gateClient) Do(ctx context.Context, args ...string) (RedisValue, error) {
+func (c *gateClient) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
 	c.entered <- args[0]
 	if err := <-c.gates[args[0]]; err != nil {
-		return RedisValue{}, err
+		return fleetstore.RedisValue{}, err
 	}
-	return RedisValue{Kind: RedisString, Str: "OK"}, nil
+	return fleetstore.RedisValue{Kind: fleetstore.RedisString, Str: "OK"}, nil
 }
 
-func (c *gateClient) Pipeline(ctx context.Context, cmds [][]string) ([]RedisValue, error) {
+func (c *gateClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	return nil, errors.New("gateClient: no pipelines")
 }
 

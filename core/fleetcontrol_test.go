@@ -3,10 +3,12 @@ package core
 import (
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 func TestMergeSwitchesPauseWinsAndSpecificDelayWins(t *testing.T) {
-	got := MergeSwitches(Switch{Delay: 100 * time.Millisecond}, Switch{}, Switch{Paused: true, Delay: time.Second})
+	got := fleetstore.MergeSwitches(fleetstore.Switch{Delay: 100 * time.Millisecond}, fleetstore.Switch{}, fleetstore.Switch{Paused: true, Delay: time.Second})
 	if !got.Paused {
 		t.Errorf("Paused = false, want true (a pause anywhere wins)")
 	}
@@ -16,45 +18,45 @@ func TestMergeSwitchesPauseWinsAndSpecificDelayWins(t *testing.T) {
 }
 
 func TestSwitchWireRoundTrip(t *testing.T) {
-	for _, s := range []Switch{{}, {Paused: true}, {Delay: 250 * time.Millisecond}} {
-		back, err := DecodeSwitch(EncodeSwitch(s))
+	for _, s := range []fleetstore.Switch{{}, {Paused: true}, {Delay: 250 * time.Millisecond}} {
+		back, err := fleetstore.DecodeSwitch(fleetstore.EncodeSwitch(s))
 		if err != nil {
-			t.Fatalf("DecodeSwitch(%q): %v", EncodeSwitch(s), err)
+			t.Fatalf("DecodeSwitch(%q): %v", fleetstore.EncodeSwitch(s), err)
 		}
 		if back != s {
-			t.Errorf("round trip of %q = %q, want %q", EncodeSwitch(s), back.String(), s.String())
+			t.Errorf("round trip of %q = %q, want %q", fleetstore.EncodeSwitch(s), back.String(), s.String())
 		}
 	}
-	if _, err := DecodeSwitch("paused"); err == nil {
+	if _, err := fleetstore.DecodeSwitch("paused"); err == nil {
 		t.Errorf("DecodeSwitch(%q): no error, want one", "paused")
 	}
 }
 
 func TestProcessSwitchMergesRouteAndAll(t *testing.T) {
-	SetProcessSwitch("r1", Switch{Delay: 50 * time.Millisecond})
-	SetProcessSwitch(SwitchAllRoutes, Switch{Paused: true})
-	defer SetProcessSwitch("r1", Switch{})
-	defer SetProcessSwitch(SwitchAllRoutes, Switch{})
+	SetProcessSwitch("r1", fleetstore.Switch{Delay: 50 * time.Millisecond})
+	SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{Paused: true})
+	defer SetProcessSwitch("r1", fleetstore.Switch{})
+	defer SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	if got := ProcessSwitch("r1"); !got.Paused || got.Delay != 50*time.Millisecond {
 		t.Errorf("ProcessSwitch(r1) = %s, want paused with delay 50ms", got)
 	}
 	if got := ProcessSwitch("r2"); got.String() != "paused" {
 		t.Errorf("ProcessSwitch(r2) = %s, want paused", got)
 	}
-	SetProcessSwitch(SwitchAllRoutes, Switch{})
+	SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	if n := len(ProcessSwitches()); n != 1 {
 		t.Errorf("len(ProcessSwitches()) = %d after clearing *, want 1", n)
 	}
 }
 
 func TestParseSwitchDelay(t *testing.T) {
-	if d, err := ParseSwitchDelay("auto"); err != nil || d != 0 {
+	if d, err := fleetstore.ParseSwitchDelay("auto"); err != nil || d != 0 {
 		t.Errorf("ParseSwitchDelay(auto) = %v, %v; want 0, nil", d, err)
 	}
-	if d, err := ParseSwitchDelay("250ms"); err != nil || d != 250*time.Millisecond {
+	if d, err := fleetstore.ParseSwitchDelay("250ms"); err != nil || d != 250*time.Millisecond {
 		t.Errorf("ParseSwitchDelay(250ms) = %v, %v; want 250ms, nil", d, err)
 	}
-	if _, err := ParseSwitchDelay("-1s"); err == nil {
+	if _, err := fleetstore.ParseSwitchDelay("-1s"); err == nil {
 		t.Errorf("ParseSwitchDelay(-1s): no error, want one")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 	"github.com/llmhedge/llmhedge/core/stream"
 )
 
@@ -64,12 +65,12 @@ const fleetRounds int = 4
 func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, identity string, readers context.Context) fleetJoined {
 	f := h.fleet
 	fp := p.fingerprint()
-	keys := newFleetKeys(f, identity)
+	keys := fleetstore.NewKeys(f.cfg.Prefix, identity)
 	lease := millisString(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
 		claimed, v, err := fleetClaim(f, keys, holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL), readers)
-		if err != nil && err != errFleetDown && !errors.Is(err, ErrRedisBusy) && readers.Err() == nil {
+		if err != nil && err != errFleetDown && !errors.Is(err, fleetstore.ErrRedisBusy) && readers.Err() == nil {
 			// Sent, but unanswered: Redis may still run it (a paused
 			// server runs what it queued), and a lease nobody renews would
 			// let a follower start a second generation. This request leads
@@ -77,7 +78,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			l := startFleetLeader(h, p, keys, identity, holder, fp, claimed, err)
 			return fleetJoined{leader: l}
 		}
-		if err != nil && errors.Is(err, ErrRedisBusy) {
+		if err != nil && errors.Is(err, fleetstore.ErrRedisBusy) {
 			// This replica has no connection free: Redis is not away,
 			// another replica may well lead the key. A 409 to retry,
 			// never a race of its own.
@@ -86,7 +87,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			writeInFlightConflict(fw)
 			return fleetJoined{answered: true, complete: true}
 		}
-		if err != nil || v.Kind != RedisArray || len(v.Array) == 0 {
+		if err != nil || v.Kind != fleetstore.RedisArray || len(v.Array) == 0 {
 			return fleetJoined{}
 		}
 		switch v.Array[0].Str {
@@ -153,8 +154,8 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 // replica) is sent once more by the same holder, which leads (or follows)
 // as its first claim would have: without the fleet the request runs a
 // race of its own, maybe a second generation.
-func fleetClaim(f *Fleet, keys fleetKeys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, RedisValue, error) {
-	claimed, v, err := fleetEvalAgain(f, ctx, fleetOpClaim, claimScript, []string{keys.lease, keys.done, keys.readers, keys.sealed},
+func fleetClaim(f *Fleet, keys fleetstore.Keys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, fleetstore.RedisValue, error) {
+	claimed, v, err := fleetEvalAgain(f, ctx, fleetOpClaim, claimScript, []string{keys.Lease, keys.Done, keys.Readers, keys.Sealed},
 		holder, fp, lease, readersMs)
 	return claimed, v, err
 }
@@ -222,7 +223,7 @@ func fleetBlock(f *Fleet) time.Duration {
 
 // fleetFollow reads the stream of holder's generation from its start and
 // writes it to fw, then uncounts itself from the generation's readers.
-func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context) int {
+func fleetFollow(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseValue string, ctx context.Context) int {
 	var tail []byte
 	res := fleetRead(f, fw, keys, holder, leaseValue, ctx, &tail)
 	if res == followCut && stream.Finished(tail) {
@@ -240,16 +241,16 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue 
 // the fleet's timeout (its client may have left already). A failure leaves
 // the count high until the key expires: the leader then runs its race to
 // the end for nobody, as before the count existed.
-func fleetUncountReader(f *Fleet, keys fleetKeys, holder string) {
-	_, _ = fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.readers, holder, "-1")
+func fleetUncountReader(f *Fleet, keys fleetstore.Keys, holder string) {
+	_, _ = fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.Readers, holder, "-1")
 }
 
 // fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
 // from the head: a gap (entries trimmed or evicted, a stream that vanished)
 // ends the answer broken, never with a hole.
 // tail keeps the last bytes written, for fleetFollow.
-func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue string, ctx context.Context, tail *[]byte) int {
-	stream := keys.stream(holder)
+func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseValue string, ctx context.Context, tail *[]byte) int {
+	stream := keys.Stream(holder)
 	block := fleetBlock(f)
 	blockMs := millisString(block)
 	last := "0-0"
@@ -269,10 +270,10 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 		if err != nil {
 			return followFailed(ctx, headSeen)
 		}
-		if v.Kind == RedisNil {
+		if v.Kind == fleetstore.RedisNil {
 			// The leader lives while it holds the lease, or the seal of
 			// its generation (its last append and end are on their way).
-			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "MGET", keys.lease, keys.sealed)
+			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "MGET", keys.Lease, keys.Sealed)
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
@@ -284,7 +285,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
-			if rest.Kind == RedisNil {
+			if rest.Kind == fleetstore.RedisNil {
 				if headSeen {
 					return followFromStore(f, fw, keys, holder, written, ctx)
 				}
@@ -331,9 +332,9 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetKeys, holder, leaseValue st
 
 // holdsKey reports whether an MGET of the lease and the seal names this
 // lease value.
-func holdsKey(v RedisValue, leaseValue string) bool {
+func holdsKey(v fleetstore.RedisValue, leaseValue string) bool {
 	for i := range v.Array {
-		if v.Array[i].Kind == RedisString && v.Array[i].Str == leaseValue {
+		if v.Array[i].Kind == fleetstore.RedisString && v.Array[i].Str == leaseValue {
 			return true
 		}
 	}
@@ -344,9 +345,9 @@ func holdsKey(v RedisValue, leaseValue string) bool {
 // entry: when the same generation's answer was stored (its stream lingers
 // only briefly after), the rest of it comes from there; else the
 // generation was cut.
-func followFromStore(f *Fleet, fw *flightWriter, keys fleetKeys, holder string, written int, ctx context.Context) int {
-	v, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.done)
-	if err != nil || v.Kind != RedisString {
+func followFromStore(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder string, written int, ctx context.Context) int {
+	v, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.Done)
+	if err != nil || v.Kind != fleetstore.RedisString {
 		return followFailed(ctx, true)
 	}
 	fp := v.Str
@@ -394,13 +395,13 @@ type streamEntry struct {
 
 // streamEntries flattens an XREAD reply of one stream:
 // [[name, [[id, [field, value, ...]], ...]]].
-func streamEntries(v RedisValue) []streamEntry {
+func streamEntries(v fleetstore.RedisValue) []streamEntry {
 	var out []streamEntry
-	if v.Kind != RedisArray || len(v.Array) == 0 {
+	if v.Kind != fleetstore.RedisArray || len(v.Array) == 0 {
 		return out
 	}
 	s := v.Array[0]
-	if s.Kind != RedisArray || len(s.Array) < 2 {
+	if s.Kind != fleetstore.RedisArray || len(s.Array) < 2 {
 		return out
 	}
 	for _, ev := range s.Array[1].Array {
@@ -488,7 +489,7 @@ func decodeFleetHead(text string) (status int, hdr http.Header, rest string, ok 
 // queued in one script call, then the next.
 type fleetLeader struct {
 	f          *Fleet
-	keys       fleetKeys
+	keys       fleetstore.Keys
 	holder     string
 	stream     string
 	leaseValue string
@@ -546,13 +547,13 @@ type fleetLeader struct {
 
 // claimErr is the claim's failure when Redis did not answer it (nil: it
 // did, and this replica leads).
-func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, holder, fp string, claimed time.Time, claimErr error) *fleetLeader {
+func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetstore.Keys, identity, holder, fp string, claimed time.Time, claimErr error) *fleetLeader {
 	f := h.fleet
 	caller := callerHash(h, p)
 	idem := &h.cfg.Idempotency
-	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.stream(holder), leaseValue: holder + " " + fp, fp: fp,
+	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.Stream(holder), leaseValue: holder + " " + fp, fp: fp,
 		maxBytes: int(idem.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
-		validUntil: claimed.Add(time.Duration(f.cfg.Lease)), storeKeys: fleetStoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]),
+		validUntil: claimed.Add(time.Duration(f.cfg.Lease)), storeKeys: fleetstore.StoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]),
 		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller),
 		uncertain: claimErr != nil, claimTimedOut: isTimeout(claimErr)}
 	l.cond = sync.NewCond(&l.mu)
@@ -570,8 +571,8 @@ func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetKeys, identity, h
 // this generation (an error counts as none: the race then stops as it
 // would without a fleet).
 func fleetHasReaders(l *fleetLeader) bool {
-	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "HGET", l.keys.readers, l.holder)
-	if err != nil || v.Kind != RedisString {
+	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "HGET", l.keys.Readers, l.holder)
+	if err != nil || v.Kind != fleetstore.RedisString {
 		return false
 	}
 	n, cerr := strconv.Atoi(v.Str)
@@ -629,11 +630,11 @@ func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 		sealArg = fleetSealMillis(f, l.ttl)
 	}
 	sent := f.clock.Now()
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.lease, l.stream, l.keys.readers, l.keys.sealed},
+	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.Lease, l.stream, l.keys.Readers, l.keys.Sealed},
 		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, sealArg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err == nil && v.Kind == RedisArray && len(v.Array) == 2 {
+	if err == nil && v.Kind == fleetstore.RedisArray && len(v.Array) == 2 {
 		leaseConfirmed(l, sent, int(v.Array[0].Int))
 		return v.Array[1].Int
 	}
@@ -663,7 +664,7 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	}
 	head := encodeFleetHead(status, hdr)
 	sent := l.f.clock.Now()
-	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.lease, l.stream, l.keys.sealed},
+	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
 		l.leaseValue, fleetStreamMillis(l.f, l.ttl), "1", "h", head)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -785,7 +786,7 @@ func fleetStoreAdmits(l *fleetLeader, size int) bool {
 	// Sent again after a failure: a first one that landed counts the
 	// answer twice until it expires (the budget errs on the safe side).
 	_, v, err := fleetEvalAgain(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
-	return err == nil && v.Kind == RedisInt && v.Int == 1
+	return err == nil && v.Kind == fleetstore.RedisInt && v.Int == 1
 }
 
 // fleetAppend is the leader's one sender: it sends the queued data, then
@@ -819,7 +820,7 @@ func fleetAppend(l *fleetLeader) {
 			continue
 		}
 		sent := f.clock.Now()
-		v, err := fleetEval(f, ctx, fleetOpAppend, appendScript, []string{l.keys.lease, l.stream, l.keys.sealed},
+		v, err := fleetEval(f, ctx, fleetOpAppend, appendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
 			l.leaseValue, fleetStreamMillis(f, l.ttl), strconv.Itoa(seq), "d", string(data))
 		l.mu.Lock()
 		fencedWrite(l, sent, v, err)
@@ -844,7 +845,7 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	}
 	// endKind and done were set before ended, under the lock this goroutine
 	// took since.
-	keys := []string{l.keys.lease, l.stream, l.keys.done, l.keys.sealed}
+	keys := []string{l.keys.Lease, l.stream, l.keys.Done, l.keys.Sealed}
 	args := []string{l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last,
 		fleetLingerMillis(endLinger, l.ttl), fleetLingerMillis(doneLinger, l.ttl), l.holder}
 	// Sent again after a failure: the script knows its own end.
@@ -860,7 +861,7 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 // fencedWrite records the result of a fenced write sent at sent (l.mu
 // held). Anything but ok means the stream takes no more: followers see a
 // cut end, a gap or the lease gone, and end their answers broken.
-func fencedWrite(l *fleetLeader, sent time.Time, v RedisValue, err error) {
+func fencedWrite(l *fleetLeader, sent time.Time, v fleetstore.RedisValue, err error) {
 	if err == nil {
 		state := 1
 		switch v.Str {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 	"github.com/llmhedge/llmhedge/core/redact"
 )
 
@@ -118,7 +119,7 @@ func fleetCheckPolicy(f *Fleet) {
 // fleetPolicyOf reads CONFIG GET maxmemory-policy's outcome: the policy,
 // or the error reply's text (refusal; also for an answer without the
 // parameter), or answered false when Redis did not answer at all.
-func fleetPolicyOf(v RedisValue, err error) (policy, refusal string, answered bool) {
+func fleetPolicyOf(v fleetstore.RedisValue, err error) (policy, refusal string, answered bool) {
 	if err != nil {
 		if !isRedisErrorReply(err) || fleetTransientReply(err.Error()) {
 			return "", "", false
@@ -126,7 +127,7 @@ func fleetPolicyOf(v RedisValue, err error) (policy, refusal string, answered bo
 		return "", err.Error(), true
 	}
 	// RESP2: ["maxmemory-policy", "allkeys-lru"].
-	if v.Kind == RedisArray && len(v.Array) == 2 && v.Array[1].Kind == RedisString {
+	if v.Kind == fleetstore.RedisArray && len(v.Array) == 2 && v.Array[1].Kind == fleetstore.RedisString {
 		return strings.ToLower(v.Array[1].Str), "", true
 	}
 	return "", "no maxmemory-policy in CONFIG GET's answer", true

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // policyClient answers CONFIG GET maxmemory-policy with what answer
@@ -15,10 +16,10 @@ import (
 type policyClient struct {
 	mu     sync.Mutex
 	calls  int
-	answer func() (RedisValue, error)
+	answer func() (fleetstore.RedisValue, error)
 }
 
-func (c *policyClient) Do(ctx context.Context, args ...string) (RedisValue, error) {
+func (c *policyClient) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
 	c.mu.Lock()
 	c.calls++
 	answer := c.answer
@@ -26,18 +27,18 @@ func (c *policyClient) Do(ctx context.Context, args ...string) (RedisValue, erro
 	return answer()
 }
 
-func (c *policyClient) Pipeline(ctx context.Context, cmds [][]string) ([]RedisValue, error) {
+func (c *policyClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	return nil, errors.New("policyClient: no pipelines")
 }
 
-func policyIs(p string) func() (RedisValue, error) {
-	return func() (RedisValue, error) {
-		return RedisValue{Kind: RedisArray, Array: []RedisValue{{Kind: RedisString, Str: "maxmemory-policy"}, {Kind: RedisString, Str: p}}}, nil
+func policyIs(p string) func() (fleetstore.RedisValue, error) {
+	return func() (fleetstore.RedisValue, error) {
+		return fleetstore.RedisValue{Kind: fleetstore.RedisArray, Array: []fleetstore.RedisValue{{Kind: fleetstore.RedisString, Str: "maxmemory-policy"}, {Kind: fleetstore.RedisString, Str: p}}}, nil
 	}
 }
 
-func policyFails(msg string) func() (RedisValue, error) {
-	return func() (RedisValue, error) { return RedisValue{}, errors.New(msg) }
+func policyFails(msg string) func() (fleetstore.RedisValue, error) {
+	return func() (fleetstore.RedisValue, error) { return fleetstore.RedisValue{}, errors.New(msg) }
 }
 
 // policySink keeps the eviction gauge's samples.
@@ -96,7 +97,7 @@ func (l *policyLines) all() []string {
 	return append([]string(nil), l.lines...)
 }
 
-func newPolicyFleet(answer func() (RedisValue, error)) (*Fleet, *policyClient, *policySink, *policyLines) {
+func newPolicyFleet(answer func() (fleetstore.RedisValue, error)) (*Fleet, *policyClient, *policySink, *policyLines) {
 	client := &policyClient{answer: answer}
 	sink, lines := &policySink{}, &policyLines{}
 	f := NewFleet(client, config.FleetConfig{URL: "redis://redis:6379/0"}, FleetOptions{Metrics: sink, Log: lines.log})

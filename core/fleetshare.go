@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // This file is the route's side of fleet mode part 2: what a request reads
@@ -33,13 +35,13 @@ func newRouteShare() *routeShare {
 // force while Redis is away, and across reloads with the State.
 type switchState struct {
 	mu    sync.Mutex
-	route Switch // FleetSwitchKey(prefix, route)
-	all   Switch // FleetSwitchKey(prefix, "*")
-	set   int32  // atomic: 1 when route or all changes anything
+	route fleetstore.Switch // FleetSwitchKey(prefix, route)
+	all   fleetstore.Switch // FleetSwitchKey(prefix, "*")
+	set   int32             // atomic: 1 when route or all changes anything
 }
 
 // setFleetSwitches stores the fleet's switches of a route.
-func setFleetSwitches(sh *routeShare, route, all Switch) {
+func setFleetSwitches(sh *routeShare, route, all fleetstore.Switch) {
 	s := &sh.switches
 	s.mu.Lock()
 	s.route = route
@@ -55,9 +57,9 @@ func setFleetSwitches(sh *routeShare, route, all Switch) {
 // switchInForce is the switch in force for h's route: this process's
 // (route, all) merged with the fleet's (route, all). The common case, no
 // switch anywhere, is two atomic loads.
-func switchInForce(h *Hedger) Switch {
+func switchInForce(h *Hedger) fleetstore.Switch {
 	if !switchesSet(h) {
-		return Switch{}
+		return fleetstore.Switch{}
 	}
 	return mergedSwitch(h.state.share, h.cfg.Route)
 }
@@ -70,19 +72,19 @@ func switchesSet(h *Hedger) bool {
 }
 
 // mergedSwitch is the switch in force for route given its fleet switches.
-func mergedSwitch(sh *routeShare, route string) Switch {
+func mergedSwitch(sh *routeShare, route string) fleetstore.Switch {
 	s := &sh.switches
 	s.mu.Lock()
 	fleetRoute := s.route
 	all := s.all
 	s.mu.Unlock()
 	own := ProcessSwitch(route)
-	return MergeSwitches(own, fleetRoute, all)
+	return fleetstore.MergeSwitches(own, fleetRoute, all)
 }
 
 // SwitchInForce returns the kill switch in force for the route now (see
 // MergeSwitches): the zero Switch when hedging runs as configured.
-func (h *Hedger) SwitchInForce() Switch { return switchInForce(h) }
+func (h *Hedger) SwitchInForce() fleetstore.Switch { return switchInForce(h) }
 
 // hedgeDelayOverride returns the switch's delay override, 0 for none.
 func hedgeDelayOverride(h *Hedger) time.Duration {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 func TestSpendCapOptions(t *testing.T) {
@@ -105,19 +106,19 @@ func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
 	if s := h.SwitchInForce(); !s.IsZero() {
 		t.Fatalf("no switch anywhere: %v, want on", s)
 	}
-	setFleetSwitches(h.state.share, Switch{Delay: 300 * time.Millisecond}, Switch{Delay: time.Second})
+	setFleetSwitches(h.state.share, fleetstore.Switch{Delay: 300 * time.Millisecond}, fleetstore.Switch{Delay: time.Second})
 	if s := h.SwitchInForce(); s.Delay != 300*time.Millisecond || s.Paused {
 		t.Errorf("fleet route delay 300ms, fleet all 1s: %v, want delay 300ms", s)
 	}
-	SetProcessSwitch(SwitchAllRoutes, Switch{Delay: 50 * time.Millisecond})
-	defer SetProcessSwitch(SwitchAllRoutes, Switch{})
+	SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{Delay: 50 * time.Millisecond})
+	defer SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	if s := h.SwitchInForce(); s.Delay != 50*time.Millisecond {
 		t.Errorf("process all 50ms over the fleet's: %v, want delay 50ms", s)
 	}
 	if d := h.CurrentDelay(); d != 50*time.Millisecond {
 		t.Errorf("CurrentDelay = %v, want the override 50ms", d)
 	}
-	setFleetSwitches(h.state.share, Switch{}, Switch{Paused: true})
+	setFleetSwitches(h.state.share, fleetstore.Switch{}, fleetstore.Switch{Paused: true})
 	if s := h.SwitchInForce(); !s.Paused {
 		t.Errorf("fleet all paused: %v, want paused (a pause anywhere wins)", s)
 	}
@@ -131,9 +132,9 @@ func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
 func TestSpendReservationOnRedisHour(t *testing.T) {
 	m := &spendMeter{}
 	now := time.Date(2026, 12, 1, 18, 59, 0, 0, time.UTC).Add(5 * time.Hour) // this clock is five hours off
-	reply := func(hour, msLeft, grant, reserved, spent int64) []RedisValue {
-		return []RedisValue{{Kind: RedisInt, Int: hour}, {Kind: RedisInt, Int: msLeft}, {Kind: RedisInt, Int: grant},
-			{Kind: RedisInt, Int: reserved}, {Kind: RedisInt, Int: spent}}
+	reply := func(hour, msLeft, grant, reserved, spent int64) []fleetstore.RedisValue {
+		return []fleetstore.RedisValue{{Kind: fleetstore.RedisInt, Int: hour}, {Kind: fleetstore.RedisInt, Int: msLeft}, {Kind: fleetstore.RedisInt, Int: grant},
+			{Kind: fleetstore.RedisInt, Int: reserved}, {Kind: fleetstore.RedisInt, Int: spent}}
 	}
 	fleetSpendIn(m, reply(1000, 60000, 40, 40, 0), now)
 	if m.hour != 1000 || m.held != 40 || !m.leased {

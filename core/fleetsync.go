@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // Fleet mode part 2: the hedge budget, the concurrent-hedge cap, the
@@ -300,36 +301,12 @@ if ARGV[4] == '1' or added > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
 return redis.call('ZCOUNT', KEYS[2], since, '+inf')
 `)
 
-// Key names of fleet part 2 (besides fleetcontrol.go's). A route's keys
-// share the hash tag {r:<route>} (fleetRouteTag), so that each script's
-// keys are on one slot of a Redis Cluster while routes spread over its
-// masters; the fleet-wide keys (the live set, the heartbeats) share the
-// tag {fleet}.
-func fleetRouteTag(prefix, route string) string  { return prefix + "{r:" + route + "}" }
-func fleetBudgetKey(prefix, route string) string { return fleetRouteTag(prefix, route) + ":budget" }
-func fleetHealthKey(prefix, route string) string { return fleetRouteTag(prefix, route) + ":health" }
-func fleetHealthMarkKey(prefix, route string) string {
-	return fleetRouteTag(prefix, route) + ":healthmark"
-}
-
-// fleetSpendBase and fleetTenantBase are what syncScript names the spend
-// and tenant keys from: <base>:<hour> and <base>:<minute>:<tenant hash>,
-// the hour and the minute Redis'.
-func fleetSpendBase(prefix, route string) string  { return fleetRouteTag(prefix, route) + ":spend" }
-func fleetTenantBase(prefix, route string) string { return fleetRouteTag(prefix, route) + ":tenant" }
-func fleetLiveKey(prefix string) string           { return prefix + fleetTag + ":live" }
-
-// fleetHealthMarkOf is the health mark key of the health key healthKey.
-func fleetHealthMarkOf(healthKey string) string {
-	return strings.TrimSuffix(healthKey, ":health") + ":healthmark"
-}
-
 // fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
 type fleetSync struct {
 	mu       sync.Mutex
-	routes   map[string]*fleetRoute // by fleetRouteKey (not by *State: Yaegi)
-	switches map[string]Switch      // the fleet switches last read, by route name ("*": all)
-	running  bool                   // the loop's timer is armed or its tick runs
+	routes   map[string]*fleetRoute       // by fleetRouteKey (not by *State: Yaegi)
+	switches map[string]fleetstore.Switch // the fleet switches last read, by route name ("*": all)
+	running  bool                         // the loop's timer is armed or its tick runs
 	closed   bool
 	timer    Timer
 	tick     func() // the loop's one AfterFunc callback (made once: Yaegi)
@@ -355,7 +332,7 @@ type fleetSync struct {
 const maxPendingPublish int = 64
 
 func newFleetSync() *fleetSync {
-	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]Switch{},
+	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]fleetstore.Switch{},
 		pending: map[string]map[string]int64{}, unpublished: map[string]map[string]time.Time{}}
 }
 
@@ -395,7 +372,7 @@ func fleetAttach(h *Hedger) {
 		fs.routes[key] = r
 		// A new State of a known route (a reload that changed its shape)
 		// starts with the switches last read.
-		setFleetSwitches(st.share, fs.switches[h.cfg.Route], fs.switches[SwitchAllRoutes])
+		setFleetSwitches(st.share, fs.switches[h.cfg.Route], fs.switches[fleetstore.SwitchAllRoutes])
 	}
 	if r != nil {
 		r.conf = newRouteConf(h)
@@ -440,15 +417,15 @@ func fleetFirstSync(f *Fleet, r *fleetRoute) {
 // the loop (and at a route's first sync): its key is a slot of its own on
 // a Redis Cluster, so no route's script can read it. When the read fails
 // the switch last read stays in force.
-func fleetReadAllSwitch(f *Fleet) Switch {
-	v, err := fleetDo(f, context.Background(), fleetOpSync, 0, "GET", FleetSwitchKey(f.cfg.Prefix, SwitchAllRoutes))
+func fleetReadAllSwitch(f *Fleet) fleetstore.Switch {
+	v, err := fleetDo(f, context.Background(), fleetOpSync, 0, "GET", fleetstore.SwitchKey(f.cfg.Prefix, fleetstore.SwitchAllRoutes))
 	fs := f.sync
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if err == nil {
-		setSwitchMemo(fs, SwitchAllRoutes, decodeSwitchOrZero(v.Str))
+		setSwitchMemo(fs, fleetstore.SwitchAllRoutes, decodeSwitchOrZero(v.Str))
 	}
-	return fs.switches[SwitchAllRoutes]
+	return fs.switches[fleetstore.SwitchAllRoutes]
 }
 
 // fleetAttachKey is what a hedger attaches with: its fleet and what the
@@ -587,8 +564,8 @@ func (f *Fleet) Close() {
 	if beat {
 		// Best effort: the heartbeat expires anyway.
 		_, _ = fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
-			{"DEL", FleetReplicaKey(f.cfg.Prefix, f.replica)},
-			{"ZREM", fleetLiveKey(f.cfg.Prefix), f.replica}})
+			{"DEL", fleetstore.ReplicaKey(f.cfg.Prefix, f.replica)},
+			{"ZREM", fleetstore.LiveKey(f.cfg.Prefix), f.replica}})
 	}
 }
 
@@ -604,12 +581,12 @@ func fleetSyncAll(f *Fleet) {
 	for _, r := range fs.routes {
 		routes = append(routes, r)
 	}
-	beat := now.Sub(fs.lastBeat) >= FleetHeartbeatInterval
+	beat := now.Sub(fs.lastBeat) >= fleetstore.HeartbeatInterval
 	if beat {
 		fs.lastBeat = now
 	}
 	fs.mu.Unlock()
-	var all Switch
+	var all fleetstore.Switch
 	if len(routes) > 0 {
 		all = fleetReadAllSwitch(f)
 	}
@@ -726,7 +703,7 @@ func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst 
 
 // fleetSyncRoute settles one route with the fleet (see syncScript); all
 // is the switch of every route as this round read it.
-func fleetSyncRoute(f *Fleet, r *fleetRoute, all Switch) {
+func fleetSyncRoute(f *Fleet, r *fleetRoute, all fleetstore.Switch) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	f.sync.mu.Lock()
@@ -801,8 +778,8 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute, all Switch) {
 		tenantMS = millisString(2 * time.Minute)
 	}
 
-	keys := []string{fleetBudgetKey(prefix, r.name), FleetSwitchKey(prefix, r.name), fleetHealthKey(prefix, r.name),
-		fleetHealthMarkKey(prefix, r.name), fleetSpendBase(prefix, r.name), fleetTenantBase(prefix, r.name)}
+	keys := []string{fleetstore.BudgetKey(prefix, r.name), fleetstore.SwitchKey(prefix, r.name), fleetstore.HealthKey(prefix, r.name),
+		fleetstore.HealthMarkKey(prefix, r.name), fleetstore.SpendBase(prefix, r.name), fleetstore.TenantBase(prefix, r.name)}
 	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
 		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
 		strconv.FormatInt(overMS, 10), strconv.FormatInt(sp.cap, 10), strconv.FormatInt(sp.hour, 10),
@@ -812,7 +789,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute, all Switch) {
 		args = append(args, t, strconv.FormatInt(tenantAdds[i], 10))
 	}
 	v, err := fleetEval(f, context.Background(), fleetOpSync, syncScript, keys, args...)
-	if err == nil && (v.Kind != RedisArray || len(v.Array) != 7) {
+	if err == nil && (v.Kind != fleetstore.RedisArray || len(v.Array) != 7) {
 		err = errFleetReply
 	}
 	if err != nil {
@@ -890,7 +867,7 @@ func fleetSpendOut(m *spendMeter, limit int64, first bool, now time.Time) spendO
 // fleetSpendIn applies a sync's spend reply {hour, ms left, granted,
 // reserved, spent}: the hour becomes Redis' (a reservation of another
 // hour is void), the grant is held.
-func fleetSpendIn(m *spendMeter, reply []RedisValue, now time.Time) {
+func fleetSpendIn(m *spendMeter, reply []fleetstore.RedisValue, now time.Time) {
 	if len(reply) != 5 {
 		return
 	}
@@ -959,20 +936,20 @@ func containsString(list []string, s string) bool {
 	return false
 }
 
-func decodeSwitchOrZero(v string) Switch {
+func decodeSwitchOrZero(v string) fleetstore.Switch {
 	if v == "" {
-		return Switch{}
+		return fleetstore.Switch{}
 	}
-	s, err := DecodeSwitch(v)
+	s, err := fleetstore.DecodeSwitch(v)
 	if err != nil {
-		return Switch{}
+		return fleetstore.Switch{}
 	}
 	return s
 }
 
 // setSwitchMemo remembers the fleet's switch of route, bounded: zero
 // switches are forgotten. Call with fs.mu held.
-func setSwitchMemo(fs *fleetSync, route string, s Switch) {
+func setSwitchMemo(fs *fleetSync, route string, s fleetstore.Switch) {
 	if s.IsZero() {
 		delete(fs.switches, route)
 		return
@@ -981,7 +958,7 @@ func setSwitchMemo(fs *fleetSync, route string, s Switch) {
 }
 
 // applyHealth applies the fleet's health fields (name, ms left, ...).
-func applyHealth(r *fleetRoute, upstreams map[string]int, fields []RedisValue, now time.Time) {
+func applyHealth(r *fleetRoute, upstreams map[string]int, fields []fleetstore.RedisValue, now time.Time) {
 	for i := 0; i+1 < len(fields); i += 2 {
 		name := fields[i].Str
 		ms, err := strconv.ParseInt(fields[i+1].Str, 10, 64)
@@ -1034,7 +1011,7 @@ func fleetSetCap(f *Fleet, sh *routeShare, limit int) {
 // fleetNoteFailure publishes what a failed attempt started on this
 // replica: a cool-down, an open breaker, the overload stop.
 func fleetNoteFailure(h *Hedger, a *attempt, cooled, opened time.Duration) {
-	key := fleetHealthKey(h.fleet.cfg.Prefix, h.cfg.Route)
+	key := fleetstore.HealthKey(h.fleet.cfg.Prefix, h.cfg.Route)
 	name := h.cfg.Upstreams[a.upstream].Name
 	if cooled > 0 {
 		fleetPublish(h.fleet, key, "cool:"+name, cooled)
@@ -1121,7 +1098,7 @@ func fleetPublishPending(f *Fleet) {
 		}
 		sent := f.clock.Now()
 		if _, err := fleetEval(f, context.Background(), fleetOpPublish, publishScript,
-			[]string{key, fleetHealthMarkOf(key)}, args...); err != nil {
+			[]string{key, fleetstore.HealthMarkOf(key)}, args...); err != nil {
 			keepUnpublished(fs, key, fields, sent)
 		}
 	}
@@ -1195,8 +1172,8 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 	started := fs.started
 	fs.mu.Unlock()
 	host, _ := os.Hostname()
-	status := ReplicaStatus{ID: f.replica, Kind: f.kind, Host: host, PID: os.Getpid(),
-		Started: started.UTC().Format(time.RFC3339), Routes: []ReplicaRoute{}}
+	status := fleetstore.ReplicaStatus{ID: f.replica, Kind: f.kind, Host: host, PID: os.Getpid(),
+		Started: started.UTC().Format(time.RFC3339), Routes: []fleetstore.ReplicaRoute{}}
 	for _, r := range routes {
 		status.Routes = append(status.Routes, replicaRoute(f, r, now))
 	}
@@ -1212,10 +1189,10 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 	}
 	fs.mu.Unlock()
 	v, err := fleetEval(f, context.Background(), fleetOpHeartbeat, heartbeatScript,
-		[]string{FleetReplicaKey(f.cfg.Prefix, f.replica), fleetLiveKey(f.cfg.Prefix)},
-		string(body), millisString(FleetHeartbeatTTL), f.replica, prune,
-		millisString(10*FleetHeartbeatInterval+FleetHeartbeatTTL))
-	if err != nil || v.Kind != RedisInt {
+		[]string{fleetstore.ReplicaKey(f.cfg.Prefix, f.replica), fleetstore.LiveKey(f.cfg.Prefix)},
+		string(body), millisString(fleetstore.HeartbeatTTL), f.replica, prune,
+		millisString(10*fleetstore.HeartbeatInterval+fleetstore.HeartbeatTTL))
+	if err != nil || v.Kind != fleetstore.RedisInt {
 		return
 	}
 	fs.mu.Lock()
@@ -1227,17 +1204,17 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 }
 
 // replicaRoute is r as the heartbeat reports it.
-func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) ReplicaRoute {
+func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) fleetstore.ReplicaRoute {
 	f.sync.mu.Lock()
 	conf := r.conf
 	f.sync.mu.Unlock()
 	b := r.bucket
 	b.mu.Lock()
-	out := ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
+	out := fleetstore.ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
 	b.mu.Unlock()
 	r.syncMu.Lock()
 	r.rate = append(r.rate, rateSample{requests: out.Requests, hedges: out.Hedges})
-	limit := int(time.Minute/FleetHeartbeatInterval) + 1
+	limit := int(time.Minute/fleetstore.HeartbeatInterval) + 1
 	if len(r.rate) > limit {
 		r.rate = r.rate[len(r.rate)-limit:]
 	}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // This file is the per-process kill switch's HTTP surface, one for every
@@ -19,68 +21,24 @@ import (
 // Caddy's admin API, the Envoy server on its admin listener. Both serve
 // the same JSON, so an operator's script works against either.
 
-// ChangeSwitch returns s with the changes an operator asked for: paused
-// (nil: unchanged) and delay (nil: unchanged; 0: back to the configured
-// or adaptive delay). llmhedge-ctl and the admin endpoints share it.
-func ChangeSwitch(s Switch, paused *bool, delay *time.Duration) Switch {
-	out := s
-	if paused != nil {
-		out.Paused = *paused
-	}
-	if delay != nil {
-		out.Delay = *delay
-	}
-	return out
-}
-
-// DescribeSwitch is s as operators read it: String's form, except that a
-// pause with a delay override names both ("paused, delay 250ms"), so that
-// a change of either shows.
-func DescribeSwitch(s Switch) string {
-	if s.Paused && s.Delay > 0 {
-		return "paused, delay " + s.Delay.String()
-	}
-	return s.String()
-}
-
 // UpdateProcessSwitch changes this process's own switch for route (not
 // merged with the one for every route) under one lock, and returns it
 // before and after.
-func UpdateProcessSwitch(route string, paused *bool, delay *time.Duration) (Switch, Switch) {
+func UpdateProcessSwitch(route string, paused *bool, delay *time.Duration) (fleetstore.Switch, fleetstore.Switch) {
 	processSwitches.mu.Lock()
 	before := processSwitches.m[route]
-	after := ChangeSwitch(before, paused, delay)
+	after := fleetstore.ChangeSwitch(before, paused, delay)
 	storeProcessSwitchLocked(route, after)
 	processSwitches.mu.Unlock()
 	return before, after
 }
 
-// SwitchEntry is one route's switch as the admin endpoints and
-// llmhedge-ctl -json show it.
-type SwitchEntry struct {
-	Route  string `json:"route"`
-	Paused bool   `json:"paused"`
-	// Delay is the delay override ("250ms"), "" for none.
-	Delay string `json:"delay,omitempty"`
-	// Switch is DescribeSwitch's form: "paused", "delay 250ms", "on".
-	Switch string `json:"switch"`
-}
-
-// NewSwitchEntry is route's switch s as a SwitchEntry.
-func NewSwitchEntry(route string, s Switch) SwitchEntry {
-	e := SwitchEntry{Route: route, Paused: s.Paused, Switch: DescribeSwitch(s)}
-	if s.Delay > 0 {
-		e.Delay = s.Delay.String()
-	}
-	return e
-}
-
 // processSwitchEntries lists this process's switches, sorted by route.
-func processSwitchEntries() []SwitchEntry {
+func processSwitchEntries() []fleetstore.SwitchEntry {
 	processSwitches.mu.Lock()
-	out := make([]SwitchEntry, 0, len(processSwitches.m))
+	out := make([]fleetstore.SwitchEntry, 0, len(processSwitches.m))
 	for route, s := range processSwitches.m {
-		out = append(out, NewSwitchEntry(route, s))
+		out = append(out, fleetstore.NewSwitchEntry(route, s))
 	}
 	processSwitches.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Route < out[j].Route })
@@ -98,15 +56,15 @@ type switchAdminRequest struct {
 
 // switchAdminList is the answer to a GET, and part of a POST's.
 type switchAdminList struct {
-	Switches []SwitchEntry `json:"switches"`
+	Switches []fleetstore.SwitchEntry `json:"switches"`
 }
 
 // switchAdminChange is the answer to a POST.
 type switchAdminChange struct {
-	Route    string        `json:"route"`
-	Before   string        `json:"before"`
-	After    string        `json:"after"`
-	Switches []SwitchEntry `json:"switches"`
+	Route    string                   `json:"route"`
+	Before   string                   `json:"before"`
+	After    string                   `json:"after"`
+	Switches []fleetstore.SwitchEntry `json:"switches"`
 }
 
 // maxSwitchAdminBody bounds a POST's body.
@@ -124,14 +82,14 @@ func ParseSwitchAdminRequest(body []byte) (string, *bool, *time.Duration, error)
 	}
 	route := strings.TrimSpace(req.Route)
 	if route == "" {
-		route = SwitchAllRoutes
+		route = fleetstore.SwitchAllRoutes
 	}
 	if req.Paused == nil && req.Delay == nil {
 		return "", nil, nil, errors.New("body: nothing to change: set paused or delay")
 	}
 	var delay *time.Duration
 	if req.Delay != nil {
-		d, err := ParseSwitchDelay(*req.Delay)
+		d, err := fleetstore.ParseSwitchDelay(*req.Delay)
 		if err != nil {
 			return "", nil, nil, err
 		}
@@ -182,7 +140,7 @@ func ServeSwitchAdmin(w http.ResponseWriter, r *http.Request) {
 		}
 		before, after := UpdateProcessSwitch(route, paused, delay)
 		writeSwitchAdmin(w, http.StatusOK, switchAdminChange{
-			Route: route, Before: DescribeSwitch(before), After: DescribeSwitch(after), Switches: processSwitchEntries(),
+			Route: route, Before: fleetstore.DescribeSwitch(before), After: fleetstore.DescribeSwitch(after), Switches: processSwitchEntries(),
 		})
 	default:
 		w.Header().Set("Allow", "GET, POST")

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 func serveSwitchAdmin(t *testing.T, method, body string) (int, string) {
@@ -23,7 +25,7 @@ func serveSwitchAdmin(t *testing.T, method, body string) (int, string) {
 }
 
 func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
-	defer SetProcessSwitch("chat", Switch{})
+	defer SetProcessSwitch("chat", fleetstore.Switch{})
 	if code, body := serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","delay":"250ms"}`); code != 200 {
 		t.Fatalf("POST delay: status %d, want 200: %s", code, body)
 	}
@@ -50,7 +52,7 @@ func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
 // Requests skip the switch lookup while processSwitchCount is 0: a switch
 // set through the admin endpoint must count.
 func TestSwitchAdminPostIsSeenByRequests(t *testing.T) {
-	defer SetProcessSwitch("chat", Switch{})
+	defer SetProcessSwitch("chat", fleetstore.Switch{})
 	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":true}`)
 	if n := atomic.LoadInt64(&processSwitchCount); n != 1 {
 		t.Errorf("processSwitchCount = %d after a POST pause, want 1 (requests would not look the switch up)", n)
@@ -62,13 +64,13 @@ func TestSwitchAdminPostIsSeenByRequests(t *testing.T) {
 }
 
 func TestSwitchAdminGetListsAndNoRouteIsAll(t *testing.T) {
-	defer SetProcessSwitch(SwitchAllRoutes, Switch{})
+	defer SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	serveSwitchAdmin(t, http.MethodPost, `{"paused":true}`)
 	code, body := serveSwitchAdmin(t, http.MethodGet, "")
 	if code != 200 {
 		t.Fatalf("GET: status %d, want 200", code)
 	}
-	var list struct{ Switches []SwitchEntry }
+	var list struct{ Switches []fleetstore.SwitchEntry }
 	if err := json.Unmarshal([]byte(body), &list); err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +135,7 @@ const pauseChat = `{"route":"chat","paused":true}`
 // text/plain or form body (a cross-origin POST a browser sends without a
 // preflight).
 func TestSwitchAdminListenerRefusesWhatAPageCouldSend(t *testing.T) {
-	defer SetProcessSwitch("chat", Switch{})
+	defer SetProcessSwitch("chat", fleetstore.Switch{})
 	const local = "127.0.0.1:9902"
 	for _, tc := range []struct {
 		call adminCall
@@ -173,7 +175,7 @@ func TestSwitchAdminListenerRefusesWhatAPageCouldSend(t *testing.T) {
 // Host by any name, the listener's own address, a configured host, the
 // endpoint's own origin.
 func TestSwitchAdminListenerAllowsLocalCallers(t *testing.T) {
-	defer SetProcessSwitch("chat", Switch{})
+	defer SetProcessSwitch("chat", fleetstore.Switch{})
 	for _, tc := range []struct {
 		local string
 		call  adminCall
@@ -208,7 +210,7 @@ func TestSwitchAdminListenerAllowsLocalCallers(t *testing.T) {
 // Caddy's admin API checks the Host itself; ServeSwitchAdmin still
 // refuses a foreign Origin and a body not declared JSON.
 func TestSwitchAdminRefusesForeignOriginAndPlainText(t *testing.T) {
-	defer SetProcessSwitch("chat", Switch{})
+	defer SetProcessSwitch("chat", fleetstore.Switch{})
 	for _, tc := range []struct {
 		origin, contentType string
 		code                int

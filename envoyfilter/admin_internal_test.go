@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -44,12 +45,12 @@ func TestFleetHeartbeatNamesTheEnvoyServer(t *testing.T) {
 	for _, f := range s.fleets {
 		f.fleet.SyncNow() // writes the heartbeat
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		v, err := f.client.Do(ctx, "GET", core.FleetReplicaKey("llmhedge:", f.fleet.ReplicaID()))
+		v, err := f.client.Do(ctx, "GET", fleetstore.ReplicaKey("llmhedge:", f.fleet.ReplicaID()))
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		var status core.ReplicaStatus
+		var status fleetstore.ReplicaStatus
 		if err := json.Unmarshal([]byte(v.Str), &status); err != nil {
 			t.Fatalf("heartbeat %q: %v", v.Str, err)
 		}

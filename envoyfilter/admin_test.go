@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -27,8 +29,8 @@ import (
 // lists it, a reload (SIGHUP) keeps it, and no hedge starts while it pauses
 // the route.
 func TestAdminListenerSwitchSurvivesReload(t *testing.T) {
-	defer core.SetProcessSwitch("chat", core.Switch{})
-	defer core.SetProcessSwitch(core.SwitchAllRoutes, core.Switch{})
+	defer core.SetProcessSwitch("chat", fleetstore.Switch{})
+	defer core.SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	wl := llmsim.Reference(1, testScale)
 	wl.StallProb = noStalls
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
@@ -136,7 +138,7 @@ func adminRequest(t *testing.T, addr, method, host, origin, contentType, body st
 // a loopback Host) and a host listed in admin.allowed_hosts pass, and a
 // reload changes the list.
 func TestAdminListenerRefusesWebPages(t *testing.T) {
-	defer core.SetProcessSwitch("chat", core.Switch{})
+	defer core.SetProcessSwitch("chat", fleetstore.Switch{})
 	path := filepath.Join(t.TempDir(), "extproc.yaml")
 	config := func(hosts string) []byte {
 		return []byte(`

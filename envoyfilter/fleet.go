@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/internal/zapfields"
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
@@ -63,7 +64,7 @@ func (p *fleetPicker) fleet(cfg config.FleetConfig) (*core.Fleet, error) {
 		}
 		log := p.s.log.Named("fleet")
 		f = &serverFleet{client: client, fleet: core.NewFleet(client, cfg, core.FleetOptions{
-			Clock: p.s.clock, Metrics: p.s.metrics.Set, Kind: "envoy", Log: func(fields []core.LogField) { fleetredis.LogFleetState(log, fields) }})}
+			Clock: p.s.clock, Metrics: p.s.metrics.Set, Kind: "envoy", Log: func(fields []core.LogField) { zapfields.LogFleetState(log, fields) }})}
 		p.made = append(p.made, f)
 	}
 	p.used[key] = f

@@ -7,9 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -85,7 +86,7 @@ func TestClusterClient(t *testing.T) {
 		}
 	}
 	// A blocking read on the blocking pool, answered by an XADD.
-	got := make(chan core.RedisValue, 1)
+	got := make(chan fleetstore.RedisValue, 1)
 	go func() {
 		v, _ := c.Do(ctx, "XREAD", "BLOCK", "20000", "STREAMS", "{s}:stream", "$")
 		got <- v
@@ -105,7 +106,7 @@ func TestClusterClient(t *testing.T) {
 	if _, err := do(t, c, "XADD", "{s}:stream", "*", "t", "d"); err != nil {
 		t.Fatal(err)
 	}
-	if v := <-got; v.Kind != core.RedisArray {
+	if v := <-got; v.Kind != fleetstore.RedisArray {
 		t.Fatalf("blocking XREAD on the cluster: %+v, want the entry", v)
 	}
 	// The fleet's one pipeline spans two slots (a replica's heartbeat key

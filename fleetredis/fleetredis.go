@@ -1,4 +1,4 @@
-// Package fleetredis adapts github.com/redis/go-redis/v9 to core.RedisClient,
+// Package fleetredis adapts github.com/redis/go-redis/v9 to fleetstore.RedisClient,
 // the command interface of the fleet protocol, for the compiled adapters
 // (the Caddy module and the Envoy server). The Traefik plugin, which Yaegi
 // interprets, cannot use go-redis (it imports unsafe); it has package resp.
@@ -16,11 +16,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/llmhedge/llmhedge/core"
 )
 
 const (
@@ -32,7 +32,7 @@ const (
 	// settings nor the fleet's max_followers say otherwise, on connections
 	// of their own: followers never take a connection from claims and
 	// renewals. A read that finds none free by its deadline fails with
-	// core.ErrRedisBusy, which the fleet does not count as a Redis failure.
+	// fleetstore.ErrRedisBusy, which the fleet does not count as a Redis failure.
 	DefaultBlockingPoolSize = 512
 )
 
@@ -52,7 +52,7 @@ type Settings struct {
 }
 
 // Client is a pooled go-redis client speaking RESP2 (whose replies map onto
-// core.RedisValue without maps), without retries: the fleet bounds every
+// fleetstore.RedisValue without maps), without retries: the fleet bounds every
 // operation by its own deadline and falls back to local state instead.
 //
 // A redis+cluster:// URL makes it a cluster client: commands go to the
@@ -63,7 +63,7 @@ type Client struct {
 	main, block redis.UniversalClient
 	// mainTurns and blockTurns hold one token per command in flight on
 	// each pool: a command that waits for one until its deadline fails
-	// with core.ErrRedisBusy (go-redis would say context deadline
+	// with fleetstore.ErrRedisBusy (go-redis would say context deadline
 	// exceeded, like a Redis that does not answer).
 	mainTurns, blockTurns chan struct{}
 	name                  string
@@ -322,7 +322,7 @@ func (c *Client) verify(ctx context.Context) error {
 }
 
 // command runs one command on rdb holding one of turns, and maps a wait for
-// a connection past ctx's deadline to core.ErrRedisBusy.
+// a connection past ctx's deadline to fleetstore.ErrRedisBusy.
 func (c *Client) command(ctx context.Context, rdb redis.UniversalClient, turns chan struct{}, args []interface{}) (interface{}, error) {
 	release, err := take(ctx, turns, c.name)
 	if err != nil {
@@ -346,14 +346,14 @@ func take(ctx context.Context, turns chan struct{}, name string) (func(), error)
 		return release, nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, fmt.Errorf("fleet %s: all %d connections in use: %w", name, cap(turns), core.ErrRedisBusy)
+			return nil, fmt.Errorf("fleet %s: all %d connections in use: %w", name, cap(turns), fleetstore.ErrRedisBusy)
 		}
 		return nil, ctx.Err()
 	}
 }
 
 // observe unwraps noResend's errors, maps a go-redis pool timeout to
-// core.ErrRedisBusy, and has a cluster client read its slot map again after
+// fleetstore.ErrRedisBusy, and has a cluster client read its slot map again after
 // an error that was no reply (a node died, a failover may follow).
 func (c *Client) observe(ctx context.Context, rdb redis.UniversalClient, err error) error {
 	if err == nil || errors.Is(err, redis.Nil) {
@@ -364,7 +364,7 @@ func (c *Client) observe(ctx context.Context, rdb redis.UniversalClient, err err
 		err = se.err
 	}
 	if errors.Is(err, redis.ErrPoolTimeout) {
-		return fmt.Errorf("fleet %s: %v: %w", c.name, err, core.ErrRedisBusy)
+		return fmt.Errorf("fleet %s: %v: %w", c.name, err, fleetstore.ErrRedisBusy)
 	}
 	if cc, ok := rdb.(*redis.ClusterClient); ok && !isReply(err) && !errors.Is(err, context.Canceled) {
 		cc.ReloadState(ctx)
@@ -396,11 +396,11 @@ func toArgs(args []string) []interface{} {
 	return out
 }
 
-// Do implements core.RedisClient. A blocking read (XREAD ... BLOCK) runs
+// Do implements fleetstore.RedisClient. A blocking read (XREAD ... BLOCK) runs
 // on the blocking pool, everything else on the main one.
-func (c *Client) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
+func (c *Client) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
 	if err := c.verify(ctx); err != nil {
-		return core.RedisValue{}, err
+		return fleetstore.RedisValue{}, err
 	}
 	rdb, turns := c.main, c.mainTurns
 	if isBlockingRead(args) {
@@ -408,17 +408,17 @@ func (c *Client) Do(ctx context.Context, args ...string) (core.RedisValue, error
 	}
 	v, err := c.command(ctx, rdb, turns, toArgs(args))
 	if errors.Is(err, redis.Nil) {
-		return core.RedisValue{Kind: core.RedisNil}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisNil}, nil
 	}
 	if err != nil {
-		return core.RedisValue{}, err
+		return fleetstore.RedisValue{}, err
 	}
 	return convert(v)
 }
 
-// Pipeline implements core.RedisClient. On a cluster, go-redis sends each
+// Pipeline implements fleetstore.RedisClient. On a cluster, go-redis sends each
 // node its commands (a pipeline may span slots).
-func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
+func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	if err := c.verify(ctx); err != nil {
 		return nil, err
 	}
@@ -435,11 +435,11 @@ func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisVal
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 		return nil, c.observe(ctx, c.main, err)
 	}
-	out := make([]core.RedisValue, len(cmds))
+	out := make([]fleetstore.RedisValue, len(cmds))
 	for i, r := range results {
 		v, err := r.Result()
 		if errors.Is(err, redis.Nil) {
-			out[i] = core.RedisValue{Kind: core.RedisNil}
+			out[i] = fleetstore.RedisValue{Kind: fleetstore.RedisNil}
 			continue
 		}
 		if err != nil {
@@ -457,37 +457,37 @@ func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisVal
 // convert turns a RESP2 reply as go-redis decodes it into a RedisValue. An
 // error reply nested in an array (a script's or a transaction's) is an
 // error.
-func convert(v interface{}) (core.RedisValue, error) {
+func convert(v interface{}) (fleetstore.RedisValue, error) {
 	switch x := v.(type) {
 	case nil:
-		return core.RedisValue{Kind: core.RedisNil}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisNil}, nil
 	case string:
-		return core.RedisValue{Kind: core.RedisString, Str: x}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisString, Str: x}, nil
 	case []byte:
-		return core.RedisValue{Kind: core.RedisString, Str: string(x)}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisString, Str: string(x)}, nil
 	case int64:
-		return core.RedisValue{Kind: core.RedisInt, Int: x}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisInt, Int: x}, nil
 	case bool: // RESP3 only; kept for completeness
 		if x {
-			return core.RedisValue{Kind: core.RedisInt, Int: 1}, nil
+			return fleetstore.RedisValue{Kind: fleetstore.RedisInt, Int: 1}, nil
 		}
-		return core.RedisValue{Kind: core.RedisInt, Int: 0}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisInt, Int: 0}, nil
 	case float64:
-		return core.RedisValue{Kind: core.RedisString, Str: strconv.FormatFloat(x, 'g', -1, 64)}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisString, Str: strconv.FormatFloat(x, 'g', -1, 64)}, nil
 	case []interface{}:
-		arr := make([]core.RedisValue, len(x))
+		arr := make([]fleetstore.RedisValue, len(x))
 		for i, e := range x {
 			cv, err := convert(e)
 			if err != nil {
-				return core.RedisValue{}, err
+				return fleetstore.RedisValue{}, err
 			}
 			arr[i] = cv
 		}
-		return core.RedisValue{Kind: core.RedisArray, Array: arr}, nil
+		return fleetstore.RedisValue{Kind: fleetstore.RedisArray, Array: arr}, nil
 	case error:
-		return core.RedisValue{}, x
+		return fleetstore.RedisValue{}, x
 	}
-	return core.RedisValue{}, fmt.Errorf("fleetredis: unexpected reply type %T", v)
+	return fleetstore.RedisValue{}, fmt.Errorf("fleetredis: unexpected reply type %T", v)
 }
 
-var _ core.RedisClient = (*Client)(nil)
+var _ fleetstore.RedisClient = (*Client)(nil)

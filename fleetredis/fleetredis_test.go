@@ -6,13 +6,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
-func do(t *testing.T, c *Client, args ...string) (core.RedisValue, error) {
+func do(t *testing.T, c *Client, args ...string) (fleetstore.RedisValue, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -20,7 +21,7 @@ func do(t *testing.T, c *Client, args ...string) (core.RedisValue, error) {
 	return v, err
 }
 
-// Replies map onto core.RedisValue: strings, integers, nil, arrays (nested,
+// Replies map onto fleetstore.RedisValue: strings, integers, nil, arrays (nested,
 // with nil elements), and error replies are errors with Redis' code first.
 func TestRepliesConvert(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
@@ -29,19 +30,19 @@ func TestRepliesConvert(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if v, err := do(t, c, "SET", "k", "a\x00b"); err != nil || v.Kind != core.RedisString || v.Str != "OK" {
+	if v, err := do(t, c, "SET", "k", "a\x00b"); err != nil || v.Kind != fleetstore.RedisString || v.Str != "OK" {
 		t.Errorf("SET: %+v, %v; want the string OK", v, err)
 	}
 	if v, _ := do(t, c, "GET", "k"); v.Str != "a\x00b" {
 		t.Errorf("GET = %q, want the binary value back", v.Str)
 	}
-	if v, _ := do(t, c, "GET", "missing"); v.Kind != core.RedisNil {
+	if v, _ := do(t, c, "GET", "missing"); v.Kind != fleetstore.RedisNil {
 		t.Errorf("GET missing: kind %d, want RedisNil", v.Kind)
 	}
-	if v, _ := do(t, c, "INCR", "n"); v.Kind != core.RedisInt || v.Int != 1 {
+	if v, _ := do(t, c, "INCR", "n"); v.Kind != fleetstore.RedisInt || v.Int != 1 {
 		t.Errorf("INCR = %+v, want the integer 1", v)
 	}
-	if v, _ := do(t, c, "MGET", "k", "missing"); v.Kind != core.RedisArray || len(v.Array) != 2 || v.Array[1].Kind != core.RedisNil {
+	if v, _ := do(t, c, "MGET", "k", "missing"); v.Kind != fleetstore.RedisArray || len(v.Array) != 2 || v.Array[1].Kind != fleetstore.RedisNil {
 		t.Errorf("MGET = %+v, want [value, nil]", v)
 	}
 	if _, err := do(t, c, "EVALSHA", strings.Repeat("0", 40), "0"); err == nil || !strings.HasPrefix(err.Error(), "NOSCRIPT") {

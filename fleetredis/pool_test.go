@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -43,7 +44,7 @@ func waitBlocked(t *testing.T, probe *Client, want int) {
 // Followers' blocking reads fill their own pool, never the main one: with
 // every blocking connection held by an XREAD BLOCK, a claim still runs at
 // once, and one more blocking read waits for a connection until its
-// deadline and then fails with core.ErrRedisBusy (not a Redis failure).
+// deadline and then fails with fleetstore.ErrRedisBusy (not a Redis failure).
 func TestBlockingReadsHaveTheirOwnPool(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	const blocking = 8
@@ -67,7 +68,7 @@ func TestBlockingReadsHaveTheirOwnPool(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			v, err := c.Do(ctx, "XREAD", "COUNT", "10", "BLOCK", "25000", "STREAMS", "{f}:stream", "$")
-			if err == nil && v.Kind != core.RedisArray {
+			if err == nil && v.Kind != fleetstore.RedisArray {
 				err = errors.New("XREAD returned kind " + strconv.Itoa(int(v.Kind)) + ", want the entry")
 			}
 			errs <- err
@@ -91,8 +92,8 @@ func TestBlockingReadsHaveTheirOwnPool(t *testing.T) {
 	busyCtx, busyCancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_, err = c.Do(busyCtx, "XREAD", "BLOCK", "50", "STREAMS", "{f}:stream", "$")
 	busyCancel()
-	if !errors.Is(err, core.ErrRedisBusy) {
-		t.Fatalf("blocking read with the pool full: %v, want an error wrapping core.ErrRedisBusy", err)
+	if !errors.Is(err, fleetstore.ErrRedisBusy) {
+		t.Fatalf("blocking read with the pool full: %v, want an error wrapping fleetstore.ErrRedisBusy", err)
 	}
 	// A non-blocking read is no follower: the main pool.
 	if _, err := c.Do(ctx, "XREAD", "COUNT", "1", "STREAMS", "{f}:stream", "0-0"); err != nil {
@@ -132,18 +133,18 @@ func TestMainPoolBusy(t *testing.T) {
 	_, err = c.Do(ctx, "GET", "k")
 	cancel()
 	release()
-	if !errors.Is(err, core.ErrRedisBusy) || !strings.Contains(err.Error(), srv.Addr()) {
+	if !errors.Is(err, fleetstore.ErrRedisBusy) || !strings.Contains(err.Error(), srv.Addr()) {
 		t.Fatalf("command with no turn free: %v, want ErrRedisBusy naming %s", err, srv.Addr())
 	}
 	if _, err := do(t, c, "GET", "k"); err != nil {
 		t.Fatalf("after the turn came back: %v", err)
 	}
-	if err := c.observe(context.Background(), c.main, redis.ErrPoolTimeout); !errors.Is(err, core.ErrRedisBusy) {
+	if err := c.observe(context.Background(), c.main, redis.ErrPoolTimeout); !errors.Is(err, fleetstore.ErrRedisBusy) {
 		t.Fatalf("go-redis pool timeout maps to %v, want ErrRedisBusy", err)
 	}
 	gone, cancelGone := context.WithCancel(context.Background())
 	cancelGone()
-	if _, err := take(gone, make(chan struct{}), "x"); errors.Is(err, core.ErrRedisBusy) || !errors.Is(err, context.Canceled) {
+	if _, err := take(gone, make(chan struct{}), "x"); errors.Is(err, fleetstore.ErrRedisBusy) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller that left: %v, want context.Canceled, not busy", err)
 	}
 }

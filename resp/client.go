@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // Client is a pooled Redis client, safe for concurrent use. It dials
@@ -49,7 +49,7 @@ type node struct {
 	lastDialErr error // the last dial's failure, nil once one connects
 }
 
-var _ core.RedisClient = (*Client)(nil)
+var _ fleetstore.RedisClient = (*Client)(nil)
 
 // New checks opts and returns a client. It does not connect.
 func New(opts Options) (*Client, error) {
@@ -177,8 +177,8 @@ func refuse(c *Client, err error) error {
 
 // Do sends one command and returns its reply; a Redis error reply is
 // returned as an *Error.
-func (c *Client) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
-	var zero core.RedisValue
+func (c *Client) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
+	var zero fleetstore.RedisValue
 	if len(args) == 0 {
 		return zero, errors.New("resp: empty command")
 	}
@@ -195,7 +195,7 @@ func (c *Client) Do(ctx context.Context, args ...string) (core.RedisValue, error
 // connection stays usable); the replies are returned with it. On a Redis
 // Cluster every command with a key must be on one hash slot (an error
 // wrapping ErrCrossSlot otherwise, before anything is sent).
-func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
+func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	if len(cmds) == 0 {
 		return nil, nil
 	}
@@ -212,7 +212,7 @@ func (c *Client) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisVal
 }
 
 // run sends cmds to the server, or to the cluster node of their slot.
-func run(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]core.RedisValue, error) {
+func run(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]fleetstore.RedisValue, error) {
 	if err := refusal(c); err != nil {
 		return nil, err
 	}
@@ -247,7 +247,7 @@ const (
 // (closed when anything but a Redis error reply went wrong). It returns the
 // replies and each command's error reply (nil when there are none), or a
 // failure and how it happened.
-func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blocking bool) ([]core.RedisValue, []error, int, error) {
+func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blocking bool) ([]fleetstore.RedisValue, []error, int, error) {
 	if err := context.Cause(ctx); err != nil {
 		// Taken connection or not, the command could not be sent.
 		return nil, nil, sentNothing, fmt.Errorf("resp: %s at %s: %w", cmds[0][0], n.addr, err)
@@ -265,7 +265,7 @@ func roundTrip(c *Client, ctx context.Context, n *node, cmds [][]string, blockin
 		if !ok {
 			releaseConn(p, cn, false)
 			return nil, nil, sentNothing, fmt.Errorf("resp: %s at %s: no time left to block after waiting for a blocking connection (all %d in use): %w (%w)",
-				cmds[0][0], n.addr, p.maxOpen, core.ErrRedisBusy, context.DeadlineExceeded)
+				cmds[0][0], n.addr, p.maxOpen, fleetstore.ErrRedisBusy, context.DeadlineExceeded)
 		}
 		cmds = fitted
 	}
@@ -317,7 +317,7 @@ func acquire(c *Client, ctx context.Context, n *node, p *pool) (*conn, bool, int
 		if !goesOn {
 			releaseConn(p, nil, true) // a dial that goes on gives back its slot itself
 		}
-		if refusal(c) != nil || errors.Is(err, core.ErrRedisBusy) {
+		if refusal(c) != nil || errors.Is(err, fleetstore.ErrRedisBusy) {
 			return nil, waited, sentNothing, err
 		}
 		return nil, waited, dialFailed, err
@@ -391,7 +391,7 @@ func xreadBlockArg(cmd []string) int {
 
 // waitForConn waits for w's answer. The wait ends with an error when ctx
 // ends or, for a context without a deadline, after ReadTimeout. A wait that
-// outlasted its deadline wraps core.ErrRedisBusy (the command never reached
+// outlasted its deadline wraps fleetstore.ErrRedisBusy (the command never reached
 // Redis: every connection was in use, which says nothing of Redis' health)
 // and the context's error.
 func waitForConn(c *Client, ctx context.Context, n *node, p *pool, w *waiter) grant {
@@ -401,7 +401,7 @@ func waitForConn(c *Client, ctx context.Context, n *node, p *pool, w *waiter) gr
 	var timer *time.Timer
 	if _, ok := ctx.Deadline(); !ok && c.opts.ReadTimeout > 0 {
 		timer = time.AfterFunc(c.opts.ReadTimeout, func() {
-			abandonWait(p, w, fmt.Errorf("resp: waiting for a connection to %s: all %d in use for %s: %w", n.addr, p.maxOpen, c.opts.ReadTimeout, core.ErrRedisBusy))
+			abandonWait(p, w, fmt.Errorf("resp: waiting for a connection to %s: all %d in use for %s: %w", n.addr, p.maxOpen, c.opts.ReadTimeout, fleetstore.ErrRedisBusy))
 		})
 	}
 	g := <-w.ch
@@ -423,7 +423,7 @@ func waitError(ctx context.Context, n *node, p *pool) error {
 		return last
 	}
 	if ctx.Err() == context.DeadlineExceeded {
-		return fmt.Errorf("resp: waiting for a connection to %s (all %d in use): %w (%w)", n.addr, p.maxOpen, core.ErrRedisBusy, cause)
+		return fmt.Errorf("resp: waiting for a connection to %s (all %d in use): %w (%w)", n.addr, p.maxOpen, fleetstore.ErrRedisBusy, cause)
 	}
 	return fmt.Errorf("resp: waiting for a connection to %s: %w", n.addr, cause)
 }
@@ -439,7 +439,7 @@ func waitError(ctx context.Context, n *node, p *pool) error {
 // replica too busy to finish a connect within one operation's time (a
 // follower storm dialing hundreds of connections at once, a throttled CPU)
 // would start every dial anew and connect never. The caller that left
-// gets core.ErrRedisBusy (a wait for a connection, not a Redis failure),
+// gets fleetstore.ErrRedisBusy (a wait for a connection, not a Redis failure),
 // unless the last dial to n failed: then that failure (Redis refused or
 // unreachable within DialTimeout).
 // goesOn reports a dial its caller left, which owns the pool slot now.
@@ -475,7 +475,7 @@ func dial(c *Client, ctx context.Context, n *node, p *pool) (cn *conn, goesOn bo
 	if last := lastDialErr(n); last != nil {
 		return nil, true, last
 	}
-	return nil, true, fmt.Errorf("resp: dial at %s: not connected within the operation's deadline: %w (%w)", n.addr, core.ErrRedisBusy, context.DeadlineExceeded)
+	return nil, true, fmt.Errorf("resp: dial at %s: not connected within the operation's deadline: %w (%w)", n.addr, fleetstore.ErrRedisBusy, context.DeadlineExceeded)
 }
 
 // pendingDial is a dial its caller may leave: ended (the dial's result is
@@ -615,7 +615,7 @@ func clusterNodeError(c *Client) error {
 // returns the first Redis error reply and, separately, a network or
 // protocol error (after which cn must be closed), and whether cn may be
 // reused.
-func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, []error, error, bool) {
+func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]fleetstore.RedisValue, []error, error, bool) {
 	// A cancelled context interrupts blocked I/O by moving the deadline
 	// into the past; an expired one needs not (the I/O deadlines are no
 	// later than its own), and must not: see awaitReply.
@@ -639,7 +639,7 @@ func exchange(c *Client, ctx context.Context, cn *conn, cmds [][]string, blockin
 
 // writeAndRead returns the replies, each command's error reply (nil when
 // there is none) and a network or protocol error.
-func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]core.RedisValue, []error, error) {
+func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blocking bool) ([]fleetstore.RedisValue, []error, error) {
 	buf := cn.wbuf[:0]
 	for _, cmd := range cmds {
 		buf = appendCommand(buf, cmd)
@@ -666,7 +666,7 @@ func writeAndRead(c *Client, ctx context.Context, cn *conn, cmds [][]string, blo
 	if err := cn.nc.SetReadDeadline(ioDeadline(ctx, readTimeout, extra)); err != nil {
 		return nil, nil, err
 	}
-	values := make([]core.RedisValue, len(cmds))
+	values := make([]fleetstore.RedisValue, len(cmds))
 	var replyErrs []error
 	for i := range cmds {
 		if err := awaitReply(ctx, cn); err != nil {

@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -31,7 +32,7 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 }
 
 // do runs one command that must succeed.
-func do(t *testing.T, c *Client, args ...string) core.RedisValue {
+func do(t *testing.T, c *Client, args ...string) fleetstore.RedisValue {
 	t.Helper()
 	v, err := c.Do(ctxTimeout(t, 5*time.Second), args...)
 	if err != nil {
@@ -62,23 +63,23 @@ func TestReplyTypesFromRedis(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	c := newClient(t, Options{URL: srv.URL()})
 
-	if v := do(t, c, "SET", "k", "v"); v.Kind != core.RedisString || v.Str != "OK" {
+	if v := do(t, c, "SET", "k", "v"); v.Kind != fleetstore.RedisString || v.Str != "OK" {
 		t.Fatalf("SET = %s, want \"OK\"", describe(v))
 	}
 	if v := do(t, c, "GET", "k"); describe(v) != `"v"` {
 		t.Fatalf("GET k = %s, want \"v\"", describe(v))
 	}
-	if v := do(t, c, "GET", "missing"); v.Kind != core.RedisNil {
+	if v := do(t, c, "GET", "missing"); v.Kind != fleetstore.RedisNil {
 		t.Fatalf("GET missing = %s, want nil", describe(v))
 	}
-	if v := do(t, c, "INCRBY", "n", "-7"); v.Kind != core.RedisInt || v.Int != -7 {
+	if v := do(t, c, "INCRBY", "n", "-7"); v.Kind != fleetstore.RedisInt || v.Int != -7 {
 		t.Fatalf("INCRBY = %s, want -7", describe(v))
 	}
 	do(t, c, "RPUSH", "list", "a", "", "c")
 	if v := do(t, c, "LRANGE", "list", "0", "-1"); describe(v) != `["a" "" "c"]` {
 		t.Fatalf("LRANGE = %s, want [\"a\" \"\" \"c\"]", describe(v))
 	}
-	if v := do(t, c, "LRANGE", "nolist", "0", "-1"); v.Kind != core.RedisArray || len(v.Array) != 0 {
+	if v := do(t, c, "LRANGE", "nolist", "0", "-1"); v.Kind != fleetstore.RedisArray || len(v.Array) != 0 {
 		t.Fatalf("LRANGE of no list = %s, want []", describe(v))
 	}
 	// Nested arrays with integers, strings and nils, through Lua.
@@ -87,7 +88,7 @@ func TestReplyTypesFromRedis(t *testing.T) {
 		t.Fatalf("EVAL nested = %s, want [1 [\"x\" [2 nil]] \"y\"]", describe(v))
 	}
 	// A timed-out XREAD BLOCK is a nil array.
-	if v := do(t, c, "XREAD", "BLOCK", "10", "STREAMS", "nostream", "0-0"); v.Kind != core.RedisNil {
+	if v := do(t, c, "XREAD", "BLOCK", "10", "STREAMS", "nostream", "0-0"); v.Kind != fleetstore.RedisNil {
 		t.Fatalf("XREAD BLOCK on nothing = %s, want nil", describe(v))
 	}
 	id := do(t, c, "XADD", "s", "*", "f", "v").Str
@@ -443,7 +444,7 @@ func TestBlockingCommandsHaveTheirOwnConnections(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	c := newClient(t, Options{URL: srv.URL(), MaxOpen: 1, MaxBlocking: 4})
 	do(t, c, "XADD", "s", "1-1", "f", "old")
-	results := make(chan core.RedisValue, 3)
+	results := make(chan fleetstore.RedisValue, 3)
 	for i := 0; i < 3; i++ {
 		go readAfter(c, "1-1", results)
 	}
@@ -469,7 +470,7 @@ func TestBlockingCommandsHaveTheirOwnConnections(t *testing.T) {
 
 // A blocking pool full of readers (and with more readers waiting for one of
 // its connections) leaves ordinary commands their own pool; a reader whose
-// deadline passes while it waits gets core.ErrRedisBusy, not a Redis error.
+// deadline passes while it waits gets fleetstore.ErrRedisBusy, not a Redis error.
 func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	c := newClient(t, Options{URL: srv.URL(), MaxOpen: 1, MaxBlocking: 2})
@@ -495,8 +496,8 @@ func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
 
 	// A reader that waits for a blocking connection past its deadline.
 	_, err := c.Do(ctxTimeout(t, 50*time.Millisecond), "XREAD", "BLOCK", "10", "STREAMS", "s", "$")
-	if !errors.Is(err, core.ErrRedisBusy) || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("XREAD BLOCK waiting on a full blocking pool: err = %v, want core.ErrRedisBusy and context.DeadlineExceeded", err)
+	if !errors.Is(err, fleetstore.ErrRedisBusy) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("XREAD BLOCK waiting on a full blocking pool: err = %v, want fleetstore.ErrRedisBusy and context.DeadlineExceeded", err)
 	}
 	cancel()
 	for i := 0; i < 3; i++ {
@@ -506,7 +507,7 @@ func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
 		} else {
 			err = <-queued
 		}
-		if !errors.Is(err, context.Canceled) || errors.Is(err, core.ErrRedisBusy) {
+		if !errors.Is(err, context.Canceled) || errors.Is(err, fleetstore.ErrRedisBusy) {
 			t.Fatalf("cancelled reader %d: err = %v, want context.Canceled and not busy (the caller left)", i, err)
 		}
 	}
@@ -514,7 +515,7 @@ func TestFullBlockingPoolLeavesPlainCommandsAlone(t *testing.T) {
 
 // Three times as many readers as blocking connections, each bounded like a
 // fleet follower's read (a deadline past its BLOCK time plus blockSlack):
-// no reader fails with anything but core.ErrRedisBusy (a reader that got
+// no reader fails with anything but fleetstore.ErrRedisBusy (a reader that got
 // its connection late blocks for what is left, so Redis' own timeout ends
 // it before its deadline), and plain commands meanwhile succeed. The first
 // eight block 200ms; the next eight get connections at 200ms or later and
@@ -538,8 +539,8 @@ func TestReadersBeyondTheBlockingPoolAreBusyNotFailed(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, core.ErrRedisBusy) {
-			t.Fatalf("reader error %v, want nil or core.ErrRedisBusy", err)
+		if !errors.Is(err, fleetstore.ErrRedisBusy) {
+			t.Fatalf("reader error %v, want nil or fleetstore.ErrRedisBusy", err)
 		}
 		busy++
 	}
@@ -615,7 +616,7 @@ func waitBlockingWaiters(t *testing.T, c *Client, n int) {
 func TestBlockingConnectionsStayForTheNextReads(t *testing.T) {
 	srv := redisproc.Start(t, redisproc.Options{})
 	c := newClient(t, Options{URL: srv.URL(), MaxIdle: 1, MaxBlocking: 8})
-	results := make(chan core.RedisValue, 8)
+	results := make(chan fleetstore.RedisValue, 8)
 	for round := 1; round <= 3; round++ {
 		after := strconv.Itoa(round) + "-1"
 		for i := 0; i < 8; i++ {
@@ -624,7 +625,7 @@ func TestBlockingConnectionsStayForTheNextReads(t *testing.T) {
 		waitBlockedClients(t, c, 8)
 		do(t, c, "XADD", "s", strconv.Itoa(round+1)+"-1", "f", "v")
 		for i := 0; i < 8; i++ {
-			if v := <-results; v.Kind != core.RedisArray {
+			if v := <-results; v.Kind != fleetstore.RedisArray {
 				t.Fatalf("round %d: reader %d got %s, want the new entry", round, i, describe(v))
 			}
 		}
@@ -634,13 +635,13 @@ func TestBlockingConnectionsStayForTheNextReads(t *testing.T) {
 	}
 }
 
-func readAfter(c *Client, id string, results chan core.RedisValue) {
+func readAfter(c *Client, id string, results chan fleetstore.RedisValue) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	v, err := c.Do(ctx, "XREAD", "BLOCK", "5000", "STREAMS", "s", id)
 	if err != nil {
-		var empty core.RedisValue
-		empty.Kind = core.RedisString
+		var empty fleetstore.RedisValue
+		empty.Kind = fleetstore.RedisString
 		empty.Str = "error: " + err.Error()
 		results <- empty
 		return
@@ -667,8 +668,8 @@ func TestPoolWaitEndsAtTheDeadline(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "waiting for a connection") || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want a DeadlineExceeded wait for a connection", err)
 	}
-	if !errors.Is(err, core.ErrRedisBusy) {
-		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want it to wrap core.ErrRedisBusy (no connection free is not a Redis failure)", err)
+	if !errors.Is(err, fleetstore.ErrRedisBusy) {
+		t.Fatalf("second caller with MaxOpen 1 held: err = %v, want it to wrap fleetstore.ErrRedisBusy (no connection free is not a Redis failure)", err)
 	}
 	// The connection was never freed, so the second caller's wait ended
 	// by its own deadline, not by the first caller's end.

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // Redis Cluster (redis+cluster://h1:p1,h2:p2/, rediss+cluster://).
@@ -211,22 +211,22 @@ type slotRange struct {
 // parseClusterSlots reads a CLUSTER SLOTS reply from the node at from:
 // [[first, last, [host, port, id, ...], replicas...], ...]. A NULL or empty
 // host means from's host; "?" (an unknown endpoint) leaves the range out.
-func parseClusterSlots(v core.RedisValue, from string) ([]slotRange, error) {
-	if v.Kind != core.RedisArray {
+func parseClusterSlots(v fleetstore.RedisValue, from string) ([]slotRange, error) {
+	if v.Kind != fleetstore.RedisArray {
 		return nil, errors.New("CLUSTER SLOTS reply is not an array")
 	}
 	var out []slotRange
 	for _, e := range v.Array {
-		if e.Kind != core.RedisArray || len(e.Array) < 3 {
+		if e.Kind != fleetstore.RedisArray || len(e.Array) < 3 {
 			return nil, errors.New("CLUSTER SLOTS entry is not [first, last, master...]")
 		}
 		first := e.Array[0]
 		last := e.Array[1]
 		master := e.Array[2]
-		if first.Kind != core.RedisInt || last.Kind != core.RedisInt || first.Int < 0 || last.Int >= numSlots || first.Int > last.Int {
+		if first.Kind != fleetstore.RedisInt || last.Kind != fleetstore.RedisInt || first.Int < 0 || last.Int >= numSlots || first.Int > last.Int {
 			return nil, errors.New("CLUSTER SLOTS entry has no slot range")
 		}
-		if master.Kind != core.RedisArray || len(master.Array) < 2 || master.Array[1].Kind != core.RedisInt {
+		if master.Kind != fleetstore.RedisArray || len(master.Array) < 2 || master.Array[1].Kind != fleetstore.RedisInt {
 			return nil, errors.New("CLUSTER SLOTS entry has no master [host, port]")
 		}
 		host := master.Array[0].Str
@@ -492,12 +492,12 @@ func installSlots(c *Client, ranges []slotRange, from string) {
 // clusterRun sends cmds to the master of their slot and follows MOVED and
 // ASK (see the top of this file). Replies come back in cmds' order, with
 // the first error reply as the error, as for one server.
-func clusterRun(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]core.RedisValue, error) {
+func clusterRun(c *Client, ctx context.Context, cmds [][]string, blocking bool) ([]fleetstore.RedisValue, error) {
 	slot, err := commandsSlot(cmds)
 	if err != nil {
 		return nil, err
 	}
-	values := make([]core.RedisValue, len(cmds))
+	values := make([]fleetstore.RedisValue, len(cmds))
 	replyErrs := make([]error, len(cmds))
 	pending := make([]int, len(cmds))
 	for i := range pending {

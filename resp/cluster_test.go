@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -358,7 +359,7 @@ func failoverWriter(c *Client, keys []string, w *failoverCounts, done chan strin
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		v, err := c.Do(ctx, "SET", keys[i%len(keys)], "during")
 		cancel()
-		if err == nil && (v.Kind != core.RedisString || v.Str != "OK") {
+		if err == nil && (v.Kind != fleetstore.RedisString || v.Str != "OK") {
 			done <- "SET during the failover = " + describe(v) + ", want OK"
 			return
 		}

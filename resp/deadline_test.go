@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // stalledConn is one end of a pipe whose first Read reports its deadline
@@ -104,7 +104,7 @@ func silentServer(t *testing.T) string {
 }
 
 // A dial its operation's deadline ends first goes on: the operation gets
-// core.ErrRedisBusy (a wait for a connection, not a Redis failure) until
+// fleetstore.ErrRedisBusy (a wait for a connection, not a Redis failure) until
 // a dial has failed (here: the server never answers AUTH within
 // DialTimeout), then that failure. The wall clock is the subject:
 // DialTimeout's own length.
@@ -122,22 +122,22 @@ func TestDialLeftByItsCallerIsBusyUntilItFails(t *testing.T) {
 		return err
 	}
 	first := time.Now()
-	if err := do(); !errors.Is(err, core.ErrRedisBusy) {
-		t.Fatalf("first operation, its dial still going at its 20ms deadline: %v, want core.ErrRedisBusy", err)
+	if err := do(); !errors.Is(err, fleetstore.ErrRedisBusy) {
+		t.Fatalf("first operation, its dial still going at its 20ms deadline: %v, want fleetstore.ErrRedisBusy", err)
 	}
 	for {
 		err := do()
 		if err == nil {
 			t.Fatal("PING answered by a server that never answers")
 		}
-		if !errors.Is(err, core.ErrRedisBusy) {
+		if !errors.Is(err, fleetstore.ErrRedisBusy) {
 			if since := time.Since(first); since < dialTimeout {
-				t.Fatalf("%v after the first dial began: %v, want core.ErrRedisBusy until it fails at %v", since, err, dialTimeout)
+				t.Fatalf("%v after the first dial began: %v, want fleetstore.ErrRedisBusy until it fails at %v", since, err, dialTimeout)
 			}
 			return
 		}
 		if time.Since(first) > 30*time.Second { // hang guard
-			t.Fatalf("still core.ErrRedisBusy 30s after the first dial began: %v", err)
+			t.Fatalf("still fleetstore.ErrRedisBusy 30s after the first dial began: %v", err)
 		}
 	}
 }
@@ -193,8 +193,8 @@ func TestDialLeftByItsCallerPoolsItsConnection(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	_, err = c.Do(ctx, "PING")
 	cancel()
-	if !errors.Is(err, core.ErrRedisBusy) {
-		t.Fatalf("operation whose dial waits on AUTH past its deadline: %v, want core.ErrRedisBusy", err)
+	if !errors.Is(err, fleetstore.ErrRedisBusy) {
+		t.Fatalf("operation whose dial waits on AUTH past its deadline: %v, want fleetstore.ErrRedisBusy", err)
 	}
 	close(gate)
 	for start := time.Now(); ; time.Sleep(time.Millisecond) { // polling the pool for the dial's end, not a margin

@@ -1,7 +1,7 @@
 // Package resp is a Redis client written with the standard library only,
 // for hosts that interpret Go: the Traefik plugin, which Yaegi v0.16.1 runs
 // and which cannot use go-redis or rueidis (they import unsafe). It
-// implements core.RedisClient, the command interface of the fleet protocol,
+// implements fleetstore.RedisClient, the command interface of the fleet protocol,
 // for Redis 6.2+ and Valkey.
 //
 // It speaks RESP2, the protocol every Redis and Valkey version accepts
@@ -17,10 +17,10 @@
 //     connection, in one round trip.
 //   - A bounded pool: connections are reused (at most MaxIdle kept idle, at
 //     most MaxOpen open, callers beyond that wait until their deadline,
-//     and a wait past it returns an error wrapping core.ErrRedisBusy); a
+//     and a wait past it returns an error wrapping fleetstore.ErrRedisBusy); a
 //     dial is not cut short by its caller's deadline: it goes on within
 //     DialTimeout and its connection goes to the pool, while the caller
-//     gets core.ErrRedisBusy (the last dial's failure, when it failed), so
+//     gets fleetstore.ErrRedisBusy (the last dial's failure, when it failed), so
 //     a replica too busy to connect within one operation's time still
 //     connects, and is not taken for Redis away; a
 //     connection that saw a network error, a protocol error, a timeout or a
@@ -45,7 +45,7 @@
 //     outlast its context's deadline (less 200ms for Redis' timeout tick)
 //     blocks only for what is left, so it ends with Redis' nil reply, not
 //     a deadline error; after a wait for a connection with no time left,
-//     it is not sent and returns an error wrapping core.ErrRedisBusy.
+//     it is not sent and returns an error wrapping fleetstore.ErrRedisBusy.
 //   - Redis Cluster, with redis+cluster://[user:password@]host:port,...
 //     (rediss+cluster:// for TLS; database 0 only). See below.
 //

@@ -59,7 +59,7 @@ type Options struct {
 	// take the connections claims, syncs and renewals need. A caller that
 	// finds every connection of its pool in use waits for one until its
 	// context ends; a wait that outlasts the deadline returns an error
-	// wrapping core.ErrRedisBusy (and context.DeadlineExceeded). Zero
+	// wrapping fleetstore.ErrRedisBusy (and context.DeadlineExceeded). Zero
 	// means the default (DefaultMaxOpen, DefaultMaxBlocking).
 	MaxIdle     int
 	MaxOpen     int

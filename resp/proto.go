@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // Reader limits: a reply beyond them is a protocol error (the connection is
@@ -70,14 +70,14 @@ func readLine(r *bufio.Reader) (string, error) {
 // nested in an array) is returned as replyErr after the whole reply has been
 // read, so the connection stays in step; ioErr is a network or protocol
 // failure after which the connection is unusable.
-func readReply(r *bufio.Reader) (core.RedisValue, error, error) {
+func readReply(r *bufio.Reader) (fleetstore.RedisValue, error, error) {
 	var firstErr error
 	v, ioErr := readValue(r, 0, &firstErr)
 	return v, firstErr, ioErr
 }
 
-func readValue(r *bufio.Reader, depth int, replyErr *error) (core.RedisValue, error) {
-	var v core.RedisValue
+func readValue(r *bufio.Reader, depth int, replyErr *error) (fleetstore.RedisValue, error) {
+	var v fleetstore.RedisValue
 	if depth > maxNesting {
 		return v, errProtocol
 	}
@@ -91,7 +91,7 @@ func readValue(r *bufio.Reader, depth int, replyErr *error) (core.RedisValue, er
 	body := line[1:]
 	switch line[0] {
 	case '+': // simple string
-		v.Kind = core.RedisString
+		v.Kind = fleetstore.RedisString
 		v.Str = body
 		return v, nil
 	case '-': // error
@@ -102,7 +102,7 @@ func readValue(r *bufio.Reader, depth int, replyErr *error) (core.RedisValue, er
 		if err != nil {
 			return v, errProtocol
 		}
-		v.Kind = core.RedisInt
+		v.Kind = fleetstore.RedisInt
 		v.Int = n
 		return v, nil
 	case '$', '=': // bulk string; RESP3 verbatim string ("txt:" prefix)
@@ -113,7 +113,7 @@ func readValue(r *bufio.Reader, depth int, replyErr *error) (core.RedisValue, er
 		if line[0] == '=' && len(s) >= 4 && s[3] == ':' {
 			s = s[4:]
 		}
-		v.Kind = core.RedisString
+		v.Kind = fleetstore.RedisString
 		v.Str = s
 		return v, nil
 	case '!': // RESP3 bulk error
@@ -137,7 +137,7 @@ func readValue(r *bufio.Reader, depth int, replyErr *error) (core.RedisValue, er
 	case '_': // RESP3 null
 		return v, nil
 	case '#': // RESP3 boolean, as integer 1 or 0
-		v.Kind = core.RedisInt
+		v.Kind = fleetstore.RedisInt
 		if body == "t" {
 			v.Int = 1
 			return v, nil
@@ -147,7 +147,7 @@ func readValue(r *bufio.Reader, depth int, replyErr *error) (core.RedisValue, er
 		}
 		return v, nil
 	case ',', '(': // RESP3 double and big number, as their text
-		v.Kind = core.RedisString
+		v.Kind = fleetstore.RedisString
 		v.Str = body
 		return v, nil
 	}
@@ -181,8 +181,8 @@ func readBulk(r *bufio.Reader, header string) (string, bool, error) {
 }
 
 // readArray reads count × per elements (per is 2 for a map).
-func readArray(r *bufio.Reader, header string, per int, depth int, replyErr *error) (core.RedisValue, error) {
-	var v core.RedisValue
+func readArray(r *bufio.Reader, header string, per int, depth int, replyErr *error) (fleetstore.RedisValue, error) {
+	var v fleetstore.RedisValue
 	n, err := strconv.Atoi(header)
 	if err != nil || n < -1 || n > maxArrayElements {
 		return v, errProtocol
@@ -191,7 +191,7 @@ func readArray(r *bufio.Reader, header string, per int, depth int, replyErr *err
 		return v, nil
 	}
 	n = n * per
-	elems := make([]core.RedisValue, n)
+	elems := make([]fleetstore.RedisValue, n)
 	for i := 0; i < n; i++ {
 		elem, err := readValue(r, depth+1, replyErr)
 		if err != nil {
@@ -199,7 +199,7 @@ func readArray(r *bufio.Reader, header string, per int, depth int, replyErr *err
 		}
 		elems[i] = elem
 	}
-	v.Kind = core.RedisArray
+	v.Kind = fleetstore.RedisArray
 	v.Array = elems
 	return v, nil
 }

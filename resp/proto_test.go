@@ -6,10 +6,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
-func parse(t *testing.T, wire string) (core.RedisValue, error, error) {
+func parse(t *testing.T, wire string) (fleetstore.RedisValue, error, error) {
 	t.Helper()
 	return readReply(bufio.NewReader(strings.NewReader(wire)))
 }
@@ -101,15 +101,15 @@ func TestReadReplyProtocolErrors(t *testing.T) {
 }
 
 // describe renders a value compactly for comparisons in tests.
-func describe(v core.RedisValue) string {
+func describe(v fleetstore.RedisValue) string {
 	switch v.Kind {
-	case core.RedisNil:
+	case fleetstore.RedisNil:
 		return "nil"
-	case core.RedisString:
+	case fleetstore.RedisString:
 		return strconv.Quote(v.Str)
-	case core.RedisInt:
+	case fleetstore.RedisInt:
 		return strconv.FormatInt(v.Int, 10)
-	case core.RedisArray:
+	case fleetstore.RedisArray:
 		parts := make([]string, 0, len(v.Array))
 		for _, e := range v.Array {
 			parts = append(parts, describe(e))

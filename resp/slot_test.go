@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // Slot computation, redirection and CLUSTER SLOTS parsing, and cluster URLs:
@@ -115,19 +115,23 @@ func TestParseRedirect(t *testing.T) {
 	}
 }
 
-func str(s string) core.RedisValue { return core.RedisValue{Kind: core.RedisString, Str: s} }
+func str(s string) fleetstore.RedisValue {
+	return fleetstore.RedisValue{Kind: fleetstore.RedisString, Str: s}
+}
 
-func num(n int64) core.RedisValue { return core.RedisValue{Kind: core.RedisInt, Int: n} }
+func num(n int64) fleetstore.RedisValue {
+	return fleetstore.RedisValue{Kind: fleetstore.RedisInt, Int: n}
+}
 
-func arr(vs ...core.RedisValue) core.RedisValue {
-	return core.RedisValue{Kind: core.RedisArray, Array: vs}
+func arr(vs ...fleetstore.RedisValue) fleetstore.RedisValue {
+	return fleetstore.RedisValue{Kind: fleetstore.RedisArray, Array: vs}
 }
 
 func TestParseClusterSlots(t *testing.T) {
 	reply := arr(
 		arr(num(0), num(5460), arr(str("127.0.0.1"), num(30001), str("id1"), arr()), arr(str("127.0.0.1"), num(30004), str("id4"))),
 		arr(num(5461), num(10922), arr(str(""), num(30002), str("id2"))),
-		arr(num(10923), num(16383), arr(core.RedisValue{}, num(30003), str("id3"))),
+		arr(num(10923), num(16383), arr(fleetstore.RedisValue{}, num(30003), str("id3"))),
 		arr(num(100), num(100), arr(str("?"), num(30009), str("id9"))),
 	)
 	got, err := parseClusterSlots(reply, "10.1.1.1:30001")

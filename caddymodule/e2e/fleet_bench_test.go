@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -104,7 +105,7 @@ func TestFleetBenchFollowerLag(t *testing.T) {
 }
 
 // commandStats returns the calls of every command in INFO commandstats.
-func commandStats(t *testing.T, c core.RedisClient) redisproc.Calls {
+func commandStats(t *testing.T, c fleetstore.RedisClient) redisproc.Calls {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	v, err := c.Do(ctx, "INFO", "commandstats")

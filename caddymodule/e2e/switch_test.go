@@ -9,7 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/internal/testkit/switchadmin"
@@ -86,7 +87,7 @@ func ctl(t *testing.T, bin, redisURL string, args ...string) string {
 func heartbeatSwitch(t *testing.T, bin, redisURL, route string) string {
 	t.Helper()
 	var rep struct {
-		Replicas []core.ReplicaStatus `json:"replicas"`
+		Replicas []fleetstore.ReplicaStatus `json:"replicas"`
 	}
 	if err := json.Unmarshal([]byte(ctl(t, bin, redisURL, "status", "-json")), &rep); err != nil {
 		t.Fatal(err)

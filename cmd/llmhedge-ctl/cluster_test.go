@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/redis/go-redis/v9"
@@ -32,7 +34,7 @@ func TestClusterPauseResumeAndStatus(t *testing.T) {
 	masters := map[string]bool{}
 	for _, r := range []string{"chat", "embed", "claude", "gpt", "mini", "batch"} {
 		routes = append(routes, r)
-		masters[c.MasterFor(core.FleetSwitchKey("llmhedge:", r)).Addr()] = true
+		masters[c.MasterFor(fleetstore.SwitchKey("llmhedge:", r)).Addr()] = true
 		if len(masters) >= 2 && len(routes) >= 3 {
 			break
 		}
@@ -49,12 +51,12 @@ func TestClusterPauseResumeAndStatus(t *testing.T) {
 		t.Fatalf("set-delay -route * on the cluster: exit %d: %s", code, errOut)
 	}
 	for _, r := range routes {
-		if v, err := rdb.Get(ctx, core.FleetSwitchKey("llmhedge:", r)).Result(); err != nil || v != `{"paused":true}` {
+		if v, err := rdb.Get(ctx, fleetstore.SwitchKey("llmhedge:", r)).Result(); err != nil || v != `{"paused":true}` {
 			t.Errorf("switch of %s = %q (%v), want {\"paused\":true}", r, v, err)
 		}
 	}
 	for _, id := range []string{"r1", "r2"} {
-		if err := rdb.Set(ctx, core.FleetReplicaKey("llmhedge:", id), `{"id":"`+id+`","kind":"caddy","routes":[]}`, core.FleetHeartbeatTTL).Err(); err != nil {
+		if err := rdb.Set(ctx, fleetstore.ReplicaKey("llmhedge:", id), `{"id":"`+id+`","kind":"caddy","routes":[]}`, fleetstore.HeartbeatTTL).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -71,17 +73,17 @@ func TestClusterPauseResumeAndStatus(t *testing.T) {
 	// A replica on the cluster applies what the command wrote: the
 	// route's pause and every route's delay (two slots).
 	h, fleet := clusterReplica(t, c.URL(), routes[0])
-	if got, want := h.SwitchInForce(), (core.Switch{Paused: true, Delay: 300 * time.Millisecond}); got != want {
+	if got, want := h.SwitchInForce(), (fleetstore.Switch{Paused: true, Delay: 300 * time.Millisecond}); got != want {
 		t.Errorf("replica's switch for %s after pause and set-delay *: %v, want %v", routes[0], got, want)
 	}
 	if code, _, errOut := ctl(t, "-fleet", c.URL(), "resume", "-route", routes[0]); code != exitOK {
 		t.Fatalf("resume on the cluster: exit %d: %s", code, errOut)
 	}
-	if n, err := rdb.Exists(ctx, core.FleetSwitchKey("llmhedge:", routes[0])).Result(); err != nil || n != 0 {
+	if n, err := rdb.Exists(ctx, fleetstore.SwitchKey("llmhedge:", routes[0])).Result(); err != nil || n != 0 {
 		t.Errorf("switch of %s after resume: exists %d (%v), want deleted", routes[0], n, err)
 	}
 	fleet.SyncNow()
-	if got, want := h.SwitchInForce(), (core.Switch{Delay: 300 * time.Millisecond}); got != want {
+	if got, want := h.SwitchInForce(), (fleetstore.Switch{Delay: 300 * time.Millisecond}); got != want {
 		t.Errorf("replica's switch for %s after resume: %v, want %v", routes[0], got, want)
 	}
 }

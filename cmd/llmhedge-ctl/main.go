@@ -48,11 +48,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
 )
 
@@ -176,7 +177,7 @@ func runCommand(args []string, stdout io.Writer) error {
 		if *route == "" {
 			return usagef("set-delay needs -route NAME (-route '*' for every route)")
 		}
-		delay, err := core.ParseSwitchDelay(sfs.Arg(0))
+		delay, err := fleetstore.ParseSwitchDelay(sfs.Arg(0))
 		if err != nil {
 			return usagef("set-delay: %s", strings.TrimPrefix(err.Error(), "llmhedge: "))
 		}
@@ -232,7 +233,7 @@ func parseCommandFlags(fs *flag.FlagSet, args []string, positional int) error {
 func routeFlag(cmd string, args []string) (string, error) {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	route := fs.String("route", core.SwitchAllRoutes, "the route")
+	route := fs.String("route", fleetstore.SwitchAllRoutes, "the route")
 	if err := parseCommandFlags(fs, args, 0); err != nil {
 		return "", err
 	}

@@ -9,9 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/redis/go-redis/v9"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -37,7 +38,7 @@ func startRedis(t *testing.T, opts redisproc.Options) (*redisproc.Server, *redis
 // key does not exist).
 func switchValue(t *testing.T, rdb *redis.Client, route string) string {
 	t.Helper()
-	v, err := rdb.Get(context.Background(), core.FleetSwitchKey("llmhedge:", route)).Result()
+	v, err := rdb.Get(context.Background(), fleetstore.SwitchKey("llmhedge:", route)).Result()
 	if err == redis.Nil {
 		return ""
 	}
@@ -82,7 +83,7 @@ func TestPauseWithoutRouteIsEveryRouteAndResumeDeletesTheKey(t *testing.T) {
 	if code, _, errOut := ctl(t, "-fleet", srv.URL(), "pause"); code != exitOK {
 		t.Fatalf("pause: exit %d, want 0: %s", code, errOut)
 	}
-	if got := switchValue(t, rdb, core.SwitchAllRoutes); got != `{"paused":true}` {
+	if got := switchValue(t, rdb, fleetstore.SwitchAllRoutes); got != `{"paused":true}` {
 		t.Errorf("switch:* = %q, want {\"paused\":true}", got)
 	}
 	// A route resumed while every route is paused stays paused: say so.
@@ -98,19 +99,19 @@ func TestPauseWithoutRouteIsEveryRouteAndResumeDeletesTheKey(t *testing.T) {
 	if change.Route != "*" || change.Before != "paused" || change.After != "on" || !change.Changed {
 		t.Errorf("-json resume = route %q %q -> %q changed %v, want * paused -> on changed", change.Route, change.Before, change.After, change.Changed)
 	}
-	if n, _ := rdb.Exists(context.Background(), core.FleetSwitchKey("llmhedge:", "*")).Result(); n != 0 {
+	if n, _ := rdb.Exists(context.Background(), fleetstore.SwitchKey("llmhedge:", "*")).Result(); n != 0 {
 		t.Errorf("switch:* still exists after resume, want it deleted (a zero switch has no key)")
 	}
 }
 
 // heartbeat writes a replica's heartbeat as the engine does.
-func heartbeat(t *testing.T, rdb *redis.Client, prefix string, r core.ReplicaStatus) {
+func heartbeat(t *testing.T, rdb *redis.Client, prefix string, r fleetstore.ReplicaStatus) {
 	t.Helper()
 	b, err := json.Marshal(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := rdb.Set(context.Background(), core.FleetReplicaKey(prefix, r.ID), b, core.FleetHeartbeatTTL).Err(); err != nil {
+	if err := rdb.Set(context.Background(), fleetstore.ReplicaKey(prefix, r.ID), b, fleetstore.HeartbeatTTL).Err(); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -118,16 +119,16 @@ func heartbeat(t *testing.T, rdb *redis.Client, prefix string, r core.ReplicaSta
 func TestStatusListsReplicasRoutesAndSwitches(t *testing.T) {
 	srv, rdb := startRedis(t, redisproc.Options{})
 	ctx := context.Background()
-	heartbeat(t, rdb, "llmhedge:", core.ReplicaStatus{ID: "caddy-a1", Kind: "caddy", Host: "gw-1", PID: 4242,
+	heartbeat(t, rdb, "llmhedge:", fleetstore.ReplicaStatus{ID: "caddy-a1", Kind: "caddy", Host: "gw-1", PID: 4242,
 		Started: time.Now().Add(-90 * time.Second).UTC().Format(time.RFC3339),
-		Routes: []core.ReplicaRoute{{Name: "chat", Requests: 1200, Hedges: 60, HedgeRate: 0.05, BudgetTokens: 3.5,
+		Routes: []fleetstore.ReplicaRoute{{Name: "chat", Requests: 1200, Hedges: 60, HedgeRate: 0.05, BudgetTokens: 3.5,
 			Cooled: []string{"openai"}, Open: []string{"backup"}, Switch: "paused", SpendTokens: 12000, SpendUSD: 0.03, SpendCapped: true}}})
-	heartbeat(t, rdb, "llmhedge:", core.ReplicaStatus{ID: "envoy-b2", Kind: "envoy", Host: "gw-2", PID: 7,
-		Routes: []core.ReplicaRoute{{Name: "chat", Switch: "on"}}})
-	heartbeat(t, rdb, "other:", core.ReplicaStatus{ID: "elsewhere", Kind: "traefik"})
-	rdb.Set(ctx, core.FleetSwitchKey("llmhedge:", "chat"), core.EncodeSwitch(core.Switch{Paused: true}), 0)
-	rdb.Set(ctx, core.FleetSwitchKey("llmhedge:", "*"), core.EncodeSwitch(core.Switch{Delay: 300 * time.Millisecond}), 0)
-	rdb.Set(ctx, core.FleetReplicaKey("llmhedge:", "broken"), "not json", core.FleetHeartbeatTTL)
+	heartbeat(t, rdb, "llmhedge:", fleetstore.ReplicaStatus{ID: "envoy-b2", Kind: "envoy", Host: "gw-2", PID: 7,
+		Routes: []fleetstore.ReplicaRoute{{Name: "chat", Switch: "on"}}})
+	heartbeat(t, rdb, "other:", fleetstore.ReplicaStatus{ID: "elsewhere", Kind: "traefik"})
+	rdb.Set(ctx, fleetstore.SwitchKey("llmhedge:", "chat"), fleetstore.EncodeSwitch(fleetstore.Switch{Paused: true}), 0)
+	rdb.Set(ctx, fleetstore.SwitchKey("llmhedge:", "*"), fleetstore.EncodeSwitch(fleetstore.Switch{Delay: 300 * time.Millisecond}), 0)
+	rdb.Set(ctx, fleetstore.ReplicaKey("llmhedge:", "broken"), "not json", fleetstore.HeartbeatTTL)
 
 	code, out, errOut := ctl(t, "-fleet", srv.URL(), "status")
 	if code != exitOK {
@@ -159,8 +160,8 @@ func TestStatusListsReplicasRoutesAndSwitches(t *testing.T) {
 		t.Fatalf("status -json replicas = %d, want caddy-a1 and envoy-b2:\n%s", len(rep.Replicas), out)
 	}
 	r := rep.Replicas[0]
-	if r.HeartbeatAgeMS < 0 || r.HeartbeatAgeMS > int64(core.FleetHeartbeatTTL/time.Millisecond) {
-		t.Errorf("heartbeat_age_ms = %d, want 0..%d", r.HeartbeatAgeMS, core.FleetHeartbeatTTL/time.Millisecond)
+	if r.HeartbeatAgeMS < 0 || r.HeartbeatAgeMS > int64(fleetstore.HeartbeatTTL/time.Millisecond) {
+		t.Errorf("heartbeat_age_ms = %d, want 0..%d", r.HeartbeatAgeMS, fleetstore.HeartbeatTTL/time.Millisecond)
 	}
 	if rt := r.Routes[0]; rt.Name != "chat" || !rt.SpendCapped || rt.SpendTokens != 12000 || rt.Switch != "paused" {
 		t.Errorf("caddy-a1 route = %q capped %v spend %d switch %q, want chat capped 12000 paused", rt.Name, rt.SpendCapped, rt.SpendTokens, rt.Switch)
@@ -298,7 +299,7 @@ func TestTLSFleetWithCACert(t *testing.T) {
 
 func TestAnUnreadableSwitchIsReplacedAndSaidSo(t *testing.T) {
 	srv, rdb := startRedis(t, redisproc.Options{})
-	rdb.Set(context.Background(), core.FleetSwitchKey("llmhedge:", "chat"), "garbage", 0)
+	rdb.Set(context.Background(), fleetstore.SwitchKey("llmhedge:", "chat"), "garbage", 0)
 	code, out, _ := ctl(t, "-fleet", srv.URL(), "pause", "-route", "chat")
 	if code != exitOK || !strings.Contains(out, "unreadable value") {
 		t.Errorf("pause over an unreadable value: exit %d, printed %q, want 0 and a note", code, out)

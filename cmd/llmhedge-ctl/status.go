@@ -12,9 +12,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/redis/go-redis/v9"
 )
 
 // statusReport is what status prints (-json: as is).
@@ -22,7 +22,7 @@ type statusReport struct {
 	Redis  string `json:"redis"`
 	Prefix string `json:"prefix"`
 	// Switches are the fleet-wide switches set (route "*": every route).
-	Switches []core.SwitchEntry `json:"switches"`
+	Switches []fleetstore.SwitchEntry `json:"switches"`
 	// Replicas are the live replicas, by id.
 	Replicas []replicaReport `json:"replicas"`
 	// Unreadable are keys whose value is neither a switch nor a heartbeat.
@@ -31,15 +31,15 @@ type statusReport struct {
 
 // replicaReport is a heartbeat with its age by Redis' clock.
 type replicaReport struct {
-	core.ReplicaStatus
+	fleetstore.ReplicaStatus
 	// HeartbeatAgeMS is how long ago the replica last wrote its heartbeat
 	// (FleetHeartbeatTTL minus the key's remaining TTL).
 	HeartbeatAgeMS int64 `json:"heartbeat_age_ms"`
 }
 
 func status(ctx context.Context, f *fleet, out io.Writer, asJSON bool) error {
-	rep := statusReport{Redis: f.name, Prefix: f.prefix, Switches: []core.SwitchEntry{}, Replicas: []replicaReport{}}
-	switchKeys, err := f.scan(ctx, core.FleetSwitchPattern(escapeGlob(f.prefix)))
+	rep := statusReport{Redis: f.name, Prefix: f.prefix, Switches: []fleetstore.SwitchEntry{}, Replicas: []replicaReport{}}
+	switchKeys, err := f.scan(ctx, fleetstore.SwitchPattern(escapeGlob(f.prefix)))
 	if err != nil {
 		return err
 	}
@@ -51,15 +51,15 @@ func status(ctx context.Context, f *fleet, out io.Writer, asJSON bool) error {
 		if values[i] == nil {
 			continue // deleted since the scan
 		}
-		route, _ := core.FleetSwitchRoute(f.prefix, key)
-		s, err := core.DecodeSwitch(*values[i])
+		route, _ := fleetstore.SwitchRoute(f.prefix, key)
+		s, err := fleetstore.DecodeSwitch(*values[i])
 		if err != nil {
 			rep.Unreadable = append(rep.Unreadable, key)
 			continue
 		}
-		rep.Switches = append(rep.Switches, core.NewSwitchEntry(route, s))
+		rep.Switches = append(rep.Switches, fleetstore.NewSwitchEntry(route, s))
 	}
-	replicaKeys, err := f.scan(ctx, core.FleetReplicaPattern(escapeGlob(f.prefix)))
+	replicaKeys, err := f.scan(ctx, fleetstore.ReplicaPattern(escapeGlob(f.prefix)))
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func status(ctx context.Context, f *fleet, out io.Writer, asJSON bool) error {
 			continue
 		}
 		if ttls[i] > 0 {
-			r.HeartbeatAgeMS = int64((core.FleetHeartbeatTTL - ttls[i]) / time.Millisecond)
+			r.HeartbeatAgeMS = int64((fleetstore.HeartbeatTTL - ttls[i]) / time.Millisecond)
 			if r.HeartbeatAgeMS < 0 {
 				r.HeartbeatAgeMS = 0
 			}
@@ -185,7 +185,7 @@ func printStatus(out io.Writer, rep statusReport, now time.Time) {
 		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 		for _, s := range rep.Switches {
 			route := s.Route
-			if route == core.SwitchAllRoutes {
+			if route == fleetstore.SwitchAllRoutes {
 				route = "* (every route)"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\n", route, s.Switch)
@@ -225,7 +225,7 @@ func printStatus(out io.Writer, rep statusReport, now time.Time) {
 	}
 }
 
-func location(r core.ReplicaStatus) string {
+func location(r fleetstore.ReplicaStatus) string {
 	host := r.Host
 	if host == "" {
 		host = "?"
@@ -250,7 +250,7 @@ func uptime(started string, now time.Time) (time.Duration, bool) {
 	return up, true
 }
 
-func spend(rt core.ReplicaRoute) string {
+func spend(rt fleetstore.ReplicaRoute) string {
 	s := strconv.FormatInt(rt.SpendTokens, 10) + " tok"
 	if rt.SpendUSD > 0 {
 		s += fmt.Sprintf(" $%.4f", rt.SpendUSD)

@@ -6,9 +6,9 @@ import (
 	"io"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/redis/go-redis/v9"
 )
 
 // setIfUnchanged writes a switch key only if it still holds what the
@@ -39,8 +39,8 @@ type switchChange struct {
 // switch, deleting the key when the switch is back to the zero Switch, and
 // prints what changed.
 func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, route string, paused *bool, delay *time.Duration) error {
-	key := core.FleetSwitchKey(f.prefix, route)
-	var before, after core.Switch
+	key := fleetstore.SwitchKey(f.prefix, route)
+	var before, after fleetstore.Switch
 	unreadable := false
 	for attempt := 0; ; attempt++ {
 		raw, err := f.rdb.Get(ctx, key).Result()
@@ -49,21 +49,21 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 		} else if err != nil {
 			return f.errorf("reading "+key, err)
 		}
-		before = core.Switch{}
+		before = fleetstore.Switch{}
 		unreadable = false
 		if raw != "" {
 			// An unreadable value is replaced: the engine treats it as no
 			// switch too.
-			if s, err := core.DecodeSwitch(raw); err == nil {
+			if s, err := fleetstore.DecodeSwitch(raw); err == nil {
 				before = s
 			} else {
 				unreadable = true
 			}
 		}
-		after = core.ChangeSwitch(before, paused, delay)
+		after = fleetstore.ChangeSwitch(before, paused, delay)
 		next := ""
 		if !after.IsZero() {
-			next = core.EncodeSwitch(after)
+			next = fleetstore.EncodeSwitch(after)
 		}
 		if next == raw {
 			break
@@ -79,7 +79,7 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 			return fmt.Errorf("fleet %s: %s keeps changing under this command; try again", f.name, key)
 		}
 	}
-	c := switchChange{Route: route, Key: key, Before: core.DescribeSwitch(before), After: core.DescribeSwitch(after), Changed: before != after}
+	c := switchChange{Route: route, Key: key, Before: fleetstore.DescribeSwitch(before), After: fleetstore.DescribeSwitch(after), Changed: before != after}
 	c.Note = f.switchNote(ctx, route, after, paused)
 	if unreadable {
 		c.Note = "the key held an unreadable value (the replicas ignored it); it is replaced"
@@ -88,7 +88,7 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 		return writeJSON(out, c)
 	}
 	what := "route " + route
-	if route == core.SwitchAllRoutes {
+	if route == fleetstore.SwitchAllRoutes {
 		what = "every route (*)"
 	}
 	if c.Changed {
@@ -105,19 +105,19 @@ func changeSwitch(ctx context.Context, f *fleet, out io.Writer, asJSON bool, rou
 // switchNote says when the switch now set is not the whole story: a resume
 // that keeps a delay override, or a route that stays paused by the switch
 // of every route.
-func (f *fleet) switchNote(ctx context.Context, route string, after core.Switch, paused *bool) string {
+func (f *fleet) switchNote(ctx context.Context, route string, after fleetstore.Switch, paused *bool) string {
 	resumed := paused != nil && !*paused
 	if resumed && after.Delay > 0 {
 		return fmt.Sprintf("resume keeps the delay override %v; `set-delay -route %s auto` removes it", after.Delay, route)
 	}
-	if route == core.SwitchAllRoutes || !resumed {
+	if route == fleetstore.SwitchAllRoutes || !resumed {
 		return ""
 	}
-	raw, err := f.rdb.Get(ctx, core.FleetSwitchKey(f.prefix, core.SwitchAllRoutes)).Result()
+	raw, err := f.rdb.Get(ctx, fleetstore.SwitchKey(f.prefix, fleetstore.SwitchAllRoutes)).Result()
 	if err != nil {
 		return ""
 	}
-	if all, err := core.DecodeSwitch(raw); err == nil && all.Paused {
+	if all, err := fleetstore.DecodeSwitch(raw); err == nil && all.Paused {
 		return "every route is paused (switch *): route " + route + " stays paused until `resume` without -route"
 	}
 	return ""

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"go.uber.org/goleak"
@@ -202,7 +204,7 @@ func stall(w http.ResponseWriter, r *http.Request) bool {
 type member struct {
 	hedger  *core.Hedger
 	fleet   *core.Fleet
-	client  core.RedisClient
+	client  fleetstore.RedisClient
 	errs    *errorsSeen // what the fleet's Redis client answered with errors
 	sink    *fleetSink
 	reports *reportLog
@@ -212,18 +214,18 @@ type member struct {
 // errorsSeen is a RedisClient that keeps the text of every error its
 // inner client returns.
 type errorsSeen struct {
-	inner core.RedisClient
+	inner fleetstore.RedisClient
 	mu    sync.Mutex
 	texts []string
 }
 
-func (e *errorsSeen) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
+func (e *errorsSeen) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
 	v, err := e.inner.Do(ctx, args...)
 	e.note(err)
 	return v, err
 }
 
-func (e *errorsSeen) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
+func (e *errorsSeen) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	v, err := e.inner.Pipeline(ctx, cmds)
 	e.note(err)
 	return v, err
@@ -690,7 +692,7 @@ func TestFleetKillSwitch(t *testing.T) {
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, clock, nil)
 	r1.do(t, nil)
 	r2.do(t, nil)
-	redisDo(t, redis, "SET", core.FleetSwitchKey("llmhedge:", "fleet"), core.EncodeSwitch(core.Switch{Paused: true}))
+	redisDo(t, redis, "SET", fleetstore.SwitchKey("llmhedge:", "fleet"), fleetstore.EncodeSwitch(fleetstore.Switch{Paused: true}))
 	r1.fleet.SyncNow()
 	r2.fleet.SyncNow()
 	for _, m := range []*member{r1, r2} {
@@ -747,7 +749,7 @@ func TestFleetKillSwitch(t *testing.T) {
 	redis.Restart()
 
 	// Resume: the key is gone (a restarted Redis has none anyway).
-	redisDo(t, redis, "DEL", core.FleetSwitchKey("llmhedge:", "fleet"))
+	redisDo(t, redis, "DEL", fleetstore.SwitchKey("llmhedge:", "fleet"))
 	waitFleetUp(t, r2, clock)
 	r2.fleet.SyncNow()
 	before, _ = r2.reports.snapshot()
@@ -778,7 +780,7 @@ func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
 	cfg := fleet2Config(redis.URL(), ups)
 	cfg.Delay = config.DelayConfig{Fixed: config.Duration(time.Hour)}
 	r1 := newMember(t, cfg, nil, nil)
-	redisDo(t, redis, "SET", core.FleetSwitchKey("llmhedge:", core.SwitchAllRoutes), core.EncodeSwitch(core.Switch{Delay: 5 * time.Millisecond}))
+	redisDo(t, redis, "SET", fleetstore.SwitchKey("llmhedge:", fleetstore.SwitchAllRoutes), fleetstore.EncodeSwitch(fleetstore.Switch{Delay: 5 * time.Millisecond}))
 	r1.do(t, nil) // attaches: the first sync reads the switch
 	if h, _ := r1.reports.snapshot(); h != 1 {
 		t.Errorf("delay override 5ms on a 1h delay: hedges %d, want 1", h)
@@ -791,13 +793,13 @@ func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
 	noFleet.Fleet = config.FleetConfig{}
 	noFleet.Delay = config.DelayConfig{Fixed: config.Duration(2 * time.Millisecond)}
 	local := newMember(t, noFleet, nil, nil)
-	core.SetProcessSwitch("fleet", core.Switch{Paused: true})
-	t.Cleanup(func() { core.SetProcessSwitch("fleet", core.Switch{}) })
+	core.SetProcessSwitch("fleet", fleetstore.Switch{Paused: true})
+	t.Cleanup(func() { core.SetProcessSwitch("fleet", fleetstore.Switch{}) })
 	local.do(t, nil)
 	if h, d := local.reports.snapshot(); h != 0 || d[core.DenyPaused] != 1 {
 		t.Errorf("process pause without a fleet: hedges %d, paused denials %d, want 0 and 1", h, d[core.DenyPaused])
 	}
-	core.SetProcessSwitch("fleet", core.Switch{})
+	core.SetProcessSwitch("fleet", fleetstore.Switch{})
 	local.do(t, nil)
 	if h, _ := local.reports.snapshot(); h != 1 {
 		t.Errorf("process switch removed: hedges %d, want 1", h)
@@ -920,7 +922,7 @@ func TestFleetHedgeCapShared(t *testing.T) {
 	r1, r2 := newMember(t, cfg, clock, nil), newMember(t, cfg, clock, nil)
 	r1.fleet.SyncNow()
 	r2.fleet.SyncNow() // two heartbeats
-	clock.advance(core.FleetHeartbeatInterval)
+	clock.advance(fleetstore.HeartbeatInterval)
 	r1.fleet.SyncNow() // counts both
 	if n := r1.fleet.LiveReplicas(); n != 2 {
 		t.Fatalf("LiveReplicas = %d, want 2", n)
@@ -954,9 +956,9 @@ func TestFleetHeartbeat(t *testing.T) {
 	r1.do(t, nil)
 	r1.do(t, nil)
 	r1.fleet.SyncNow()
-	key := core.FleetReplicaKey("llmhedge:", r1.fleet.ReplicaID())
+	key := fleetstore.ReplicaKey("llmhedge:", r1.fleet.ReplicaID())
 	raw := redisDo(t, redis, "GET", key).Str
-	var st core.ReplicaStatus
+	var st fleetstore.ReplicaStatus
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
 		t.Fatalf("heartbeat %q: %v", raw, err)
 	}
@@ -967,17 +969,17 @@ func TestFleetHeartbeat(t *testing.T) {
 	if rt.Name != "fleet" || rt.Requests != 2 || rt.Switch != "on" || len(rt.Cooled) != 1 || rt.Cooled[0] != "A" {
 		t.Errorf("route %q requests %d switch %q cooled %v, want fleet, 2, on, [A]", rt.Name, rt.Requests, rt.Switch, rt.Cooled)
 	}
-	if ttl := redisInt(t, redis, "PTTL", key); ttl <= 0 || ttl > int64(core.FleetHeartbeatTTL/time.Millisecond) {
-		t.Errorf("heartbeat PTTL = %d, want (0, %d]", ttl, core.FleetHeartbeatTTL/time.Millisecond)
+	if ttl := redisInt(t, redis, "PTTL", key); ttl <= 0 || ttl > int64(fleetstore.HeartbeatTTL/time.Millisecond) {
+		t.Errorf("heartbeat PTTL = %d, want (0, %d]", ttl, fleetstore.HeartbeatTTL/time.Millisecond)
 	}
 	// The live set's TTL is renewed every tenth beat: it outlasts ten.
-	liveTTL := int64((10*core.FleetHeartbeatInterval + core.FleetHeartbeatTTL) / time.Millisecond)
-	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= int64(10*core.FleetHeartbeatInterval/time.Millisecond) || ttl > liveTTL {
-		t.Errorf("live set PTTL = %d, want (%d, %d]", ttl, 10*core.FleetHeartbeatInterval/time.Millisecond, liveTTL)
+	liveTTL := int64((10*fleetstore.HeartbeatInterval + fleetstore.HeartbeatTTL) / time.Millisecond)
+	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= int64(10*fleetstore.HeartbeatInterval/time.Millisecond) || ttl > liveTTL {
+		t.Errorf("live set PTTL = %d, want (%d, %d]", ttl, 10*fleetstore.HeartbeatInterval/time.Millisecond, liveTTL)
 	}
 	// A set that expired starts over with a TTL at the next beat, tenth or not.
 	redisDo(t, redis, "DEL", "llmhedge:{fleet}:live")
-	clock.advance(core.FleetHeartbeatInterval)
+	clock.advance(fleetstore.HeartbeatInterval)
 	r1.fleet.SyncNow()
 	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= 0 {
 		t.Errorf("live set PTTL = %d after it expired and the next (second) beat, want a TTL", ttl)
@@ -1090,7 +1092,7 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	if got := round(40, 250*time.Millisecond); got.String() != "evalsha=1 get=1 mget=1" {
 		t.Errorf("a sync without a heartbeat or a health event used %s, want evalsha=1 get=1 mget=1", got)
 	}
-	if got := round(40, core.FleetHeartbeatInterval); got.String() != "evalsha=2 get=1 mget=1 set=1 time=1 zadd=1 zcount=1" {
+	if got := round(40, fleetstore.HeartbeatInterval); got.String() != "evalsha=2 get=1 mget=1 set=1 time=1 zadd=1 zcount=1" {
 		t.Errorf("a sync with a heartbeat used %s, want evalsha=2 get=1 mget=1 set=1 time=1 zadd=1 zcount=1", got)
 	}
 	cool.Store(true)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -31,12 +33,12 @@ func TestFleetClusterRouteSync(t *testing.T) {
 	})
 	// Two routes on different masters, neither on the master of the
 	// switch of every route when that can be had.
-	allMaster := cl.MasterFor(core.FleetSwitchKey("llmhedge:", core.SwitchAllRoutes)).Addr()
+	allMaster := cl.MasterFor(fleetstore.SwitchKey("llmhedge:", fleetstore.SwitchAllRoutes)).Addr()
 	var routes []string
 	masters := map[string]string{} // route -> master
 	for i := 0; i < 100 && len(routes) < 2; i++ {
 		r := "route" + strconv.Itoa(i)
-		m := cl.MasterFor(core.FleetSwitchKey("llmhedge:", r)).Addr()
+		m := cl.MasterFor(fleetstore.SwitchKey("llmhedge:", r)).Addr()
 		if m == allMaster || (len(routes) == 1 && masters[routes[0]] == m) {
 			continue
 		}
@@ -70,14 +72,14 @@ func TestFleetClusterRouteSync(t *testing.T) {
 			}
 		}
 	}
-	if hb, err := cl.Do(cl.MasterFor(core.FleetReplicaKey("llmhedge:", "x")).Addr(), "KEYS", "llmhedge:{fleet}:replica:*"); err != nil || len(strings.Fields(hb)) != 4 {
+	if hb, err := cl.Do(cl.MasterFor(fleetstore.ReplicaKey("llmhedge:", "x")).Addr(), "KEYS", "llmhedge:{fleet}:replica:*"); err != nil || len(strings.Fields(hb)) != 4 {
 		t.Errorf("heartbeats on the {fleet} master: %q (%v), want 4", hb, err)
 	}
 
 	// The kill switch: route 0's own, then every route's.
-	set := func(route string, s core.Switch) {
-		key := core.FleetSwitchKey("llmhedge:", route)
-		if _, err := cl.Do(cl.MasterFor(key).Addr(), "SET", key, core.EncodeSwitch(s)); err != nil {
+	set := func(route string, s fleetstore.Switch) {
+		key := fleetstore.SwitchKey("llmhedge:", route)
+		if _, err := cl.Do(cl.MasterFor(key).Addr(), "SET", key, fleetstore.EncodeSwitch(s)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +89,7 @@ func TestFleetClusterRouteSync(t *testing.T) {
 			members[route][1].fleet.SyncNow()
 		}
 	}
-	set(routes[0], core.Switch{Paused: true})
+	set(routes[0], fleetstore.Switch{Paused: true})
 	syncAll()
 	for i, m := range members[routes[0]] {
 		if got := m.hedger.SwitchInForce(); !got.Paused {
@@ -97,7 +99,7 @@ func TestFleetClusterRouteSync(t *testing.T) {
 	if got := members[routes[1]][0].hedger.SwitchInForce(); got.Paused {
 		t.Errorf("%s: switch %v with only %s paused, want on", routes[1], got, routes[0])
 	}
-	set(core.SwitchAllRoutes, core.Switch{Paused: true})
+	set(fleetstore.SwitchAllRoutes, fleetstore.Switch{Paused: true})
 	syncAll()
 	for _, route := range routes {
 		m := members[route][1]
@@ -107,18 +109,18 @@ func TestFleetClusterRouteSync(t *testing.T) {
 			t.Errorf("%s: paused denials %d -> %d after every route's pause, want one more", route, before[core.DenyPaused], after[core.DenyPaused])
 		}
 	}
-	set(core.SwitchAllRoutes, core.Switch{})
-	set(routes[0], core.Switch{})
+	set(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
+	set(routes[0], fleetstore.Switch{})
 	// Route 1 paused while its replica 0 sees A's 429: no hedge to B can
 	// win before the 429 arrives (a winner cancels A, and a cancelled
 	// attempt cools nothing).
-	set(routes[1], core.Switch{Paused: true})
+	set(routes[1], fleetstore.Switch{Paused: true})
 	syncAll()
 
 	// A cool-down published on route 1's master reaches the other replica.
 	pair := members[routes[1]]
 	pair[0].do(t, map[string]string{"X-Cool": "1"})
-	set(routes[1], core.Switch{})
+	set(routes[1], fleetstore.Switch{})
 	// The 429 was noted before the answer ended; SyncNow waits for the
 	// background publisher and publishes what is pending.
 	pair[0].fleet.SyncNow()

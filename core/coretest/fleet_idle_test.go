@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -18,7 +20,7 @@ func TestFleetNoScriptIsNoOperationError(t *testing.T) {
 	redis, _, clock, r1 := syncedReplica(t)
 	redisDo(t, redis, "SCRIPT", "FLUSH")
 	before := redisCommands(t, redis)
-	clock.advance(core.FleetHeartbeatInterval)
+	clock.advance(fleetstore.HeartbeatInterval)
 	r1.fleet.SyncNow() // a sync and a heartbeat, each NOSCRIPT then EVAL
 	calls := redisCommands(t, redis).Since(before, ownReads...)
 	if calls["eval"] < 2 {
@@ -49,10 +51,10 @@ func syncedReplica(t *testing.T) (*redisproc.Server, config.Config, *steppedCloc
 }
 
 // heartbeatOf reads m's heartbeat from Redis.
-func heartbeatOf(t *testing.T, redis *redisproc.Server, m *member) core.ReplicaStatus {
+func heartbeatOf(t *testing.T, redis *redisproc.Server, m *member) fleetstore.ReplicaStatus {
 	t.Helper()
-	raw := redisDo(t, redis, "GET", core.FleetReplicaKey("llmhedge:", m.fleet.ReplicaID())).Str
-	var st core.ReplicaStatus
+	raw := redisDo(t, redis, "GET", fleetstore.ReplicaKey("llmhedge:", m.fleet.ReplicaID())).Str
+	var st fleetstore.ReplicaStatus
 	if err := json.Unmarshal([]byte(raw), &st); err != nil {
 		t.Fatalf("heartbeat %q: %v", raw, err)
 	}
@@ -65,22 +67,22 @@ func heartbeatOf(t *testing.T, redis *redisproc.Server, m *member) core.ReplicaS
 func TestFleetIdleReplicaReportsRoutesAndSwitch(t *testing.T) {
 	redis, _, clock, r1 := syncedReplica(t)
 	// Five idle minutes, a round every heartbeat interval.
-	for i := 0; i < int(5*time.Minute/core.FleetHeartbeatInterval); i++ {
-		clock.advance(core.FleetHeartbeatInterval)
+	for i := 0; i < int(5*time.Minute/fleetstore.HeartbeatInterval); i++ {
+		clock.advance(fleetstore.HeartbeatInterval)
 		r1.fleet.SyncNow()
 	}
 	st := heartbeatOf(t, redis, r1)
 	if len(st.Routes) != 1 || st.Routes[0].Name != "fleet" || st.Routes[0].Switch != "on" {
 		t.Fatalf("heartbeat after 5 idle minutes: routes %+v, want route fleet, switch on", st.Routes)
 	}
-	redisDo(t, redis, "SET", core.FleetSwitchKey("llmhedge:", "fleet"), core.EncodeSwitch(core.Switch{Paused: true}))
+	redisDo(t, redis, "SET", fleetstore.SwitchKey("llmhedge:", "fleet"), fleetstore.EncodeSwitch(fleetstore.Switch{Paused: true}))
 	// One heartbeat interval later the idle replica has read the pause.
-	clock.advance(core.FleetHeartbeatInterval)
+	clock.advance(fleetstore.HeartbeatInterval)
 	r1.fleet.SyncNow()
 	if got := core.HedgerGauge(core.MetricHedgingPaused, r1.hedger); got != 1 {
 		t.Errorf("llm_hedge_hedging_paused = %v on the idle replica during a pause, want 1", got)
 	}
-	clock.advance(core.FleetHeartbeatInterval)
+	clock.advance(fleetstore.HeartbeatInterval)
 	r1.fleet.SyncNow()
 	st = heartbeatOf(t, redis, r1)
 	if len(st.Routes) != 1 || st.Routes[0].Switch != "paused" {
@@ -99,10 +101,10 @@ func TestFleetSupersededStateDetaches(t *testing.T) {
 		t.Fatal(err)
 	}
 	r2 := &member{hedger: h2, fleet: r1.fleet}
-	n := int(3 * time.Minute / core.FleetHeartbeatInterval)
+	n := int(3 * time.Minute / fleetstore.HeartbeatInterval)
 	for i := 0; i < n; i++ {
 		r2.do(t, nil)
-		clock.advance(core.FleetHeartbeatInterval)
+		clock.advance(fleetstore.HeartbeatInterval)
 		r1.fleet.SyncNow()
 	}
 	st := heartbeatOf(t, redis, r1)

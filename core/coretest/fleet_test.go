@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/core/config"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -196,7 +198,7 @@ func (u *gatedUpstream) waitStarted(t *testing.T, key string) string {
 // the replica's process had died as far as Redis can tell, or lose some of
 // its commands.
 type killableClient struct {
-	inner core.RedisClient
+	inner fleetstore.RedisClient
 	dead  atomic.Bool
 	// lose, when set, is a substring: a command with an argument that
 	// contains it never reaches Redis and fails at its deadline, as one
@@ -239,18 +241,18 @@ func (k *killableClient) losing(cmd []string) bool {
 	return false
 }
 
-func (k *killableClient) Do(ctx context.Context, args ...string) (core.RedisValue, error) {
+func (k *killableClient) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
 	if k.dead.Load() {
-		return core.RedisValue{}, errKilled
+		return fleetstore.RedisValue{}, errKilled
 	}
 	if k.losing(args) {
 		<-ctx.Done()
-		return core.RedisValue{}, ctx.Err()
+		return fleetstore.RedisValue{}, ctx.Err()
 	}
 	return k.inner.Do(ctx, args...)
 }
 
-func (k *killableClient) Pipeline(ctx context.Context, cmds [][]string) ([]core.RedisValue, error) {
+func (k *killableClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
 	if k.dead.Load() {
 		return nil, errKilled
 	}
@@ -401,9 +403,9 @@ func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, clientKind str
 	return rig
 }
 
-// closingClient is a core.RedisClient the rig closes.
+// closingClient is a fleetstore.RedisClient the rig closes.
 type closingClient interface {
-	core.RedisClient
+	fleetstore.RedisClient
 	Close() error
 }
 
@@ -832,7 +834,7 @@ func drain(ch chan struct{}) {
 	}
 }
 
-func redisDo(t *testing.T, srv *redisproc.Server, args ...string) core.RedisValue {
+func redisDo(t *testing.T, srv *redisproc.Server, args ...string) fleetstore.RedisValue {
 	t.Helper()
 	c, err := fleetredis.New(config.FleetConfig{URL: srv.URL()})
 	if err != nil {

@@ -11,7 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
@@ -218,7 +219,7 @@ func (s *Acceptance) redis(t *testing.T) *resp.Client {
 }
 
 // redisDo runs one command against the fleet's Redis.
-func redisDo(t *testing.T, c *resp.Client, args ...string) core.RedisValue {
+func redisDo(t *testing.T, c *resp.Client, args ...string) fleetstore.RedisValue {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -10,7 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
+
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/loadloop"
 )
@@ -134,7 +135,7 @@ func (s *Acceptance) waitStatusPaused(t *testing.T, ctl func(args ...string) (st
 		return shown, ""
 	}
 	firstShown, firstHeartbeats := shown, heartbeats
-	for time.Since(began) < core.FleetHeartbeatTTL && shown != want {
+	for time.Since(began) < fleetstore.HeartbeatTTL && shown != want {
 		time.Sleep(100 * time.Millisecond) // another process's heartbeat
 		shown, _ = s.statusSwitches(t, ctl)
 	}
@@ -155,7 +156,7 @@ func (s *Acceptance) statusSwitches(t *testing.T, ctl func(args ...string) (stri
 	}
 	var rep struct {
 		Replicas []struct {
-			core.ReplicaStatus
+			fleetstore.ReplicaStatus
 			AgeMS int64 `json:"heartbeat_age_ms"`
 		} `json:"replicas"`
 	}

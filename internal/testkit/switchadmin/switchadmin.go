@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
 // Call sends method to url (the endpoint's full URL) with body ("" for
@@ -55,7 +55,7 @@ func Listed(t testing.TB, url string) string {
 	if code != http.StatusOK {
 		t.Fatalf("GET %s: %d %s", url, code, body)
 	}
-	var list struct{ Switches []core.SwitchEntry }
+	var list struct{ Switches []fleetstore.SwitchEntry }
 	if err := json.Unmarshal([]byte(body), &list); err != nil {
 		t.Fatalf("GET %s: %v in %s", url, err, body)
 	}

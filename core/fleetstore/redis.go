@@ -1,6 +1,13 @@
-package core
+// Package fleetstore is the fleet's Redis side: the client interface and
+// its values, the key layout, the Lua scripts and the wire formats that
+// replicas of different versions and llmhedge-ctl share. It imports nothing
+// of the engine.
+package fleetstore
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // RedisKind tells which RESP type a RedisValue holds. Explicit values: see
 // eventKind in race.go for why typed iota constants are avoided.
@@ -50,3 +57,9 @@ type RedisClient interface {
 	// pipeline only commands whose failures they treat alike.
 	Pipeline(ctx context.Context, cmds [][]string) ([]RedisValue, error)
 }
+
+// ErrRedisBusy is what a RedisClient returns (wrapped or not) when its
+// command never reached Redis because the client had no connection free
+// within the deadline: the replica is busy, Redis is not failing, so it
+// neither takes the fleet down nor counts as a fleet operation error.
+var ErrRedisBusy = errors.New("llmhedge: no Redis connection free")

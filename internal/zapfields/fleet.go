@@ -1,4 +1,4 @@
-package fleetredis
+package zapfields
 
 import (
 	"go.uber.org/zap"
@@ -15,28 +15,23 @@ import (
 // warning with that message, or of the level its "level" field names
 // ("info", "debug").
 func LogFleetState(logger *zap.Logger, fields []core.LogField) {
-	zf := make([]zap.Field, 0, len(fields))
+	rest := make([]core.LogField, 0, len(fields))
 	up := false
 	msg, level := "", ""
 	for _, f := range fields {
-		switch {
-		case f.Key == "msg":
+		switch f.Key {
+		case "msg":
 			msg = f.Str
 			continue
-		case f.Key == "level":
+		case "level":
 			level = f.Str
 			continue
-		case f.Kind == core.LogInt:
-			zf = append(zf, zap.Int64(f.Key, f.Int))
-		case f.Kind == core.LogBool:
-			zf = append(zf, zap.Bool(f.Key, f.Bool))
-		default:
-			zf = append(zf, zap.String(f.Key, f.Str))
+		case "state":
+			up = f.Str == "up"
 		}
-		if f.Key == "state" && f.Str == "up" {
-			up = true
-		}
+		rest = append(rest, f)
 	}
+	zf := Append(make([]zap.Field, 0, len(rest)), rest)
 	if msg != "" {
 		switch level {
 		case "info":

@@ -1,4 +1,4 @@
-package fleetredis
+package zapfields
 
 import (
 	"testing"
