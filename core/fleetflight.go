@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,7 +18,7 @@ import (
 // made it the local leader (so each replica sends one claim per identity
 // at a time; its local twins follow it in process):
 //
-//   - claim (claimScript): a stored answer is replayed (or 422 on another
+//   - claim (fleetstore.ClaimScript): a stored answer is replayed (or 422 on another
 //     fingerprint); else SET lease NX PX makes this request the leader;
 //     else it follows the holder of the lease (or 422).
 //   - the leader runs the race and appends to its generation's stream:
@@ -70,7 +69,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
 		claimed, v, err := fleetClaim(f, keys, holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL), readers)
-		if err != nil && err != errFleetDown && !errors.Is(err, fleetstore.ErrRedisBusy) && readers.Err() == nil {
+		if err != nil && err != fleetstore.ErrDown && !errors.Is(err, fleetstore.ErrRedisBusy) && readers.Err() == nil {
 			// Sent, but unanswered: Redis may still run it (a paused
 			// server runs what it queued), and a lease nobody renews would
 			// let a follower start a second generation. This request leads
@@ -155,7 +154,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 // as its first claim would have: without the fleet the request runs a
 // race of its own, maybe a second generation.
 func fleetClaim(f *Fleet, keys fleetstore.Keys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, fleetstore.RedisValue, error) {
-	claimed, v, err := fleetEvalAgain(f, ctx, fleetOpClaim, claimScript, []string{keys.Lease, keys.Done, keys.Readers, keys.Sealed},
+	claimed, v, err := fleetstore.EvalAgain(f.conn, ctx, fleetstore.OpClaim, fleetstore.ClaimScript, []string{keys.Lease, keys.Done, keys.Readers, keys.Sealed},
 		holder, fp, lease, readersMs)
 	return claimed, v, err
 }
@@ -163,7 +162,7 @@ func fleetClaim(f *Fleet, keys fleetstore.Keys, holder, fp, lease, readersMs str
 // fleetReplay writes a stored answer (done value) and reports whether it
 // could be decoded.
 func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool {
-	_, status, hdr, body, ok := decodeFleetDone(done, fp)
+	_, status, hdr, body, ok := fleetstore.DecodeDone(done, fp)
 	if !ok {
 		return false
 	}
@@ -177,26 +176,6 @@ func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool
 		return true // the client left; the answer was the replay all the same
 	}
 	return true
-}
-
-// decodeFleetDone decodes a stored answer (done value) of the request with
-// fingerprint fp: the generation that answered (its holder; "" in values
-// stored before it was recorded), status, headers and body.
-func decodeFleetDone(done, fp string) (holder string, status int, hdr http.Header, body string, ok bool) {
-	rest, found := strings.CutPrefix(done, fp+"\n")
-	if !found {
-		return "", 0, nil, "", false
-	}
-	if strings.HasPrefix(rest, "@") {
-		line, after, cut := strings.Cut(rest, "\n")
-		if !cut {
-			return "", 0, nil, "", false
-		}
-		holder = line[1:]
-		rest = after
-	}
-	st, h, b, good := decodeFleetHead(rest)
-	return holder, st, h, b, good
 }
 
 // What a follower's reading ended with.
@@ -242,7 +221,7 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, lease
 // the count high until the key expires: the leader then runs its race to
 // the end for nobody, as before the count existed.
 func fleetUncountReader(f *Fleet, keys fleetstore.Keys, holder string) {
-	_, _ = fleetDo(f, context.Background(), fleetOpLease, 0, "HINCRBY", keys.Readers, holder, "-1")
+	_, _ = fleetstore.Do(f.conn, context.Background(), fleetstore.OpLease, 0, "HINCRBY", keys.Readers, holder, "-1")
 }
 
 // fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
@@ -261,7 +240,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 		if ctx.Err() != nil {
 			return followGone
 		}
-		v, err := fleetDo(f, ctx, fleetOpRead, block, "XREAD", "COUNT", "512", "BLOCK", blockMs, "STREAMS", stream, last)
+		v, err := fleetstore.Do(f.conn, ctx, fleetstore.OpRead, block, "XREAD", "COUNT", "512", "BLOCK", blockMs, "STREAMS", stream, last)
 		if err != nil && f.Up() && ctx.Err() == nil {
 			// One failed read is not the end: read again while the
 			// breaker holds (it opens after a few failures in a row).
@@ -273,15 +252,15 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 		if v.Kind == fleetstore.RedisNil {
 			// The leader lives while it holds the lease, or the seal of
 			// its generation (its last append and end are on their way).
-			lv, err := fleetDo(f, ctx, fleetOpLease, 0, "MGET", keys.Lease, keys.Sealed)
+			lv, err := fleetstore.Do(f.conn, ctx, fleetstore.OpLease, 0, "MGET", keys.Lease, keys.Sealed)
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
-			if holdsKey(lv, leaseValue) {
+			if fleetstore.HoldsLease(lv, leaseValue) {
 				continue
 			}
 			// The leader is gone: take what it wrote before it went.
-			rest, err := fleetDo(f, ctx, fleetOpRead, 0, "XREAD", "COUNT", "512", "STREAMS", stream, last)
+			rest, err := fleetstore.Do(f.conn, ctx, fleetstore.OpRead, 0, "XREAD", "COUNT", "512", "STREAMS", stream, last)
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
@@ -293,17 +272,17 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 			}
 			v = rest
 		}
-		entries := streamEntries(v)
+		entries := fleetstore.StreamEntries(v)
 		for i := range entries {
 			e := &entries[i]
-			last = e.id
-			if e.seq != next || e.kind == "h" && headSeen || e.kind == "d" && !headSeen {
+			last = e.ID
+			if e.Seq != next || e.Kind == "h" && headSeen || e.Kind == "d" && !headSeen {
 				return followBroken(headSeen)
 			}
 			next++
-			switch e.kind {
+			switch e.Kind {
 			case "h":
-				status, hdr, _, ok := decodeFleetHead(e.value)
+				status, hdr, _, ok := fleetstore.DecodeHead(e.Value)
 				if !ok {
 					return followBroken(headSeen)
 				}
@@ -311,16 +290,16 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 				fw.WriteHeader(status)
 				headSeen = true
 			case "d":
-				if _, err := fw.Write([]byte(e.value)); err != nil {
+				if _, err := fw.Write([]byte(e.Value)); err != nil {
 					return followGone
 				}
-				written += len(e.value)
-				*tail = keepTail(*tail, []byte(e.value))
+				written += len(e.Value)
+				*tail = keepTail(*tail, []byte(e.Value))
 			case "e":
 				if !headSeen {
 					return followReclaim // ended without an answer: lead anew
 				}
-				if e.value == "ok" {
+				if e.Value == "ok" {
 					return followComplete
 				}
 				return followCut
@@ -330,23 +309,12 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 	}
 }
 
-// holdsKey reports whether an MGET of the lease and the seal names this
-// lease value.
-func holdsKey(v fleetstore.RedisValue, leaseValue string) bool {
-	for i := range v.Array {
-		if v.Array[i].Kind == fleetstore.RedisString && v.Array[i].Str == leaseValue {
-			return true
-		}
-	}
-	return false
-}
-
 // followFromStore finishes a follower whose stream ended without its end
 // entry: when the same generation's answer was stored (its stream lingers
 // only briefly after), the rest of it comes from there; else the
 // generation was cut.
 func followFromStore(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder string, written int, ctx context.Context) int {
-	v, err := fleetDo(f, ctx, fleetOpLease, 0, "GET", keys.Done)
+	v, err := fleetstore.Do(f.conn, ctx, fleetstore.OpLease, 0, "GET", keys.Done)
 	if err != nil || v.Kind != fleetstore.RedisString {
 		return followFailed(ctx, true)
 	}
@@ -354,7 +322,7 @@ func followFromStore(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder st
 	if i := strings.IndexByte(fp, '\n'); i >= 0 {
 		fp = fp[:i]
 	}
-	gen, _, _, body, ok := decodeFleetDone(v.Str, fp)
+	gen, _, _, body, ok := fleetstore.DecodeDone(v.Str, fp)
 	if !ok || gen != holder || len(body) < written {
 		return followCut
 	}
@@ -385,103 +353,6 @@ func followFailed(ctx context.Context, headSeen bool) int {
 	return followBroken(headSeen)
 }
 
-// streamEntry is one entry of an XREAD reply: its id and its t/v/n fields.
-type streamEntry struct {
-	id    string
-	kind  string
-	value string
-	seq   int
-}
-
-// streamEntries flattens an XREAD reply of one stream:
-// [[name, [[id, [field, value, ...]], ...]]].
-func streamEntries(v fleetstore.RedisValue) []streamEntry {
-	var out []streamEntry
-	if v.Kind != fleetstore.RedisArray || len(v.Array) == 0 {
-		return out
-	}
-	s := v.Array[0]
-	if s.Kind != fleetstore.RedisArray || len(s.Array) < 2 {
-		return out
-	}
-	for _, ev := range s.Array[1].Array {
-		if len(ev.Array) < 2 {
-			continue
-		}
-		e := streamEntry{id: ev.Array[0].Str}
-		fields := ev.Array[1].Array
-		for j := 0; j+1 < len(fields); j += 2 {
-			switch fields[j].Str {
-			case "t":
-				e.kind = fields[j+1].Str
-			case "v":
-				e.value = fields[j+1].Str
-			case "n":
-				n, err := strconv.Atoi(fields[j+1].Str)
-				if err == nil {
-					e.seq = n
-				}
-			}
-		}
-		out = append(out, e)
-	}
-	return out
-}
-
-// encodeFleetHead is an answer's status and headers as stored in a head
-// entry and in front of a stored body: "<status>\n", one "Name: value\n"
-// per value (sorted by name), "\n". Header values hold no newline.
-func encodeFleetHead(status int, hdr http.Header) string {
-	names := make([]string, 0, len(hdr))
-	for k := range hdr {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	var b strings.Builder
-	b.WriteString(strconv.Itoa(status))
-	b.WriteByte('\n')
-	for _, k := range names {
-		for _, v := range hdr[k] {
-			b.WriteString(k)
-			b.WriteString(": ")
-			b.WriteString(v)
-			b.WriteByte('\n')
-		}
-	}
-	b.WriteByte('\n')
-	return b.String()
-}
-
-// decodeFleetHead reverses encodeFleetHead; rest is what follows the head.
-func decodeFleetHead(text string) (status int, hdr http.Header, rest string, ok bool) {
-	// Multi-value results into fresh locals only (Yaegi).
-	line, s, found := strings.Cut(text, "\n")
-	if !found {
-		return 0, nil, "", false
-	}
-	n, err := strconv.Atoi(line)
-	if err != nil || n < 100 || n > 999 {
-		return 0, nil, "", false
-	}
-	hdr = make(http.Header)
-	for {
-		line, after, found := strings.Cut(s, "\n")
-		if !found {
-			return 0, nil, "", false
-		}
-		s = after
-		if line == "" {
-			break
-		}
-		name, value, ok := strings.Cut(line, ": ")
-		if !ok {
-			return 0, nil, "", false
-		}
-		hdr[name] = append(hdr[name], value)
-	}
-	return n, hdr, s, true
-}
-
 // fleetLeader feeds one generation's stream from the leader's writer. The
 // head goes to Redis before the answer's status reaches the client (the
 // commit is fenced on the lease); after it the writer never waits for
@@ -496,7 +367,7 @@ type fleetLeader struct {
 	fp         string
 	maxBytes   int
 	ttl        time.Duration
-	// store: the keys and budgets of storeBudgetScript for this answer.
+	// store: the keys and budgets of fleetstore.StoreBudgetScript for this answer.
 	storeKeys                 []string
 	identity                  string
 	routeBudget, callerBudget int64
@@ -571,7 +442,7 @@ func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetstore.Keys, ident
 // this generation (an error counts as none: the race then stops as it
 // would without a fleet).
 func fleetHasReaders(l *fleetLeader) bool {
-	v, err := fleetDo(l.f, context.Background(), fleetOpLease, 0, "HGET", l.keys.Readers, l.holder)
+	v, err := fleetstore.Do(l.f.conn, context.Background(), fleetstore.OpLease, 0, "HGET", l.keys.Readers, l.holder)
 	if err != nil || v.Kind != fleetstore.RedisString {
 		return false
 	}
@@ -630,7 +501,7 @@ func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 		sealArg = fleetSealMillis(f, l.ttl)
 	}
 	sent := f.clock.Now()
-	v, err := fleetEval(f, context.Background(), fleetOpRenew, renewScript, []string{l.keys.Lease, l.stream, l.keys.Readers, l.keys.Sealed},
+	v, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpRenew, fleetstore.RenewScript, []string{l.keys.Lease, l.stream, l.keys.Readers, l.keys.Sealed},
 		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, sealArg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -662,9 +533,9 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 		// stored its answer) now.
 		return false
 	}
-	head := encodeFleetHead(status, hdr)
+	head := fleetstore.EncodeHead(status, hdr)
 	sent := l.f.clock.Now()
-	v, err := fleetEval(l.f, context.Background(), fleetOpAppend, appendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
+	v, err := fleetstore.Eval(l.f.conn, context.Background(), fleetstore.OpAppend, fleetstore.AppendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
 		l.leaseValue, fleetStreamMillis(l.f, l.ttl), "1", "h", head)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -704,7 +575,7 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 // surely holds (a renewal that failed still counts while the lease cannot
 // have run out). The end of the answer waits for it and, when the stream
 // has the whole answer so far, seals the generation with it (see
-// renewScript): no other generation may start while this leader appends
+// fleetstore.RenewScript): no other generation may start while this leader appends
 // its last bytes and its end, however late (within the seal's time).
 func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
@@ -742,7 +613,7 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 		lead.mu.Lock()
 		if !lead.overflow && lead.status >= 200 && lead.status < 300 {
 			// The generation's holder, for followers that finish from it.
-			done = l.fp + "\n@" + l.holder + "\n" + encodeFleetHead(lead.status, lead.header) + string(lead.body)
+			done = fleetstore.EncodeDone(l.fp, l.holder, lead.status, lead.header, lead.body)
 		}
 		lead.mu.Unlock()
 	}
@@ -785,7 +656,7 @@ func fleetStoreAdmits(l *fleetLeader, size int) bool {
 	args := []string{strconv.Itoa(size), millisString(l.ttl), l.identity, strconv.FormatInt(l.routeBudget, 10), strconv.FormatInt(l.callerBudget, 10)}
 	// Sent again after a failure: a first one that landed counts the
 	// answer twice until it expires (the budget errs on the safe side).
-	_, v, err := fleetEvalAgain(l.f, context.Background(), fleetOpFinish, storeBudgetScript, l.storeKeys, args...)
+	_, v, err := fleetstore.EvalAgain(l.f.conn, context.Background(), fleetstore.OpFinish, fleetstore.StoreBudgetScript, l.storeKeys, args...)
 	return err == nil && v.Kind == fleetstore.RedisInt && v.Int == 1
 }
 
@@ -820,7 +691,7 @@ func fleetAppend(l *fleetLeader) {
 			continue
 		}
 		sent := f.clock.Now()
-		v, err := fleetEval(f, ctx, fleetOpAppend, appendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
+		v, err := fleetstore.Eval(f.conn, ctx, fleetstore.OpAppend, fleetstore.AppendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
 			l.leaseValue, fleetStreamMillis(f, l.ttl), strconv.Itoa(seq), "d", string(data))
 		l.mu.Lock()
 		fencedWrite(l, sent, v, err)
@@ -849,7 +720,7 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	args := []string{l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last,
 		fleetLingerMillis(endLinger, l.ttl), fleetLingerMillis(doneLinger, l.ttl), l.holder}
 	// Sent again after a failure: the script knows its own end.
-	sent, v, err := fleetEvalAgain(l.f, context.Background(), fleetOpFinish, finishScript, keys, args...)
+	sent, v, err := fleetstore.EvalAgain(l.f.conn, context.Background(), fleetstore.OpFinish, fleetstore.FinishScript, keys, args...)
 	l.mu.Lock()
 	fencedWrite(l, sent, v, err)
 	if err != nil {
@@ -865,14 +736,14 @@ func fencedWrite(l *fleetLeader, sent time.Time, v fleetstore.RedisValue, err er
 	if err == nil {
 		state := 1
 		switch v.Str {
-		case fenceLost:
+		case fleetstore.FenceLost:
 			state = 0
-		case fenceNone:
+		case fleetstore.FenceNone:
 			state = -1
 		}
 		leaseConfirmed(l, sent, state)
 	}
-	if err != nil || v.Str != fenceOK {
+	if err != nil || v.Str != fleetstore.FenceOK {
 		l.failed = true
 		l.data = nil
 	}

@@ -1,10 +1,7 @@
 package core
 
 import (
-	"context"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/llmhedge/llmhedge/core/fleetstore"
 	"github.com/llmhedge/llmhedge/core/redact"
@@ -68,10 +65,7 @@ func fleetCheckPolicy(f *Fleet) {
 		p.mu.Unlock()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(f.cfg.Timeout))
-	v, err := f.client.Do(ctx, "CONFIG", "GET", "maxmemory-policy")
-	cancel()
-	policy, refusal, answered := fleetPolicyOf(v, err)
+	policy, refusal, answered := fleetstore.ReadEvictionPolicy(f.conn)
 	p.mu.Lock()
 	p.reading = false
 	if !answered {
@@ -114,53 +108,4 @@ func fleetCheckPolicy(f *Fleet) {
 				"make sure it is noeviction, or Redis may evict live leases"),
 			stringField("level", "info"), stringField("fleet", f.name), stringField("error", redact.URLsIn(refusal))})
 	}
-}
-
-// fleetPolicyOf reads CONFIG GET maxmemory-policy's outcome: the policy,
-// or the error reply's text (refusal; also for an answer without the
-// parameter), or answered false when Redis did not answer at all.
-func fleetPolicyOf(v fleetstore.RedisValue, err error) (policy, refusal string, answered bool) {
-	if err != nil {
-		if !isRedisErrorReply(err) || fleetTransientReply(err.Error()) {
-			return "", "", false
-		}
-		return "", err.Error(), true
-	}
-	// RESP2: ["maxmemory-policy", "allkeys-lru"].
-	if v.Kind == fleetstore.RedisArray && len(v.Array) == 2 && v.Array[1].Kind == fleetstore.RedisString {
-		return strings.ToLower(v.Array[1].Str), "", true
-	}
-	return "", "no maxmemory-policy in CONFIG GET's answer", true
-}
-
-// isRedisErrorReply reports whether err is an error reply of the server
-// (its text starts with an upper-case code: "ERR", "NOPERM", "LOADING")
-// rather than a failure to get one (a timeout, a closed connection).
-func isRedisErrorReply(err error) bool {
-	msg := err.Error()
-	code := msg
-	if i := strings.IndexByte(msg, ' '); i >= 0 {
-		code = msg[:i]
-	}
-	if len(code) < 2 || code == "EOF" {
-		return false
-	}
-	for i := 0; i < len(code); i++ {
-		if c := code[i]; (c < 'A' || c > 'Z') && c != '_' {
-			return false
-		}
-	}
-	return true
-}
-
-// fleetTransientReply reports whether an error reply says "not now" (a
-// Redis loading its data, a busy script, a cluster or replica in
-// transition): the policy is read again at the next round.
-func fleetTransientReply(msg string) bool {
-	for _, code := range []string{"LOADING", "BUSY", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN"} {
-		if strings.HasPrefix(msg, code) {
-			return true
-		}
-	}
-	return false
 }

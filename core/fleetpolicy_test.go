@@ -122,14 +122,14 @@ func TestFleetPolicyWarnsOnce(t *testing.T) {
 	if s := sink.String(); s != "0" {
 		t.Errorf("eviction gauge samples %q, want one 0", s)
 	}
-	for i := 0; i < fleetFailuresToOpen; i++ {
-		fleetResult(f, errors.New("dial: refused"), false, f.replies)
+	for i := 0; i < fleetstore.FailuresToOpen; i++ {
+		fleetstore.Result(f.conn, errors.New("dial: refused"), false, fleetstore.Replies(f.conn))
 	}
 	fleetCheckPolicy(f) // down: not read
 	if client.calls != 1 {
 		t.Errorf("CONFIG GET sent while the fleet is down (%d calls), want none", client.calls)
 	}
-	fleetResult(f, nil, true, f.replies) // back up: read at the next round
+	fleetstore.Result(f.conn, nil, true, fleetstore.Replies(f.conn)) // back up: read at the next round
 	fleetCheckPolicy(f)
 	if client.calls != 2 {
 		t.Errorf("%d CONFIG GET after the fleet came back, want 2 in all", client.calls)

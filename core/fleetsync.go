@@ -21,7 +21,7 @@ import (
 // the bucket's lock they take anyway); a per-Fleet loop, every
 // fleet.sync_interval, reads the switch of every route (a GET: on a Redis
 // Cluster its key is a slot of its own) and settles each attached route
-// with one script (syncScript) on its route's keys: it reports the
+// with one script (fleetstore.SyncScript) on its route's keys: it reports the
 // requests counted since the last sync, leases a batch of hedge tokens
 // sized to the demand, reserves spend against the hour's cap, flushes the
 // spend and tenant counters (into Redis' hour and minute) and reads the
@@ -53,13 +53,6 @@ const fleetBudgetTTL time.Duration = time.Minute
 // reload that changed the route's shape) detaches (its next request
 // attaches it again).
 const fleetRouteIdle time.Duration = 2 * time.Minute
-
-// More fleet operation names (the op label).
-const (
-	fleetOpSync      = "sync"
-	fleetOpHeartbeat = "heartbeat"
-	fleetOpPublish   = "publish"
-)
 
 // fleetRoute is one attached route (one State) of a Fleet. It holds the
 // parts of the State the loop works on and a copy of the configuration,
@@ -110,196 +103,6 @@ func newRouteConf(h *Hedger) *routeConf {
 type rateSample struct {
 	requests, hedges int64
 }
-
-// syncScript settles one route. Every key is the route's, under its hash
-// tag (fleetRouteTag), so that a Redis Cluster keeps them on one slot; the
-// switch of every route is another slot's and the loop reads it with a
-// command of its own (fleetReadAllSwitch). KEYS: budget, switch, health,
-// health mark, spend (the base: the script appends Redis' hour), tenant
-// (the base: the script appends Redis' minute and the tenant). ARGV: ratio
-// (negative: no budget), burst, requests reported, tokens wanted, budget
-// ms, overload ms (0: not overloaded); then the spend: cap (0: none, only
-// counted; -1: no spend work this sync), the replica's hour (-1: none
-// yet), tokens spent since the last sync, the part of them no reservation
-// paid for, the reservation held, the reservation wanted, spend ms; then
-// the tenants: tenant ms (0: no tenant work this sync), the replica's
-// minute (-1: none yet), then tenant hash and count pairs.
-//
-// The hour and the minute are Redis' (TIME), never a replica's: a replica
-// whose clock is off still counts into the fleet's hour. What a replica
-// reports of another hour or minute than Redis' (its clock rolled late or
-// early, or it has not synced yet) is not added; a reservation it held of
-// another hour is void. The spend key holds "<reserved> <spent>": spent
-// is what the replicas report, reserved what they hold or spent, and a
-// sync grants at most cap - reserved: while the key lives the fleet's
-// reservations stay within the cap. A key Redis lost (a restart empty,
-// FLUSHALL, a failover to a lagging replica) starts the hour over: the
-// spend and the reservations it counted are forgotten.
-//
-// Health is a hash of "cool:<upstream>", "open:<upstream>" and
-// "overload", each holding the Redis time (ms) it ends at: one clock for
-// every replica. The health mark is a string with the hash's TTL (set
-// wherever the hash is written, here and in publishScript): a sync reads
-// it with the bucket, the switch and the spend and reads the hash only
-// while it exists, so a fleet without health events pays two commands per
-// sync, not three.
-//
-// Returns {grant, level, route switch, {field, ms left, ...}, spend,
-// {tenant totals}, minute}: spend is {Redis' hour, ms left in it, tokens
-// granted (negative: given back), reserved, spent} or empty when no spend
-// work was asked; minute is {Redis' minute, ms left in it} or empty
-// without tenants.
-var syncScript = newFleetScript(`
-local now = 0
-local function clock()
-  if now == 0 then
-    local tm = redis.call('TIME')
-    now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-  end
-  return now
-end
-local ratio = tonumber(ARGV[1])
-local cap = tonumber(ARGV[7])
-local grant = 0
-local level = -1
-local skey = false
-local hour = 0
-if cap >= 0 then
-  hour = math.floor(clock() / 3600000)
-  skey = KEYS[5] .. ':' .. string.format('%.0f', hour)
-end
--- One read for the bucket, the switch, the health mark and the spend.
-local got
-if skey then
-  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[4], skey)
-else
-  got = redis.call('MGET', KEYS[1], KEYS[2], KEYS[4])
-end
-if ratio >= 0 then
-  local burst = tonumber(ARGV[2])
-  local held = got[1]
-  local t = tonumber(held or ARGV[2])
-  t = t + ratio * tonumber(ARGV[3])
-  if t > burst then t = burst end
-  local want = tonumber(ARGV[4])
-  if want > t then want = math.floor(t) end
-  if want < 0 then want = 0 end
-  grant = want
-  t = t - grant
-  -- A missing key is a full bucket: a bucket that stays full (no hedge
-  -- wanted) is not written again, one command less per sync.
-  if t < burst or (held and tonumber(held) < burst) then
-    redis.call('SET', KEYS[1], tostring(t), 'PX', ARGV[5])
-  end
-  level = t
-end
-local over = tonumber(ARGV[6])
-if over > 0 then
-  clock()
-  local old = tonumber(redis.call('HGET', KEYS[3], 'overload') or '0')
-  if now + over > old then redis.call('HSET', KEYS[3], 'overload', string.format('%.0f', now + over)) end
-  local ttl = redis.call('PTTL', KEYS[3])
-  if ttl < over then redis.call('PEXPIRE', KEYS[3], over); ttl = over end
-  redis.call('SET', KEYS[4], '1', 'PX', ttl)
-  got[3] = '1'
-end
-local h = {}
-if got[3] then h = redis.call('HGETALL', KEYS[3]) end
-local health = {}
-if #h > 0 then clock() end
-for i = 1, #h, 2 do
-  local left = tonumber(h[i + 1]) - now
-  if left > 0 then
-    health[#health + 1] = h[i]
-    health[#health + 1] = string.format('%.0f', left)
-  end
-end
-local spend = {}
-if skey then
-  local reserved, spent = 0, 0
-  if got[4] then
-    local r, s = string.match(got[4], '^(%d+) (%d+)$')
-    reserved = tonumber(r) or 0
-    spent = tonumber(s) or 0
-  end
-  local add, unpaid, held = 0, 0, 0
-  local change = tonumber(ARGV[12])
-  if tonumber(ARGV[8]) == hour then
-    add = tonumber(ARGV[9])
-    unpaid = tonumber(ARGV[10])
-    held = tonumber(ARGV[11])
-    change = change - held
-  end
-  spent = spent + add
-  reserved = reserved + unpaid
-  local g = 0
-  if change > 0 then
-    g = cap - reserved
-    if g > change then g = change end
-    if g < 0 then g = 0 end
-  elseif change < 0 then
-    g = change
-  end
-  reserved = reserved + g
-  if reserved < spent then reserved = spent end
-  if g ~= 0 or add > 0 or unpaid > 0 then
-    redis.call('SET', skey, string.format('%.0f %.0f', reserved, spent), 'PX', ARGV[13])
-  end
-  spend = {hour, (hour + 1) * 3600000 - now, g, reserved, spent}
-end
-local tenants = {}
-local minute = {}
-if tonumber(ARGV[14]) > 0 then
-  local m = math.floor(clock() / 60000)
-  local mine = tonumber(ARGV[15]) == m
-  local base = KEYS[6] .. ':' .. string.format('%.0f', m) .. ':'
-  for i = 16, #ARGV, 2 do
-    local n = '0'
-    if mine then n = ARGV[i + 1] end
-    tenants[#tenants + 1] = redis.call('INCRBY', base .. ARGV[i], n)
-    redis.call('PEXPIRE', base .. ARGV[i], ARGV[14])
-  end
-  minute = {m, (m + 1) * 60000 - now}
-end
-return {tostring(grant), tostring(level), got[2] or '', health, spend, tenants, minute}
-`)
-
-// publishScript records health events. KEYS: health, health mark (set to
-// live as long as the hash: syncScript reads the hash only while the mark
-// exists); ARGV: field, ms, ...
-var publishScript = newFleetScript(`
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-local longest = 0
-for i = 1, #ARGV, 2 do
-  local ms = tonumber(ARGV[i + 1])
-  local old = tonumber(redis.call('HGET', KEYS[1], ARGV[i]) or '0')
-  if now + ms > old then redis.call('HSET', KEYS[1], ARGV[i], string.format('%.0f', now + ms)) end
-  if ms > longest then longest = ms end
-end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl < longest then redis.call('PEXPIRE', KEYS[1], longest); ttl = longest end
-if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
-return 1
-`)
-
-// heartbeatScript writes a replica's heartbeat and counts the live ones
-// (heartbeats within the TTL). KEYS: replica, live set; ARGV: status JSON,
-// ttl ms, replica id, "1" on every tenth beat, live set ttl ms. The tenth
-// beat drops the members gone (the set's size is bounded by the replicas
-// seen in ten intervals) and renews the set's TTL, which outlasts ten
-// intervals; a beat that adds a member (a new replica, or a set that
-// expired and starts over) renews it too, so the set always has one.
-var heartbeatScript = newFleetScript(`
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-local tm = redis.call('TIME')
-local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
-local since = now - tonumber(ARGV[2])
-local added = redis.call('ZADD', KEYS[2], now, ARGV[3])
-if ARGV[4] == '1' then redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', since) end
-if ARGV[4] == '1' or added > 0 then redis.call('PEXPIRE', KEYS[2], ARGV[5]) end
-return redis.call('ZCOUNT', KEYS[2], since, '+inf')
-`)
 
 // fleetSync is the part of a Fleet that part 2 adds, guarded by its mu.
 type fleetSync struct {
@@ -418,7 +221,7 @@ func fleetFirstSync(f *Fleet, r *fleetRoute) {
 // a Redis Cluster, so no route's script can read it. When the read fails
 // the switch last read stays in force.
 func fleetReadAllSwitch(f *Fleet) fleetstore.Switch {
-	v, err := fleetDo(f, context.Background(), fleetOpSync, 0, "GET", fleetstore.SwitchKey(f.cfg.Prefix, fleetstore.SwitchAllRoutes))
+	v, err := fleetstore.Do(f.conn, context.Background(), fleetstore.OpSync, 0, "GET", fleetstore.SwitchKey(f.cfg.Prefix, fleetstore.SwitchAllRoutes))
 	fs := f.sync
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -563,7 +366,7 @@ func (f *Fleet) Close() {
 	}
 	if beat {
 		// Best effort: the heartbeat expires anyway.
-		_, _ = fleetPipeline(f, context.Background(), fleetOpHeartbeat, [][]string{
+		_, _ = fleetstore.Pipeline(f.conn, context.Background(), fleetstore.OpHeartbeat, [][]string{
 			{"DEL", fleetstore.ReplicaKey(f.cfg.Prefix, f.replica)},
 			{"ZREM", fleetstore.LiveKey(f.cfg.Prefix), f.replica}})
 	}
@@ -701,7 +504,7 @@ func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst 
 	return need
 }
 
-// fleetSyncRoute settles one route with the fleet (see syncScript); all
+// fleetSyncRoute settles one route with the fleet (see fleetstore.SyncScript); all
 // is the switch of every route as this round read it.
 func fleetSyncRoute(f *Fleet, r *fleetRoute, all fleetstore.Switch) {
 	r.syncMu.Lock()
@@ -788,7 +591,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute, all fleetstore.Switch) {
 	for i, t := range tenants {
 		args = append(args, t, strconv.FormatInt(tenantAdds[i], 10))
 	}
-	v, err := fleetEval(f, context.Background(), fleetOpSync, syncScript, keys, args...)
+	v, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpSync, fleetstore.SyncScript, keys, args...)
 	if err == nil && (v.Kind != fleetstore.RedisArray || len(v.Array) != 7) {
 		err = errFleetReply
 	}
@@ -836,7 +639,7 @@ func fleetSyncRoute(f *Fleet, r *fleetRoute, all fleetstore.Switch) {
 }
 
 // spendOut is what a sync reports of a route's spend and asks of its
-// reservation (see syncScript's ARGV).
+// reservation (see fleetstore.SyncScript's ARGV).
 type spendOut struct {
 	cap, hour, spent, over, held, target int64
 }
@@ -1097,7 +900,7 @@ func fleetPublishPending(f *Fleet) {
 			args = append(args, field, strconv.FormatInt(ms, 10))
 		}
 		sent := f.clock.Now()
-		if _, err := fleetEval(f, context.Background(), fleetOpPublish, publishScript,
+		if _, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpPublish, fleetstore.PublishScript,
 			[]string{key, fleetstore.HealthMarkOf(key)}, args...); err != nil {
 			keepUnpublished(fs, key, fields, sent)
 		}
@@ -1188,7 +991,7 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 		prune = "1"
 	}
 	fs.mu.Unlock()
-	v, err := fleetEval(f, context.Background(), fleetOpHeartbeat, heartbeatScript,
+	v, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpHeartbeat, fleetstore.HeartbeatScript,
 		[]string{fleetstore.ReplicaKey(f.cfg.Prefix, f.replica), fleetstore.LiveKey(f.cfg.Prefix)},
 		string(body), millisString(fleetstore.HeartbeatTTL), f.replica, prune,
 		millisString(10*fleetstore.HeartbeatInterval+fleetstore.HeartbeatTTL))

@@ -1,13 +1,11 @@
-package core
+package fleetstore
 
 import (
 	"context"
 	"errors"
 	"sync"
 	"testing"
-
-	"github.com/llmhedge/llmhedge/core/config"
-	"github.com/llmhedge/llmhedge/core/fleetstore"
+	"time"
 )
 
 // gateClient answers each command when the test sends its outcome on the
@@ -18,15 +16,15 @@ type gateClient struct {
 	entered chan string
 }
 
-func (c *gateClient) Do(ctx context.Context, args ...string) (fleetstore.RedisValue, error) {
+func (c *gateClient) Do(ctx context.Context, args ...string) (RedisValue, error) {
 	c.entered <- args[0]
 	if err := <-c.gates[args[0]]; err != nil {
-		return fleetstore.RedisValue{}, err
+		return RedisValue{}, err
 	}
-	return fleetstore.RedisValue{Kind: fleetstore.RedisString, Str: "OK"}, nil
+	return RedisValue{Kind: RedisString, Str: "OK"}, nil
 }
 
-func (c *gateClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
+func (c *gateClient) Pipeline(ctx context.Context, cmds [][]string) ([]RedisValue, error) {
 	return nil, errors.New("gateClient: no pipelines")
 }
 
@@ -36,35 +34,35 @@ func (c *gateClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstor
 // up; three failures with no reply since each was sent take it down.
 func TestFleetBreakerOpensOnSilenceOnly(t *testing.T) {
 	c := &gateClient{gates: map[string]chan error{"LOST": make(chan error), "OK": make(chan error)}, entered: make(chan string, 10)}
-	f := NewFleet(c, config.FleetConfig{URL: "redis://127.0.0.1:1/0"}, FleetOptions{})
+	f := NewConn(c, ConnOptions{Timeout: time.Second, RetryInterval: time.Second})
 	timeout := context.DeadlineExceeded
 	var wg sync.WaitGroup
-	for i := 0; i < fleetFailuresToOpen; i++ {
+	for i := 0; i < FailuresToOpen; i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			fleetDo(f, context.Background(), fleetOpClaim, 0, "LOST")
+			Do(f, context.Background(), OpClaim, 0, "LOST")
 		}()
 		<-c.entered
 	}
 	go func() { c.gates["OK"] <- nil }()
-	if _, err := fleetDo(f, context.Background(), fleetOpRenew, 0, "OK"); err != nil {
+	if _, err := Do(f, context.Background(), OpRenew, 0, "OK"); err != nil {
 		t.Fatal(err)
 	}
 	<-c.entered
-	for i := 0; i < fleetFailuresToOpen; i++ {
+	for i := 0; i < FailuresToOpen; i++ {
 		c.gates["LOST"] <- timeout
 	}
 	wg.Wait()
-	if !f.Up() {
-		t.Fatalf("fleet down after %d timeouts of operations sent before Redis answered another, want up", fleetFailuresToOpen)
+	if !Up(f) {
+		t.Fatalf("fleet down after %d timeouts of operations sent before Redis answered another, want up", FailuresToOpen)
 	}
-	for i := 0; i < fleetFailuresToOpen; i++ {
+	for i := 0; i < FailuresToOpen; i++ {
 		go func() { c.gates["LOST"] <- timeout }()
-		fleetDo(f, context.Background(), fleetOpClaim, 0, "LOST")
+		Do(f, context.Background(), OpClaim, 0, "LOST")
 		<-c.entered
 	}
-	if f.Up() {
-		t.Errorf("fleet up after %d failures with no reply from Redis since each was sent, want down", fleetFailuresToOpen)
+	if Up(f) {
+		t.Errorf("fleet up after %d failures with no reply from Redis since each was sent, want down", FailuresToOpen)
 	}
 }
