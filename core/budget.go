@@ -73,6 +73,90 @@ func depositLocked(b *hedgeBucket) {
 	}
 }
 
+// The bucket's fleet side: what the fleet's sync takes from it and gives
+// it. Each function takes the bucket's lock itself.
+
+// bucketCountFleet counts a request for the fleet when owner attached the
+// bucket (the fleet's sync then reports it); false, counting nothing, when
+// another configuration owns it and owner must attach first.
+func bucketCountFleet(b *hedgeBucket, owner string) bool {
+	b.mu.Lock()
+	if b.owner != owner {
+		b.mu.Unlock()
+		return false
+	}
+	b.requests++
+	if b.ratio >= 0 {
+		depositLocked(b)
+	}
+	b.mu.Unlock()
+	return true
+}
+
+// bucketSetOwner records the configuration (fleetAttachKey) that attached b.
+func bucketSetOwner(b *hedgeBucket, owner string) {
+	b.mu.Lock()
+	b.owner = owner
+	b.mu.Unlock()
+}
+
+// bucketSyncTake takes the requests and the hedges' asks counted since the
+// last sync (a failed sync does not put them back: the fleet's bucket
+// missed a round of refills, never counted twice), and returns them with
+// the tokens a lease holds and the budget.
+func bucketSyncTake(b *hedgeBucket) (deposits, asked int64, held, ratio, burst float64) {
+	b.mu.Lock()
+	deposits = b.pending
+	b.pending = 0
+	asked = b.asked
+	b.asked = 0
+	if b.leased {
+		held = b.tokens
+	}
+	ratio = b.ratio
+	burst = b.burst
+	b.mu.Unlock()
+	return deposits, asked, held, ratio, burst
+}
+
+// bucketGrant adds a sync's grant. A bucket that was local becomes the
+// fleet's lease again: what the local one held is dropped.
+func bucketGrant(b *hedgeBucket, grant float64) {
+	b.mu.Lock()
+	if !b.leased {
+		b.leased = true
+		b.tokens = 0
+	}
+	b.tokens += grant
+	b.mu.Unlock()
+}
+
+// bucketRelease makes b local again, keeping at most a burst of what it
+// holds; detach also forgets its owner and the requests not reported.
+func bucketRelease(b *hedgeBucket, detach bool) {
+	b.mu.Lock()
+	b.leased = false
+	if b.tokens > b.burst {
+		b.tokens = b.burst
+	}
+	if detach {
+		b.owner = ""
+		b.pending = 0
+	}
+	b.mu.Unlock()
+}
+
+// bucketFigures are the heartbeat's figures of b: requests and hedges seen
+// in a fleet, and the tokens it may spend now.
+func bucketFigures(b *hedgeBucket) (requests, hedges int64, tokens float64) {
+	b.mu.Lock()
+	requests = b.requests
+	hedges = b.hedges
+	tokens = b.tokens
+	b.mu.Unlock()
+	return requests, hedges, tokens
+}
+
 func (b *hedgeBucket) take() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -140,37 +140,3 @@ func fleetNewHolder(f *Fleet) string {
 	n := atomic.AddInt64(&f.holders, 1)
 	return f.replica + "." + strconv.FormatInt(n, 36)
 }
-
-// streamLinger is how long a generation's stream outlives its last
-// renewal or its end, for followers still reading it; capped by the TTL.
-const streamLinger = 60 * time.Second
-
-func fleetStreamMillis(f *Fleet, ttl time.Duration) string {
-	return fleetLingerMillis(streamLinger, ttl)
-}
-
-// fleetLingerMillis is d capped by the TTL, in milliseconds.
-func fleetLingerMillis(d, ttl time.Duration) string {
-	if ttl > 0 && ttl < d {
-		d = ttl
-	}
-	return millisString(d)
-}
-
-func millisString(d time.Duration) string {
-	ms := int64(d / time.Millisecond)
-	if ms < 1 {
-		ms = 1
-	}
-	return strconv.FormatInt(ms, 10)
-}
-
-// An ended stream's readers are the followers that joined before its end:
-// blocked ones get the end at once, others are catching up. It lingers
-// endLinger for them, or doneLinger when the same bytes were stored (a
-// follower further behind finishes from the stored answer); a new request
-// after the end replays the stored answer or runs afresh, never reads it.
-const (
-	endLinger  = 10 * time.Second
-	doneLinger = time.Second
-)

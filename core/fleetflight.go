@@ -18,7 +18,7 @@ import (
 // made it the local leader (so each replica sends one claim per identity
 // at a time; its local twins follow it in process):
 //
-//   - claim (fleetstore.ClaimScript): a stored answer is replayed (or 422 on another
+//   - claim (claimScript): a stored answer is replayed (or 422 on another
 //     fingerprint); else SET lease NX PX makes this request the leader;
 //     else it follows the holder of the lease (or 422).
 //   - the leader runs the race and appends to its generation's stream:
@@ -65,10 +65,14 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	f := h.fleet
 	fp := p.fingerprint()
 	keys := fleetstore.NewKeys(f.cfg.Prefix, identity)
-	lease := millisString(time.Duration(f.cfg.Lease))
+	lease := fleetstore.Millis(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
-		claimed, v, err := fleetClaim(f, keys, holder, fp, lease, fleetStreamMillis(f, h.idempotencyTTL), readers)
+		// A claim that failed while the fleet is up (a timeout on a busy
+		// replica) is sent once more by the same holder, which leads (or
+		// follows) as its first claim would have: without the fleet the
+		// request runs a race of its own, maybe a second generation.
+		claimed, v, err := fleetstore.Claim(f.conn, readers, keys, holder, fp, lease, fleetstore.StreamMillis(h.idempotencyTTL))
 		if err != nil && err != fleetstore.ErrDown && !errors.Is(err, fleetstore.ErrRedisBusy) && readers.Err() == nil {
 			// Sent, but unanswered: Redis may still run it (a paused
 			// server runs what it queued), and a lease nobody renews would
@@ -148,17 +152,6 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	return fleetJoined{}
 }
 
-// fleetClaim sends the claim and returns when it was sent and Redis'
-// reply. A claim that failed while the fleet is up (a timeout on a busy
-// replica) is sent once more by the same holder, which leads (or follows)
-// as its first claim would have: without the fleet the request runs a
-// race of its own, maybe a second generation.
-func fleetClaim(f *Fleet, keys fleetstore.Keys, holder, fp, lease, readersMs string, ctx context.Context) (time.Time, fleetstore.RedisValue, error) {
-	claimed, v, err := fleetstore.EvalAgain(f.conn, ctx, fleetstore.OpClaim, fleetstore.ClaimScript, []string{keys.Lease, keys.Done, keys.Readers, keys.Sealed},
-		holder, fp, lease, readersMs)
-	return claimed, v, err
-}
-
 // fleetReplay writes a stored answer (done value) and reports whether it
 // could be decoded.
 func fleetReplay(h *Hedger, fw *flightWriter, rep *Report, fp, done string) bool {
@@ -221,7 +214,7 @@ func fleetFollow(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, lease
 // the count high until the key expires: the leader then runs its race to
 // the end for nobody, as before the count existed.
 func fleetUncountReader(f *Fleet, keys fleetstore.Keys, holder string) {
-	_, _ = fleetstore.Do(f.conn, context.Background(), fleetstore.OpLease, 0, "HINCRBY", keys.Readers, holder, "-1")
+	fleetstore.Uncount(f.conn, keys, holder)
 }
 
 // fleetRead is fleetFollow's reading. Entries must come numbered 1, 2, 3...
@@ -231,7 +224,6 @@ func fleetUncountReader(f *Fleet, keys fleetstore.Keys, holder string) {
 func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseValue string, ctx context.Context, tail *[]byte) int {
 	stream := keys.Stream(holder)
 	block := fleetBlock(f)
-	blockMs := millisString(block)
 	last := "0-0"
 	headSeen := false
 	next := 1    // the sequence number the next entry must carry
@@ -240,7 +232,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 		if ctx.Err() != nil {
 			return followGone
 		}
-		v, err := fleetstore.Do(f.conn, ctx, fleetstore.OpRead, block, "XREAD", "COUNT", "512", "BLOCK", blockMs, "STREAMS", stream, last)
+		v, err := fleetstore.ReadStream(f.conn, ctx, stream, last, block)
 		if err != nil && f.Up() && ctx.Err() == nil {
 			// One failed read is not the end: read again while the
 			// breaker holds (it opens after a few failures in a row).
@@ -252,7 +244,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 		if v.Kind == fleetstore.RedisNil {
 			// The leader lives while it holds the lease, or the seal of
 			// its generation (its last append and end are on their way).
-			lv, err := fleetstore.Do(f.conn, ctx, fleetstore.OpLease, 0, "MGET", keys.Lease, keys.Sealed)
+			lv, err := fleetstore.ReadLease(f.conn, ctx, keys)
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
@@ -260,7 +252,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 				continue
 			}
 			// The leader is gone: take what it wrote before it went.
-			rest, err := fleetstore.Do(f.conn, ctx, fleetstore.OpRead, 0, "XREAD", "COUNT", "512", "STREAMS", stream, last)
+			rest, err := fleetstore.ReadStream(f.conn, ctx, stream, last, 0)
 			if err != nil {
 				return followFailed(ctx, headSeen)
 			}
@@ -314,7 +306,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 // only briefly after), the rest of it comes from there; else the
 // generation was cut.
 func followFromStore(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder string, written int, ctx context.Context) int {
-	v, err := fleetstore.Do(f.conn, ctx, fleetstore.OpLease, 0, "GET", keys.Done)
+	v, err := fleetstore.ReadDone(f.conn, ctx, keys)
 	if err != nil || v.Kind != fleetstore.RedisString {
 		return followFailed(ctx, true)
 	}
@@ -367,7 +359,7 @@ type fleetLeader struct {
 	fp         string
 	maxBytes   int
 	ttl        time.Duration
-	// store: the keys and budgets of fleetstore.StoreBudgetScript for this answer.
+	// store: the keys and budgets of storeBudgetScript for this answer.
 	storeKeys                 []string
 	identity                  string
 	routeBudget, callerBudget int64
@@ -442,7 +434,7 @@ func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetstore.Keys, ident
 // this generation (an error counts as none: the race then stops as it
 // would without a fleet).
 func fleetHasReaders(l *fleetLeader) bool {
-	v, err := fleetstore.Do(l.f.conn, context.Background(), fleetstore.OpLease, 0, "HGET", l.keys.Readers, l.holder)
+	v, err := fleetstore.Readers(l.f.conn, l.keys, l.holder)
 	if err != nil || v.Kind != fleetstore.RedisString {
 		return false
 	}
@@ -485,10 +477,10 @@ func fleetRenew(l *fleetLeader) {
 // more than its lease), at most the stream's linger, capped by the TTL.
 func fleetSealMillis(f *Fleet, ttl time.Duration) string {
 	d := 5 * time.Duration(f.cfg.Lease)
-	if d > streamLinger {
-		d = streamLinger
+	if d > fleetstore.StreamLinger {
+		d = fleetstore.StreamLinger
 	}
-	return fleetLingerMillis(d, ttl)
+	return fleetstore.LingerMillis(d, ttl)
 }
 
 // fleetRenewOnce sends one renewal, records what it found of the lease
@@ -501,8 +493,8 @@ func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
 		sealArg = fleetSealMillis(f, l.ttl)
 	}
 	sent := f.clock.Now()
-	v, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpRenew, fleetstore.RenewScript, []string{l.keys.Lease, l.stream, l.keys.Readers, l.keys.Sealed},
-		l.leaseValue, millisString(time.Duration(f.cfg.Lease)), fleetStreamMillis(f, l.ttl), l.holder, sealArg)
+	v, err := fleetstore.Renew(f.conn, l.keys, l.stream, l.leaseValue, fleetstore.Millis(time.Duration(f.cfg.Lease)),
+		fleetstore.StreamMillis(l.ttl), l.holder, sealArg)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err == nil && v.Kind == fleetstore.RedisArray && len(v.Array) == 2 {
@@ -535,8 +527,7 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	}
 	head := fleetstore.EncodeHead(status, hdr)
 	sent := l.f.clock.Now()
-	v, err := fleetstore.Eval(l.f.conn, context.Background(), fleetstore.OpAppend, fleetstore.AppendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
-		l.leaseValue, fleetStreamMillis(l.f, l.ttl), "1", "h", head)
+	v, err := fleetstore.Append(l.f.conn, context.Background(), l.keys, l.stream, l.leaseValue, fleetstore.StreamMillis(l.ttl), 1, "h", head)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	fencedWrite(l, sent, v, err)
@@ -575,7 +566,7 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 // surely holds (a renewal that failed still counts while the lease cannot
 // have run out). The end of the answer waits for it and, when the stream
 // has the whole answer so far, seals the generation with it (see
-// fleetstore.RenewScript): no other generation may start while this leader appends
+// renewScript): no other generation may start while this leader appends
 // its last bytes and its end, however late (within the seal's time).
 func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
@@ -653,11 +644,7 @@ func redisFootprint(n int) int {
 // route's and the caller's budgets of the fleet store (and counts it).
 // Redis failing admits nothing.
 func fleetStoreAdmits(l *fleetLeader, size int) bool {
-	args := []string{strconv.Itoa(size), millisString(l.ttl), l.identity, strconv.FormatInt(l.routeBudget, 10), strconv.FormatInt(l.callerBudget, 10)}
-	// Sent again after a failure: a first one that landed counts the
-	// answer twice until it expires (the budget errs on the safe side).
-	_, v, err := fleetstore.EvalAgain(l.f.conn, context.Background(), fleetstore.OpFinish, fleetstore.StoreBudgetScript, l.storeKeys, args...)
-	return err == nil && v.Kind == fleetstore.RedisInt && v.Int == 1
+	return fleetstore.AdmitStored(l.f.conn, l.storeKeys, size, fleetstore.Millis(l.ttl), l.identity, l.routeBudget, l.callerBudget)
 }
 
 // fleetAppend is the leader's one sender: it sends the queued data, then
@@ -691,8 +678,7 @@ func fleetAppend(l *fleetLeader) {
 			continue
 		}
 		sent := f.clock.Now()
-		v, err := fleetstore.Eval(f.conn, ctx, fleetstore.OpAppend, fleetstore.AppendScript, []string{l.keys.Lease, l.stream, l.keys.Sealed},
-			l.leaseValue, fleetStreamMillis(f, l.ttl), strconv.Itoa(seq), "d", string(data))
+		v, err := fleetstore.Append(f.conn, ctx, l.keys, l.stream, l.leaseValue, fleetstore.StreamMillis(l.ttl), seq, "d", string(data))
 		l.mu.Lock()
 		fencedWrite(l, sent, v, err)
 		l.mu.Unlock()
@@ -716,11 +702,10 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	}
 	// endKind and done were set before ended, under the lock this goroutine
 	// took since.
-	keys := []string{l.keys.Lease, l.stream, l.keys.Done, l.keys.Sealed}
-	args := []string{l.leaseValue, kind, done, millisString(l.ttl), fleetStreamMillis(l.f, l.ttl), strconv.Itoa(seq), last,
-		fleetLingerMillis(endLinger, l.ttl), fleetLingerMillis(doneLinger, l.ttl), l.holder}
-	// Sent again after a failure: the script knows its own end.
-	sent, v, err := fleetstore.EvalAgain(l.f.conn, context.Background(), fleetstore.OpFinish, fleetstore.FinishScript, keys, args...)
+	end := &fleetstore.End{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder, Kind: kind, Done: done,
+		Seq: seq, Last: last, TTLMs: fleetstore.Millis(l.ttl), StreamMs: fleetstore.StreamMillis(l.ttl),
+		EndMs: fleetstore.LingerMillis(fleetstore.EndLinger, l.ttl), DoneMs: fleetstore.LingerMillis(fleetstore.DoneLinger, l.ttl)}
+	sent, v, err := fleetstore.Finish(l.f.conn, l.keys, end)
 	l.mu.Lock()
 	fencedWrite(l, sent, v, err)
 	if err != nil {

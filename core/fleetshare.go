@@ -394,3 +394,145 @@ func logSpendCapReached(h *Hedger) {
 		stringField("route", h.cfg.Route), intField("spend_tokens", total), intField("spend_cap_tokens", h.spendCap)}
 	log(fields)
 }
+
+// fleetSpendOut takes what the sync reports of m: the spend since the last
+// sync (taken out of m: a failed sync puts it back, spendGiveBack) and the
+// reservation wanted. Cap is -1 when there is nothing to do: no cap and
+// nothing spent.
+func fleetSpendOut(m *spendMeter, limit int64, first bool, now time.Time) fleetstore.SpendReport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	spendRollLocked(m, now)
+	o := fleetstore.SpendReport{Cap: limit, Hour: -1, Spent: m.unflushed, Over: m.over, Held: m.held}
+	if !m.rollAt.IsZero() {
+		o.Hour = m.hour
+	}
+	m.unflushed = 0
+	m.over = 0
+	o.Target = spendTarget(m, limit, first)
+	if limit <= 0 {
+		o.Held = 0
+		if o.Spent == 0 {
+			o.Cap = -1
+		}
+	}
+	return o
+}
+
+// fleetSpendIn applies a sync's spend answer: the hour becomes Redis' (a
+// reservation of another hour is void), the grant is held.
+func fleetSpendIn(m *spendMeter, res fleetstore.SpendResult, now time.Time) {
+	if !res.OK {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.hour != res.Hour || m.rollAt.IsZero() {
+		spendResetLocked(m, res.Hour)
+	}
+	m.rollAt = now.Add(res.Left)
+	m.held += res.Granted
+	if m.held < 0 {
+		m.held = 0
+	}
+	if res.Granted > 0 {
+		m.capped = false
+	}
+	m.reserved = res.Reserved
+	m.fleet = res.Spent
+	m.leased = true
+}
+
+// spendGiveBack puts back what a failed sync took of m (in the same hour)
+// and makes m local: the spend beyond the reservation held is then
+// checked against the fleet's total as last read.
+func spendGiveBack(m *spendMeter, sp fleetstore.SpendReport) {
+	m.mu.Lock()
+	m.leased = false
+	if sp.Hour < 0 || m.hour == sp.Hour {
+		m.unflushed += sp.Spent
+		m.over += sp.Over
+	}
+	m.mu.Unlock()
+}
+
+// spendRelease makes m local: nobody syncs it any more.
+func spendRelease(m *spendMeter) {
+	m.mu.Lock()
+	m.leased = false
+	m.mu.Unlock()
+}
+
+// tenantSyncTake takes what a sync reports of the tenants: the charges not
+// yet flushed (taken out of tm: a failed sync puts them back), then reads
+// of the other tenants this replica knows this minute (an add of 0; map
+// order rotates them when there are more than fit), at most
+// maxTenantsPerSync in all; and this replica's minute (-1: none yet).
+func tenantSyncTake(tm *fleetTenantMeter, now time.Time) (tenants []string, adds []int64, minute int64) {
+	minute = -1
+	tm.mu.Lock()
+	defer tm.mu.Unlock()
+	tenantRollLocked(tm, now)
+	if !tm.rollAt.IsZero() {
+		minute = tm.minute
+	}
+	for t, n := range tm.unflushed {
+		if len(tenants) >= maxTenantsPerSync {
+			break
+		}
+		tenants = append(tenants, t)
+		adds = append(adds, n)
+	}
+	for _, t := range tenants {
+		delete(tm.unflushed, t)
+	}
+	for t := range tm.totals {
+		if len(tenants) >= maxTenantsPerSync {
+			break
+		}
+		if _, flushing := tm.unflushed[t]; !flushing && !containsString(tenants, t) {
+			tenants = append(tenants, t)
+			adds = append(adds, 0)
+		}
+	}
+	return tenants, adds, minute
+}
+
+// tenantSyncApply takes the fleet's totals of tenants, in Redis' minute.
+func tenantSyncApply(tm *fleetTenantMeter, tenants []string, totals []int64, mr fleetstore.MinuteResult, now time.Time) {
+	if !mr.OK {
+		return
+	}
+	tm.mu.Lock()
+	if tm.minute != mr.Minute || tm.rollAt.IsZero() {
+		tenantResetLocked(tm, mr.Minute)
+	}
+	tm.rollAt = now.Add(mr.Left)
+	for i, t := range tenants {
+		if i < len(totals) {
+			tm.totals[t] = totals[i]
+		}
+	}
+	tm.mu.Unlock()
+}
+
+// tenantSyncGiveBack puts back the charges a failed sync took (in the
+// same minute): this replica's own cap counts them again.
+func tenantSyncGiveBack(tm *fleetTenantMeter, tenants []string, adds []int64, minute int64) {
+	tm.mu.Lock()
+	if minute < 0 || tm.minute == minute {
+		for i, t := range tenants {
+			tm.unflushed[t] += adds[i]
+		}
+	}
+	tm.mu.Unlock()
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

@@ -132,9 +132,8 @@ func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
 func TestSpendReservationOnRedisHour(t *testing.T) {
 	m := &spendMeter{}
 	now := time.Date(2026, 12, 1, 18, 59, 0, 0, time.UTC).Add(5 * time.Hour) // this clock is five hours off
-	reply := func(hour, msLeft, grant, reserved, spent int64) []fleetstore.RedisValue {
-		return []fleetstore.RedisValue{{Kind: fleetstore.RedisInt, Int: hour}, {Kind: fleetstore.RedisInt, Int: msLeft}, {Kind: fleetstore.RedisInt, Int: grant},
-			{Kind: fleetstore.RedisInt, Int: reserved}, {Kind: fleetstore.RedisInt, Int: spent}}
+	reply := func(hour, msLeft, grant, reserved, spent int64) fleetstore.SpendResult {
+		return fleetstore.SpendResult{OK: true, Hour: hour, Left: time.Duration(msLeft) * time.Millisecond, Granted: grant, Reserved: reserved, Spent: spent}
 	}
 	fleetSpendIn(m, reply(1000, 60000, 40, 40, 0), now)
 	if m.hour != 1000 || m.held != 40 || !m.leased {
@@ -147,7 +146,7 @@ func TestSpendReservationOnRedisHour(t *testing.T) {
 		t.Errorf("30 with 10 held, the fleet at 40 of 100: allowed %v, reached %v, capped %v; want denied, not capped", ok, reached, m.capped)
 	}
 	o := fleetSpendOut(m, 100, false, now)
-	if o.hour != 1000 || o.spent != 30 || o.over != 0 || o.held != 10 || o.target < 30 {
+	if o.Hour != 1000 || o.Spent != 30 || o.Over != 0 || o.Held != 10 || o.Target < 30 {
 		t.Errorf("sync out = %+v, want hour 1000, spent 30, over 0, held 10, target ≥ 30", o)
 	}
 	fleetSpendIn(m, reply(1000, 50000, 0, 100, 30), now)

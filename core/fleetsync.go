@@ -1,8 +1,6 @@
 package core
 
 import (
-	"context"
-	"encoding/json"
 	"math"
 	"os"
 	"strconv"
@@ -21,7 +19,7 @@ import (
 // the bucket's lock they take anyway); a per-Fleet loop, every
 // fleet.sync_interval, reads the switch of every route (a GET: on a Redis
 // Cluster its key is a slot of its own) and settles each attached route
-// with one script (fleetstore.SyncScript) on its route's keys: it reports the
+// with one script (syncScript) on its route's keys: it reports the
 // requests counted since the last sync, leases a batch of hedge tokens
 // sized to the demand, reserves spend against the hour's cap, flushes the
 // spend and tenant counters (into Redis' hour and minute) and reads the
@@ -40,10 +38,6 @@ import (
 // documented error bound is replicas × fleetMaxLease on top of ratio ×
 // requests + burst, and only when the fleet's bucket starts over.
 const fleetMaxLease float64 = 64
-
-// fleetBudgetTTL: a route's fleet bucket no replica synced for this long
-// expires (and starts over, full).
-const fleetBudgetTTL time.Duration = time.Minute
 
 // fleetRouteIdle: a route without requests for this long is idle. An idle
 // route stays attached, reported in the heartbeat and synced with it (once
@@ -144,17 +138,10 @@ func newFleetSync() *fleetSync {
 // same State), then counts the request.
 func fleetDeposit(h *Hedger) {
 	b := h.state.bucket
-	b.mu.Lock()
-	if b.owner != h.attachKey {
-		b.mu.Unlock()
+	if !bucketCountFleet(b, h.attachKey) {
 		fleetAttach(h)
-		b.mu.Lock()
+		bucketCountFleet(b, h.attachKey)
 	}
-	b.requests++
-	if b.ratio >= 0 {
-		depositLocked(b)
-	}
-	b.mu.Unlock()
 }
 
 // fleetAttach attaches h's route to its fleet: a new route gets a first
@@ -182,12 +169,9 @@ func fleetAttach(h *Hedger) {
 	}
 	closed := fs.closed
 	fs.mu.Unlock()
-	b := st.bucket
 	if r == nil {
 		// Closed: the State stays local.
-		b.mu.Lock()
-		b.owner = h.attachKey
-		b.mu.Unlock()
+		bucketSetOwner(st.bucket, h.attachKey)
 		return
 	}
 	if fresh {
@@ -195,9 +179,7 @@ func fleetAttach(h *Hedger) {
 	} else {
 		<-r.ready
 	}
-	b.mu.Lock()
-	b.owner = h.attachKey
-	b.mu.Unlock()
+	bucketSetOwner(st.bucket, h.attachKey)
 	if !closed {
 		fleetStartLoop(f)
 	}
@@ -221,12 +203,12 @@ func fleetFirstSync(f *Fleet, r *fleetRoute) {
 // a Redis Cluster, so no route's script can read it. When the read fails
 // the switch last read stays in force.
 func fleetReadAllSwitch(f *Fleet) fleetstore.Switch {
-	v, err := fleetstore.Do(f.conn, context.Background(), fleetstore.OpSync, 0, "GET", fleetstore.SwitchKey(f.cfg.Prefix, fleetstore.SwitchAllRoutes))
+	sw, err := fleetstore.ReadSwitch(f.conn, f.cfg.Prefix, fleetstore.SwitchAllRoutes)
 	fs := f.sync
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if err == nil {
-		setSwitchMemo(fs, fleetstore.SwitchAllRoutes, decodeSwitchOrZero(v.Str))
+		setSwitchMemo(fs, fleetstore.SwitchAllRoutes, sw)
 	}
 	return fs.switches[fleetstore.SwitchAllRoutes]
 }
@@ -352,23 +334,13 @@ func (f *Fleet) Close() {
 	fs.publishers.Wait()
 	// Nobody syncs the routes any more: their budgets are local again.
 	for _, r := range routes {
-		b := r.bucket
-		b.mu.Lock()
-		b.leased = false
-		if b.tokens > b.burst {
-			b.tokens = b.burst
-		}
-		b.mu.Unlock()
-		r.spend.mu.Lock()
-		r.spend.leased = false
-		r.spend.mu.Unlock()
+		bucketRelease(r.bucket, false)
+		spendRelease(r.spend)
 		atomic.StoreInt32(&r.share.live, 0)
 	}
 	if beat {
 		// Best effort: the heartbeat expires anyway.
-		_, _ = fleetstore.Pipeline(f.conn, context.Background(), fleetstore.OpHeartbeat, [][]string{
-			{"DEL", fleetstore.ReplicaKey(f.cfg.Prefix, f.replica)},
-			{"ZREM", fleetstore.LiveKey(f.cfg.Prefix), f.replica}})
+		fleetstore.Leave(f.conn, f.cfg.Prefix, f.replica)
 	}
 }
 
@@ -418,10 +390,7 @@ func fleetSyncAll(f *Fleet) {
 // fleetNoteActivity returns when r's route last had a request (as seen by
 // the loop's rounds).
 func fleetNoteActivity(r *fleetRoute, now time.Time) time.Time {
-	b := r.bucket
-	b.mu.Lock()
-	requests := b.requests
-	b.mu.Unlock()
+	requests, _, _ := bucketFigures(r.bucket)
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	if requests != r.lastRequests {
@@ -450,21 +419,13 @@ func fleetSuperseded(routes []*fleetRoute, active []time.Time, i int) bool {
 // fleetDetach detaches r (a superseded State of its route): the State's
 // next request attaches it again.
 func fleetDetach(f *Fleet, r *fleetRoute) {
-	b := r.bucket
 	fs := f.sync
 	fs.mu.Lock()
 	if fs.routes[r.key] == r {
 		delete(fs.routes, r.key)
 	}
 	fs.mu.Unlock()
-	b.mu.Lock()
-	b.owner = ""
-	b.leased = false
-	b.pending = 0
-	if b.tokens > b.burst {
-		b.tokens = b.burst
-	}
-	b.mu.Unlock()
+	bucketRelease(r.bucket, true)
 	atomic.StoreInt32(&r.share.live, 0)
 }
 
@@ -504,250 +465,70 @@ func leaseWant(r *fleetRoute, held float64, asked, deposits int64, ratio, burst 
 	return need
 }
 
-// fleetSyncRoute settles one route with the fleet (see fleetstore.SyncScript); all
-// is the switch of every route as this round read it.
+// fleetSyncRoute settles one route with the fleet (fleetstore.Sync); all
+// is the switch of every route as this round read it. The route's bucket,
+// spend meter and tenant meter give their counts under their own locks,
+// and take the answer the same way.
 func fleetSyncRoute(f *Fleet, r *fleetRoute, all fleetstore.Switch) {
 	r.syncMu.Lock()
 	defer r.syncMu.Unlock()
 	f.sync.mu.Lock()
 	conf := r.conf
 	f.sync.mu.Unlock()
-	prefix := f.cfg.Prefix
 	now := f.clock.Now()
-	budget := &conf.budget
 
-	b := r.bucket
-	b.mu.Lock()
-	deposits := b.pending
-	b.pending = 0
-	asked := b.asked
-	b.asked = 0
-	held := 0.0
-	if b.leased {
-		held = b.tokens
-	}
-	ratio := b.ratio
-	burst := b.burst
-	b.mu.Unlock()
-	want := 0.0
+	var rep fleetstore.SyncReport
+	deposits, asked, held, ratio, burst := bucketSyncTake(r.bucket)
+	rep.Ratio = ratio
+	rep.Burst = burst
+	rep.Deposits = deposits
 	if ratio >= 0 {
-		want = leaseWant(r, held, asked, deposits, ratio, burst, !r.synced)
+		rep.Want = leaseWant(r, held, asked, deposits, ratio, burst, !r.synced)
 	}
-
-	overMS := int64(0)
-	if r.overload.tooHigh(budget.OverloadRate) {
-		overMS = int64(fleetOverloadHold(f) / time.Millisecond)
+	if r.overload.tooHigh(conf.budget.OverloadRate) {
+		rep.OverloadMS = int64(fleetOverloadHold(f) / time.Millisecond)
 	}
-
-	sp := fleetSpendOut(r.spend, conf.spendCap, !r.synced, now)
-
-	var tenants []string
-	var tenantAdds []int64
-	minute := int64(-1)
+	rep.Spend = fleetSpendOut(r.spend, conf.spendCap, !r.synced, now)
+	rep.Minute = -1
 	if conf.tenantCaps {
-		tm := r.share.tenants
-		tm.mu.Lock()
-		tenantRollLocked(tm, now)
-		if !tm.rollAt.IsZero() {
-			minute = tm.minute
-		}
-		for t, n := range tm.unflushed {
-			if len(tenants) >= maxTenantsPerSync {
-				break
-			}
-			tenants = append(tenants, t)
-			tenantAdds = append(tenantAdds, n)
-		}
-		for _, t := range tenants {
-			delete(tm.unflushed, t)
-		}
-		// The others' charges to the tenants this replica knows this
-		// minute: read with an increment of 0 (map order rotates them
-		// when there are more than fit).
-		for t := range tm.totals {
-			if len(tenants) >= maxTenantsPerSync {
-				break
-			}
-			if _, flushing := tm.unflushed[t]; !flushing && !containsString(tenants, t) {
-				tenants = append(tenants, t)
-				tenantAdds = append(tenantAdds, 0)
-			}
-		}
-		tm.mu.Unlock()
-	}
-	// Tenant work: tenants to flush or read, or Redis' minute to learn.
-	tenantMS := "0"
-	if len(tenants) > 0 || (conf.tenantCaps && minute < 0) {
-		tenantMS = millisString(2 * time.Minute)
+		tenants, adds, minute := tenantSyncTake(r.share.tenants, now)
+		rep.Tenants = tenants
+		rep.TenantAdds = adds
+		rep.Minute = minute
+		rep.TenantWork = minute < 0 // Redis' minute to learn
 	}
 
-	keys := []string{fleetstore.BudgetKey(prefix, r.name), fleetstore.SwitchKey(prefix, r.name), fleetstore.HealthKey(prefix, r.name),
-		fleetstore.HealthMarkKey(prefix, r.name), fleetstore.SpendBase(prefix, r.name), fleetstore.TenantBase(prefix, r.name)}
-	args := []string{strconv.FormatFloat(ratio, 'g', -1, 64), strconv.FormatFloat(burst, 'g', -1, 64),
-		strconv.FormatInt(deposits, 10), strconv.FormatFloat(want, 'f', 0, 64), millisString(fleetBudgetTTL),
-		strconv.FormatInt(overMS, 10), strconv.FormatInt(sp.cap, 10), strconv.FormatInt(sp.hour, 10),
-		strconv.FormatInt(sp.spent, 10), strconv.FormatInt(sp.over, 10), strconv.FormatInt(sp.held, 10),
-		strconv.FormatInt(sp.target, 10), millisString(2 * time.Hour), tenantMS, strconv.FormatInt(minute, 10)}
-	for i, t := range tenants {
-		args = append(args, t, strconv.FormatInt(tenantAdds[i], 10))
-	}
-	v, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpSync, fleetstore.SyncScript, keys, args...)
-	if err == nil && (v.Kind != fleetstore.RedisArray || len(v.Array) != 7) {
-		err = errFleetReply
-	}
+	res, err := fleetstore.Sync(f.conn, f.cfg.Prefix, r.name, &rep)
 	if err != nil {
-		fleetSyncFailed(f, r, sp, tenants, tenantAdds, minute)
+		fleetSyncFailed(r, &rep)
 		return
 	}
 	atomic.StoreInt32(&r.share.live, 1)
-	grant, _ := strconv.ParseFloat(v.Array[0].Str, 64)
-	b.mu.Lock()
-	if !b.leased {
-		// Back on the fleet's bucket: what the local one held is dropped.
-		b.leased = true
-		b.tokens = 0
-	}
-	b.tokens += grant
-	b.mu.Unlock()
-	r.scarce = ratio >= 0 && grant < want
+	bucketGrant(r.bucket, res.Grant)
+	r.scarce = ratio >= 0 && res.Grant < rep.Want
 	r.synced = true
 
-	routeSw := decodeSwitchOrZero(v.Array[2].Str)
-	setFleetSwitches(r.share, routeSw, all)
+	setFleetSwitches(r.share, res.Switch, all)
 	f.sync.mu.Lock()
-	setSwitchMemo(f.sync, r.name, routeSw)
+	setSwitchMemo(f.sync, r.name, res.Switch)
 	f.sync.mu.Unlock()
 
-	applyHealth(r, conf.index, v.Array[3].Array, now)
-	fleetSpendIn(r.spend, v.Array[4].Array, now)
-
-	if mt := v.Array[6].Array; len(mt) == 2 {
-		tm := r.share.tenants
-		tm.mu.Lock()
-		if tm.minute != mt[0].Int || tm.rollAt.IsZero() {
-			tenantResetLocked(tm, mt[0].Int)
-		}
-		tm.rollAt = now.Add(time.Duration(mt[1].Int) * time.Millisecond)
-		for i, t := range tenants {
-			if i < len(v.Array[5].Array) {
-				tm.totals[t] = v.Array[5].Array[i].Int
-			}
-		}
-		tm.mu.Unlock()
-	}
-	fleetSetCap(f, r.share, budget.MaxConcurrentHedges)
+	applyHealth(r, conf.index, res.Health, now)
+	fleetSpendIn(r.spend, res.Spend, now)
+	tenantSyncApply(r.share.tenants, rep.Tenants, res.TenantTotals, res.TenantMinute, now)
+	fleetSetCap(f, r.share, conf.budget.MaxConcurrentHedges)
 }
 
-// spendOut is what a sync reports of a route's spend and asks of its
-// reservation (see fleetstore.SyncScript's ARGV).
-type spendOut struct {
-	cap, hour, spent, over, held, target int64
-}
-
-// fleetSpendOut takes what the sync reports of m: the spend since the last
-// sync (taken out of m: a failed sync puts it back) and the reservation
-// wanted. cap is -1 when there is nothing to do: no cap and nothing spent.
-func fleetSpendOut(m *spendMeter, limit int64, first bool, now time.Time) spendOut {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	spendRollLocked(m, now)
-	o := spendOut{cap: limit, hour: -1, spent: m.unflushed, over: m.over, held: m.held}
-	if !m.rollAt.IsZero() {
-		o.hour = m.hour
-	}
-	m.unflushed = 0
-	m.over = 0
-	o.target = spendTarget(m, limit, first)
-	if limit <= 0 {
-		o.held = 0
-		if o.spent == 0 {
-			o.cap = -1
-		}
-	}
-	return o
-}
-
-// fleetSpendIn applies a sync's spend reply {hour, ms left, granted,
-// reserved, spent}: the hour becomes Redis' (a reservation of another
-// hour is void), the grant is held.
-func fleetSpendIn(m *spendMeter, reply []fleetstore.RedisValue, now time.Time) {
-	if len(reply) != 5 {
-		return
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.hour != reply[0].Int || m.rollAt.IsZero() {
-		spendResetLocked(m, reply[0].Int)
-	}
-	m.rollAt = now.Add(time.Duration(reply[1].Int) * time.Millisecond)
-	m.held += reply[2].Int
-	if m.held < 0 {
-		m.held = 0
-	}
-	if reply[2].Int > 0 {
-		m.capped = false
-	}
-	m.reserved = reply[3].Int
-	m.fleet = reply[4].Int
-	m.leased = true
-}
-
-var errFleetReply = &fleetError{"llmhedge: fleet: unexpected reply"}
-
-type fleetError struct{ msg string }
-
-func (e *fleetError) Error() string { return e.msg }
-
-// fleetSyncFailed puts a failed sync's counters back and turns the route
+// fleetSyncFailed puts a failed sync's counts back and turns the route
 // local: its bucket takes this replica's requests again (keeping the
 // tokens it holds), tenants fall back to this replica's own cap, and the
 // spend beyond the reservation held is checked against the fleet's total
 // as last read.
-func fleetSyncFailed(f *Fleet, r *fleetRoute, sp spendOut, tenants []string, adds []int64, minute int64) {
-	b := r.bucket
-	b.mu.Lock()
-	b.leased = false
-	if b.tokens > b.burst {
-		b.tokens = b.burst
-	}
-	b.mu.Unlock()
+func fleetSyncFailed(r *fleetRoute, rep *fleetstore.SyncReport) {
+	bucketRelease(r.bucket, false)
 	atomic.StoreInt32(&r.share.live, 0)
-	m := r.spend
-	m.mu.Lock()
-	m.leased = false
-	if sp.hour < 0 || m.hour == sp.hour {
-		m.unflushed += sp.spent
-		m.over += sp.over
-	}
-	m.mu.Unlock()
-	tm := r.share.tenants
-	tm.mu.Lock()
-	if minute < 0 || tm.minute == minute {
-		for i, t := range tenants {
-			tm.unflushed[t] += adds[i]
-		}
-	}
-	tm.mu.Unlock()
-}
-
-func containsString(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
-}
-
-func decodeSwitchOrZero(v string) fleetstore.Switch {
-	if v == "" {
-		return fleetstore.Switch{}
-	}
-	s, err := fleetstore.DecodeSwitch(v)
-	if err != nil {
-		return fleetstore.Switch{}
-	}
-	return s
+	spendGiveBack(r.spend, rep.Spend)
+	tenantSyncGiveBack(r.share.tenants, rep.Tenants, rep.TenantAdds, rep.Minute)
 }
 
 // setSwitchMemo remembers the fleet's switch of route, bounded: zero
@@ -760,20 +541,16 @@ func setSwitchMemo(fs *fleetSync, route string, s fleetstore.Switch) {
 	fs.switches[route] = s
 }
 
-// applyHealth applies the fleet's health fields (name, ms left, ...).
-func applyHealth(r *fleetRoute, upstreams map[string]int, fields []fleetstore.RedisValue, now time.Time) {
-	for i := 0; i+1 < len(fields); i += 2 {
-		name := fields[i].Str
-		ms, err := strconv.ParseInt(fields[i+1].Str, 10, 64)
-		if err != nil || ms <= 0 {
-			continue
-		}
-		until := now.Add(time.Duration(ms) * time.Millisecond)
-		if name == "overload" {
+// applyHealth applies the fleet's health events to r's upstreams
+// (upstreams: index by name) and its overload stop.
+func applyHealth(r *fleetRoute, upstreams map[string]int, events []fleetstore.HealthEvent, now time.Time) {
+	for _, e := range events {
+		until := now.Add(e.Left)
+		if e.Name == "overload" {
 			applyFleetOverload(r.overload, until)
 			continue
 		}
-		kind, upstream, ok := strings.Cut(name, ":")
+		kind, upstream, ok := strings.Cut(e.Name, ":")
 		if !ok {
 			continue
 		}
@@ -895,13 +672,8 @@ func fleetPublishPending(f *Fleet) {
 	fs.pending = map[string]map[string]int64{}
 	fs.mu.Unlock()
 	for key, fields := range pending {
-		args := make([]string, 0, 2*len(fields))
-		for field, ms := range fields {
-			args = append(args, field, strconv.FormatInt(ms, 10))
-		}
 		sent := f.clock.Now()
-		if _, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpPublish, fleetstore.PublishScript,
-			[]string{key, fleetstore.HealthMarkOf(key)}, args...); err != nil {
+		if err := fleetstore.Publish(f.conn, key, fields); err != nil {
 			keepUnpublished(fs, key, fields, sent)
 		}
 	}
@@ -980,29 +752,19 @@ func fleetHeartbeat(f *Fleet, routes []*fleetRoute, now time.Time) {
 	for _, r := range routes {
 		status.Routes = append(status.Routes, replicaRoute(f, r, now))
 	}
-	body, err := json.Marshal(status)
+	fs.mu.Lock()
+	fs.beats++
+	prune := fs.beats%10 == 1
+	fs.mu.Unlock()
+	live, err := fleetstore.Heartbeat(f.conn, f.cfg.Prefix, &status, prune)
 	if err != nil {
 		return
 	}
 	fs.mu.Lock()
-	fs.beats++
-	prune := "0"
-	if fs.beats%10 == 1 {
-		prune = "1"
-	}
-	fs.mu.Unlock()
-	v, err := fleetstore.Eval(f.conn, context.Background(), fleetstore.OpHeartbeat, fleetstore.HeartbeatScript,
-		[]string{fleetstore.ReplicaKey(f.cfg.Prefix, f.replica), fleetstore.LiveKey(f.cfg.Prefix)},
-		string(body), millisString(fleetstore.HeartbeatTTL), f.replica, prune,
-		millisString(10*fleetstore.HeartbeatInterval+fleetstore.HeartbeatTTL))
-	if err != nil || v.Kind != fleetstore.RedisInt {
-		return
-	}
-	fs.mu.Lock()
-	fs.live = int(v.Int)
+	fs.live = int(live)
 	fs.mu.Unlock()
 	if f.metrics != nil {
-		f.metrics.Record(MetricFleetReplicas, []string{f.name}, float64(v.Int))
+		f.metrics.Record(MetricFleetReplicas, []string{f.name}, float64(live))
 	}
 }
 
@@ -1011,10 +773,8 @@ func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) fleetstore.ReplicaRout
 	f.sync.mu.Lock()
 	conf := r.conf
 	f.sync.mu.Unlock()
-	b := r.bucket
-	b.mu.Lock()
-	out := fleetstore.ReplicaRoute{Name: r.name, Requests: b.requests, Hedges: b.hedges, BudgetTokens: b.tokens}
-	b.mu.Unlock()
+	requests, hedges, tokens := bucketFigures(r.bucket)
+	out := fleetstore.ReplicaRoute{Name: r.name, Requests: requests, Hedges: hedges, BudgetTokens: tokens}
 	r.syncMu.Lock()
 	r.rate = append(r.rate, rateSample{requests: out.Requests, hedges: out.Hedges})
 	limit := int(time.Minute/fleetstore.HeartbeatInterval) + 1

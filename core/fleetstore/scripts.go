@@ -40,15 +40,15 @@ const (
 	FenceGone = "gone" // the lease holds but the stream vanished: nothing appended
 )
 
-// ClaimScript: KEYS lease, done, readers, sealed; ARGV holder,
+// claimScript: KEYS lease, done, readers, sealed; ARGV holder,
 // fingerprint, lease ms, readers ms. Returns {"replay", doneValue, pttl},
 // {"conflict"}, {"lead", holder} or {"follow", holder}. A follower counts
 // itself in the holder's field of readers (and uncounts itself when it
 // stops reading), which tells a leader whose own client left whether
 // others still read its answer. A sealed generation (its end marker went
-// out: see RenewScript) is followed even once its lease ran out: nobody
+// out: see renewScript) is followed even once its lease ran out: nobody
 // leads a second generation of a key whose first was delivered whole.
-var ClaimScript = newScript(`
+var claimScript = newScript(`
 local d = redis.call('GET', KEYS[2])
 if d then
   if string.sub(d, 1, #ARGV[2] + 1) ~= ARGV[2] .. '\n' then return {'conflict'} end
@@ -70,7 +70,7 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {'follow', holder}
 `)
 
-// RenewScript: ARGV lease value, lease ms, stream ms, holder, seal ms (""
+// renewScript: ARGV lease value, lease ms, stream ms, holder, seal ms (""
 // for none: the answer's end marker is about to go out). KEYS lease,
 // stream, readers, sealed. Extends the lease (and the stream) only while
 // this leader holds it, or sealed its generation: a seal marks the
@@ -80,7 +80,7 @@ return {'follow', holder}
 // cannot tell whether another generation ran beside its race meanwhile.
 // Returns {1, followers reading}, {0, 0} when the lease is another's,
 // {-1, 0} when there is none.
-var RenewScript = newScript(`
+var renewScript = newScript(`
 local l = redis.call('GET', KEYS[1])
 if l ~= ARGV[1] and redis.call('GET', KEYS[4]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -96,12 +96,12 @@ if not l then return {-1, 0} end
 return {0, 0}
 `)
 
-// AppendScript: KEYS lease, stream, sealed; ARGV lease value, stream ms,
+// appendScript: KEYS lease, stream, sealed; ARGV lease value, stream ms,
 // sequence number of the first entry, then kind and value of each entry.
 // Appends only while this leader holds the lease (or sealed its
 // generation), and creates the stream only with its first entry (the
 // head): an append never re-creates a stream that vanished.
-var AppendScript = newScript(`
+var appendScript = newScript(`
 local l = redis.call('GET', KEYS[1])
 if l ~= ARGV[1] and redis.call('GET', KEYS[3]) == ARGV[1] then l = ARGV[1] end
 if not l then return 'none' end
@@ -116,7 +116,7 @@ redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 'ok'
 `)
 
-// FinishScript: KEYS lease, stream, done, sealed; ARGV lease value, end kind, done
+// finishScript: KEYS lease, stream, done, sealed; ARGV lease value, end kind, done
 // value ("" for none), ttl ms, stream ms, sequence number of the first
 // entry, last data ("" for none), linger ms of an ended stream, of a
 // stored answer's, holder. While this leader holds the lease it
@@ -129,7 +129,7 @@ return 'ok'
 // the lease writes nothing, unless it sealed its generation (the seal is
 // what it holds then). Sent again after a failure, it finds its own end (or
 // its stored answer) and says ok. The end lifts the seal.
-var FinishScript = newScript(`
+var finishScript = newScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] and redis.call('GET', KEYS[4]) ~= ARGV[1] then
   local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
   if #last == 1 and last[1][2][2] == 'e' then return 'ok' end
@@ -158,14 +158,14 @@ redis.call('DEL', KEYS[1], KEYS[4])
 return res
 `)
 
-// StoreBudgetScript admits an answer to the fleet store within the
+// storeBudgetScript admits an answer to the fleet store within the
 // route's and the caller's byte budgets (Redis' clock). KEYS route set,
 // route total, caller set, caller total; ARGV size, ttl ms, member (the
 // identity), route budget, caller budget. Each set holds "<size>:<member>"
 // scored by its expiry; expired ones leave the totals first. Returns 1
 // when the answer fits both (and counts it), else 0: a full store stores
 // nothing new until stored answers expire.
-var StoreBudgetScript = newScript(`
+var storeBudgetScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function used(set, total)
@@ -190,7 +190,7 @@ end
 return 1
 `)
 
-// SyncScript settles one route. Every key is the route's, under its hash
+// syncScript settles one route. Every key is the route's, under its hash
 // tag (fleetRouteTag), so that a Redis Cluster keeps them on one slot; the
 // switch of every route is another slot's and the loop reads it with a
 // command of its own (fleetReadAllSwitch). KEYS: budget, switch, health,
@@ -218,7 +218,7 @@ return 1
 // Health is a hash of "cool:<upstream>", "open:<upstream>" and
 // "overload", each holding the Redis time (ms) it ends at: one clock for
 // every replica. The health mark is a string with the hash's TTL (set
-// wherever the hash is written, here and in PublishScript): a sync reads
+// wherever the hash is written, here and in publishScript): a sync reads
 // it with the bucket, the switch and the spend and reads the hash only
 // while it exists, so a fleet without health events pays two commands per
 // sync, not three.
@@ -228,7 +228,7 @@ return 1
 // granted (negative: given back), reserved, spent} or empty when no spend
 // work was asked; minute is {Redis' minute, ms left in it} or empty
 // without tenants.
-var SyncScript = newScript(`
+var syncScript = newScript(`
 local now = 0
 local function clock()
   if now == 0 then
@@ -343,10 +343,10 @@ end
 return {tostring(grant), tostring(level), got[2] or '', health, spend, tenants, minute}
 `)
 
-// PublishScript records health events. KEYS: health, health mark (set to
-// live as long as the hash: SyncScript reads the hash only while the mark
+// publishScript records health events. KEYS: health, health mark (set to
+// live as long as the hash: syncScript reads the hash only while the mark
 // exists); ARGV: field, ms, ...
-var PublishScript = newScript(`
+var publishScript = newScript(`
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)
 local longest = 0
@@ -362,14 +362,14 @@ if ttl > 0 then redis.call('SET', KEYS[2], '1', 'PX', ttl) end
 return 1
 `)
 
-// HeartbeatScript writes a replica's heartbeat and counts the live ones
+// heartbeatScript writes a replica's heartbeat and counts the live ones
 // (heartbeats within the TTL). KEYS: replica, live set; ARGV: status JSON,
 // ttl ms, replica id, "1" on every tenth beat, live set ttl ms. The tenth
 // beat drops the members gone (the set's size is bounded by the replicas
 // seen in ten intervals) and renews the set's TTL, which outlasts ten
 // intervals; a beat that adds a member (a new replica, or a set that
 // expired and starts over) renews it too, so the set always has one.
-var HeartbeatScript = newScript(`
+var heartbeatScript = newScript(`
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 local tm = redis.call('TIME')
 local now = tonumber(tm[1]) * 1000 + math.floor(tonumber(tm[2]) / 1000)

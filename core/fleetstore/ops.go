@@ -1,0 +1,148 @@
+package fleetstore
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"time"
+)
+
+// The fleet's operations: each sends one script (scripts.go) or command
+// with its keys and arguments in the order the script reads them, and
+// returns Redis' reply for the engine to read. Durations in milliseconds
+// are strings (Millis, StreamMillis, LingerMillis) as the caller computed
+// them once.
+
+// Claim claims k for holder with the request's fingerprint fp
+// (claimScript), sent again once when the first failed on the way while
+// the connection is up: it returns when the answered call was sent.
+func Claim(c *Conn, ctx context.Context, k Keys, holder, fp, leaseMs, readersMs string) (time.Time, RedisValue, error) {
+	sent, v, err := EvalAgain(c, ctx, OpClaim, claimScript, []string{k.Lease, k.Done, k.Readers, k.Sealed},
+		holder, fp, leaseMs, readersMs)
+	return sent, v, err
+}
+
+// Uncount takes a follower out of holder's readers.
+func Uncount(c *Conn, k Keys, holder string) {
+	_, _ = Do(c, context.Background(), OpLease, 0, "HINCRBY", k.Readers, holder, "-1")
+}
+
+// ReadStream reads stream's entries after last, at most 512, blocking up
+// to block for the first (0: not at all); a nil reply when there is none.
+func ReadStream(c *Conn, ctx context.Context, stream, last string, block time.Duration) (RedisValue, error) {
+	if block <= 0 {
+		v, err := Do(c, ctx, OpRead, 0, "XREAD", "COUNT", "512", "STREAMS", stream, last)
+		return v, err
+	}
+	v, err := Do(c, ctx, OpRead, block, "XREAD", "COUNT", "512", "BLOCK", Millis(block), "STREAMS", stream, last)
+	return v, err
+}
+
+// ReadLease reads k's lease and seal (see HoldsLease).
+func ReadLease(c *Conn, ctx context.Context, k Keys) (RedisValue, error) {
+	v, err := Do(c, ctx, OpLease, 0, "MGET", k.Lease, k.Sealed)
+	return v, err
+}
+
+// ReadDone reads k's stored answer (DecodeDone's input).
+func ReadDone(c *Conn, ctx context.Context, k Keys) (RedisValue, error) {
+	v, err := Do(c, ctx, OpLease, 0, "GET", k.Done)
+	return v, err
+}
+
+// Readers reads how many followers read holder's generation of k.
+func Readers(c *Conn, k Keys, holder string) (RedisValue, error) {
+	v, err := Do(c, context.Background(), OpLease, 0, "HGET", k.Readers, holder)
+	return v, err
+}
+
+// Renew renews leaseValue's lease of k (renewScript), and seals its
+// generation when sealMs is not empty.
+func Renew(c *Conn, k Keys, stream, leaseValue, leaseMs, streamMs, holder, sealMs string) (RedisValue, error) {
+	v, err := Eval(c, context.Background(), OpRenew, renewScript, []string{k.Lease, stream, k.Readers, k.Sealed},
+		leaseValue, leaseMs, streamMs, holder, sealMs)
+	return v, err
+}
+
+// Append appends entry seq of kind ("h" head, "d" data) to the stream of
+// leaseValue's generation, fenced by its lease (appendScript).
+func Append(c *Conn, ctx context.Context, k Keys, stream, leaseValue, streamMs string, seq int, kind, value string) (RedisValue, error) {
+	v, err := Eval(c, ctx, OpAppend, appendScript, []string{k.Lease, stream, k.Sealed},
+		leaseValue, streamMs, strconv.Itoa(seq), kind, value)
+	return v, err
+}
+
+// End is what a generation's leader ends it with (finishScript).
+type End struct {
+	Stream, LeaseValue, Holder string
+	// Kind is the end entry's value: "ok", or why the answer is cut.
+	Kind string
+	// Done is the answer to store (EncodeDone), "" for none.
+	Done string
+	// Seq and Last are the last data entry's number and bytes ("": none).
+	Seq  int
+	Last string
+	// TTL, stream, end and done lingers, in milliseconds.
+	TTLMs, StreamMs, EndMs, DoneMs string
+}
+
+// Finish ends a generation: its last data and end entry, the stored
+// answer, the lease released (finishScript). Sent again once after a
+// failure on the way (the script knows its own end); it returns when the
+// answered call was sent.
+func Finish(c *Conn, k Keys, e *End) (time.Time, RedisValue, error) {
+	keys := []string{k.Lease, e.Stream, k.Done, k.Sealed}
+	sent, v, err := EvalAgain(c, context.Background(), OpFinish, finishScript, keys,
+		e.LeaseValue, e.Kind, e.Done, e.TTLMs, e.StreamMs, strconv.Itoa(e.Seq), e.Last, e.EndMs, e.DoneMs, e.Holder)
+	return sent, v, err
+}
+
+// AdmitStored counts an answer of size bytes against the store budgets of
+// the route and the caller (StoreKeys; storeBudgetScript) and reports
+// whether it fits. Sent again after a failure: a first one that landed
+// counts the answer twice until it expires (the budget errs on the safe
+// side). Redis failing admits nothing.
+func AdmitStored(c *Conn, storeKeys []string, size int, ttlMs, identity string, routeBudget, callerBudget int64) bool {
+	_, v, err := EvalAgain(c, context.Background(), OpFinish, storeBudgetScript, storeKeys,
+		strconv.Itoa(size), ttlMs, identity, strconv.FormatInt(routeBudget, 10), strconv.FormatInt(callerBudget, 10))
+	return err == nil && v.Kind == RedisInt && v.Int == 1
+}
+
+// Publish adds health events (field -> ms) to a route's health key
+// (publishScript).
+func Publish(c *Conn, healthKey string, fields map[string]int64) error {
+	args := make([]string, 0, 2*len(fields))
+	for field, ms := range fields {
+		args = append(args, field, strconv.FormatInt(ms, 10))
+	}
+	_, err := Eval(c, context.Background(), OpPublish, publishScript, []string{healthKey, HealthMarkOf(healthKey)}, args...)
+	return err
+}
+
+// Heartbeat writes a replica's status (heartbeatScript) and returns the
+// live replicas; prune also drops the ones long gone from the live set.
+func Heartbeat(c *Conn, prefix string, status *ReplicaStatus, prune bool) (int64, error) {
+	body, err := json.Marshal(status)
+	if err != nil {
+		return 0, err
+	}
+	p := "0"
+	if prune {
+		p = "1"
+	}
+	v, err := Eval(c, context.Background(), OpHeartbeat, heartbeatScript,
+		[]string{ReplicaKey(prefix, status.ID), LiveKey(prefix)},
+		string(body), Millis(HeartbeatTTL), status.ID, p, Millis(10*HeartbeatInterval+HeartbeatTTL))
+	if err == nil && v.Kind != RedisInt {
+		err = errReply
+	}
+	return v.Int, err
+}
+
+// Leave removes a replica's heartbeat and its place in the live set (best
+// effort: the heartbeat expires anyway).
+func Leave(c *Conn, prefix, replica string) {
+	_, _ = Pipeline(c, context.Background(), OpHeartbeat, [][]string{
+		{"DEL", ReplicaKey(prefix, replica)},
+		{"ZREM", LiveKey(prefix), replica}})
+}
