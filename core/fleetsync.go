@@ -265,9 +265,9 @@ func fleetTick(f *Fleet) {
 		return
 	}
 	fs.ticks.Add(1)
+	idle := fs.idle
 	fs.mu.Unlock()
-	fleetRepublish(f)
-	fleetSyncAll(f)
+	fleetRound(f, idle)
 	fs.mu.Lock()
 	hook := fs.onSync
 	if fs.closed {
@@ -282,26 +282,33 @@ func fleetTick(f *Fleet) {
 	}
 }
 
-// SyncNow runs one round of the sync loop at once, as a tick of the
-// loop would (the heartbeat too when FleetHeartbeatInterval has passed on
-// the Fleet's clock), after the health events this replica has seen are
-// published. It returns when the round is done. For tests that drive the
-// loop themselves (on a Clock whose timers they control).
-func (f *Fleet) SyncNow() {
-	fs := f.sync
-	fs.mu.Lock()
-	idle := fs.idle
-	fs.mu.Unlock()
+// fleetRound is one round of the loop: the health events this replica saw
+// go out first (the running publisher's, then any left pending, then the
+// ones whose publish failed before), so that the sync that follows reads
+// them back with the others'; then every route syncs, and the heartbeat
+// and the eviction policy follow when due. idle is the running publisher's
+// end (nil: none).
+func fleetRound(f *Fleet, idle chan struct{}) {
 	if idle != nil {
-		<-idle // the publisher running now is done
+		<-idle
 	}
 	fleetPublishPending(f)
 	fleetRepublish(f)
 	fleetSyncAll(f)
 }
 
+// SyncNow runs one round of the sync loop at once, as a tick of the
+// loop would (the heartbeat too when fleetstore.HeartbeatInterval has
+// passed on the Fleet's clock). It returns when the round is done.
+func (f *Fleet) SyncNow() {
+	fs := f.sync
+	fs.mu.Lock()
+	idle := fs.idle
+	fs.mu.Unlock()
+	fleetRound(f, idle)
+}
+
 // SetSyncHook makes the loop call hook after each of its rounds (nil: none).
-// For tests that wait for the loop instead of sleeping.
 func (f *Fleet) SetSyncHook(hook func()) {
 	f.sync.mu.Lock()
 	f.sync.onSync = hook
