@@ -29,6 +29,11 @@ func (AdminSwitch) CaddyModule() caddy.ModuleInfo {
 	}
 }
 
+// processSwitches are this Caddy process's kill switches: one table for
+// the admin endpoint and every handler, kept across configuration reloads
+// (which provision new handlers and a new admin server).
+var processSwitches = core.NewSwitches()
+
 // Routes returns the admin routes of the switch.
 func (AdminSwitch) Routes() []caddy.AdminRoute {
 	return []caddy.AdminRoute{{
@@ -41,7 +46,7 @@ func (AdminSwitch) Routes() []caddy.AdminRoute {
 // Caddy's admin API answers its own). Caddy checks the Host; the switch
 // refuses a foreign Origin and a POST not declared JSON.
 func serveAdminSwitch(w http.ResponseWriter, r *http.Request) error {
-	core.ServeSwitchAdmin(w, r)
+	core.ServeSwitchAdmin(processSwitches, w, r)
 	return nil
 }
 

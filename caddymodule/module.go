@@ -110,7 +110,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 		}
 	}
 	logger := h.logger
-	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet,
+	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet, Switches: processSwitches,
 		Log: func(fields []core.LogField) { zapfields.LogFleetState(logger, fields) }})
 	if err != nil {
 		return err

@@ -61,24 +61,25 @@ func switchInForce(h *Hedger) fleetstore.Switch {
 	if !switchesSet(h) {
 		return fleetstore.Switch{}
 	}
-	return mergedSwitch(h.state.share, h.cfg.Route)
+	return mergedSwitch(h.switches, h.state.share, h.cfg.Route)
 }
 
 // switchesSet reports whether any switch may apply to h's route: a process
 // switch, or a fleet switch read for the route. Requests skip the lookup
 // otherwise.
 func switchesSet(h *Hedger) bool {
-	return atomic.LoadInt64(&processSwitchCount) != 0 || atomic.LoadInt32(&h.state.share.switches.set) != 0
+	return anySwitch(h.switches) || atomic.LoadInt32(&h.state.share.switches.set) != 0
 }
 
-// mergedSwitch is the switch in force for route given its fleet switches.
-func mergedSwitch(sh *routeShare, route string) fleetstore.Switch {
+// mergedSwitch is the switch in force for route given the process's
+// switches and its fleet switches.
+func mergedSwitch(process *Switches, sh *routeShare, route string) fleetstore.Switch {
 	s := &sh.switches
 	s.mu.Lock()
 	fleetRoute := s.route
 	all := s.all
 	s.mu.Unlock()
-	own := ProcessSwitch(route)
+	own := process.Get(route)
 	return fleetstore.MergeSwitches(own, fleetRoute, all)
 }
 
@@ -91,7 +92,7 @@ func hedgeDelayOverride(h *Hedger) time.Duration {
 	if !switchesSet(h) {
 		return 0
 	}
-	return mergedSwitch(h.state.share, h.cfg.Route).Delay
+	return mergedSwitch(h.switches, h.state.share, h.cfg.Route).Delay
 }
 
 // spendMeter counts a route's estimated extra prompt tokens in the current

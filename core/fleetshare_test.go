@@ -99,7 +99,8 @@ func TestLeaseWant(t *testing.T) {
 }
 
 func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
-	h, err := New(config.Config{Route: "sw", Upstreams: []config.UpstreamConfig{{URL: "http://a"}}}, Options{})
+	process := NewSwitches()
+	h, err := New(config.Config{Route: "sw", Upstreams: []config.UpstreamConfig{{URL: "http://a"}}}, Options{Switches: process})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,8 +111,7 @@ func TestSwitchInForceMergesProcessAndFleet(t *testing.T) {
 	if s := h.SwitchInForce(); s.Delay != 300*time.Millisecond || s.Paused {
 		t.Errorf("fleet route delay 300ms, fleet all 1s: %v, want delay 300ms", s)
 	}
-	SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{Delay: 50 * time.Millisecond})
-	defer SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
+	process.Set(fleetstore.SwitchAllRoutes, fleetstore.Switch{Delay: 50 * time.Millisecond})
 	if s := h.SwitchInForce(); s.Delay != 50*time.Millisecond {
 		t.Errorf("process all 50ms over the fleet's: %v, want delay 50ms", s)
 	}

@@ -77,6 +77,7 @@ type fleetRoute struct {
 
 // routeConf is what the loop reads of a route's configuration.
 type routeConf struct {
+	switches   *Switches // the process's (Options.Switches)
 	budget     config.BudgetConfig
 	spendCap   int64
 	tenantCaps bool
@@ -85,7 +86,7 @@ type routeConf struct {
 }
 
 func newRouteConf(h *Hedger) *routeConf {
-	c := &routeConf{budget: h.cfg.Budget, spendCap: h.spendCap, tenantCaps: h.tenantCaps,
+	c := &routeConf{switches: h.switches, budget: h.cfg.Budget, spendCap: h.spendCap, tenantCaps: h.tenantCaps,
 		names: make([]string, len(h.cfg.Upstreams)), index: make(map[string]int, len(h.cfg.Upstreams))}
 	for i, u := range h.cfg.Upstreams {
 		c.names[i] = u.Name
@@ -805,7 +806,7 @@ func replicaRoute(f *Fleet, r *fleetRoute, now time.Time) fleetstore.ReplicaRout
 			out.Open = append(out.Open, conf.names[i])
 		}
 	}
-	out.Switch = mergedSwitch(r.share, r.name).String()
+	out.Switch = mergedSwitch(conf.switches, r.share, r.name).String()
 	spent, capped := spendSnapshot(r.spend, now)
 	out.SpendTokens = spent
 	out.SpendCapped = capped

@@ -34,6 +34,9 @@ type Options struct {
 	// Fleet shares keyed requests with the other replicas (see NewFleet);
 	// nil: this replica alone. Adapters pass one when Config.Fleet is set.
 	Fleet *Fleet
+	// Switches are the process's kill switches (its admin surface's); nil:
+	// none but the fleet's. One table per process, kept across reloads.
+	Switches *Switches
 	// Log receives the fields of the engine's rare log lines (the spend
 	// cap reached); nil: the Fleet's Log, if any. Optional.
 	Log func(fields []LogField)
@@ -90,7 +93,8 @@ type Hedger struct {
 	// planRoute). An ordered route skips the routing code altogether.
 	fastest bool
 	// fleet is opts.Fleet (nil: no fleet).
-	fleet *Fleet
+	fleet    *Fleet
+	switches *Switches // the process\'s kill switches (Options.Switches), nil for none
 	// spendCap is the route's hourly spend cap in tokens (0: none).
 	spendCap int64
 	// attachKey is fleetAttachKey (with a fleet).
@@ -158,7 +162,7 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 		keyHeader: http.CanonicalHeaderKey(cfg.Idempotency.Header), systemClock: systemClock,
 		methods: methods, rootBase: rootBase, plainBase: plainBase, tenantCaps: cfg.Budget.TenantTokensPerMinute > 0,
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
-		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), passedCredentials: passedCredentials(cfg.Upstreams), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, validation: newValidation(&cfg),
+		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), passedCredentials: passedCredentials(cfg.Upstreams), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, switches: opts.Switches, validation: newValidation(&cfg),
 		fastest: cfg.Primary == config.PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: cfg.Budget.SpendCapTokens()}
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)

@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -20,30 +19,6 @@ import (
 // host with an admin API: the Caddy module registers ServeSwitchAdmin on
 // Caddy's admin API, the Envoy server on its admin listener. Both serve
 // the same JSON, so an operator's script works against either.
-
-// UpdateProcessSwitch changes this process's own switch for route (not
-// merged with the one for every route) under one lock, and returns it
-// before and after.
-func UpdateProcessSwitch(route string, paused *bool, delay *time.Duration) (fleetstore.Switch, fleetstore.Switch) {
-	processSwitches.mu.Lock()
-	before := processSwitches.m[route]
-	after := fleetstore.ChangeSwitch(before, paused, delay)
-	storeProcessSwitchLocked(route, after)
-	processSwitches.mu.Unlock()
-	return before, after
-}
-
-// processSwitchEntries lists this process's switches, sorted by route.
-func processSwitchEntries() []fleetstore.SwitchEntry {
-	processSwitches.mu.Lock()
-	out := make([]fleetstore.SwitchEntry, 0, len(processSwitches.m))
-	for route, s := range processSwitches.m {
-		out = append(out, fleetstore.NewSwitchEntry(route, s))
-	}
-	processSwitches.mu.Unlock()
-	sort.Slice(out, func(i, j int) bool { return out[i].Route < out[j].Route })
-	return out
-}
 
 // switchAdminRequest is the body of a POST: {"route": "chat", "paused":
 // true, "delay": "250ms"|"auto"}. A field left out is left unchanged; no
@@ -98,8 +73,8 @@ func ParseSwitchAdminRequest(body []byte) (string, *bool, *time.Duration, error)
 	return route, req.Paused, delay, nil
 }
 
-// ServeSwitchAdmin serves the per-process switch: GET lists this
-// process's switches, POST changes one (body as ParseSwitchAdminRequest
+// ServeSwitchAdmin serves a process's switches t: GET lists them, POST
+// changes one (body as ParseSwitchAdminRequest
 // reads it) and answers with the route's switch before and after and the
 // list. Errors are {"error": "..."} with a 4xx status, as Caddy's admin API
 // answers its own.
@@ -111,14 +86,14 @@ func ParseSwitchAdminRequest(body []byte) (string, *bool, *time.Duration, error)
 // POST without asking the browser first, never an application/json one).
 // The Host is the host's to check: Caddy's admin API does (see
 // ServeSwitchAdminListener for a listener of one's own).
-func ServeSwitchAdmin(w http.ResponseWriter, r *http.Request) {
+func ServeSwitchAdmin(t *Switches, w http.ResponseWriter, r *http.Request) {
 	if msg := switchAdminForeignOrigin(r); msg != "" {
 		writeSwitchAdminError(w, http.StatusForbidden, msg)
 		return
 	}
 	switch r.Method {
 	case http.MethodGet, http.MethodHead:
-		writeSwitchAdmin(w, http.StatusOK, switchAdminList{Switches: processSwitchEntries()})
+		writeSwitchAdmin(w, http.StatusOK, switchAdminList{Switches: switchEntries(t)})
 	case http.MethodPost:
 		if msg := switchAdminNotJSON(r); msg != "" {
 			writeSwitchAdminError(w, http.StatusUnsupportedMediaType, msg)
@@ -138,9 +113,9 @@ func ServeSwitchAdmin(w http.ResponseWriter, r *http.Request) {
 			writeSwitchAdminError(w, http.StatusBadRequest, err.Error())
 			return
 		}
-		before, after := UpdateProcessSwitch(route, paused, delay)
+		before, after := t.Update(route, paused, delay)
 		writeSwitchAdmin(w, http.StatusOK, switchAdminChange{
-			Route: route, Before: fleetstore.DescribeSwitch(before), After: fleetstore.DescribeSwitch(after), Switches: processSwitchEntries(),
+			Route: route, Before: fleetstore.DescribeSwitch(before), After: fleetstore.DescribeSwitch(after), Switches: switchEntries(t),
 		})
 	default:
 		w.Header().Set("Allow", "GET, POST")
@@ -156,13 +131,13 @@ func ServeSwitchAdmin(w http.ResponseWriter, r *http.Request) {
 // page of a name its owner points at 127.0.0.1 (DNS rebinding) is of the
 // same origin as far as the browser knows, but sends its own name as Host.
 // setting names the configuration that lists allowedHosts, for the error.
-func ServeSwitchAdminListener(w http.ResponseWriter, r *http.Request, allowedHosts []string, setting string) {
+func ServeSwitchAdminListener(t *Switches, w http.ResponseWriter, r *http.Request, allowedHosts []string, setting string) {
 	if !switchAdminHostAllowed(r, allowedHosts) {
 		writeSwitchAdminError(w, http.StatusForbidden, "host "+strconv.Quote(r.Host)+
 			" not allowed: use a loopback address (127.0.0.1, [::1], localhost) or list the name in "+setting)
 		return
 	}
-	ServeSwitchAdmin(w, r)
+	ServeSwitchAdmin(t, w, r)
 }
 
 // switchAdminForeignOrigin returns why r's Origin is refused, "" when it

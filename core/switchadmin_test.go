@@ -15,17 +15,20 @@ import (
 	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
+// adminSwitches is the table the admin endpoint of these tests serves.
+var adminSwitches = NewSwitches()
+
 func serveSwitchAdmin(t *testing.T, method, body string) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
 	req := httptest.NewRequest(method, "/switch", strings.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
-	ServeSwitchAdmin(rec, req)
+	ServeSwitchAdmin(adminSwitches, rec, req)
 	return rec.Code, rec.Body.String()
 }
 
 func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
-	defer SetProcessSwitch("chat", fleetstore.Switch{})
+	defer adminSwitches.Set("chat", fleetstore.Switch{})
 	if code, body := serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","delay":"250ms"}`); code != 200 {
 		t.Fatalf("POST delay: status %d, want 200: %s", code, body)
 	}
@@ -40,31 +43,31 @@ func TestSwitchAdminPostChangesOnlyTheFieldsGiven(t *testing.T) {
 	if change.Before != "delay 250ms" || change.After != "paused, delay 250ms" {
 		t.Errorf("before, after = %q, %q, want \"delay 250ms\", \"paused, delay 250ms\"", change.Before, change.After)
 	}
-	if got := ProcessSwitch("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
-		t.Errorf("ProcessSwitch(chat) = paused %v delay %v, want paused with delay 250ms kept", got.Paused, got.Delay)
+	if got := adminSwitches.Get("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
+		t.Errorf("adminSwitches.Get(chat) = paused %v delay %v, want paused with delay 250ms kept", got.Paused, got.Delay)
 	}
 	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":false,"delay":"auto"}`)
-	if got := ProcessSwitches(); len(got) != 0 {
-		t.Errorf("ProcessSwitches() = %q after resume and auto, want none (a zero switch is removed)", got)
+	if got := adminSwitches.List(); len(got) != 0 {
+		t.Errorf("adminSwitches.List() = %q after resume and auto, want none (a zero switch is removed)", got)
 	}
 }
 
-// Requests skip the switch lookup while processSwitchCount is 0: a switch
+// Requests skip the switch lookup while the table's count is 0: a switch
 // set through the admin endpoint must count.
 func TestSwitchAdminPostIsSeenByRequests(t *testing.T) {
-	defer SetProcessSwitch("chat", fleetstore.Switch{})
+	defer adminSwitches.Set("chat", fleetstore.Switch{})
 	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":true}`)
-	if n := atomic.LoadInt64(&processSwitchCount); n != 1 {
-		t.Errorf("processSwitchCount = %d after a POST pause, want 1 (requests would not look the switch up)", n)
+	if n := atomic.LoadInt64(&adminSwitches.count); n != 1 {
+		t.Errorf("the switch count = %d after a POST pause, want 1 (requests would not look the switch up)", n)
 	}
 	serveSwitchAdmin(t, http.MethodPost, `{"route":"chat","paused":false}`)
-	if n := atomic.LoadInt64(&processSwitchCount); n != 0 {
-		t.Errorf("processSwitchCount = %d after a POST resume, want 0", n)
+	if n := atomic.LoadInt64(&adminSwitches.count); n != 0 {
+		t.Errorf("the switch count = %d after a POST resume, want 0", n)
 	}
 }
 
 func TestSwitchAdminGetListsAndNoRouteIsAll(t *testing.T) {
-	defer SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
+	defer adminSwitches.Set(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	serveSwitchAdmin(t, http.MethodPost, `{"paused":true}`)
 	code, body := serveSwitchAdmin(t, http.MethodGet, "")
 	if code != 200 {
@@ -95,8 +98,8 @@ func TestSwitchAdminRejectsBadRequests(t *testing.T) {
 			t.Errorf("%s %s: %d %s, want %d with an error saying %q", tc.method, tc.body, code, body, tc.code, tc.want)
 		}
 	}
-	if got := ProcessSwitches(); len(got) != 0 {
-		t.Errorf("ProcessSwitches() = %q after bad requests, want none", got)
+	if got := adminSwitches.List(); len(got) != 0 {
+		t.Errorf("adminSwitches.List() = %q after bad requests, want none", got)
 	}
 }
 
@@ -124,7 +127,7 @@ func (c adminCall) serve(t *testing.T, local string) (int, string) {
 	}
 	req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, net.Addr(addr)))
 	rec := httptest.NewRecorder()
-	ServeSwitchAdminListener(rec, req, []string{"admin.internal", "ops.example:8443"}, "admin.allowed_hosts")
+	ServeSwitchAdminListener(adminSwitches, rec, req, []string{"admin.internal", "ops.example:8443"}, "admin.allowed_hosts")
 	return rec.Code, rec.Body.String()
 }
 
@@ -135,7 +138,7 @@ const pauseChat = `{"route":"chat","paused":true}`
 // text/plain or form body (a cross-origin POST a browser sends without a
 // preflight).
 func TestSwitchAdminListenerRefusesWhatAPageCouldSend(t *testing.T) {
-	defer SetProcessSwitch("chat", fleetstore.Switch{})
+	defer adminSwitches.Set("chat", fleetstore.Switch{})
 	const local = "127.0.0.1:9902"
 	for _, tc := range []struct {
 		call adminCall
@@ -165,8 +168,8 @@ func TestSwitchAdminListenerRefusesWhatAPageCouldSend(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &e); err != nil || e.Error == "" {
 			t.Errorf("%s: body %q is not {\"error\": ...} (%v)", tc.call.name, body, err)
 		}
-		if got := ProcessSwitch("chat"); got.Paused {
-			t.Fatalf("%s: ProcessSwitch(chat) = %s after a refused request, want it unchanged (on)", tc.call.name, got)
+		if got := adminSwitches.Get("chat"); got.Paused {
+			t.Fatalf("%s: adminSwitches.Get(chat) = %s after a refused request, want it unchanged (on)", tc.call.name, got)
 		}
 	}
 }
@@ -175,7 +178,7 @@ func TestSwitchAdminListenerRefusesWhatAPageCouldSend(t *testing.T) {
 // Host by any name, the listener's own address, a configured host, the
 // endpoint's own origin.
 func TestSwitchAdminListenerAllowsLocalCallers(t *testing.T) {
-	defer SetProcessSwitch("chat", fleetstore.Switch{})
+	defer adminSwitches.Set("chat", fleetstore.Switch{})
 	for _, tc := range []struct {
 		local string
 		call  adminCall
@@ -196,8 +199,8 @@ func TestSwitchAdminListenerAllowsLocalCallers(t *testing.T) {
 			if code != 200 {
 				t.Errorf("%s (paused %v): %d %s, want 200", c.name, paused, code, strings.TrimSpace(body))
 			}
-			if got := ProcessSwitch("chat"); got.Paused != paused {
-				t.Errorf("%s: ProcessSwitch(chat) = %s after a POST of paused %v, want paused %v", c.name, got, paused, paused)
+			if got := adminSwitches.Get("chat"); got.Paused != paused {
+				t.Errorf("%s: adminSwitches.Get(chat) = %s after a POST of paused %v, want paused %v", c.name, got, paused, paused)
 			}
 		}
 	}
@@ -210,7 +213,7 @@ func TestSwitchAdminListenerAllowsLocalCallers(t *testing.T) {
 // Caddy's admin API checks the Host itself; ServeSwitchAdmin still
 // refuses a foreign Origin and a body not declared JSON.
 func TestSwitchAdminRefusesForeignOriginAndPlainText(t *testing.T) {
-	defer SetProcessSwitch("chat", fleetstore.Switch{})
+	defer adminSwitches.Set("chat", fleetstore.Switch{})
 	for _, tc := range []struct {
 		origin, contentType string
 		code                int
@@ -225,12 +228,12 @@ func TestSwitchAdminRefusesForeignOriginAndPlainText(t *testing.T) {
 		}
 		req.Header.Set("Content-Type", tc.contentType)
 		rec := httptest.NewRecorder()
-		ServeSwitchAdmin(rec, req)
+		ServeSwitchAdmin(adminSwitches, rec, req)
 		if rec.Code != tc.code {
 			t.Errorf("Origin %q, Content-Type %q: %d %s, want %d", tc.origin, tc.contentType, rec.Code, strings.TrimSpace(rec.Body.String()), tc.code)
 		}
-		if got, want := ProcessSwitch("chat").Paused, tc.code == 200; got != want {
-			t.Errorf("Origin %q, Content-Type %q: ProcessSwitch(chat).Paused = %v, want %v", tc.origin, tc.contentType, got, want)
+		if got, want := adminSwitches.Get("chat").Paused, tc.code == 200; got != want {
+			t.Errorf("Origin %q, Content-Type %q: adminSwitches.Get(chat).Paused = %v, want %v", tc.origin, tc.contentType, got, want)
 		}
 	}
 }

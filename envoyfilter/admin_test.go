@@ -12,13 +12,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/fleetstore"
-
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/envoyfilter"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -29,8 +26,6 @@ import (
 // lists it, a reload (SIGHUP) keeps it, and no hedge starts while it pauses
 // the route.
 func TestAdminListenerSwitchSurvivesReload(t *testing.T) {
-	defer core.SetProcessSwitch("chat", fleetstore.Switch{})
-	defer core.SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
 	wl := llmsim.Reference(1, testScale)
 	wl.StallProb = noStalls
 	a, b := llmsim.Start("A", wl), llmsim.Start("B", wl)
@@ -95,8 +90,8 @@ routes:
 	if got := switchadmin.Listed(t, endpoint); got != want {
 		t.Errorf("GET /switch = %q, want %q", got, want)
 	}
-	if got := core.ProcessSwitch("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
-		t.Errorf("core.ProcessSwitch(chat) = %s, want paused with the delay 250ms of every route", got)
+	if got := app.Server.Switches().Get("chat"); !got.Paused || got.Delay != 250*time.Millisecond {
+		t.Errorf("Switches().Get(chat) = %s, want paused with the delay 250ms of every route", got)
 	}
 
 	wantFrom("paused", "A")
@@ -138,7 +133,6 @@ func adminRequest(t *testing.T, addr, method, host, origin, contentType, body st
 // a loopback Host) and a host listed in admin.allowed_hosts pass, and a
 // reload changes the list.
 func TestAdminListenerRefusesWebPages(t *testing.T) {
-	defer core.SetProcessSwitch("chat", fleetstore.Switch{})
 	path := filepath.Join(t.TempDir(), "extproc.yaml")
 	config := func(hosts string) []byte {
 		return []byte(`
@@ -173,8 +167,8 @@ routes:
 		if code != tc.code || !strings.Contains(body, tc.want) || !strings.HasPrefix(body, `{"error":`) {
 			t.Errorf("%s: %d %s, want %d and {\"error\": ...} saying %s", tc.name, code, body, tc.code, tc.want)
 		}
-		if got := core.ProcessSwitch("chat"); got.Paused {
-			t.Fatalf("%s: core.ProcessSwitch(chat) = %s after a refused POST, want it unchanged (on)", tc.name, got)
+		if got := app.Server.Switches().Get("chat"); got.Paused {
+			t.Fatalf("%s: Switches().Get(chat) = %s after a refused POST, want it unchanged (on)", tc.name, got)
 		}
 	}
 	if code, body := adminRequest(t, addr, http.MethodGet, "rebind.evil.example:"+port, "", "", ""); code != http.StatusForbidden {
@@ -187,8 +181,8 @@ routes:
 			if code, answer := adminRequest(t, addr, http.MethodPost, host, "", "application/json", body); code != http.StatusOK {
 				t.Errorf("%s: %d %s, want 200", name, code, answer)
 			}
-			if got := core.ProcessSwitch("chat"); got.Paused != paused {
-				t.Errorf("%s: core.ProcessSwitch(chat) = %s after a POST of paused %v, want paused %v", name, got, paused, paused)
+			if got := app.Server.Switches().Get("chat"); got.Paused != paused {
+				t.Errorf("%s: Switches().Get(chat) = %s after a POST of paused %v, want paused %v", name, got, paused, paused)
 			}
 		}
 	}
@@ -203,8 +197,8 @@ routes:
 	if code, body := adminRequest(t, addr, http.MethodPost, "llmhedge-admin.internal:"+port, "", "application/json", pause); code != http.StatusForbidden {
 		t.Errorf("a host the reload removed from admin.allowed_hosts: %d %s, want 403", code, body)
 	}
-	if got := core.ProcessSwitch("chat"); got.Paused {
-		t.Errorf("core.ProcessSwitch(chat) = %s after a refused POST, want it unchanged (on)", got)
+	if got := app.Server.Switches().Get("chat"); got.Paused {
+		t.Errorf("Switches().Get(chat) = %s after a refused POST, want it unchanged (on)", got)
 	}
 	allowed("a host the reload added", "ops.example:"+port)
 }

@@ -115,7 +115,7 @@ func NewApp(configPath string, cfg *FileConfig, log *zap.Logger, level zap.Atomi
 		// admin endpoint. Nothing else guards this listener: the Host
 		// check too (the allowed hosts of the configuration in force).
 		mux.HandleFunc("/switch", func(w http.ResponseWriter, r *http.Request) {
-			core.ServeSwitchAdminListener(w, r, a.cfg.Load().Admin.AllowedHosts, "admin.allowed_hosts")
+			core.ServeSwitchAdminListener(a.Server.switches, w, r, a.cfg.Load().Admin.AllowedHosts, "admin.allowed_hosts")
 		})
 		a.adminHTTP = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	}

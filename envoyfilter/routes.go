@@ -76,7 +76,7 @@ func (t *routeTable) match(head *requestHead) *route {
 // shape are unchanged from prev keeps its core.State (TTFT estimators,
 // budgets, breakers, idempotency table), so a reload neither forgets the
 // learned delay nor refills the hedge budget.
-func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripper, clock core.Clock,
+func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripper, clock core.Clock, switches *core.Switches,
 	observer core.Observer, fleetFor func(config.FleetConfig) (*core.Fleet, error)) (*routeTable, error) {
 	t := &routeTable{states: make(map[string]*core.State)}
 	for _, rc := range cfgs {
@@ -93,7 +93,7 @@ func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripp
 		if err != nil {
 			return nil, fmt.Errorf("route %s: fleet: %w", rc.Name, err)
 		}
-		h, err := core.New(cc, core.Options{Transport: transport, Clock: clock, Observer: observer, State: state, Fleet: fleet})
+		h, err := core.New(cc, core.Options{Transport: transport, Clock: clock, Observer: observer, State: state, Fleet: fleet, Switches: switches})
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", rc.Name, err)
 		}

@@ -22,7 +22,10 @@ type Server struct {
 	log     *zap.Logger
 	metrics *Metrics
 	clock   core.Clock
-	extra   core.Observer
+	// switches are the server's kill switches, served on its admin
+	// listener; they outlive reloads.
+	switches *core.Switches
+	extra    core.Observer
 
 	reloadMu sync.Mutex // serializes Reload; guards the transport fields
 	// transport sends upstream attempts. When the server built it
@@ -68,7 +71,8 @@ type Options struct {
 // NewServer builds a Server for cfg (as returned by LoadConfig or
 // ParseConfig: defaults applied, validated).
 func NewServer(cfg *FileConfig, opts Options) (*Server, error) {
-	s := &Server{log: opts.Logger, metrics: opts.Metrics, transport: opts.Transport, clock: opts.Clock, extra: opts.Observer}
+	s := &Server{log: opts.Logger, metrics: opts.Metrics, transport: opts.Transport, clock: opts.Clock, extra: opts.Observer,
+		switches: core.NewSwitches()}
 	if s.log == nil {
 		s.log = zap.NewNop()
 	}
@@ -84,6 +88,9 @@ func NewServer(cfg *FileConfig, opts Options) (*Server, error) {
 
 // Metrics returns the server's metrics.
 func (s *Server) Metrics() *Metrics { return s.metrics }
+
+// Switches are the server's kill switches (its admin listener's /switch).
+func (s *Server) Switches() *core.Switches { return s.switches }
 
 // Reload switches to cfg. New streams use it at once; streams in flight
 // finish with the configuration they started with. Routes whose name and
@@ -134,7 +141,7 @@ func (s *Server) apply(cfg *FileConfig) error {
 		}
 	}
 	fleets := &fleetPicker{s: s, used: map[string]*serverFleet{}}
-	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, core.ObserverFunc(s.observe), fleets.fleet)
+	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, s.switches, core.ObserverFunc(s.observe), fleets.fleet)
 	if err != nil {
 		fleets.abort()
 		if fresh != nil {

@@ -202,13 +202,14 @@ func stall(w http.ResponseWriter, r *http.Request) bool {
 
 // member is one replica of a fleet2 rig.
 type member struct {
-	hedger  *core.Hedger
-	fleet   *core.Fleet
-	client  fleetstore.RedisClient
-	errs    *errorsSeen // what the fleet's Redis client answered with errors
-	sink    *fleetSink
-	reports *reportLog
-	logs    *lineLog
+	hedger   *core.Hedger
+	fleet    *core.Fleet
+	switches *core.Switches // the process's kill switches
+	client   fleetstore.RedisClient
+	errs     *errorsSeen // what the fleet's Redis client answered with errors
+	sink     *fleetSink
+	reports  *reportLog
+	logs     *lineLog
 }
 
 // errorsSeen is a RedisClient that keeps the text of every error its
@@ -359,7 +360,8 @@ func newMemberClocks(t *testing.T, cfg config.Config, clock, hedgerClock core.Cl
 	if hedgerClock == nil {
 		hedgerClock = hedgeAtOnce{}
 	}
-	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log, Clock: hedgerClock}
+	m.switches = core.NewSwitches()
+	opts := core.Options{Observer: m.reports, State: state, Log: m.logs.log, Clock: hedgerClock, Switches: m.switches}
 	if cfg.Fleet.URL != "" {
 		client, err := fleetredis.New(cfg.Fleet)
 		if err != nil {
@@ -793,13 +795,12 @@ func TestFleetSwitchAllRoutesDelayAndProcess(t *testing.T) {
 	noFleet.Fleet = config.FleetConfig{}
 	noFleet.Delay = config.DelayConfig{Fixed: config.Duration(2 * time.Millisecond)}
 	local := newMember(t, noFleet, nil, nil)
-	core.SetProcessSwitch("fleet", fleetstore.Switch{Paused: true})
-	t.Cleanup(func() { core.SetProcessSwitch("fleet", fleetstore.Switch{}) })
+	local.switches.Set("fleet", fleetstore.Switch{Paused: true})
 	local.do(t, nil)
 	if h, d := local.reports.snapshot(); h != 0 || d[core.DenyPaused] != 1 {
 		t.Errorf("process pause without a fleet: hedges %d, paused denials %d, want 0 and 1", h, d[core.DenyPaused])
 	}
-	core.SetProcessSwitch("fleet", fleetstore.Switch{})
+	local.switches.Set("fleet", fleetstore.Switch{})
 	local.do(t, nil)
 	if h, _ := local.reports.snapshot(); h != 1 {
 		t.Errorf("process switch removed: hedges %d, want 1", h)

@@ -33,19 +33,20 @@ func TestSwitchWireRoundTrip(t *testing.T) {
 }
 
 func TestProcessSwitchMergesRouteAndAll(t *testing.T) {
-	SetProcessSwitch("r1", fleetstore.Switch{Delay: 50 * time.Millisecond})
-	SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{Paused: true})
-	defer SetProcessSwitch("r1", fleetstore.Switch{})
-	defer SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
-	if got := ProcessSwitch("r1"); !got.Paused || got.Delay != 50*time.Millisecond {
-		t.Errorf("ProcessSwitch(r1) = %s, want paused with delay 50ms", got)
+	testSwitches := NewSwitches()
+	testSwitches.Set("r1", fleetstore.Switch{Delay: 50 * time.Millisecond})
+	testSwitches.Set(fleetstore.SwitchAllRoutes, fleetstore.Switch{Paused: true})
+	defer testSwitches.Set("r1", fleetstore.Switch{})
+	defer testSwitches.Set(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
+	if got := testSwitches.Get("r1"); !got.Paused || got.Delay != 50*time.Millisecond {
+		t.Errorf("testSwitches.Get(r1) = %s, want paused with delay 50ms", got)
 	}
-	if got := ProcessSwitch("r2"); got.String() != "paused" {
-		t.Errorf("ProcessSwitch(r2) = %s, want paused", got)
+	if got := testSwitches.Get("r2"); got.String() != "paused" {
+		t.Errorf("testSwitches.Get(r2) = %s, want paused", got)
 	}
-	SetProcessSwitch(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
-	if n := len(ProcessSwitches()); n != 1 {
-		t.Errorf("len(ProcessSwitches()) = %d after clearing *, want 1", n)
+	testSwitches.Set(fleetstore.SwitchAllRoutes, fleetstore.Switch{})
+	if n := len(testSwitches.List()); n != 1 {
+		t.Errorf("len(testSwitches.List()) = %d after clearing *, want 1", n)
 	}
 }
 
