@@ -166,7 +166,7 @@ func lostRace(h *Hedger, a *attempt, resp *http.Response) eventKind {
 }
 
 // cutMidLine: an SSE answer that ended inside a line is broken, not an
-// empty answer (see complete.go), unless its end marker is there.
+// empty answer (see core/stream, complete.go), unless its end marker is there.
 func cutMidLine(a *attempt) bool {
 	return a.sse && stream.EndsMidLine(a.prefix) && !stream.Finished(a.prefix)
 }

@@ -128,7 +128,7 @@ func fleetStateChanged(f *Fleet, up bool, err error) {
 	}
 	fields := []LogField{stringField("fleet", f.name), stringField("state", state)}
 	if err != nil {
-		// Client errors name the address at most; redactURLsIn removes a
+		// Client errors name the address at most; redact.URLsIn removes a
 		// URL's userinfo should one quote it.
 		fields = append(fields, stringField("error", redact.URLsIn(err.Error())))
 	}

@@ -18,7 +18,7 @@ import (
 // made it the local leader (so each replica sends one claim per identity
 // at a time; its local twins follow it in process):
 //
-//   - claim (claimScript): a stored answer is replayed (or 422 on another
+//   - claim (fleetstore.Claim): a stored answer is replayed (or 422 on another
 //     fingerprint); else SET lease NX PX makes this request the leader;
 //     else it follows the holder of the lease (or 422).
 //   - the leader runs the race and appends to its generation's stream:
@@ -359,7 +359,7 @@ type fleetLeader struct {
 	fp         string
 	maxBytes   int
 	ttl        time.Duration
-	// store: the keys and budgets of storeBudgetScript for this answer.
+	// store: the keys and budgets of fleetstore.AdmitStored for this answer.
 	storeKeys                 []string
 	identity                  string
 	routeBudget, callerBudget int64
@@ -566,7 +566,7 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 // surely holds (a renewal that failed still counts while the lease cannot
 // have run out). The end of the answer waits for it and, when the stream
 // has the whole answer so far, seals the generation with it (see
-// renewScript): no other generation may start while this leader appends
+// fleetstore.Renew): no other generation may start while this leader appends
 // its last bytes and its end, however late (within the seal's time).
 func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()

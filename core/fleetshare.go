@@ -35,8 +35,8 @@ func newRouteShare() *routeShare {
 // force while Redis is away, and across reloads with the State.
 type switchState struct {
 	mu    sync.Mutex
-	route fleetstore.Switch // FleetSwitchKey(prefix, route)
-	all   fleetstore.Switch // FleetSwitchKey(prefix, "*")
+	route fleetstore.Switch // fleetstore.SwitchKey(prefix, route)
+	all   fleetstore.Switch // fleetstore.SwitchKey(prefix, "*")
 	set   int32             // atomic: 1 when route or all changes anything
 }
 

@@ -19,13 +19,13 @@ import (
 // the bucket's lock they take anyway); a per-Fleet loop, every
 // fleet.sync_interval, reads the switch of every route (a GET: on a Redis
 // Cluster its key is a slot of its own) and settles each attached route
-// with one script (syncScript) on its route's keys: it reports the
+// with one script (fleetstore.Sync) on its route's keys: it reports the
 // requests counted since the last sync, leases a batch of hedge tokens
 // sized to the demand, reserves spend against the hour's cap, flushes the
 // spend and tenant counters (into Redis' hour and minute) and reads the
 // route's health and switch. Health
 // events this replica sees are published at once, in the background. Once
-// per FleetHeartbeatInterval the loop writes the replica's heartbeat and
+// per fleetstore.HeartbeatInterval the loop writes the replica's heartbeat and
 // counts the live replicas (for each one's share of the hedge cap).
 //
 // The loop starts with the first request of a route (the route attaches
@@ -41,7 +41,7 @@ const fleetMaxLease float64 = 64
 
 // fleetRouteIdle: a route without requests for this long is idle. An idle
 // route stays attached, reported in the heartbeat and synced with it (once
-// per FleetHeartbeatInterval, not every sync_interval), so that
+// per fleetstore.HeartbeatInterval, not every sync_interval), so that
 // llmhedge-ctl status lists it and it takes the kill switch before its next
 // request; an idle route that another State of the same name superseded (a
 // reload that changed the route's shape) detaches (its next request

@@ -89,7 +89,7 @@ type MetricsConfig struct {
 }
 
 // AdminConfig configures the HTTP admin listener: GET /switch lists this
-// process's kill switches, POST /switch changes one (core/FLEET.md's
+// process's kill switches, POST /switch changes one (core/fleetstore/README.md's
 // "Kill switch and llmhedge-ctl"). It has no authentication: keep it on
 // loopback. It refuses what a web page could send (a foreign Origin, a
 // Host other than a loopback name, the listener's address or

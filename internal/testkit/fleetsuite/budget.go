@@ -9,7 +9,7 @@ import (
 )
 
 // BudgetLeaseBound is the leasing term of the fleet budget's documented
-// bound per replica (core/FLEET.md, "Fleet-wide budgets"): hedges ≤ ratio ×
+// bound per replica (core/fleetstore/README.md, "Fleet-wide budgets"): hedges ≤ ratio ×
 // requests + burst + replicas × 64, the last term only when the fleet's
 // bucket starts over while replicas hold leases. The bucket lives through
 // this test (every replica syncs it every 250ms), so the bound the test
