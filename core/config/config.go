@@ -415,27 +415,7 @@ func (c Config) WithDefaults() Config {
 	if c.Primary == "" {
 		c.Primary = PrimaryOrdered
 	}
-	if c.Delay.Mode == "" {
-		c.Delay.Mode = DelayFixed
-	}
-	if c.Delay.Fixed == 0 {
-		c.Delay.Fixed = Duration(time.Second)
-	}
-	if c.Delay.Quantile == 0 {
-		c.Delay.Quantile = 0.95
-	}
-	if c.Delay.Min == 0 {
-		c.Delay.Min = Duration(50 * time.Millisecond)
-	}
-	if c.Delay.Max == 0 {
-		c.Delay.Max = Duration(10 * time.Second)
-	}
-	if c.Delay.Window == 0 {
-		c.Delay.Window = 1000
-	}
-	if c.Delay.MinSamples == 0 {
-		c.Delay.MinSamples = 50
-	}
+	delayDefaults(&c.Delay)
 	if c.MaxAttempts == 0 {
 		c.MaxAttempts = 2
 	}
@@ -460,37 +440,73 @@ func (c Config) WithDefaults() Config {
 	if c.EarlyHeaders == 0 {
 		c.EarlyHeaders = Duration(DefaultEarlyHeaders)
 	}
-	if c.Idempotency.Header == "" {
-		c.Idempotency.Header = "Idempotency-Key"
-	}
-	if c.Idempotency.TTL == 0 {
-		c.Idempotency.TTL = Duration(10 * time.Minute)
-	}
-	if c.Idempotency.MaxEntries == 0 {
-		c.Idempotency.MaxEntries = 10000
-	}
-	if c.Idempotency.MaxBytes == 0 {
-		c.Idempotency.MaxBytes = 64 << 20
-	}
-	if c.Idempotency.MaxBytesPerCaller == 0 {
-		c.Idempotency.MaxBytesPerCaller = c.Idempotency.MaxBytes / 4
-	}
-	if c.Idempotency.MaxResponseBytes == 0 {
-		c.Idempotency.MaxResponseBytes = 1 << 20
-	}
-	if len(c.Idempotency.ScopeHeaders) == 0 {
-		scope := append([]string(nil), redact.CredentialHeaders...)
-		if c.Budget.TenantHeader != "" {
-			scope = append(scope, c.Budget.TenantHeader)
-		}
-		c.Idempotency.ScopeHeaders = scope
-	} else {
-		c.Idempotency.ScopeHeaders = append([]string(nil), c.Idempotency.ScopeHeaders...)
-	}
+	idempotencyDefaults(&c.Idempotency, c.Budget.TenantHeader)
 	if c.Fleet.Enabled() {
 		c.Fleet = c.Fleet.WithDefaults()
 	}
-	b := &c.Budget
+	budgetDefaults(&c.Budget)
+	return c
+}
+
+// delayDefaults sets every zero field of d to its default.
+func delayDefaults(d *DelayConfig) {
+	if d.Mode == "" {
+		d.Mode = DelayFixed
+	}
+	if d.Fixed == 0 {
+		d.Fixed = Duration(time.Second)
+	}
+	if d.Quantile == 0 {
+		d.Quantile = 0.95
+	}
+	if d.Min == 0 {
+		d.Min = Duration(50 * time.Millisecond)
+	}
+	if d.Max == 0 {
+		d.Max = Duration(10 * time.Second)
+	}
+	if d.Window == 0 {
+		d.Window = 1000
+	}
+	if d.MinSamples == 0 {
+		d.MinSamples = 50
+	}
+}
+
+// idempotencyDefaults sets every zero field of c to its default; the
+// tenant header (when set) joins the default scope.
+func idempotencyDefaults(c *IdempotencyConfig, tenantHeader string) {
+	if c.Header == "" {
+		c.Header = "Idempotency-Key"
+	}
+	if c.TTL == 0 {
+		c.TTL = Duration(10 * time.Minute)
+	}
+	if c.MaxEntries == 0 {
+		c.MaxEntries = 10000
+	}
+	if c.MaxBytes == 0 {
+		c.MaxBytes = 64 << 20
+	}
+	if c.MaxBytesPerCaller == 0 {
+		c.MaxBytesPerCaller = c.MaxBytes / 4
+	}
+	if c.MaxResponseBytes == 0 {
+		c.MaxResponseBytes = 1 << 20
+	}
+	if len(c.ScopeHeaders) == 0 {
+		scope := append([]string(nil), redact.CredentialHeaders...)
+		if tenantHeader != "" {
+			scope = append(scope, tenantHeader)
+		}
+		c.ScopeHeaders = scope
+	} else {
+		c.ScopeHeaders = append([]string(nil), c.ScopeHeaders...)
+	}
+}
+
+// budgetDefaults sets every zero field of b to its default.
+func budgetDefaults(b *BudgetConfig) {
 	if b.Ratio == 0 {
 		b.Ratio = 0.1
 	}
@@ -521,7 +537,6 @@ func (c Config) WithDefaults() Config {
 	if b.BreakerOpen == 0 {
 		b.BreakerOpen = Duration(10 * time.Second)
 	}
-	return c
 }
 
 // DefaultUpstreamName is the name of upstream i when none is configured:
@@ -560,25 +575,7 @@ func (c Config) Validate() error {
 		}
 	}
 	validateRouting(bad, &c)
-	d := c.Delay
-	if d.Mode != DelayFixed && d.Mode != DelayAdaptive {
-		bad("delay mode %q: want fixed or adaptive", d.Mode)
-	}
-	if d.Fixed < 0 {
-		bad("delay %v must not be negative", d.Fixed)
-	}
-	if d.Quantile <= 0 || d.Quantile >= 1 {
-		bad("delay quantile %v must be between 0 and 1", d.Quantile)
-	}
-	if d.Min < 0 || d.Max < d.Min {
-		bad("delay min %v and max %v: want 0 <= min <= max", d.Min, d.Max)
-	}
-	if d.Window < 1 || d.Window > 100000 {
-		bad("delay window %d: want 1..100000 samples", d.Window)
-	}
-	if d.MinSamples < 1 || d.MinSamples > d.Window {
-		bad("delay min_samples %d: want 1..window (%d)", d.MinSamples, d.Window)
-	}
+	validateDelay(bad, &c.Delay)
 	if c.MaxAttempts < 1 || c.MaxAttempts > 10 {
 		bad("max_attempts %d: want 1..10", c.MaxAttempts)
 	}
@@ -603,18 +600,55 @@ func (c Config) Validate() error {
 	default:
 		bad("first_event %q: want auto, openai-chat, openai-responses, anthropic or any", c.FirstEvent)
 	}
-	if !validHeaderName(c.Idempotency.Header) {
-		bad("idempotency header %q is not a valid token", c.Idempotency.Header)
+	validateIdempotency(bad, &c.Idempotency)
+	validateBudget(bad, &c.Budget)
+	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
+		bad("report header %q is not a valid token", c.ReportHeader)
 	}
-	if c.Idempotency.MaxEntries < 1 || c.Idempotency.MaxBytes < 1 || c.Idempotency.MaxResponseBytes < 1 || c.Idempotency.MaxBytesPerCaller < 1 {
+	validateValidity(&c, bad)
+	validateFleet(bad, c.Fleet)
+	return errors.Join(errs...)
+}
+
+// validateDelay adds the problems of d (defaults applied) to bad.
+func validateDelay(bad func(string, ...interface{}), d *DelayConfig) {
+	if d.Mode != DelayFixed && d.Mode != DelayAdaptive {
+		bad("delay mode %q: want fixed or adaptive", d.Mode)
+	}
+	if d.Fixed < 0 {
+		bad("delay %v must not be negative", d.Fixed)
+	}
+	if d.Quantile <= 0 || d.Quantile >= 1 {
+		bad("delay quantile %v must be between 0 and 1", d.Quantile)
+	}
+	if d.Min < 0 || d.Max < d.Min {
+		bad("delay min %v and max %v: want 0 <= min <= max", d.Min, d.Max)
+	}
+	if d.Window < 1 || d.Window > 100000 {
+		bad("delay window %d: want 1..100000 samples", d.Window)
+	}
+	if d.MinSamples < 1 || d.MinSamples > d.Window {
+		bad("delay min_samples %d: want 1..window (%d)", d.MinSamples, d.Window)
+	}
+}
+
+// validateIdempotency adds the problems of c (defaults applied) to bad.
+func validateIdempotency(bad func(string, ...interface{}), c *IdempotencyConfig) {
+	if !validHeaderName(c.Header) {
+		bad("idempotency header %q is not a valid token", c.Header)
+	}
+	if c.MaxEntries < 1 || c.MaxBytes < 1 || c.MaxResponseBytes < 1 || c.MaxBytesPerCaller < 1 {
 		bad("idempotency max_entries, max_bytes and max_response_bytes must be positive")
 	}
-	for _, name := range c.Idempotency.ScopeHeaders {
+	for _, name := range c.ScopeHeaders {
 		if !validHeaderName(name) {
 			bad("idempotency scope header %q is not a valid token", name)
 		}
 	}
-	b := c.Budget
+}
+
+// validateBudget adds the problems of b (defaults applied) to bad.
+func validateBudget(bad func(string, ...interface{}), b *BudgetConfig) {
 	if b.Ratio > 1 {
 		bad("budget ratio %v must be at most 1", b.Ratio)
 	}
@@ -645,12 +679,6 @@ func (c Config) Validate() error {
 	if b.SpendCapUSDPerHour > 0 && b.PromptUSDPerMillion == 0 {
 		bad("budget spend_cap_usd_per_hour needs prompt_usd_per_million (the price of a million prompt tokens)")
 	}
-	if c.ReportHeader != "" && !validHeaderName(c.ReportHeader) {
-		bad("report header %q is not a valid token", c.ReportHeader)
-	}
-	validateValidity(&c, bad)
-	validateFleet(bad, c.Fleet)
-	return errors.Join(errs...)
 }
 
 // validateUpstreamURL checks upstream i's URL. Its messages quote the URL
