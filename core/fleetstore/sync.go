@@ -122,14 +122,16 @@ func Sync(c *Conn, prefix, route string, rep *SyncReport) (SyncResult, error) {
 	res.Switch = decodeSwitchOrZero(v.Array[2].Str)
 	res.Health = healthEvents(v.Array[3].Array)
 	if s := v.Array[4].Array; len(s) == 5 {
-		res.Spend = SpendResult{OK: true, Hour: s[0].Int, Left: time.Duration(s[1].Int) * time.Millisecond,
+		spend := SpendResult{OK: true, Hour: s[0].Int, Left: time.Duration(s[1].Int) * time.Millisecond,
 			Granted: s[2].Int, Reserved: s[3].Int, Spent: s[4].Int}
+		res.Spend = spend
 	}
 	for _, t := range v.Array[5].Array {
 		res.TenantTotals = append(res.TenantTotals, t.Int)
 	}
 	if mt := v.Array[6].Array; len(mt) == 2 {
-		res.TenantMinute = MinuteResult{OK: true, Minute: mt[0].Int, Left: time.Duration(mt[1].Int) * time.Millisecond}
+		minute := MinuteResult{OK: true, Minute: mt[0].Int, Left: time.Duration(mt[1].Int) * time.Millisecond}
+		res.TenantMinute = minute
 	}
 	return res, nil
 }
