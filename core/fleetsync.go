@@ -122,8 +122,6 @@ type fleetSync struct {
 	publishing  bool
 	publishers  sync.WaitGroup
 	idle        chan struct{} // closed when the running publisher ends
-	// onSync, when set (tests), is called after each tick's sync.
-	onSync func()
 }
 
 // maxPendingPublish bounds the health keys waiting to be published.
@@ -270,7 +268,6 @@ func fleetTick(f *Fleet) {
 	fs.mu.Unlock()
 	fleetRound(f, idle)
 	fs.mu.Lock()
-	hook := fs.onSync
 	if fs.closed {
 		fs.running = false
 	} else {
@@ -278,9 +275,6 @@ func fleetTick(f *Fleet) {
 	}
 	fs.mu.Unlock()
 	fs.ticks.Done()
-	if hook != nil {
-		hook()
-	}
 }
 
 // fleetRound is one round of the loop: the health events this replica saw
@@ -296,24 +290,6 @@ func fleetRound(f *Fleet, idle chan struct{}) {
 	fleetPublishPending(f)
 	fleetRepublish(f)
 	fleetSyncAll(f)
-}
-
-// SyncNow runs one round of the sync loop at once, as a tick of the
-// loop would (the heartbeat too when fleetstore.HeartbeatInterval has
-// passed on the Fleet's clock). It returns when the round is done.
-func (f *Fleet) SyncNow() {
-	fs := f.sync
-	fs.mu.Lock()
-	idle := fs.idle
-	fs.mu.Unlock()
-	fleetRound(f, idle)
-}
-
-// SetSyncHook makes the loop call hook after each of its rounds (nil: none).
-func (f *Fleet) SetSyncHook(hook func()) {
-	f.sync.mu.Lock()
-	f.sync.onSync = hook
-	f.sync.mu.Unlock()
 }
 
 // Close stops the fleet's sync loop and its publisher and waits for them,

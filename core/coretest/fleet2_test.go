@@ -26,10 +26,10 @@ import (
 
 // Fleet mode part 2 against a real redis-server: the hedge budget, the
 // caps, upstream health and the kill switch hold for the fleet. Each
-// replica is a Hedger with its own State, Fleet and Redis client. The
-// fleets run on a manualClock whose timers never fire, so the tests run
-// each replica's sync loop round by hand (Fleet.SyncNow) where a real one
-// would tick every sync_interval.
+// replica is a Hedger with its own State, Fleet and Redis client. Each
+// fleet runs on a loopClock of its own (over a steppedClock whose timers
+// never fire), so the tests run each replica's sync loop round by hand
+// (member.loop.round) where a real one would tick every sync_interval.
 
 // steppedClock is the real time plus what the test advanced it by, with
 // timers that never fire.
@@ -204,6 +204,7 @@ func stall(w http.ResponseWriter, r *http.Request) bool {
 type member struct {
 	hedger   *core.Hedger
 	fleet    *core.Fleet
+	loop     *loopClock     // the fleet's clock: round runs its sync loop (nil: no fleet, or the real loop)
 	switches *core.Switches // the process's kill switches
 	client   fleetstore.RedisClient
 	errs     *errorsSeen // what the fleet's Redis client answered with errors
@@ -343,7 +344,9 @@ func fleet2Config(redisURL string, ups *twoUpstreams) config.Config {
 }
 
 // newMember makes a replica for cfg (cfg.Fleet.URL empty: no fleet) on
-// clock (nil: a steppedClock of its own).
+// clock (nil: a steppedClock of its own). The fleet's clock is a loopClock
+// over clock (m.loop), but for core.SystemClock: then the fleet's loop
+// runs by itself (m.loop nil).
 func newMember(t *testing.T, cfg config.Config, clock core.Clock, state *core.State) *member {
 	t.Helper()
 	return newMemberClocks(t, cfg, clock, nil, state)
@@ -370,7 +373,12 @@ func newMemberClocks(t *testing.T, cfg config.Config, clock, hedgerClock core.Cl
 		t.Cleanup(func() { client.Close() })
 		m.errs = &errorsSeen{inner: client}
 		m.client = m.errs
-		m.fleet = core.NewFleet(m.client, cfg.Fleet, core.FleetOptions{Clock: clock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
+		fleetClock := clock
+		if _, real := clock.(core.SystemClock); !real {
+			m.loop = newLoopClock(clock, cfg.Fleet)
+			fleetClock = m.loop
+		}
+		m.fleet = core.NewFleet(m.client, cfg.Fleet, core.FleetOptions{Clock: fleetClock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
 		t.Cleanup(m.fleet.Close)
 		opts.Fleet = m.fleet
 	}
@@ -391,7 +399,7 @@ func alternate(t *testing.T, rounds int, hdr map[string]string, members ...*memb
 			m.do(t, hdr)
 		}
 		for _, m := range members {
-			m.fleet.SyncNow()
+			m.loop.round(t)
 		}
 	}
 }
@@ -440,7 +448,7 @@ func TestFleetBudgetBoundAcrossReplicas(t *testing.T) {
 						t.Errorf("status %d, want 200", code)
 					}
 					if m.fleet != nil && i%syncEvery == 0 {
-						m.fleet.SyncNow()
+						m.loop.round(t)
 					}
 				}
 			}()
@@ -523,7 +531,7 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 				}
 				m.do(t, hdr)
 				if i%syncEvery == 0 {
-					m.fleet.SyncNow()
+					m.loop.round(t)
 				}
 				if i == warmUp {
 					h, d := m.reports.snapshot()
@@ -584,7 +592,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
 	}
 	waitPublished(t, redis, r1, cfg.Route, "cool:A")
-	r2.fleet.SyncNow() // replica 2's next sync
+	r2.loop.round(t) // replica 2's next sync
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1's 429 went to %q, want B", got)
@@ -618,8 +626,8 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 		}
 	}
 	redis.Resume()
-	r1.fleet.SyncNow() // the next round of replica 1's loop
-	r2.fleet.SyncNow()
+	r1.loop.round(t) // the next round of replica 1's loop
+	r2.loop.round(t)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1's 429 (its first publish failed) went to %q, want B", got)
@@ -633,41 +641,23 @@ func TestFleetCoolDownThroughTheLoops(t *testing.T) {
 	_, _, cfg := coolDownFleet(t)
 	cfg.Fleet.Timeout = config.Duration(200 * time.Millisecond)
 	r1, r2 := noHedgeMember(t, cfg, core.SystemClock{}), noHedgeMember(t, cfg, core.SystemClock{})
-	synced := make(chan struct{}, 1)
-	r2.fleet.SetSyncHook(func() {
-		select {
-		case synced <- struct{}{}:
-		default:
-		}
-	})
 	r2.do(t, nil)
-	published := r1.sink.count("publish")
+	published := r1.sink.count(fleetstore.OpPublish)
 	r1.do(t, map[string]string{"X-Fail": "1"})
 	start := time.Now()
-	// Replica 1's loop publishes the cool-down: polling its counter,
-	// bounded by deadline.
-	deadline := time.Now().Add(30 * time.Second)
-	for r1.sink.count("publish") == published {
-		if time.Now().After(deadline) {
-			t.Fatal("replica 1's loop never published its cool-down")
-		}
-		time.Sleep(time.Millisecond) // polling, bounded by deadline
+	// Replica 1's loop (or its publisher) publishes the cool-down. The
+	// guard is a hang detector.
+	if !r1.sink.waitCount(fleetstore.OpPublish, published+1, 30*time.Second) {
+		t.Fatal("replica 1's loop never published its cool-down")
 	}
-	// Two of replica 2's syncs after the publish (the first may have read
-	// before it): then replica 2 avoids A. The guard is a hang detector.
-	for drained := false; !drained; {
-		select {
-		case <-synced:
-		default:
-			drained = true
-		}
-	}
-	for i := 0; i < 2; i++ {
-		select {
-		case <-synced:
-		case <-time.After(30 * time.Second):
-			t.Fatal("replica 2's loop stopped syncing")
-		}
+	// Replica 2's loop after the publish, by its sync operations (each
+	// round reads the switch of every route, then syncs the route; the
+	// loop runs them one after the other): the next one may have been
+	// sent before the publish, the one after starts after it, and within
+	// the next two one is the route's sync; the operation after that
+	// starts once its round applied it. The guard is a hang detector.
+	if !r2.sink.waitCount(fleetstore.OpSync, r2.sink.count(fleetstore.OpSync)+4, 30*time.Second) {
+		t.Fatal("replica 2's loop stopped syncing")
 	}
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
@@ -695,8 +685,8 @@ func TestFleetKillSwitch(t *testing.T) {
 	r1.do(t, nil)
 	r2.do(t, nil)
 	redisDo(t, redis, "SET", fleetstore.SwitchKey("llmhedge:", "fleet"), fleetstore.EncodeSwitch(fleetstore.Switch{Paused: true}))
-	r1.fleet.SyncNow()
-	r2.fleet.SyncNow()
+	r1.loop.round(t)
+	r2.loop.round(t)
 	for _, m := range []*member{r1, r2} {
 		before, _ := m.reports.snapshot()
 		m.do(t, nil)
@@ -736,7 +726,7 @@ func TestFleetKillSwitch(t *testing.T) {
 	// Redis away: the last switch seen stays in force.
 	redis.Kill()
 	for i := 0; i < 4; i++ {
-		r2.fleet.SyncNow()
+		r2.loop.round(t)
 	}
 	if r2.fleet.Up() {
 		t.Error("fleet up with Redis killed, want down")
@@ -753,7 +743,7 @@ func TestFleetKillSwitch(t *testing.T) {
 	// Resume: the key is gone (a restarted Redis has none anyway).
 	redisDo(t, redis, "DEL", fleetstore.SwitchKey("llmhedge:", "fleet"))
 	waitFleetUp(t, r2, clock)
-	r2.fleet.SyncNow()
+	r2.loop.round(t)
 	before, _ = r2.reports.snapshot()
 	r2.do(t, nil)
 	if after, _ := r2.reports.snapshot(); after != before+1 {
@@ -767,7 +757,7 @@ func waitFleetUp(t *testing.T, m *member, clock *steppedClock) {
 	t.Helper()
 	for i := 0; i < 10 && !m.fleet.Up(); i++ {
 		clock.advance(time.Second)
-		m.fleet.SyncNow()
+		m.loop.round(t)
 	}
 	if !m.fleet.Up() {
 		t.Fatal("fleet not up after 10 retry intervals with Redis restarted")
@@ -883,10 +873,10 @@ func TestFleetTenantCap(t *testing.T) {
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	tenant := map[string]string{"X-Tenant": "acme"}
 	r1.do(t, tenant)
-	r1.fleet.SyncNow()
+	r1.loop.round(t)
 	r2.do(t, tenant)
-	r2.fleet.SyncNow()
-	r1.fleet.SyncNow()
+	r2.loop.round(t)
+	r1.loop.round(t)
 	r1.do(t, tenant) // a third hedge would exceed the fleet's cap
 	h1, d1 := r1.reports.snapshot()
 	h2, _ := r2.reports.snapshot()
@@ -909,10 +899,15 @@ func TestFleetHedgeCapShared(t *testing.T) {
 	redis := redisproc.Start(t, redisproc.Options{})
 	ups := newTwoUpstreams(t, func(n int64, w http.ResponseWriter, r *http.Request) bool { return stall(w, r) })
 	// B holds the hedges until their requests time out, so that the first
-	// is still in flight when the second request wants one.
+	// is still in flight when the second request wants one; it answers a
+	// warm-up request's hedge (X-Warm) at once.
 	hedged := make(chan struct{}, 2)
 	ups.b.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if r.Header.Get("X-Warm") != "" {
+			sseAnswer(w)
+			return
+		}
 		hedged <- struct{}{}
 		<-r.Context().Done()
 	})
@@ -921,13 +916,17 @@ func TestFleetHedgeCapShared(t *testing.T) {
 	cfg.Timeout = config.Duration(time.Second)
 	clock := &steppedClock{}
 	r1, r2 := newMember(t, cfg, clock, nil), newMember(t, cfg, clock, nil)
-	r1.fleet.SyncNow()
-	r2.fleet.SyncNow() // two heartbeats
+	warm := map[string]string{"X-Warm": "1"}
+	r1.do(t, warm) // the route attaches: each loop starts
+	r2.do(t, warm)
+	r1.loop.round(t)
+	r2.loop.round(t) // two heartbeats
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.fleet.SyncNow() // counts both
+	r1.loop.round(t) // counts both
 	if n := r1.fleet.LiveReplicas(); n != 2 {
 		t.Fatalf("LiveReplicas = %d, want 2", n)
 	}
+	r1.loop.round(t) // the route's sync takes its share (a round syncs before its heartbeat)
 	done := make(chan int, 2)
 	go func() { done <- r1.do(t, nil) }()
 	<-hedged // the first request's hedge is in flight until its timeout
@@ -956,7 +955,7 @@ func TestFleetHeartbeat(t *testing.T) {
 	r1 := newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 	r1.do(t, nil)
 	r1.do(t, nil)
-	r1.fleet.SyncNow()
+	r1.loop.round(t)
 	key := fleetstore.ReplicaKey("llmhedge:", r1.fleet.ReplicaID())
 	raw := redisDo(t, redis, "GET", key).Str
 	var st fleetstore.ReplicaStatus
@@ -981,7 +980,7 @@ func TestFleetHeartbeat(t *testing.T) {
 	// A set that expired starts over with a TTL at the next beat, tenth or not.
 	redisDo(t, redis, "DEL", "llmhedge:{fleet}:live")
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.fleet.SyncNow()
+	r1.loop.round(t)
 	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= 0 {
 		t.Errorf("live set PTTL = %d after it expired and the next (second) beat, want a TTL", ttl)
 	}
@@ -1003,7 +1002,7 @@ func TestFleetRedisAwayUsesLocalBudget(t *testing.T) {
 	r1.do(t, nil)
 	redis.Pause()
 	for i := 0; i < 4; i++ {
-		r1.fleet.SyncNow()
+		r1.loop.round(t)
 	}
 	if up := r1.sink.isUp(); up != 0 {
 		t.Errorf("llm_hedge_fleet_up = %v with Redis paused, want 0", up)
@@ -1033,14 +1032,14 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	clock := frozenClock()
 	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
-	r1.fleet.SyncNow()
+	r1.loop.round(t)
 	before := redisCommands(t, redis)
 	const requests = 1200
 	for i := 1; i <= requests; i++ {
 		r1.do(t, nil)
 		if i%40 == 0 {
 			clock.advance(250 * time.Millisecond)
-			r1.fleet.SyncNow()
+			r1.loop.round(t)
 		}
 	}
 	used := redisCommands(t, redis).Since(before, ownReads...).Total()
@@ -1072,14 +1071,14 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	clock := frozenClock()
 	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
-	r1.fleet.SyncNow() // the first sync and heartbeat (a tenth beat)
+	r1.loop.round(t) // the first sync and heartbeat (a tenth beat)
 	round := func(requests int, step time.Duration) redisproc.Calls {
 		for i := 0; i < requests; i++ {
 			r1.do(t, nil)
 		}
 		clock.advance(step)
 		before := redisCommands(t, redis)
-		r1.fleet.SyncNow()
+		r1.loop.round(t)
 		return redisCommands(t, redis).Since(before, ownReads...)
 	}
 	// Refill the fleet's bucket (the first sync leased half the burst;
@@ -1115,7 +1114,7 @@ func waitPublished(t *testing.T, srv *redisproc.Server, m *member, route, field 
 	t.Helper()
 	key := "llmhedge:{r:" + route + "}:health"
 	deadline := time.Now().Add(30 * time.Second)
-	for m.fleet.SyncNow(); redisInt(t, srv, "HEXISTS", key, field) != 1; m.fleet.SyncNow() {
+	for m.loop.round(t); redisInt(t, srv, "HEXISTS", key, field) != 1; m.loop.round(t) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s in %s 30s after the 429", field, key)
 		}
@@ -1144,14 +1143,8 @@ func TestFleetCloseLeavesNoGoroutine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fleet := core.NewFleet(client, cfg.Fleet, core.FleetOptions{})
-	ticked := make(chan struct{}, 10)
-	fleet.SetSyncHook(func() {
-		select {
-		case ticked <- struct{}{}:
-		default:
-		}
-	})
+	sink := newFleetSink()
+	fleet := core.NewFleet(client, cfg.Fleet, core.FleetOptions{Metrics: sink})
 	tr := &http.Transport{}
 	h2, err := core.New(cfg, core.Options{Fleet: fleet, Transport: tr})
 	if err != nil {
@@ -1159,12 +1152,10 @@ func TestFleetCloseLeavesNoGoroutine(t *testing.T) {
 	}
 	req := httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(chatBody))
 	h2.ServeHTTP(httptest.NewRecorder(), req)
-	for i := 0; i < 3; i++ {
-		select {
-		case <-ticked:
-		case <-time.After(5 * time.Second):
-			t.Fatal("the loop did not tick within 5s")
-		}
+	// Three ticks: each reads the switch of every route and syncs the
+	// route, two sync operations. The guard is a hang detector.
+	if !sink.waitCount(fleetstore.OpSync, sink.count(fleetstore.OpSync)+6, 5*time.Second) {
+		t.Fatal("the loop did not tick three times within 5s")
 	}
 	fleet.Close()
 	client.Close()
@@ -1193,8 +1184,8 @@ func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
 	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
 		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
 	}
-	r1.fleet.SyncNow()
-	r2.fleet.SyncNow()
+	r1.loop.round(t)
+	r2.loop.round(t)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1 opened A's breaker went to %q, want B", got)
@@ -1235,8 +1226,8 @@ func TestFleetOverloadReachesOtherReplicas(t *testing.T) {
 		t.Fatalf("replica 2 before the overload: hedges %d, want 1", h)
 	}
 	r1.do(t, map[string]string{"X-Fail": "1"}) // A and B answer 503: overloaded
-	r1.fleet.SyncNow()
-	r2.fleet.SyncNow()
+	r1.loop.round(t)
+	r2.loop.round(t)
 	r2.do(t, nil)
 	if h, d := r2.reports.snapshot(); h != 1 || d[core.DenyOverload] != 1 {
 		t.Errorf("replica 2 after replica 1's overload: hedges %d, overload denials %d, want 1 and 1", h, d[core.DenyOverload])

@@ -530,7 +530,9 @@ func TestFleetTimedOutClaimStillLeads(t *testing.T) {
 // three failures in a row, the fleet went down, and the leader answered a
 // second whole generation beside the other replica's.)
 func TestFleetUncertainLeaderWithRedisAnsweringRetries(t *testing.T) {
-	rig := newFleetRig(t, 2, nil)
+	// a's sync loop runs when the test says (aLoop.round).
+	aLoop := newLoopClock(core.SystemClock{}, config.FleetConfig{})
+	rig := newFleetRigClocks(t, []core.Clock{aLoop, nil}, nil)
 	a, b := rig.replicas[0], rig.replicas[1]
 	a.send(t, "warm", "alice", chatBody) // a's route is attached: its sync has keys to write
 	release := rig.upstream.holdGen("t2", 1, true)
@@ -539,8 +541,8 @@ func TestFleetUncertainLeaderWithRedisAnsweringRetries(t *testing.T) {
 	rig.upstream.waitStarted(t, "t2") // b leads generation 1, held after its first event
 	lost := a.client.loseCommands(":lease")
 	first := a.sendAsync(t, "t2", "alice", chatBody)
-	<-lost            // a's claim is out, its reply will not come
-	a.fleet.SyncNow() // meanwhile Redis answers a's sync
+	<-lost         // a's claim is out, its reply will not come
+	aLoop.round(t) // meanwhile Redis answers a's sync
 	ra := recvAnswer(t, first)
 	a.client.loseCommands("")
 	if ra.status != http.StatusServiceUnavailable || ra.header.Get("Retry-After") == "" || !a.fleet.Up() {

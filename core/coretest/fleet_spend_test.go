@@ -56,14 +56,14 @@ func TestFleetSpendCapBurstAcrossReplicas(t *testing.T) {
 			for i := 1; i <= perReplica; i++ {
 				<-sent
 				if i%4 == 0 {
-					m.fleet.SyncNow()
+					m.loop.round(t)
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	for _, m := range members {
-		m.fleet.SyncNow()
+		m.loop.round(t)
 	}
 	hedges := 0
 	denials := 0

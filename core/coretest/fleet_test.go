@@ -265,18 +265,21 @@ func (k *killableClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleet
 	return k.inner.Pipeline(ctx, cmds)
 }
 
-// fleetSink records fleet samples and signals claims.
+// fleetSink records fleet samples and signals claims and counted
+// operations.
 type fleetSink struct {
-	mu     sync.Mutex
-	up     float64
-	ops    map[string]int
-	errs   map[string]int
-	claims chan struct{}
-	failed chan string // the op of each failed operation
+	mu      sync.Mutex
+	up      float64
+	ops     map[string]int
+	errs    map[string]int
+	claims  chan struct{}
+	failed  chan string   // the op of each failed operation
+	counted chan struct{} // closed (and replaced) when an operation is counted
 }
 
 func newFleetSink() *fleetSink {
-	return &fleetSink{up: -1, ops: map[string]int{}, errs: map[string]int{}, claims: make(chan struct{}, 1000), failed: make(chan string, 1000)}
+	return &fleetSink{up: -1, ops: map[string]int{}, errs: map[string]int{}, claims: make(chan struct{}, 1000), failed: make(chan string, 1000),
+		counted: make(chan struct{})}
 }
 
 func (s *fleetSink) Record(metric int, labels []string, v float64) {
@@ -287,6 +290,8 @@ func (s *fleetSink) Record(metric int, labels []string, v float64) {
 		s.up = v
 	case core.MetricFleetDuration:
 		s.ops[labels[1]]++
+		close(s.counted)
+		s.counted = make(chan struct{})
 		if labels[1] == "claim" {
 			s.claims <- struct{}{}
 		}
@@ -303,6 +308,26 @@ func (s *fleetSink) count(op string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.ops[op]
+}
+
+// waitCount waits until op was counted at least n times; false: not
+// within the guard (a hang detector, not a margin).
+func (s *fleetSink) waitCount(op string, n int, guard time.Duration) bool {
+	timeout := time.NewTimer(guard)
+	defer timeout.Stop()
+	for {
+		s.mu.Lock()
+		got, counted := s.ops[op], s.counted
+		s.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		select {
+		case <-counted:
+		case <-timeout.C:
+			return false
+		}
+	}
 }
 
 func (s *fleetSink) isUp() float64 {
@@ -343,7 +368,8 @@ func newFleetRig(t *testing.T, n int, tune func(*config.Config)) *fleetRig {
 }
 
 // newFleetRigClocks is newFleetRig with replica i on clocks[i] (nil: the
-// system clock).
+// system clock). A loopClock is the fleet's alone: the replica's hedger
+// gets its base.
 func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*config.Config)) *fleetRig {
 	return newFleetRigWith(t, clocks, "go-redis", tune)
 }
@@ -391,7 +417,11 @@ func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, clientKind str
 			rep.mu.Unlock()
 		}})
 		t.Cleanup(rep.fleet.Close)
-		h, err := core.New(cfg, core.Options{Fleet: rep.fleet, Clock: clocks[i]})
+		hedgerClock := clocks[i]
+		if loop, ok := hedgerClock.(*loopClock); ok {
+			hedgerClock = loop.base
+		}
+		h, err := core.New(cfg, core.Options{Fleet: rep.fleet, Clock: hedgerClock})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,21 +38,33 @@ func (s *evictionSink) String() string {
 }
 
 // evictionFleet is a fleet on a real redis-server started with args, after
-// three rounds of its loop (the first reads the policy).
+// three rounds of its loop (the first reads the policy), which a request
+// of a route on it started.
 func evictionFleet(t *testing.T, args ...string) (*evictionSink, *lineLog, string) {
 	t.Helper()
 	redis := redisproc.Start(t, redisproc.Options{Args: args})
 	cfg := config.FleetConfig{URL: redis.URL()}
+	rcfg := fleet2Config(redis.URL(), newTwoUpstreams(t, nil))
+	rcfg.Fleet = cfg
 	client, err := fleetredis.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
 	sink, logs := &evictionSink{}, &lineLog{}
-	f := core.NewFleet(client, cfg, core.FleetOptions{Clock: &steppedClock{}, Metrics: sink, Log: logs.log, Kind: "test"})
+	loop := newLoopClock(&steppedClock{}, cfg)
+	f := core.NewFleet(client, cfg, core.FleetOptions{Clock: loop, Metrics: sink, Log: logs.log, Kind: "test"})
 	t.Cleanup(f.Close)
+	h, err := core.New(rcfg, core.Options{Fleet: f, Clock: hedgeAtOnce{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &member{hedger: h, fleet: f, loop: loop}
+	if code := m.do(t, nil); code != 200 {
+		t.Fatalf("request: status %d, want 200", code)
+	}
 	for i := 0; i < 3; i++ {
-		f.SyncNow()
+		loop.round(t)
 	}
 	return sink, logs, f.Name()
 }
