@@ -85,12 +85,26 @@ func bucketCountFleet(b *hedgeBucket, owner string) bool {
 		b.mu.Unlock()
 		return false
 	}
+	countFleetLocked(b)
+	b.mu.Unlock()
+	return true
+}
+
+// bucketCountAttached counts a request for the fleet once its hedger has
+// attached, whoever owns the bucket by then.
+func bucketCountAttached(b *hedgeBucket) {
+	b.mu.Lock()
+	countFleetLocked(b)
+	b.mu.Unlock()
+}
+
+// countFleetLocked counts a request seen in a fleet and its deposit; b.mu
+// is held.
+func countFleetLocked(b *hedgeBucket) {
 	b.requests++
 	if b.ratio >= 0 {
 		depositLocked(b)
 	}
-	b.mu.Unlock()
-	return true
 }
 
 // bucketSetOwner records the configuration (fleetAttachKey) that attached b.

@@ -139,7 +139,7 @@ func fleetDeposit(h *Hedger) {
 	b := h.state.bucket
 	if !bucketCountFleet(b, h.attachKey) {
 		fleetAttach(h)
-		bucketCountFleet(b, h.attachKey)
+		bucketCountAttached(b)
 	}
 }
 

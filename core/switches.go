@@ -81,7 +81,7 @@ func (t *Switches) List() []string {
 	return out
 }
 
-// entries lists the switches, sorted by route.
+// switchEntries lists t's switches, sorted by route.
 func switchEntries(t *Switches) []fleetstore.SwitchEntry {
 	t.mu.Lock()
 	out := make([]fleetstore.SwitchEntry, 0, len(t.m))
