@@ -68,10 +68,7 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 	lease := fleetstore.Millis(time.Duration(f.cfg.Lease))
 	for round := 0; round < fleetRounds; round++ {
 		holder := fleetNewHolder(f)
-		// A claim that failed while the fleet is up (a timeout on a busy
-		// replica) is sent once more by the same holder, which leads (or
-		// follows) as its first claim would have: without the fleet the
-		// request runs a race of its own, maybe a second generation.
+		// Sent once more after a failure on the way (see fleetstore.Claim).
 		claimed, v, err := fleetstore.Claim(f.conn, readers, keys, holder, fp, lease, fleetstore.StreamMillis(h.idempotencyTTL))
 		if err != nil && err != fleetstore.ErrDown && !errors.Is(err, fleetstore.ErrRedisBusy) && readers.Err() == nil {
 			// Sent, but unanswered: Redis may still run it (a paused

@@ -14,8 +14,11 @@ import (
 // them once.
 
 // Claim claims k for holder with the request's fingerprint fp
-// (claimScript), sent again once when the first failed on the way while
-// the connection is up: it returns when the answered call was sent.
+// (claimScript). A claim that failed on the way while the connection is up
+// (a timeout on a busy replica) is sent once more by the same holder, which
+// leads (or follows) as its first claim would have: without the fleet the
+// request would run a race of its own, maybe a second generation. It
+// returns when the answered call was sent.
 func Claim(c *Conn, ctx context.Context, k Keys, holder, fp, leaseMs, readersMs string) (time.Time, RedisValue, error) {
 	sent, v, err := EvalAgain(c, ctx, OpClaim, claimScript, []string{k.Lease, k.Done, k.Readers, k.Sealed},
 		holder, fp, leaseMs, readersMs)
