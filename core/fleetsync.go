@@ -121,15 +121,22 @@ type fleetSync struct {
 	unpublished map[string]map[string]time.Time
 	publishing  bool
 	publishers  sync.WaitGroup
-	idle        chan struct{} // closed when the running publisher ends
+	// inBatch: the publisher has a batch on the wire; batches counts the
+	// batches it finished, and batchEnd (on mu) wakes a round that waits
+	// for the one on the wire (fleetAwaitBatch).
+	inBatch  bool
+	batches  uint64
+	batchEnd *sync.Cond
 }
 
 // maxPendingPublish bounds the health keys waiting to be published.
 const maxPendingPublish int = 64
 
 func newFleetSync() *fleetSync {
-	return &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]fleetstore.Switch{},
+	fs := &fleetSync{routes: map[string]*fleetRoute{}, switches: map[string]fleetstore.Switch{},
 		pending: map[string]map[string]int64{}, unpublished: map[string]map[string]time.Time{}}
+	fs.batchEnd = sync.NewCond(&fs.mu)
+	return fs
 }
 
 // fleetDeposit is deposit for a hedger in a fleet: it attaches the route
@@ -264,9 +271,8 @@ func fleetTick(f *Fleet) {
 		return
 	}
 	fs.ticks.Add(1)
-	idle := fs.idle
 	fs.mu.Unlock()
-	fleetRound(f, idle)
+	fleetRound(f)
 	fs.mu.Lock()
 	if fs.closed {
 		fs.running = false
@@ -278,18 +284,30 @@ func fleetTick(f *Fleet) {
 }
 
 // fleetRound is one round of the loop: the health events this replica saw
-// go out first (the running publisher's, then any left pending, then the
-// ones whose publish failed before), so that the sync that follows reads
-// them back with the others'; then every route syncs, and the heartbeat
-// and the eviction policy follow when due. idle is the running publisher's
-// end (nil: none).
-func fleetRound(f *Fleet, idle chan struct{}) {
-	if idle != nil {
-		<-idle
-	}
+// go out first (the publisher's batch on the wire, then any left pending,
+// then the ones whose publish failed before), so that the sync that
+// follows reads them back with the others'; then every route syncs, and
+// the heartbeat and the eviction policy follow when due.
+func fleetRound(f *Fleet) {
+	fleetAwaitBatch(f.sync)
 	fleetPublishPending(f)
 	fleetRepublish(f)
 	fleetSyncAll(f)
+}
+
+// fleetAwaitBatch waits for the publisher's batch on the wire, if any: one
+// batch, never for the publisher to run dry (under a stream of 429s it
+// may not, and the loop must go on: the switch, the budget, the
+// heartbeat).
+func fleetAwaitBatch(fs *fleetSync) {
+	fs.mu.Lock()
+	if fs.inBatch {
+		n := fs.batches
+		for fs.batches == n {
+			fs.batchEnd.Wait()
+		}
+	}
+	fs.mu.Unlock()
 }
 
 // Close stops the fleet's sync loop and its publisher and waits for them,
@@ -619,7 +637,6 @@ func fleetPublish(f *Fleet, key, field string, d time.Duration) {
 	if start {
 		fs.publishing = true
 		fs.publishers.Add(1)
-		fs.idle = make(chan struct{})
 	}
 	fs.mu.Unlock()
 	if start {
@@ -634,14 +651,18 @@ func fleetPublisher(f *Fleet) {
 		fs.mu.Lock()
 		if len(fs.pending) == 0 {
 			fs.publishing = false
-			close(fs.idle)
-			fs.idle = nil
 			fs.mu.Unlock()
 			fs.publishers.Done()
 			return
 		}
+		fs.inBatch = true
 		fs.mu.Unlock()
 		fleetPublishPending(f)
+		fs.mu.Lock()
+		fs.inBatch = false
+		fs.batches++
+		fs.batchEnd.Broadcast()
+		fs.mu.Unlock()
 	}
 }
 

@@ -94,7 +94,7 @@ type Hedger struct {
 	fastest bool
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet    *Fleet
-	switches *Switches // the process\'s kill switches (Options.Switches), nil for none
+	switches *Switches // the process's kill switches (Options.Switches), nil for none
 	// spendCap is the route's hourly spend cap in tokens (0: none).
 	spendCap int64
 	// attachKey is fleetAttachKey (with a fleet).

@@ -73,8 +73,8 @@ func ParseSwitchAdminRequest(body []byte) (string, *bool, *time.Duration, error)
 	return route, req.Paused, delay, nil
 }
 
-// ServeSwitchAdmin serves a process's switches t: GET lists them, POST
-// changes one (body as ParseSwitchAdminRequest
+// ServeSwitchAdmin serves a process's switches t (not nil): GET lists
+// them, POST changes one (body as ParseSwitchAdminRequest
 // reads it) and answers with the route's switch before and after and the
 // list. Errors are {"error": "..."} with a 4xx status, as Caddy's admin API
 // answers its own.

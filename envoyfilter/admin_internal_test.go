@@ -8,18 +8,17 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
-	"github.com/llmhedge/llmhedge/core/config"
 	"github.com/llmhedge/llmhedge/core/fleetstore"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/llmhedge/llmhedge/internal/testkit/loopclock"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -34,83 +33,9 @@ func TestIsLoopback(t *testing.T) {
 	}
 }
 
-// loopClock is the server's clock, on which the test runs its fleet's
-// sync loop by hand: the loop's timer (the one armed with the fleet's
-// sync_interval) never fires by itself, and round runs its callback, one
-// whole round of the loop as a tick of the real loop would, in the test's
-// goroutine. Now and every other timer (the hedgers' too) are base's. One
-// fleet per loopClock.
-type loopClock struct {
-	base     core.Clock
-	interval time.Duration // the fleet's sync_interval
-
-	mu    sync.Mutex
-	armed *loopTimer // the loop's pending timer (nil: not armed)
-	clash bool       // a second timer of sync_interval was armed beside a pending one
-}
-
-// loopTimer is the loop's pending timer on a loopClock.
-type loopTimer struct {
-	c *loopClock
-	f func()
-}
-
-// newLoopClock is a loopClock over base for a fleet of cfg (its
-// sync_interval, defaults applied).
-func newLoopClock(base core.Clock, cfg config.FleetConfig) *loopClock {
-	return &loopClock{base: base, interval: time.Duration(cfg.WithDefaults().SyncInterval)}
-}
-
-func (c *loopClock) Now() time.Time { return c.base.Now() }
-
-func (c *loopClock) AfterFunc(d time.Duration, f func()) core.Timer {
-	if d != c.interval {
-		return c.base.AfterFunc(d, f)
-	}
-	t := &loopTimer{c: c, f: f}
-	c.mu.Lock()
-	if c.armed != nil {
-		c.clash = true
-	}
-	c.armed = t
-	c.mu.Unlock()
-	return t
-}
-
-// Stop forgets the timer if it is still pending.
-func (t *loopTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.c.armed == t {
-		t.c.armed = nil
-		return true
-	}
-	return false
-}
-
-// round runs one round of the fleet's sync loop now (the callback the
-// loop armed, which arms the next) and returns when it is done. It fails
-// the test when the loop is not armed: no request attached a route to the
-// fleet yet (the loop starts with a route's first request), or the fleet
-// is closed.
-func (c *loopClock) round(t testing.TB) {
-	t.Helper()
-	c.mu.Lock()
-	armed, clash := c.armed, c.clash
-	c.armed = nil
-	c.mu.Unlock()
-	if clash {
-		t.Fatalf("two timers of the sync interval %v were armed at once on the server's loopClock: another timer has the loop's duration", c.interval)
-	}
-	if armed == nil {
-		t.Fatalf("the fleet's sync loop is not armed (no timer of its sync interval %v): no request attached a route to the fleet yet, or the fleet is closed", c.interval)
-	}
-	armed.f()
-}
-
 // fleetServer is a Server of route chat on a fleet at the Redis of url,
-// on a loopClock, whose fleet's loop one request to the route started.
-func fleetServer(t *testing.T, url string, opts Options) (*Server, *loopClock) {
+// on a loop clock, whose fleet's loop one request to the route started.
+func fleetServer(t *testing.T, url string, opts Options) (*Server, *loopclock.Clock) {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -121,7 +46,7 @@ func fleetServer(t *testing.T, url string, opts Options) (*Server, *loopClock) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loop := newLoopClock(core.SystemClock{}, cfg.Fleet)
+	loop := loopclock.New(core.SystemClock{}, cfg.Fleet)
 	opts.Clock = loop
 	s, err := NewServer(cfg, opts)
 	if err != nil {
@@ -149,7 +74,7 @@ func fleetServer(t *testing.T, url string, opts Options) (*Server, *loopClock) {
 func TestFleetHeartbeatNamesTheEnvoyServer(t *testing.T) {
 	redisSrv := redisproc.Start(t, redisproc.Options{})
 	s, loop := fleetServer(t, redisSrv.URL(), Options{})
-	loop.round(t) // writes the heartbeat
+	loop.Round(t) // writes the heartbeat
 	for _, f := range s.fleets {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		v, err := f.client.Do(ctx, "GET", fleetstore.ReplicaKey("llmhedge:", f.fleet.ReplicaID()))
@@ -174,8 +99,8 @@ func TestFleetWarnsAboutAnEvictingRedis(t *testing.T) {
 	redisSrv := redisproc.Start(t, redisproc.Options{Args: []string{"--maxmemory", "64mb", "--maxmemory-policy", "volatile-lru"}})
 	zcore, logs := observer.New(zapcore.InfoLevel)
 	s, loop := fleetServer(t, redisSrv.URL(), Options{Logger: zap.New(zcore)})
-	loop.round(t) // the first round reads the policy
-	loop.round(t)
+	loop.Round(t) // the first round reads the policy
+	loop.Round(t)
 	warnings := logs.FilterMessageSnippet("maxmemory-policy is volatile-lru").All()
 	if len(warnings) != 1 || warnings[0].Level != zapcore.WarnLevel {
 		t.Errorf("policy lines %v, want one warning", warnings)

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/loopclock"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -83,7 +83,7 @@ func TestClusterPauseResumeAndStatus(t *testing.T) {
 	if n, err := rdb.Exists(ctx, fleetstore.SwitchKey("llmhedge:", routes[0])).Result(); err != nil || n != 0 {
 		t.Errorf("switch of %s after resume: exists %d (%v), want deleted", routes[0], n, err)
 	}
-	loop.round(t) // the replica's next sync
+	loop.Round(t) // the replica's next sync
 	if got, want := h.SwitchInForce(), (fleetstore.Switch{Delay: 300 * time.Millisecond}); got != want {
 		t.Errorf("replica's switch for %s after resume: %v, want %v", routes[0], got, want)
 	}
@@ -93,7 +93,7 @@ func TestClusterPauseResumeAndStatus(t *testing.T) {
 // attached to its fleet by one request (its first sync reads the
 // switches), and its fleet's clock, on which the test runs the fleet's
 // sync loop (round).
-func clusterReplica(t *testing.T, url, route string) (*core.Hedger, *loopClock) {
+func clusterReplica(t *testing.T, url, route string) (*core.Hedger, *loopclock.Clock) {
 	t.Helper()
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
@@ -107,7 +107,7 @@ func clusterReplica(t *testing.T, url, route string) (*core.Hedger, *loopClock) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	loop := newLoopClock(stoppedClock{}, cfg.Fleet)
+	loop := loopclock.New(stoppedClock{}, cfg.Fleet)
 	fleet := core.NewFleet(client, cfg.Fleet, core.FleetOptions{Clock: loop})
 	t.Cleanup(fleet.Close)
 	h, err := core.New(cfg, core.Options{Fleet: fleet})
@@ -132,68 +132,3 @@ func (stoppedClock) AfterFunc(time.Duration, func()) core.Timer { return stopped
 type stoppedTimer struct{}
 
 func (stoppedTimer) Stop() bool { return true }
-
-// loopClock is a fleet's clock on which the test runs the fleet's sync
-// loop by hand: the loop's timer (the one armed with the fleet's
-// sync_interval) never fires by itself, and round runs its callback, one
-// whole round of the loop as a tick of the real loop would, in the test's
-// goroutine. Now and every other timer are base's.
-type loopClock struct {
-	base     core.Clock
-	interval time.Duration // the fleet's sync_interval
-
-	mu    sync.Mutex
-	armed *loopTimer // the loop's pending timer (nil: not armed)
-}
-
-// loopTimer is the loop's pending timer on a loopClock.
-type loopTimer struct {
-	c *loopClock
-	f func()
-}
-
-// newLoopClock is a loopClock over base for a fleet of cfg (its
-// sync_interval, defaults applied).
-func newLoopClock(base core.Clock, cfg config.FleetConfig) *loopClock {
-	return &loopClock{base: base, interval: time.Duration(cfg.WithDefaults().SyncInterval)}
-}
-
-func (c *loopClock) Now() time.Time { return c.base.Now() }
-
-func (c *loopClock) AfterFunc(d time.Duration, f func()) core.Timer {
-	if d != c.interval {
-		return c.base.AfterFunc(d, f)
-	}
-	t := &loopTimer{c: c, f: f}
-	c.mu.Lock()
-	c.armed = t
-	c.mu.Unlock()
-	return t
-}
-
-// Stop forgets the timer if it is still pending.
-func (t *loopTimer) Stop() bool {
-	t.c.mu.Lock()
-	defer t.c.mu.Unlock()
-	if t.c.armed == t {
-		t.c.armed = nil
-		return true
-	}
-	return false
-}
-
-// round runs one round of the fleet's sync loop now (the callback the
-// loop armed, which arms the next) and returns when it is done. It fails
-// the test when the loop is not armed: no request attached a route to the
-// fleet yet, or the fleet is closed.
-func (c *loopClock) round(t testing.TB) {
-	t.Helper()
-	c.mu.Lock()
-	armed := c.armed
-	c.armed = nil
-	c.mu.Unlock()
-	if armed == nil {
-		t.Fatalf("the fleet's sync loop is not armed (no timer of its sync interval %v): no request attached a route to the fleet yet, or the fleet is closed", c.interval)
-	}
-	armed.f()
-}

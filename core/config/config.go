@@ -756,7 +756,7 @@ func validateValidity(c *Config, bad func(string, ...interface{})) {
 			bad("validate_schema is not JSON: %v", err)
 		} else if _, ok := schema.(map[string]interface{}); !ok {
 			if _, isBool := schema.(bool); !isBool {
-				bad("validate_schema must be a JSON object (a schema), got %s", jsonKind(schema))
+				bad("validate_schema must be a JSON object (a schema), got %s", DescribeJSON(schema))
 			}
 		}
 	}
@@ -780,21 +780,4 @@ func ParseChecks(items []string) ([]string, error) {
 		}
 	}
 	return names, nil
-}
-
-// jsonKind names the kind of a decoded JSON value, for a message.
-func jsonKind(v interface{}) string {
-	switch v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "a boolean"
-	case float64:
-		return "a number"
-	case string:
-		return "a string"
-	case []interface{}:
-		return "an array"
-	}
-	return "an object"
 }

@@ -21,13 +21,14 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/loopclock"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
 // Fleet mode part 2 against a real redis-server: the hedge budget, the
 // caps, upstream health and the kill switch hold for the fleet. Each
 // replica is a Hedger with its own State, Fleet and Redis client. Each
-// fleet runs on a loopClock of its own (over a steppedClock whose timers
+// fleet runs on a loop clock of its own (over a steppedClock whose timers
 // never fire), so the tests run each replica's sync loop round by hand
 // (member.loop.round) where a real one would tick every sync_interval.
 
@@ -204,8 +205,8 @@ func stall(w http.ResponseWriter, r *http.Request) bool {
 type member struct {
 	hedger   *core.Hedger
 	fleet    *core.Fleet
-	loop     *loopClock     // the fleet's clock: round runs its sync loop (nil: no fleet, or the real loop)
-	switches *core.Switches // the process's kill switches
+	loop     *loopclock.Clock // the fleet's clock: round runs its sync loop (nil: no fleet, or the real loop)
+	switches *core.Switches   // the process's kill switches
 	client   fleetstore.RedisClient
 	errs     *errorsSeen // what the fleet's Redis client answered with errors
 	sink     *fleetSink
@@ -344,7 +345,7 @@ func fleet2Config(redisURL string, ups *twoUpstreams) config.Config {
 }
 
 // newMember makes a replica for cfg (cfg.Fleet.URL empty: no fleet) on
-// clock (nil: a steppedClock of its own). The fleet's clock is a loopClock
+// clock (nil: a steppedClock of its own). The fleet's clock is a loop clock
 // over clock (m.loop), but for core.SystemClock: then the fleet's loop
 // runs by itself (m.loop nil).
 func newMember(t *testing.T, cfg config.Config, clock core.Clock, state *core.State) *member {
@@ -375,7 +376,7 @@ func newMemberClocks(t *testing.T, cfg config.Config, clock, hedgerClock core.Cl
 		m.client = m.errs
 		fleetClock := clock
 		if _, real := clock.(core.SystemClock); !real {
-			m.loop = newLoopClock(clock, cfg.Fleet)
+			m.loop = loopclock.New(clock, cfg.Fleet)
 			fleetClock = m.loop
 		}
 		m.fleet = core.NewFleet(m.client, cfg.Fleet, core.FleetOptions{Clock: fleetClock, Metrics: m.sink, Log: m.logs.log, Kind: "test"})
@@ -399,7 +400,7 @@ func alternate(t *testing.T, rounds int, hdr map[string]string, members ...*memb
 			m.do(t, hdr)
 		}
 		for _, m := range members {
-			m.loop.round(t)
+			m.loop.Round(t)
 		}
 	}
 }
@@ -448,7 +449,7 @@ func TestFleetBudgetBoundAcrossReplicas(t *testing.T) {
 						t.Errorf("status %d, want 200", code)
 					}
 					if m.fleet != nil && i%syncEvery == 0 {
-						m.loop.round(t)
+						m.loop.Round(t)
 					}
 				}
 			}()
@@ -531,7 +532,7 @@ func TestFleetBudgetNoThrottleAtHealthyRate(t *testing.T) {
 				}
 				m.do(t, hdr)
 				if i%syncEvery == 0 {
-					m.loop.round(t)
+					m.loop.Round(t)
 				}
 				if i == warmUp {
 					h, d := m.reports.snapshot()
@@ -592,7 +593,7 @@ func TestFleetCoolDownReachesOtherReplicas(t *testing.T) {
 		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
 	}
 	waitPublished(t, redis, r1, cfg.Route, "cool:A")
-	r2.loop.round(t) // replica 2's next sync
+	r2.loop.Round(t) // replica 2's next sync
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1's 429 went to %q, want B", got)
@@ -626,8 +627,8 @@ func TestFleetCoolDownPublishedAfterAFailedWrite(t *testing.T) {
 		}
 	}
 	redis.Resume()
-	r1.loop.round(t) // the next round of replica 1's loop
-	r2.loop.round(t)
+	r1.loop.Round(t) // the next round of replica 1's loop
+	r2.loop.Round(t)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1's 429 (its first publish failed) went to %q, want B", got)
@@ -685,8 +686,8 @@ func TestFleetKillSwitch(t *testing.T) {
 	r1.do(t, nil)
 	r2.do(t, nil)
 	redisDo(t, redis, "SET", fleetstore.SwitchKey("llmhedge:", "fleet"), fleetstore.EncodeSwitch(fleetstore.Switch{Paused: true}))
-	r1.loop.round(t)
-	r2.loop.round(t)
+	r1.loop.Round(t)
+	r2.loop.Round(t)
 	for _, m := range []*member{r1, r2} {
 		before, _ := m.reports.snapshot()
 		m.do(t, nil)
@@ -726,7 +727,7 @@ func TestFleetKillSwitch(t *testing.T) {
 	// Redis away: the last switch seen stays in force.
 	redis.Kill()
 	for i := 0; i < 4; i++ {
-		r2.loop.round(t)
+		r2.loop.Round(t)
 	}
 	if r2.fleet.Up() {
 		t.Error("fleet up with Redis killed, want down")
@@ -743,7 +744,7 @@ func TestFleetKillSwitch(t *testing.T) {
 	// Resume: the key is gone (a restarted Redis has none anyway).
 	redisDo(t, redis, "DEL", fleetstore.SwitchKey("llmhedge:", "fleet"))
 	waitFleetUp(t, r2, clock)
-	r2.loop.round(t)
+	r2.loop.Round(t)
 	before, _ = r2.reports.snapshot()
 	r2.do(t, nil)
 	if after, _ := r2.reports.snapshot(); after != before+1 {
@@ -757,7 +758,7 @@ func waitFleetUp(t *testing.T, m *member, clock *steppedClock) {
 	t.Helper()
 	for i := 0; i < 10 && !m.fleet.Up(); i++ {
 		clock.advance(time.Second)
-		m.loop.round(t)
+		m.loop.Round(t)
 	}
 	if !m.fleet.Up() {
 		t.Fatal("fleet not up after 10 retry intervals with Redis restarted")
@@ -873,10 +874,10 @@ func TestFleetTenantCap(t *testing.T) {
 	r1, r2 := newMember(t, cfg, nil, nil), newMember(t, cfg, nil, nil)
 	tenant := map[string]string{"X-Tenant": "acme"}
 	r1.do(t, tenant)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	r2.do(t, tenant)
-	r2.loop.round(t)
-	r1.loop.round(t)
+	r2.loop.Round(t)
+	r1.loop.Round(t)
 	r1.do(t, tenant) // a third hedge would exceed the fleet's cap
 	h1, d1 := r1.reports.snapshot()
 	h2, _ := r2.reports.snapshot()
@@ -919,14 +920,14 @@ func TestFleetHedgeCapShared(t *testing.T) {
 	warm := map[string]string{"X-Warm": "1"}
 	r1.do(t, warm) // the route attaches: each loop starts
 	r2.do(t, warm)
-	r1.loop.round(t)
-	r2.loop.round(t) // two heartbeats
+	r1.loop.Round(t)
+	r2.loop.Round(t) // two heartbeats
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.loop.round(t) // counts both
+	r1.loop.Round(t) // counts both
 	if n := r1.fleet.LiveReplicas(); n != 2 {
 		t.Fatalf("LiveReplicas = %d, want 2", n)
 	}
-	r1.loop.round(t) // the route's sync takes its share (a round syncs before its heartbeat)
+	r1.loop.Round(t) // the route's sync takes its share (a round syncs before its heartbeat)
 	done := make(chan int, 2)
 	go func() { done <- r1.do(t, nil) }()
 	<-hedged // the first request's hedge is in flight until its timeout
@@ -955,7 +956,7 @@ func TestFleetHeartbeat(t *testing.T) {
 	r1 := newMemberClocks(t, cfg, clock, newHeldHedge(time.Duration(cfg.Delay.Fixed)), nil)
 	r1.do(t, nil)
 	r1.do(t, nil)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	key := fleetstore.ReplicaKey("llmhedge:", r1.fleet.ReplicaID())
 	raw := redisDo(t, redis, "GET", key).Str
 	var st fleetstore.ReplicaStatus
@@ -980,7 +981,7 @@ func TestFleetHeartbeat(t *testing.T) {
 	// A set that expired starts over with a TTL at the next beat, tenth or not.
 	redisDo(t, redis, "DEL", "llmhedge:{fleet}:live")
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	if ttl := redisInt(t, redis, "PTTL", "llmhedge:{fleet}:live"); ttl <= 0 {
 		t.Errorf("live set PTTL = %d after it expired and the next (second) beat, want a TTL", ttl)
 	}
@@ -1002,7 +1003,7 @@ func TestFleetRedisAwayUsesLocalBudget(t *testing.T) {
 	r1.do(t, nil)
 	redis.Pause()
 	for i := 0; i < 4; i++ {
-		r1.loop.round(t)
+		r1.loop.Round(t)
 	}
 	if up := r1.sink.isUp(); up != 0 {
 		t.Errorf("llm_hedge_fleet_up = %v with Redis paused, want 0", up)
@@ -1032,14 +1033,14 @@ func TestFleetRedisCommandsPerUnkeyedRequest(t *testing.T) {
 	clock := frozenClock()
 	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	before := redisCommands(t, redis)
 	const requests = 1200
 	for i := 1; i <= requests; i++ {
 		r1.do(t, nil)
 		if i%40 == 0 {
 			clock.advance(250 * time.Millisecond)
-			r1.loop.round(t)
+			r1.loop.Round(t)
 		}
 	}
 	used := redisCommands(t, redis).Since(before, ownReads...).Total()
@@ -1071,14 +1072,14 @@ func TestFleetLoopRedisCommands(t *testing.T) {
 	clock := frozenClock()
 	r1 := noHedgeMember(t, cfg, clock)
 	r1.do(t, nil)
-	r1.loop.round(t) // the first sync and heartbeat (a tenth beat)
+	r1.loop.Round(t) // the first sync and heartbeat (a tenth beat)
 	round := func(requests int, step time.Duration) redisproc.Calls {
 		for i := 0; i < requests; i++ {
 			r1.do(t, nil)
 		}
 		clock.advance(step)
 		before := redisCommands(t, redis)
-		r1.loop.round(t)
+		r1.loop.Round(t)
 		return redisCommands(t, redis).Since(before, ownReads...)
 	}
 	// Refill the fleet's bucket (the first sync leased half the burst;
@@ -1114,7 +1115,7 @@ func waitPublished(t *testing.T, srv *redisproc.Server, m *member, route, field 
 	t.Helper()
 	key := "llmhedge:{r:" + route + "}:health"
 	deadline := time.Now().Add(30 * time.Second)
-	for m.loop.round(t); redisInt(t, srv, "HEXISTS", key, field) != 1; m.loop.round(t) {
+	for m.loop.Round(t); redisInt(t, srv, "HEXISTS", key, field) != 1; m.loop.Round(t) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no %s in %s 30s after the 429", field, key)
 		}
@@ -1184,8 +1185,8 @@ func TestFleetOpenBreakerReachesOtherReplicas(t *testing.T) {
 	if code := r1.do(t, map[string]string{"X-Fail": "1"}); code != 200 {
 		t.Fatalf("replica 1: status %d, want 200 (retried on B)", code)
 	}
-	r1.loop.round(t)
-	r2.loop.round(t)
+	r1.loop.Round(t)
+	r2.loop.Round(t)
 	r2.do(t, nil)
 	if got := r2.reports.lastFirst(); got != "B" {
 		t.Errorf("replica 2's first attempt after replica 1 opened A's breaker went to %q, want B", got)
@@ -1226,8 +1227,8 @@ func TestFleetOverloadReachesOtherReplicas(t *testing.T) {
 		t.Fatalf("replica 2 before the overload: hedges %d, want 1", h)
 	}
 	r1.do(t, map[string]string{"X-Fail": "1"}) // A and B answer 503: overloaded
-	r1.loop.round(t)
-	r2.loop.round(t)
+	r1.loop.Round(t)
+	r2.loop.Round(t)
 	r2.do(t, nil)
 	if h, d := r2.reports.snapshot(); h != 1 || d[core.DenyOverload] != 1 {
 		t.Errorf("replica 2 after replica 1's overload: hedges %d, overload denials %d, want 1 and 1", h, d[core.DenyOverload])

@@ -85,8 +85,8 @@ func TestFleetClusterRouteSync(t *testing.T) {
 	}
 	syncAll := func() {
 		for _, route := range routes {
-			members[route][0].loop.round(t)
-			members[route][1].loop.round(t)
+			members[route][0].loop.Round(t)
+			members[route][1].loop.Round(t)
 		}
 	}
 	set(routes[0], fleetstore.Switch{Paused: true})
@@ -123,13 +123,13 @@ func TestFleetClusterRouteSync(t *testing.T) {
 	set(routes[1], fleetstore.Switch{})
 	// The 429 was noted before the answer ended; a round of the loop
 	// waits for the background publisher and publishes what is pending.
-	pair[0].loop.round(t)
+	pair[0].loop.Round(t)
 	health := "llmhedge:{r:" + routes[1] + "}:health"
 	if got, err := cl.Do(cl.MasterFor(health).Addr(), "HEXISTS", health, "cool:A"); err != nil || strings.TrimSpace(got) != "1" {
 		t.Fatalf("%s: no cool:A in %s after A's 429 and a sync (%q, %v); the publisher's Redis errors %q, its last first attempt %q, A's requests %d",
 			routes[1], health, got, err, pair[0].errs.all(), pair[0].reports.lastFirst(), ups.aCount.Load())
 	}
-	pair[1].loop.round(t)
+	pair[1].loop.Round(t)
 	pair[1].do(t, nil)
 	if got := pair[1].reports.lastFirst(); got != "B" {
 		t.Errorf("%s: the other replica's first attempt after A's 429 went to %q, want B (the fleet's cool-down)", routes[1], got)

@@ -21,7 +21,7 @@ func TestFleetNoScriptIsNoOperationError(t *testing.T) {
 	redisDo(t, redis, "SCRIPT", "FLUSH")
 	before := redisCommands(t, redis)
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.loop.round(t) // a sync and a heartbeat, each NOSCRIPT then EVAL
+	r1.loop.Round(t) // a sync and a heartbeat, each NOSCRIPT then EVAL
 	calls := redisCommands(t, redis).Since(before, ownReads...)
 	if calls["eval"] < 2 {
 		t.Fatalf("after SCRIPT FLUSH the sync and heartbeat sent %s, want at least 2 EVAL (after NOSCRIPT)", calls)
@@ -46,7 +46,7 @@ func syncedReplica(t *testing.T) (*redisproc.Server, config.Config, *steppedCloc
 	clock := &steppedClock{}
 	r1 := newMember(t, cfg, clock, nil)
 	r1.do(t, nil)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	return redis, cfg, clock, r1
 }
 
@@ -69,7 +69,7 @@ func TestFleetIdleReplicaReportsRoutesAndSwitch(t *testing.T) {
 	// Five idle minutes, a round every heartbeat interval.
 	for i := 0; i < int(5*time.Minute/fleetstore.HeartbeatInterval); i++ {
 		clock.advance(fleetstore.HeartbeatInterval)
-		r1.loop.round(t)
+		r1.loop.Round(t)
 	}
 	st := heartbeatOf(t, redis, r1)
 	if len(st.Routes) != 1 || st.Routes[0].Name != "fleet" || st.Routes[0].Switch != "on" {
@@ -78,12 +78,12 @@ func TestFleetIdleReplicaReportsRoutesAndSwitch(t *testing.T) {
 	redisDo(t, redis, "SET", fleetstore.SwitchKey("llmhedge:", "fleet"), fleetstore.EncodeSwitch(fleetstore.Switch{Paused: true}))
 	// One heartbeat interval later the idle replica has read the pause.
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	if got := core.HedgerGauge(core.MetricHedgingPaused, r1.hedger); got != 1 {
 		t.Errorf("llm_hedge_hedging_paused = %v on the idle replica during a pause, want 1", got)
 	}
 	clock.advance(fleetstore.HeartbeatInterval)
-	r1.loop.round(t)
+	r1.loop.Round(t)
 	st = heartbeatOf(t, redis, r1)
 	if len(st.Routes) != 1 || st.Routes[0].Switch != "paused" {
 		t.Errorf("heartbeat of the idle replica during a pause: routes %+v, want route fleet, switch paused", st.Routes)
@@ -105,7 +105,7 @@ func TestFleetSupersededStateDetaches(t *testing.T) {
 	for i := 0; i < n; i++ {
 		r2.do(t, nil)
 		clock.advance(fleetstore.HeartbeatInterval)
-		r1.loop.round(t)
+		r1.loop.Round(t)
 	}
 	st := heartbeatOf(t, redis, r1)
 	if len(st.Routes) != 1 || st.Routes[0].Requests != int64(n) {

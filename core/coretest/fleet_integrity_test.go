@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
+	"github.com/llmhedge/llmhedge/internal/testkit/loopclock"
 
 	"github.com/llmhedge/llmhedge/core"
 )
@@ -531,7 +532,7 @@ func TestFleetTimedOutClaimStillLeads(t *testing.T) {
 // second whole generation beside the other replica's.)
 func TestFleetUncertainLeaderWithRedisAnsweringRetries(t *testing.T) {
 	// a's sync loop runs when the test says (aLoop.round).
-	aLoop := newLoopClock(core.SystemClock{}, config.FleetConfig{})
+	aLoop := loopclock.New(core.SystemClock{}, config.FleetConfig{})
 	rig := newFleetRigClocks(t, []core.Clock{aLoop, nil}, nil)
 	a, b := rig.replicas[0], rig.replicas[1]
 	a.send(t, "warm", "alice", chatBody) // a's route is attached: its sync has keys to write
@@ -542,7 +543,7 @@ func TestFleetUncertainLeaderWithRedisAnsweringRetries(t *testing.T) {
 	lost := a.client.loseCommands(":lease")
 	first := a.sendAsync(t, "t2", "alice", chatBody)
 	<-lost         // a's claim is out, its reply will not come
-	aLoop.round(t) // meanwhile Redis answers a's sync
+	aLoop.Round(t) // meanwhile Redis answers a's sync
 	ra := recvAnswer(t, first)
 	a.client.loseCommands("")
 	if ra.status != http.StatusServiceUnavailable || ra.header.Get("Retry-After") == "" || !a.fleet.Up() {

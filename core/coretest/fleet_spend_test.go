@@ -56,14 +56,14 @@ func TestFleetSpendCapBurstAcrossReplicas(t *testing.T) {
 			for i := 1; i <= perReplica; i++ {
 				<-sent
 				if i%4 == 0 {
-					m.loop.round(t)
+					m.loop.Round(t)
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	for _, m := range members {
-		m.loop.round(t)
+		m.loop.Round(t)
 	}
 	hedges := 0
 	denials := 0

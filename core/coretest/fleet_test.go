@@ -21,6 +21,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/loopclock"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 	"github.com/llmhedge/llmhedge/resp"
 )
@@ -368,7 +369,7 @@ func newFleetRig(t *testing.T, n int, tune func(*config.Config)) *fleetRig {
 }
 
 // newFleetRigClocks is newFleetRig with replica i on clocks[i] (nil: the
-// system clock). A loopClock is the fleet's alone: the replica's hedger
+// system clock). A loop clock is the fleet's alone: the replica's hedger
 // gets its base.
 func newFleetRigClocks(t *testing.T, clocks []core.Clock, tune func(*config.Config)) *fleetRig {
 	return newFleetRigWith(t, clocks, "go-redis", tune)
@@ -418,8 +419,8 @@ func newFleetRigOn(t *testing.T, url string, clocks []core.Clock, clientKind str
 		}})
 		t.Cleanup(rep.fleet.Close)
 		hedgerClock := clocks[i]
-		if loop, ok := hedgerClock.(*loopClock); ok {
-			hedgerClock = loop.base
+		if loop, ok := hedgerClock.(*loopclock.Clock); ok {
+			hedgerClock = loop.Base()
 		}
 		h, err := core.New(cfg, core.Options{Fleet: rep.fleet, Clock: hedgerClock})
 		if err != nil {

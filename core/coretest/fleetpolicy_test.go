@@ -9,6 +9,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/fleetredis"
+	"github.com/llmhedge/llmhedge/internal/testkit/loopclock"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
 )
 
@@ -52,7 +53,7 @@ func evictionFleet(t *testing.T, args ...string) (*evictionSink, *lineLog, strin
 	}
 	t.Cleanup(func() { client.Close() })
 	sink, logs := &evictionSink{}, &lineLog{}
-	loop := newLoopClock(&steppedClock{}, cfg)
+	loop := loopclock.New(&steppedClock{}, cfg)
 	f := core.NewFleet(client, cfg, core.FleetOptions{Clock: loop, Metrics: sink, Log: logs.log, Kind: "test"})
 	t.Cleanup(f.Close)
 	h, err := core.New(rcfg, core.Options{Fleet: f, Clock: hedgeAtOnce{}})
@@ -64,7 +65,7 @@ func evictionFleet(t *testing.T, args ...string) (*evictionSink, *lineLog, strin
 		t.Fatalf("request: status %d, want 200", code)
 	}
 	for i := 0; i < 3; i++ {
-		loop.round(t)
+		loop.Round(t)
 	}
 	return sink, logs, f.Name()
 }

@@ -434,7 +434,7 @@ func choiceFails(ch *answerChoice, checks int, schema interface{}, which string)
 		return config.ValidateFinish, "the answer" + which + " finished with " + strconv.Quote(ch.finish) + ", not a normal end"
 	}
 	if checks&CheckNoRefusal != 0 && ch.refusal != "" {
-		return config.ValidateNoRefusal, "the answer" + which + " is a refusal: " + quoteCut(ch.refusal, 60)
+		return config.ValidateNoRefusal, "the answer" + which + " is a refusal: " + config.QuoteCut(ch.refusal, 60)
 	}
 	if checks&(CheckJSON|CheckJSONSchema) == 0 || ch.text == "" && ch.tool {
 		return "", "" // a tool call without text: its arguments are the provider's to check
@@ -445,7 +445,7 @@ func choiceFails(ch *answerChoice, checks int, schema interface{}, which string)
 	}
 	var v interface{}
 	if err := json.Unmarshal([]byte(ch.text), &v); err != nil {
-		return check, "the content" + which + " is not JSON (" + err.Error() + "): " + quoteCut(ch.text, 40)
+		return check, "the content" + which + " is not JSON (" + err.Error() + "): " + config.QuoteCut(ch.text, 40)
 	}
 	if checks&CheckJSONSchema != 0 && schema != nil {
 		if msg := schemaViolation(schema, v); msg != "" {

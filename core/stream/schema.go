@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/llmhedge/llmhedge/core/config"
 )
 
 // A subset JSON-schema validator for the json_schema check: standard
@@ -38,7 +40,7 @@ func checkSchema(schema, v interface{}, path string, depth int) string {
 	switch s := schema.(type) {
 	case bool:
 		if !s {
-			return path + ": the schema allows no value here, got " + describeJSON(v)
+			return path + ": the schema allows no value here, got " + config.DescribeJSON(v)
 		}
 		return ""
 	case map[string]interface{}:
@@ -55,7 +57,7 @@ func checkSchemaObject(s map[string]interface{}, v interface{}, path string, dep
 		}
 	}
 	if c, ok := s["const"]; ok && !jsonEqual(c, v) {
-		return path + ": got " + describeJSON(v) + ", want " + describeJSON(c)
+		return path + ": got " + config.DescribeJSON(v) + ", want " + config.DescribeJSON(c)
 	}
 	if e, ok := s["enum"].([]interface{}); ok {
 		if msg := checkEnum(e, v, path); msg != "" {
@@ -89,7 +91,7 @@ func checkType(t, v interface{}, path string) string {
 		if hasType(tt, v) {
 			return ""
 		}
-		return path + ": got " + describeJSON(v) + ", want " + tt
+		return path + ": got " + config.DescribeJSON(v) + ", want " + tt
 	case []interface{}:
 		names := make([]string, 0, len(tt))
 		for _, n := range tt {
@@ -99,7 +101,7 @@ func checkType(t, v interface{}, path string) string {
 			}
 			names = append(names, name)
 		}
-		return path + ": got " + describeJSON(v) + ", want " + strings.Join(names, " or ")
+		return path + ": got " + config.DescribeJSON(v) + ", want " + strings.Join(names, " or ")
 	}
 	return ""
 }
@@ -145,9 +147,9 @@ func checkEnum(e []interface{}, v interface{}, path string) string {
 			shown = append(shown, "…")
 			break
 		}
-		shown = append(shown, describeJSON(allowed))
+		shown = append(shown, config.DescribeJSON(allowed))
 	}
-	return path + ": got " + describeJSON(v) + ", want one of " + strings.Join(shown, ", ")
+	return path + ": got " + config.DescribeJSON(v) + ", want one of " + strings.Join(shown, ", ")
 }
 
 // checkAnyOf checks that v satisfies at least one of the schemas; the
@@ -245,36 +247,4 @@ func jsonEqual(a, b interface{}) bool {
 		return true
 	}
 	return false
-}
-
-// describeJSON names a decoded value for a message: its type and, for a
-// scalar, the value itself (strings cut at 40 bytes).
-func describeJSON(v interface{}) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case bool:
-		return "boolean " + strconv.FormatBool(x)
-	case float64:
-		return "number " + strconv.FormatFloat(x, 'g', -1, 64)
-	case string:
-		return "string " + quoteCut(x, 40)
-	case []interface{}:
-		return "array of " + strconv.Itoa(len(x))
-	case map[string]interface{}:
-		return "object"
-	}
-	return "value"
-}
-
-// quoteCut quotes s, cut to at most n bytes (on a rune boundary).
-func quoteCut(s string, n int) string {
-	if len(s) <= n {
-		return strconv.Quote(s)
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xC0 == 0x80 {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "…"
 }
