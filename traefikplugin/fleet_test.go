@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -194,7 +193,7 @@ func TestFleetIsSharedAcrossRoutersAndReloadsAndMadeLazily(t *testing.T) {
 	fleets = newFleetRegistry()
 	defer func() { fleets = saved }()
 	route := "fleet-lazy-" + strconv.FormatInt(time.Now().UnixNano(), 10)
-	goroutinesBefore := runtime.NumGoroutine()
+	goroutinesBefore := goroutinesOfOurs()
 	var handlers []http.Handler
 	for i := 0; i < 20; i++ {
 		cfg := fleetConfig(a.srv.URL, srv.URL(), route+"-"+strconv.Itoa(i%2))
@@ -203,7 +202,7 @@ func TestFleetIsSharedAcrossRoutersAndReloadsAndMadeLazily(t *testing.T) {
 		}
 		handlers = append(handlers, newHedge(t, cfg, "router"+strconv.Itoa(i%2), nil, nil))
 	}
-	if n := runtime.NumGoroutine(); n > goroutinesBefore {
+	if n := goroutinesOfOurs(); n > goroutinesBefore {
 		t.Fatalf("New started goroutines: %d before, %d after", goroutinesBefore, n)
 	}
 	if n := len(fleets.clients); n != 0 {

@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -642,12 +641,12 @@ func TestNewStartsNothingAndSharesStateAcrossReloads(t *testing.T) {
 	cfg.Upstreams = []Upstream{{URL: a.srv.URL}}
 	cfg.Route = "shared-" + strconv.FormatInt(time.Now().UnixNano(), 10)
 	statesBefore := shared.size()
-	goroutinesBefore := runtime.NumGoroutine()
+	goroutinesBefore := goroutinesOfOurs()
 	var handlers []http.Handler
 	for i := 0; i < 50; i++ {
 		handlers = append(handlers, newHedge(t, cfg, "reload", nil, nil))
 	}
-	if n := runtime.NumGoroutine(); n > goroutinesBefore {
+	if n := goroutinesOfOurs(); n > goroutinesBefore {
 		t.Fatalf("New started goroutines: %d before, %d after", goroutinesBefore, n)
 	}
 	if shared.size() != statesBefore {

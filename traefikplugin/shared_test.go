@@ -323,3 +323,26 @@ func TestPluginTransportIsCoresDefault(t *testing.T) {
 		t.Error("a second call built another transport")
 	}
 }
+
+// goroutinesOfOurs counts the goroutines not started by net/http: the
+// connections of earlier tests' clients and servers start and end on their
+// own (a cancelled attempt's dial may land later and start its read and
+// write loops), so only the rest say whether New started something.
+func goroutinesOfOurs() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\ngoroutine ") {
+		if !strings.Contains(g, "\ncreated by net/http.") {
+			count++
+		}
+	}
+	return count
+}
