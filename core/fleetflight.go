@@ -22,11 +22,14 @@ import (
 //     fingerprint); else SET lease NX PX makes this request the leader;
 //     else it follows the holder of the lease (or 422).
 //   - the leader runs the race and appends to its generation's stream:
-//     head (status and headers) at commit, data as it is written (batched:
-//     whatever accumulates while an append is on the wire goes in the next
-//     entry), end ok|cut|none; at a complete 2xx end within
-//     max_response_bytes it stores the answer (done) for the TTL. It
-//     renews the lease every lease/3.
+//     head (status and headers) at commit, data as it is written, end
+//     ok|cut|none; at a complete 2xx end within max_response_bytes it
+//     stores the answer (done) for the TTL. It renews the lease every
+//     lease/3. Data is batched: whatever accumulates while a write is on
+//     the wire goes in the next; while no follower reads (as the last
+//     write reported), for up to fleetstore.LoneBatchWindow (see
+//     fleetAppendDue); the renewal that confirms the lease before the
+//     answer's end marker carries what is queued.
 //   - a follower reads the stream from 0-0 with XREAD BLOCK and writes each
 //     entry as it comes. When a read times out it checks the lease: gone
 //     before head means the leader died before commit (or ended without an
@@ -366,11 +369,22 @@ type fleetLeader struct {
 	// the mutually recursive structs.
 	readersGone func()
 
-	mu       sync.Mutex
-	cond     *sync.Cond
-	data     []byte // queued, not yet sent
-	headSent bool   // the head went out (so the end is ok or cut)
-	seq      int    // sequence number of the next entry
+	mu   sync.Mutex
+	cond *sync.Cond // data queued, a batch due, the end, a confirmation asked or done
+	data []byte     // queued, not yet sent
+	// readers: followers reading this generation, as the last write or
+	// renewal reported. While none does, data waits for its batch's
+	// window (batchDue) or size.
+	readers     int64
+	batchDue    bool
+	windowTimer Timer
+	windowTick  func()
+	// confirmWanted: fleetLeaderConfirm waits for the sender to renew
+	// the lease (sealing it when confirmSeal) with the queued data.
+	confirmWanted, confirmSeal bool
+
+	headSent bool // the head went out (so the end is ok or cut)
+	seq      int  // sequence number of the next entry
 	size     int
 	overflow bool // the answer outgrew maxBytes: the stream ends cut
 	ended    bool
@@ -417,8 +431,9 @@ func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetstore.Keys, ident
 		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller),
 		uncertain: claimErr != nil, claimTimedOut: isTimeout(claimErr)}
 	l.cond = sync.NewCond(&l.mu)
-	// Created once: the timer re-arms with this same func (Yaegi).
+	// Created once: the timers re-arm with these same funcs (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }
+	l.windowTick = func() { fleetBatchWindowEnded(l) }
 	t := f.clock.AfterFunc(time.Duration(f.cfg.Lease)/3, l.renewTick)
 	l.mu.Lock()
 	l.renewTimer = t
@@ -480,28 +495,45 @@ func fleetSealMillis(f *Fleet, ttl time.Duration) string {
 	return fleetstore.LingerMillis(d, ttl)
 }
 
-// fleetRenewOnce sends one renewal, records what it found of the lease
-// (strict: a renewal without an answer counts as unconfirmed, see
-// leaseUnconfirmed) and returns the followers reading, -1 when unknown.
+// fleetRenewOnce sends one renewal (strict: one without an answer counts
+// as unconfirmed, see leaseUnconfirmed) and returns the followers reading,
+// -1 when unknown.
 func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
+	readers := fleetWrite(l, 0, nil, seal, strict)
+	return readers
+}
+
+// fleetWrite sends one write of the leader: entries from seq (none: a
+// renewal only), renewing the lease, and sealing the generation when seal
+// is set; it records what Redis found of the lease and returns the
+// followers reading, -1 when unknown. strict: a write without an answer
+// counts as unconfirmed (leaseUnconfirmed). Entries that did not go in
+// fail the stream: it takes no more.
+func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, seal, strict bool) int64 {
 	f := l.f
-	sealArg := ""
+	w := &fleetstore.Write{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder,
+		StreamMs: fleetstore.StreamMillis(l.ttl), LeaseMs: fleetstore.Millis(time.Duration(f.cfg.Lease)),
+		Seq: seq, Entries: entries}
 	if seal {
-		sealArg = fleetSealMillis(f, l.ttl)
+		w.SealMs = fleetSealMillis(f, l.ttl)
 	}
 	sent := f.clock.Now()
-	v, err := fleetstore.Renew(f.conn, l.keys, l.stream, l.leaseValue, fleetstore.Millis(time.Duration(f.cfg.Lease)),
-		fleetstore.StreamMillis(l.ttl), l.holder, sealArg)
+	fence, readers, err := fleetstore.WriteLeader(f.conn, context.Background(), l.keys, w)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err == nil && v.Kind == fleetstore.RedisArray && len(v.Array) == 2 {
-		leaseConfirmed(l, sent, int(v.Array[0].Int))
-		return v.Array[1].Int
+	if len(entries) > 0 {
+		fencedWrite(l, sent, fence, err)
+	} else if err == nil {
+		leaseConfirmed(l, sent, fenceState(fence))
 	}
-	if strict {
-		leaseUnconfirmed(l, err)
+	if err != nil {
+		if strict {
+			leaseUnconfirmed(l, err)
+		}
+		return -1
 	}
-	return -1
+	l.readers = readers
+	return readers
 }
 
 // fleetLeaderCommit sends the answer's head to the stream before the
@@ -522,15 +554,10 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 		// stored its answer) now.
 		return false
 	}
-	head := fleetstore.EncodeHead(status, hdr)
-	sent := l.f.clock.Now()
-	v, err := fleetstore.Append(l.f.conn, context.Background(), l.keys, l.stream, l.leaseValue, fleetstore.StreamMillis(l.ttl), 1, "h", head)
+	head := []fleetstore.Entry{{Kind: "h", Value: fleetstore.EncodeHead(status, hdr)}}
+	fleetWrite(l, 1, head, false, true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	fencedWrite(l, sent, v, err)
-	if err != nil {
-		leaseUnconfirmed(l, err)
-	}
 	if l.lost {
 		return false
 	}
@@ -551,7 +578,7 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 			l.data = nil
 		} else {
 			l.data = append(l.data, p...)
-			l.cond.Signal()
+			l.cond.Broadcast()
 		}
 	}
 	lost := l.lost
@@ -559,16 +586,46 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	return !lost
 }
 
+// fleetBatchWindowEnded makes the queued batch due (its window's timer).
+func fleetBatchWindowEnded(l *fleetLeader) {
+	l.mu.Lock()
+	l.batchDue = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+}
+
+// fleetAppendDue reports whether the sender has something to send now
+// (l.mu held): the end, a confirmation, or data that a follower reads,
+// whose window ended, or that fills a batch.
+func fleetAppendDue(l *fleetLeader) bool {
+	if l.ended || l.confirmWanted {
+		return true
+	}
+	return len(l.data) > 0 && (l.readers != 0 || l.batchDue || len(l.data) >= fleetstore.LoneBatchBytes)
+}
+
 // fleetLeaderConfirm renews the lease at once and reports whether it
 // surely holds (a renewal that failed still counts while the lease cannot
 // have run out). The end of the answer waits for it and, when the stream
 // has the whole answer so far, seals the generation with it (see
-// fleetstore.Renew): no other generation may start while this leader appends
-// its last bytes and its end, however late (within the seal's time).
+// fleetstore.Write): no other generation may start while this leader
+// appends its last bytes and its end, however late (within the seal's
+// time). Queued data goes with the renewal, in one call from the sender.
 func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
 	detached := l.detached
 	seal = seal && l.headSent && !l.failed && !l.overflow
+	if !detached && len(l.data) > 0 && !l.ended {
+		l.confirmWanted = true
+		l.confirmSeal = seal
+		l.cond.Broadcast()
+		for l.confirmWanted {
+			l.cond.Wait()
+		}
+		lost := l.lost
+		l.mu.Unlock()
+		return !lost
+	}
 	l.mu.Unlock()
 	if detached {
 		return true
@@ -613,11 +670,14 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	l.endKind = kind
 	l.done = done
 	l.stopped = true
-	timer := l.renewTimer
-	l.cond.Signal()
+	timer, window := l.renewTimer, l.windowTimer
+	l.cond.Broadcast()
 	l.mu.Unlock()
 	if timer != nil {
 		timer.Stop()
+	}
+	if window != nil {
+		window.Stop()
 	}
 	<-l.finished
 }
@@ -644,22 +704,33 @@ func fleetStoreAdmits(l *fleetLeader, size int) bool {
 	return fleetstore.AdmitStored(l.f.conn, l.storeKeys, size, fleetstore.Millis(l.ttl), l.identity, l.routeBudget, l.callerBudget)
 }
 
-// fleetAppend is the leader's one sender: it sends the queued data, then
-// the end with the last data, each batch in one fenced script call.
+// fleetAppend is the leader's one sender: it sends the queued data when
+// due (fleetAppendDue), with a renewal when fleetLeaderConfirm asks for
+// one, then the end with the last data, each batch in one fenced script
+// call.
 func fleetAppend(l *fleetLeader) {
-	f := l.f
-	ctx := context.Background()
 	for {
 		l.mu.Lock()
-		for len(l.data) == 0 && !l.ended {
+		for !fleetAppendDue(l) {
+			if len(l.data) > 0 && l.windowTimer == nil {
+				// A typed local first (Yaegi: see SystemClock.AfterFunc).
+				t := l.f.clock.AfterFunc(fleetstore.LoneBatchWindow, l.windowTick)
+				l.windowTimer = t
+			}
 			l.cond.Wait()
 		}
 		data := l.data
 		ended := l.ended
 		skip := l.failed || l.lost
 		lost, detached := l.lost, l.detached
+		confirm, seal := l.confirmWanted, l.confirmSeal
 		seq := l.seq
 		l.data = nil
+		l.batchDue = false
+		if window := l.windowTimer; window != nil {
+			window.Stop()
+			l.windowTimer = nil
+		}
 		if len(data) > 0 && !ended {
 			l.seq++
 		}
@@ -671,14 +742,21 @@ func fleetAppend(l *fleetLeader) {
 			close(l.finished)
 			return
 		}
-		if skip {
+		var entries []fleetstore.Entry
+		if len(data) > 0 && !skip {
+			entries = []fleetstore.Entry{{Kind: "d", Value: string(data)}}
+		}
+		if confirm {
+			fleetWrite(l, seq, entries, seal, true)
+			l.mu.Lock()
+			l.confirmWanted = false
+			l.cond.Broadcast()
+			l.mu.Unlock()
 			continue
 		}
-		sent := f.clock.Now()
-		v, err := fleetstore.Append(f.conn, ctx, l.keys, l.stream, l.leaseValue, fleetstore.StreamMillis(l.ttl), seq, "d", string(data))
-		l.mu.Lock()
-		fencedWrite(l, sent, v, err)
-		l.mu.Unlock()
+		if len(entries) > 0 {
+			fleetWrite(l, seq, entries, false, false)
+		}
 	}
 }
 
@@ -704,7 +782,7 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 		EndMs: fleetstore.LingerMillis(fleetstore.EndLinger, l.ttl), DoneMs: fleetstore.LingerMillis(fleetstore.DoneLinger, l.ttl)}
 	sent, v, err := fleetstore.Finish(l.f.conn, l.keys, end)
 	l.mu.Lock()
-	fencedWrite(l, sent, v, err)
+	fencedWrite(l, sent, v.Str, err)
 	if err != nil {
 		leaseUnconfirmed(l, err)
 	}
@@ -714,21 +792,26 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 // fencedWrite records the result of a fenced write sent at sent (l.mu
 // held). Anything but ok means the stream takes no more: followers see a
 // cut end, a gap or the lease gone, and end their answers broken.
-func fencedWrite(l *fleetLeader, sent time.Time, v fleetstore.RedisValue, err error) {
+func fencedWrite(l *fleetLeader, sent time.Time, fence string, err error) {
 	if err == nil {
-		state := 1
-		switch v.Str {
-		case fleetstore.FenceLost:
-			state = 0
-		case fleetstore.FenceNone:
-			state = -1
-		}
-		leaseConfirmed(l, sent, state)
+		leaseConfirmed(l, sent, fenceState(fence))
 	}
-	if err != nil || v.Str != fleetstore.FenceOK {
+	if err != nil || fence != fleetstore.FenceOK {
 		l.failed = true
 		l.data = nil
 	}
+}
+
+// fenceState is what a fenced write's result says of the lease, as
+// leaseConfirmed takes it.
+func fenceState(fence string) int {
+	switch fence {
+	case fleetstore.FenceLost:
+		return 0
+	case fleetstore.FenceNone:
+		return -1
+	}
+	return 1
 }
 
 // leaseConfirmed records what a fenced write or a renewal sent at sent

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -10,11 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/llmhedge/llmhedge/core/fleetstore"
-
-	"github.com/llmhedge/llmhedge/core/config"
-
-	"github.com/llmhedge/llmhedge/fleetredis"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/redisproc"
@@ -104,45 +100,48 @@ func TestFleetBenchFollowerLag(t *testing.T) {
 	}
 }
 
-// commandStats returns the calls of every command in INFO commandstats.
-func commandStats(t *testing.T, c fleetstore.RedisClient) redisproc.Calls {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	v, err := c.Do(ctx, "INFO", "commandstats")
+// commandCounts reads what Redis ran so far: the commands clients sent,
+// and the calls the scripts made inside them.
+func commandCounts(t *testing.T, m *redisproc.Monitor) [2]redisproc.Calls {
+	sent, inScripts, err := m.Counts()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return redisproc.ParseCalls(v.Str)
+	return [2]redisproc.Calls{sent, inScripts}
 }
 
-// statsDelta is what the commands after before cost (without the INFO
-// that read them): their total and "name=calls" each.
-func statsDelta(before, after redisproc.Calls) (int, string) {
-	d := after.Since(before, "info")
-	return int(d.Total()), d.String()
+// countsSince is what the commands after before cost, per request of n:
+// "sent (scripts' calls)" and the commands of each.
+func countsSince(before, after [2]redisproc.Calls, n int) string {
+	sent := after[0].Since(before[0], "echo")
+	inner := after[1].Since(before[1])
+	return fmt.Sprintf("%.1f sent, %.1f with the scripts' calls (sent: %s; in scripts: %s)",
+		float64(sent.Total())/float64(n), float64(sent.Total()+inner.Total())/float64(n), sent, inner)
 }
 
 // Redis commands per keyed request: a lone leader, a leader and a
-// follower, a replay.
+// follower, a replay. "Sent" counts the commands the replicas send (a
+// script call is one); the scripts' own calls are counted beside them, as
+// INFO commandstats counts them.
 func TestFleetBenchRedisCommands(t *testing.T) {
 	envgate.FleetBench(t)
 	w := llmsim.Workload{MedianTTFT: 30 * time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: 2 * time.Millisecond, PingEvery: 10 * time.Millisecond}
 	r := startFleet(t, 2, w)
 	ctx := testContext(t)
-	rc, err := fleetredis.New(config.FleetConfig{URL: r.Redis.URL()})
+	mon, err := r.Redis.Monitor()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rc.Close()
+	defer mon.Close()
 	const n = 50
-	before := commandStats(t, rc)
+	before := commandCounts(t, mon)
 	for i := 0; i < n; i++ {
 		if got := fleetStream(ctx, r.Replicas[0], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil); got.err != nil {
 			t.Fatal(got.err)
 		}
 	}
-	lone, loneParts := statsDelta(before, commandStats(t, rc))
-	before = commandStats(t, rc)
+	lone := countsSince(before, commandCounts(t, mon), n)
+	before = commandCounts(t, mon)
 	for i := 0; i < n; i++ {
 		key := "pair-" + strconv.Itoa(i)
 		leader := make(chan streamed, 1)
@@ -153,12 +152,13 @@ func TestFleetBenchRedisCommands(t *testing.T) {
 		fleetStream(ctx, r.Replicas[1], "sk-alice", key, "hello", nil)
 		<-leader
 	}
-	pair, pairParts := statsDelta(before, commandStats(t, rc))
-	before = commandStats(t, rc)
+	pair := countsSince(before, commandCounts(t, mon), n)
+	before = commandCounts(t, mon)
 	for i := 0; i < n; i++ {
 		fleetStream(ctx, r.Replicas[1], "sk-alice", "alone-"+strconv.Itoa(i), "hello", nil)
 	}
-	replay, replayParts := statsDelta(before, commandStats(t, rc))
-	t.Logf("Redis commands: lone leader %.1f per request (%s); leader+follower %.1f per pair (%s); replay %.1f (%s)",
-		float64(lone)/n, loneParts, float64(pair)/n, pairParts, float64(replay)/n, replayParts)
+	replay := countsSince(before, commandCounts(t, mon), n)
+	t.Logf("Redis commands per lone leader: %s", lone)
+	t.Logf("per leader and follower: %s", pair)
+	t.Logf("per replay: %s", replay)
 }

@@ -59,20 +59,44 @@ func Readers(c *Conn, k Keys, holder string) (RedisValue, error) {
 	return v, err
 }
 
-// Renew renews leaseValue's lease of k (renewScript), and seals its
-// generation when sealMs is not empty.
-func Renew(c *Conn, k Keys, stream, leaseValue, leaseMs, streamMs, holder, sealMs string) (RedisValue, error) {
-	v, err := Eval(c, context.Background(), OpRenew, renewScript, []string{k.Lease, stream, k.Readers, k.Sealed},
-		leaseValue, leaseMs, streamMs, holder, sealMs)
-	return v, err
+// Entry is one entry of a generation's stream: Kind "h" (the head) or
+// "d" (data), and its value.
+type Entry struct{ Kind, Value string }
+
+// Write is one write of a generation's leader (writeScript): its entries
+// from Seq on, a renewal of its lease, a seal, or any of them at once.
+type Write struct {
+	Stream, LeaseValue, Holder string
+	StreamMs                   string
+	// LeaseMs renews the lease for that long ("": no renewal), SealMs
+	// seals the generation for that long ("": no seal).
+	LeaseMs, SealMs string
+	Seq             int
+	Entries         []Entry
 }
 
-// Append appends entry seq of kind ("h" head, "d" data) to the stream of
-// leaseValue's generation, fenced by its lease (appendScript).
-func Append(c *Conn, ctx context.Context, k Keys, stream, leaseValue, streamMs string, seq int, kind, value string) (RedisValue, error) {
-	v, err := Eval(c, ctx, OpAppend, appendScript, []string{k.Lease, stream, k.Sealed},
-		leaseValue, streamMs, strconv.Itoa(seq), kind, value)
-	return v, err
+// WriteLeader sends w (writeScript) and returns what it found of the lease
+// (FenceOK, FenceLost, FenceNone or FenceGone) and how many followers read
+// the generation then. A write with entries counts as an append in the
+// metrics, one without as a renewal.
+func WriteLeader(c *Conn, ctx context.Context, k Keys, w *Write) (fence string, readers int64, err error) {
+	args := make([]string, 0, 6+2*len(w.Entries))
+	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs, w.SealMs)
+	for _, e := range w.Entries {
+		args = append(args, e.Kind, e.Value)
+	}
+	op := OpRenew
+	if len(w.Entries) > 0 {
+		op = OpAppend
+	}
+	v, err := Eval(c, ctx, op, writeScript, []string{k.Lease, w.Stream, k.Sealed, k.Readers}, args...)
+	if err != nil {
+		return "", 0, err
+	}
+	if v.Kind != RedisArray || len(v.Array) != 2 {
+		return "", 0, errReply
+	}
+	return v.Array[0].Str, v.Array[1].Int, nil
 }
 
 // End is what a generation's leader ends it with (finishScript).

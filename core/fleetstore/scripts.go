@@ -32,7 +32,7 @@ func scriptCmd(verb, script string, keys, args []string) []string {
 	return cmd
 }
 
-// Results of the fenced writes (appendScript, finishScript).
+// Results of the fenced writes (writeScript, finishScript).
 const (
 	FenceOK   = "ok"   // written
 	FenceLost = "lost" // the lease is another leader's: nothing written
@@ -46,7 +46,7 @@ const (
 // itself in the holder's field of readers (and uncounts itself when it
 // stops reading), which tells a leader whose own client left whether
 // others still read its answer. A sealed generation (its end marker went
-// out: see renewScript) is followed even once its lease ran out: nobody
+// out: see writeScript) is followed even once its lease ran out: nobody
 // leads a second generation of a key whose first was delivered whole.
 var claimScript = newScript(`
 local d = redis.call('GET', KEYS[2])
@@ -70,50 +70,41 @@ redis.call('PEXPIRE', KEYS[3], ARGV[4])
 return {'follow', holder}
 `)
 
-// renewScript: ARGV lease value, lease ms, stream ms, holder, seal ms (""
-// for none: the answer's end marker is about to go out). KEYS lease,
-// stream, readers, sealed. Extends the lease (and the stream) only while
-// this leader holds it, or sealed its generation: a seal marks the
-// generation until its end is in (for the seal's time at most), so that no
-// claim starts another while this leader finishes, however late. It never
-// takes a missing lease: a leader whose claim timed out and never landed
-// cannot tell whether another generation ran beside its race meanwhile.
-// Returns {1, followers reading}, {0, 0} when the lease is another's,
-// {-1, 0} when there is none.
-var renewScript = newScript(`
+// writeScript is every write of a generation's leader but its end: a
+// batch of entries, a renewal of its lease, a seal, or any of them in one
+// call. KEYS lease, stream, sealed, readers; ARGV lease value, stream ms,
+// sequence number of the first entry, holder, lease ms ("" renews
+// nothing), seal ms ("" seals nothing), then kind and value of each entry.
+//
+// It writes only while this leader holds the lease, or sealed its
+// generation (a seal marks the generation until its end is in, for the
+// seal's time at most, so that no claim starts another while this leader
+// finishes, however late); then the lease is renewed only while it is
+// still this leader's (never taken when missing: a leader whose claim
+// timed out and never landed cannot tell whether another generation ran
+// beside its race meanwhile). Entries create the stream only with the
+// first (the head): an append never re-creates a stream that vanished.
+// Returns {"ok", followers reading}, {"lost", 0} when the lease is
+// another's, {"none", 0} when there is none, {"gone", 0} when the stream
+// vanished (the renewal and the seal still done).
+var writeScript = newScript(`
 local l = redis.call('GET', KEYS[1])
-if l ~= ARGV[1] and redis.call('GET', KEYS[4]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
+if l ~= ARGV[1] and redis.call('GET', KEYS[3]) ~= ARGV[1] then
+  if not l then return {'none', 0} end
+  return {'lost', 0}
 end
 if l == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  if ARGV[5] ~= '' then redis.call('SET', KEYS[4], ARGV[1], 'PX', ARGV[5]) end
-  return {1, tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
+  if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
+  if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[6]) end
 end
-if not l then return {-1, 0} end
-return {0, 0}
-`)
-
-// appendScript: KEYS lease, stream, sealed; ARGV lease value, stream ms,
-// sequence number of the first entry, then kind and value of each entry.
-// Appends only while this leader holds the lease (or sealed its
-// generation), and creates the stream only with its first entry (the
-// head): an append never re-creates a stream that vanished.
-var appendScript = newScript(`
-local l = redis.call('GET', KEYS[1])
-if l ~= ARGV[1] and redis.call('GET', KEYS[3]) == ARGV[1] then l = ARGV[1] end
-if not l then return 'none' end
-if l ~= ARGV[1] then return 'lost' end
 local n = tonumber(ARGV[3])
-if n > 1 and redis.call('EXISTS', KEYS[2]) == 0 then return 'gone' end
-for i = 4, #ARGV, 2 do
+if #ARGV > 6 and n > 1 and redis.call('EXISTS', KEYS[2]) == 0 then return {'gone', 0} end
+for i = 7, #ARGV, 2 do
   redis.call('XADD', KEYS[2], '*', 't', ARGV[i], 'v', ARGV[i + 1], 'n', n)
   n = n + 1
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return 'ok'
+return {'ok', tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0')}
 `)
 
 // finishScript: KEYS lease, stream, done, sealed; ARGV lease value, end kind, done

@@ -40,3 +40,15 @@ const (
 	EndLinger  = 10 * time.Second
 	DoneLinger = time.Second
 )
+
+// While no follower reads a generation (as the leader's last write
+// reported), its data waits up to LoneBatchWindow, or until LoneBatchBytes
+// are queued, and goes in one write: such a stream is read only by a
+// follower that joins later, which reads what is in and gets the rest
+// within the window (the next write tells the leader, and from then on
+// every write goes at once). A lone 20-event answer takes a handful of
+// commands, not one per event.
+const (
+	LoneBatchWindow = 50 * time.Millisecond
+	LoneBatchBytes  = 64 << 10
+)
