@@ -532,6 +532,9 @@ func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, seal, stric
 		}
 		return -1
 	}
+	if readers != 0 && l.readers == 0 {
+		l.cond.Broadcast() // a batch waiting for its window is due now
+	}
 	l.readers = readers
 	return readers
 }
@@ -723,7 +726,9 @@ func fleetAppend(l *fleetLeader) {
 		ended := l.ended
 		skip := l.failed || l.lost
 		lost, detached := l.lost, l.detached
-		confirm, seal := l.confirmWanted, l.confirmSeal
+		// A write that failed since the confirmation was asked leaves a
+		// stream that misses some of the answer: not sealed.
+		confirm, seal := l.confirmWanted, l.confirmSeal && !l.failed
 		seq := l.seq
 		l.data = nil
 		l.batchDue = false
