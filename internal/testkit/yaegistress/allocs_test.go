@@ -30,6 +30,26 @@ func TestInterpretedRequestAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("the race detector allocates on its own")
 	}
+	up, canned := startCannedUpstream(t, false)
+	defer up.Close()
+	h, _ := interpretedPluginBuilder(t)(t, &loadRun{}, up.URL, up.URL, 30*time.Second)
+	one := cannedRequester(t, h, canned, "allocs-")
+	for i := 0; i < 50; i++ {
+		one() // the first request builds the engine; the pools fill
+	}
+	if got := testing.AllocsPerRun(200, one); got > interpretedAllocsBudget {
+		t.Fatalf("interpreted plugin: %.0f allocations per request, budget %d", got, interpretedAllocsBudget)
+	} else {
+		t.Logf("interpreted plugin: %.0f allocations per request (budget %d)", got, interpretedAllocsBudget)
+	}
+}
+
+// startCannedUpstream records the simulated upstream's fast 20-token
+// stream once and serves it to every request from a server of its own:
+// whole in one write, or with perEvent one flushed write per event (as
+// llmsim and providers send it). It returns the server and the stream.
+func startCannedUpstream(t testing.TB, perEvent bool) (*httptest.Server, []byte) {
+	t.Helper()
 	sim := llmsim.Start("F", llmsim.Workload{Seed: 1, MedianTTFT: 100 * time.Microsecond, Sigma: 1e-9, StallProb: -1, TokenGap: -1, PingEvery: -1})
 	defer sim.Close()
 	resp, err := http.Post(sim.URL+"/v1/chat/completions", "application/json", bytes.NewReader(chatRequest("canned")))
@@ -41,17 +61,31 @@ func TestInterpretedRequestAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	events := bytes.SplitAfter(canned, []byte("\n\n"))
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "text/event-stream")
-		w.Write(canned)
+		if !perEvent {
+			w.Write(canned)
+			return
+		}
+		rc := http.NewResponseController(w)
+		for _, e := range events {
+			w.Write(e)
+			rc.Flush()
+		}
 	}))
-	defer up.Close()
-	h, _ := interpretedPluginBuilder(t)(t, &loadRun{}, up.URL, up.URL, 30*time.Second)
+	return up, canned
+}
+
+// cannedRequester returns a function that sends h one streaming chat
+// request (ids prefix-1, prefix-2, ...) and fails t unless the answer is
+// the canned stream.
+func cannedRequester(t testing.TB, h http.Handler, canned []byte, prefix string) func() {
 	seq := 0
-	one := func() {
+	return func() {
 		seq++
-		id := "allocs-" + strconv.Itoa(seq)
+		id := prefix + strconv.Itoa(seq)
 		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", bytes.NewReader(chatRequest(id)))
 		req.Header.Set("Content-Type", "application/json")
 		w := httptest.NewRecorder()
@@ -59,13 +93,5 @@ func TestInterpretedRequestAllocations(t *testing.T) {
 		if w.Code != http.StatusOK || !bytes.Equal(w.Body.Bytes(), canned) {
 			t.Fatalf("%s: status %d, body %q; want 200 and the upstream's stream", id, w.Code, w.Body.String())
 		}
-	}
-	for i := 0; i < 50; i++ {
-		one() // the first request builds the engine; the pools fill
-	}
-	if got := testing.AllocsPerRun(200, one); got > interpretedAllocsBudget {
-		t.Fatalf("interpreted plugin: %.0f allocations per request, budget %d", got, interpretedAllocsBudget)
-	} else {
-		t.Logf("interpreted plugin: %.0f allocations per request (budget %d)", got, interpretedAllocsBudget)
 	}
 }
