@@ -120,7 +120,13 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	format, streaming := stream.FormatOf(resp.Header.Get("Content-Type"))
 	a.streaming = streaming
 	a.sse = format == stream.FormatSSE
-	if readUntilDecided(h, a, p, resp, format) {
+	var ready bool
+	if streaming {
+		ready = readUntilFirstEvent(h, a, p, resp, stream.NewDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine)))
+	} else {
+		ready = readWhole(h, a, p, resp)
+	}
+	if ready {
 		a.resp = resp
 		if p.checks != 0 {
 			return validateAttempt(h, a, p)
@@ -217,15 +223,14 @@ func keepErrorAnswer(h *Hedger, a *attempt, resp *http.Response) {
 	a.retryable = retryableStatus(resp.StatusCode)
 }
 
-// readUntilDecided reads resp until the first output event (stream) or
-// the whole body (non-stream), keeping every byte in a.prefix, a pooled
-// buffer read into directly. It reports whether the attempt is ready to win.
-func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, format stream.Format) bool {
-	var det *stream.Detector
-	if a.streaming {
-		det = stream.NewDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine))
-	}
+// readUntilFirstEvent reads a streamed resp until its first output event
+// (det decides), keeping every byte in a.prefix, a pooled buffer read into
+// directly. It reports whether the attempt is ready to win. (Streams and
+// whole answers are read by two functions: under Yaegi each call
+// allocates every slot of its frame, so neither carries the other's.)
+func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *stream.Detector) bool {
 	body := resp.Body
+	limit := int(h.cfg.MaxPrefix)
 	buf := getBuffer()[:0]
 	for {
 		if len(buf) == cap(buf) {
@@ -235,19 +240,51 @@ func readUntilDecided(h *Hedger, a *attempt, p *preparedRequest, resp *http.Resp
 		n, err := body.Read(buf[end:cap(buf)])
 		buf = buf[:end+n]
 		a.prefix = buf
-		if n > 0 && det != nil {
+		if n > 0 {
 			if v, why := stream.Feed(det, buf[end:]); v == stream.VerdictOutput {
 				a.firstAt = clockNow(h) // decided's common case, without its frame
 				return true
 			} else if v != stream.VerdictPending {
 				return decided(h, a, p, v, why)
 			}
-		}
-		if n > 0 && len(buf) > int(h.cfg.MaxPrefix) {
-			return prefixFull(h, a, det != nil)
+			if len(buf) > limit {
+				return prefixFull(h, a, true)
+			}
 		}
 		if err != nil {
 			return readEnded(h, a, p, resp, det, err)
+		}
+	}
+}
+
+// readWhole reads a resp that is not a stream until its end, or until
+// MaxPrefix (the rest is then streamed), into a.prefix as
+// readUntilFirstEvent does. It reports whether the attempt is ready to win.
+// io.ReadFull reads until the buffer is full or the body ends: one compiled
+// call where an interpreted loop would take one iteration per read.
+func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response) bool {
+	limit := int(h.cfg.MaxPrefix)
+	buf := getBuffer()[:0]
+	for {
+		if len(buf) == cap(buf) {
+			buf = grow(buf) // only when MaxPrefix exceeds the buffer
+		}
+		end := len(buf)
+		want := cap(buf)
+		if want > limit+1 {
+			want = limit + 1 // one byte past MaxPrefix says it was exceeded
+		}
+		n, err := io.ReadFull(resp.Body, buf[end:want])
+		buf = buf[:end+n]
+		a.prefix = buf
+		if len(buf) > limit {
+			return prefixFull(h, a, false)
+		}
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF // the body ended before the buffer filled
+		}
+		if err != nil {
+			return readEnded(h, a, p, resp, nil, err)
 		}
 	}
 }
@@ -285,7 +322,7 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 }
 
 // readEnded decides an attempt whose body ended (err, io.EOF included)
-// before readUntilDecided could.
+// before readUntilFirstEvent or readWhole could.
 func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *stream.Detector, err error) bool {
 	if err != io.EOF {
 		a.reason = "cancelled" // a loser's, the common case: nothing to redact

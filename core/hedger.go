@@ -235,6 +235,14 @@ func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
 	return handle(h, w, r)
 }
 
+// HandleRequest is h.Handle(w, r) as a function, for interpreted callers:
+// Yaegi calls a method of an interpreted type through reflect.MakeFunc and
+// reflect.Value.Call, a function directly (the Traefik plugin calls this
+// once per request).
+func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
+	return handle(h, w, r)
+}
+
 // The engine's per-request path is written as functions rather than
 // methods, with rare branches in functions of their own: Yaegi v0.16.1
 // calls an interpreted method through reflect.MakeFunc and Value.Call

@@ -129,7 +129,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		role = RoleSingle
 	}
 	launch(rc, role, first, probe)
-	if earlyHeadersFor(rc) {
+	// earlyHeadersFor's first test inline: a request that asks for no
+	// stream costs no call (Yaegi allocates the callee's whole frame).
+	if rc.p.streams && earlyHeadersFor(rc) {
 		startEarlyHeaders(rc, w)
 	}
 	raceLoop(rc)
@@ -648,7 +650,12 @@ func deliver(rc *race, w http.ResponseWriter) error {
 	} else {
 		writeWinnerHeader(rc, a, w)
 	}
-	err := deliverBody(rc, a, w)
+	var err error
+	if a.complete {
+		deliverComplete(rc, a, w)
+	} else {
+		err = deliverBody(rc, a, w)
+	}
 	// The prefix has been written, and copied into the tail: its pooled
 	// buffer can go (a streamed body's went already: no call then).
 	if a.prefix != nil {
@@ -658,21 +665,30 @@ func deliver(rc *race, w http.ResponseWriter) error {
 	return err
 }
 
-// deliverBody writes the winner's prefix and streams the rest of its body.
+// deliverComplete writes a winner whose whole body was read (a.complete):
+// it is sent in full when the handler returns; the whole body was read, so
+// the trailers are known. (deliverBody's other case, a function of its
+// own: under Yaegi every slot of a frame is allocated on each call.)
+func deliverComplete(rc *race, a *attempt, w http.ResponseWriter) {
+	if len(a.prefix) > 0 {
+		if _, err := w.Write(a.prefix); err != nil {
+			rc.rep.Outcome = OutcomeClientGone
+			return
+		}
+	}
+	if len(a.resp.Trailer) > 0 {
+		forwardTrailers(w, a.resp.Trailer)
+	}
+}
+
+// deliverBody writes the winner's prefix and streams the rest of its body
+// (a winner that is not a.complete).
 func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 	if len(a.prefix) > 0 {
 		if _, err := w.Write(a.prefix); err != nil {
 			rc.rep.Outcome = OutcomeClientGone
 			return nil
 		}
-	}
-	if a.complete {
-		// Sent in full when the handler returns; the whole body was read,
-		// so the trailers are known.
-		if len(a.resp.Trailer) > 0 {
-			forwardTrailers(w, a.resp.Trailer)
-		}
-		return nil
 	}
 	buf := getBuffer()
 	// The end of the pooled buffer holds the stream's tail, the rest takes

@@ -101,19 +101,30 @@ func delayInForce(h *Hedger, rc *race, first int) time.Duration {
 
 // hedgeDelay returns upstream up's own hedge delay: the fixed one, or the
 // adaptive one from up's estimator once it has enough samples.
+//
+// Under Yaegi cfg.Delay.Mode would copy the whole DelayConfig into a frame
+// slot, and every slot of the adaptive branch would be allocated on each
+// call: the fixed delay is read through a pointer, the adaptive one in a
+// function of its own.
 func hedgeDelay(s *State, cfg *config.Config, up int) time.Duration {
-	if cfg.Delay.Mode != config.DelayAdaptive {
-		return time.Duration(cfg.Delay.Fixed)
+	d := &cfg.Delay
+	if d.Mode != config.DelayAdaptive {
+		return time.Duration(d.Fixed)
 	}
+	return adaptiveDelay(s, d, up)
+}
+
+// adaptiveDelay is hedgeDelay for an adaptive delay.
+func adaptiveDelay(s *State, d *config.DelayConfig, up int) time.Duration {
 	q, n := quantile(s.estimators[up])
-	if n < cfg.Delay.MinSamples {
-		return time.Duration(cfg.Delay.Fixed)
+	if n < d.MinSamples {
+		return time.Duration(d.Fixed)
 	}
-	if q < time.Duration(cfg.Delay.Min) {
-		q = time.Duration(cfg.Delay.Min)
+	if q < time.Duration(d.Min) {
+		q = time.Duration(d.Min)
 	}
-	if q > time.Duration(cfg.Delay.Max) {
-		q = time.Duration(cfg.Delay.Max)
+	if q > time.Duration(d.Max) {
+		q = time.Duration(d.Max)
 	}
 	return q
 }

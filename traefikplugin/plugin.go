@@ -108,7 +108,9 @@ func (h *Hedge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// w is Traefik's own (compiled) writer. The engine flushes it after
 	// every chunk it copies through http.Flusher, the compiled interface
 	// Yaegi matches on compiled writers (core's flusherFor).
-	if err := engine.Handle(w, r); err != nil {
+	// core.HandleRequest, not engine.Handle: under Yaegi a method of an
+	// interpreted type is called through reflect.
+	if err := core.HandleRequest(engine, w, r); err != nil {
 		abortIfCut(w, err)
 	}
 }

@@ -1,8 +1,8 @@
 package stream
 
 import (
+	"bytes"
 	"encoding/json"
-	"strings"
 )
 
 // This file is the detector's fast path for the most common event of all,
@@ -43,14 +43,18 @@ type chatEventDelta struct {
 	Audio            json.RawMessage `json:"audio"`
 }
 
+// choicesKey is the member every Chat chunk has.
+var choicesKey = []byte(`"choices"`)
+
 // classifyChatChunk judges SSE data that has no event name under the auto
-// or Chat rule. ok=false: not a plain chunk, the general rules decide.
-func classifyChatChunk(data string) (Verdict, bool) {
-	if !strings.Contains(data, `"choices"`) {
+// or Chat rule. ok=false: not a plain chunk, the general rules decide. data
+// is not retained.
+func classifyChatChunk(data []byte) (Verdict, bool) {
+	if !bytes.Contains(data, choicesKey) {
 		return VerdictPending, false
 	}
 	var c chatEvent
-	if json.Unmarshal([]byte(data), &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
+	if json.Unmarshal(data, &c) != nil || c.Choices == nil || len(c.Type)+len(c.Error) > 0 {
 		return VerdictPending, false // a "type" or an "error", even null: the general rules
 	}
 	for i := range c.Choices {

@@ -66,7 +66,7 @@ func TestChatFastPathAgreesWithGeneralRules(t *testing.T) {
 	}
 	for _, rule := range []string{config.RuleAuto, config.RuleOpenAIChat} {
 		for _, c := range cases {
-			fast, ok := classifyChatChunk(c.data)
+			fast, ok := classifyChatChunk([]byte(c.data))
 			if ok != c.fastPath {
 				t.Errorf("%s %s: fast path taken = %v, want %v", rule, c.data, ok, c.fastPath)
 			}

@@ -144,7 +144,8 @@ func Feed(d *Detector, p []byte) (Verdict, string) {
 		}
 		d.started = true // "data: " is not a BOM
 		// classifySSE with no event name, inline: a call's frame per event.
-		data := string(p[len(sseDataPrefix):i])
+		// The chunk is judged from p itself: no string copy of it.
+		data := p[len(sseDataPrefix):i]
 		v := VerdictPending
 		plain := false
 		if d.chatRule {
@@ -152,7 +153,7 @@ func Feed(d *Detector, p []byte) (Verdict, string) {
 		}
 		reason := ""
 		if !plain {
-			v, reason = classifyEvent(d.rule, data, "")
+			v, reason = classifyEvent(d.rule, string(data), "")
 		}
 		p = p[i+2:]
 		if v != VerdictPending {
@@ -379,7 +380,7 @@ var cohereControlKinds = map[string]bool{
 // Chat chunk by its fast path, anything else by the general rules.
 func classifySSE(d *Detector, data, event string) (Verdict, string) {
 	if event == "" && d.chatRule {
-		if v, ok := classifyChatChunk(data); ok {
+		if v, ok := classifyChatChunk([]byte(data)); ok {
 			return v, ""
 		}
 	}

@@ -73,7 +73,7 @@ func FuzzChatFastPath(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, data string) {
-		fast, ok := classifyChatChunk(data)
+		fast, ok := classifyChatChunk([]byte(data))
 		if !ok || spellsFieldInOtherCase(data) {
 			return // the one known difference (see chatchunk.go)
 		}
