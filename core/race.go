@@ -71,7 +71,11 @@ type race struct {
 	delayFrom  int
 	exploreCap time.Duration // an exploring race's delay at most (see planRoute)
 	inFlight   int
-	timer      Timer
+	timer      Timer // the hedge timer on an injected clock
+	// sysTimer is the hedge timer on the system clock, kept as it is:
+	// under Yaegi converting it to Timer, and calling Stop through that
+	// interface, cost a reflective method value each (see earlyHeaders.sys).
+	sysTimer   *time.Timer
 	timerSeq   int
 	heldFatal  *attempt
 	winner     *attempt
@@ -135,7 +139,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		startEarlyHeaders(rc, w)
 	}
 	raceLoop(rc)
-	if rc.timer != nil {
+	if rc.sysTimer != nil {
+		rc.sysTimer.Stop()
+	} else if rc.timer != nil {
 		rc.timer.Stop()
 	}
 	if rc.early != nil {
@@ -371,14 +377,21 @@ func launch(rc *race, role string, up int, probe uint64) {
 		countExtra(rc)
 	}
 	go runAttempt(h, a, rc.p, rc.events, rc.passthrough)
-	if rc.timer != nil {
+	if rc.sysTimer != nil {
+		rc.sysTimer.Stop()
+	} else if rc.timer != nil {
 		rc.timer.Stop()
 	}
 	rc.timerSeq++
 	if rc.p.hedgeable && len(rc.attempts) < h.cfg.MaxAttempts {
 		seq := rc.timerSeq
 		events := rc.events
-		rc.timer = clockAfterFunc(h, rc.delay, func() { events <- event{kind: evHedgeTimer, seq: seq} })
+		fire := func() { events <- event{kind: evHedgeTimer, seq: seq} }
+		if h.systemClock {
+			rc.sysTimer = time.AfterFunc(rc.delay, fire)
+		} else {
+			rc.timer = clockAfterFunc(h, rc.delay, fire)
+		}
 	}
 }
 
