@@ -382,6 +382,9 @@ type fleetLeader struct {
 	// confirmWanted: fleetLeaderConfirm waits for the sender to renew
 	// the lease (sealing it when confirmSeal) with the queued data.
 	confirmWanted, confirmSeal bool
+	// markerConfirmed: the end marker's confirmation is done; the rest
+	// goes with the end, which follows: no window to arm.
+	markerConfirmed bool
 
 	headSent bool // the head went out (so the end is ok or cut)
 	seq      int  // sequence number of the next entry
@@ -616,6 +619,7 @@ func fleetAppendDue(l *fleetLeader) bool {
 // time). Queued data goes with the renewal, in one call from the sender.
 func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
+	l.markerConfirmed = l.markerConfirmed || seal
 	detached := l.detached
 	seal = seal && l.headSent && !l.failed && !l.overflow
 	if !detached && len(l.data) > 0 && !l.ended {
@@ -715,7 +719,7 @@ func fleetAppend(l *fleetLeader) {
 	for {
 		l.mu.Lock()
 		for !fleetAppendDue(l) {
-			if len(l.data) > 0 && l.windowTimer == nil {
+			if len(l.data) > 0 && l.windowTimer == nil && !l.markerConfirmed {
 				// A typed local first (Yaegi: see SystemClock.AfterFunc).
 				t := l.f.clock.AfterFunc(fleetstore.LoneBatchWindow, l.windowTick)
 				l.windowTimer = t
