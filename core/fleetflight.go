@@ -143,6 +143,11 @@ func fleetJoin(h *Hedger, fw *flightWriter, p *preparedRequest, rep *Report, ide
 			rep.Status = fw.status
 			j := fleetJoined{answered: true, complete: res == followComplete}
 			if res == followCut && readers.Err() == nil {
+				// The status and the bytes read so far go out before the
+				// abort (a read that brought the head and the cut end at
+				// once wrote them to buffers only): the client sees an
+				// answer that breaks, not a connection closed unanswered.
+				fw.Flush()
 				j.err = ErrStreamAborted
 			}
 			return j
@@ -580,8 +585,10 @@ func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	if !l.overflow && !l.failed && !l.lost {
 		l.size += len(p)
 		if l.size > l.maxBytes {
+			// What is queued fits: it goes at once, then the stream
+			// takes no more.
 			l.overflow = true
-			l.data = nil
+			l.cond.Broadcast()
 		} else {
 			l.data = append(l.data, p...)
 			l.cond.Broadcast()
@@ -602,12 +609,12 @@ func fleetBatchWindowEnded(l *fleetLeader) {
 
 // fleetAppendDue reports whether the sender has something to send now
 // (l.mu held): the end, a confirmation, or data that a follower reads,
-// whose window ended, or that fills a batch.
+// whose window ended, that fills a batch, or the last the stream takes.
 func fleetAppendDue(l *fleetLeader) bool {
 	if l.ended || l.confirmWanted {
 		return true
 	}
-	return len(l.data) > 0 && (l.readers != 0 || l.batchDue || len(l.data) >= fleetstore.LoneBatchBytes)
+	return len(l.data) > 0 && (l.readers != 0 || l.batchDue || l.overflow || len(l.data) >= fleetstore.LoneBatchBytes)
 }
 
 // fleetLeaderConfirm renews the lease at once and reports whether it

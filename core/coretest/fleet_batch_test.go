@@ -2,12 +2,14 @@ package coretest
 
 import (
 	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/core/config"
 	"github.com/llmhedge/llmhedge/core/fleetstore"
 )
 
@@ -216,5 +218,49 @@ func TestFleetLateFollowerGetsTheHeldBatchWhenTheWindowEnds(t *testing.T) {
 	body = append(body, rest...)
 	if err != nil || !ra.complete || string(body) != ra.body || !strings.HasSuffix(ra.body, "data: [DONE]\n\n") {
 		t.Errorf("follower's answer %q (err %v), leader's %q (complete %v): want both whole and equal", body, err, ra.body, ra.complete)
+	}
+}
+
+// A follower that reads a cut generation whole in one read (its head,
+// the data that fitted, the cut end) gives its client the status and
+// those bytes, then the break: never a connection closed unanswered. The
+// leader's answer outgrows max_response_bytes, so its stream is cut after
+// the data that fitted.
+func TestFleetFollowerOfACutAnswerGetsTheStatusAndTheBytes(t *testing.T) {
+	rig := newFleetRig(t, 2, func(c *config.Config) { c.Idempotency.MaxResponseBytes = 1024 })
+	a, b := rig.replicas[0], rig.replicas[1]
+	rig.upstream.mu.Lock()
+	rig.upstream.size = 300 // ~360 bytes an event: two fit, the third overflows
+	rig.upstream.mu.Unlock()
+	release := rig.upstream.hold("kc", true)
+	defer release()
+	first := a.sendAsync(t, "kc", "alice", chatBody)
+	rig.upstream.waitStarted(t, "kc")
+	held, releaseReads := b.client.holdCommands("XREAD")
+	defer releaseReads()
+	second := make(chan *http.Response, 1)
+	go func() { second <- b.open(t, "kc", "alice", chatBody) }()
+	select {
+	case <-held: // b follows; its first read waits
+	case <-time.After(10 * time.Second): // bounds a failure only
+		t.Fatal("the follower's read never came")
+	}
+	release()
+	ra := recvAnswer(t, first)
+	if !ra.complete || !strings.Contains(ra.body, "[DONE]") {
+		t.Fatalf("leader's answer complete %v body %q, want whole", ra.complete, ra.body)
+	}
+	releaseReads() // the stream holds the head, the data that fitted and the cut end
+	var resp *http.Response
+	select {
+	case resp = <-second:
+	case <-time.After(10 * time.Second): // bounds a failure only
+		t.Fatal("no answer to the follower")
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || err == nil || len(body) == 0 || !strings.HasPrefix(ra.body, string(body)) || strings.Contains(string(body), "[DONE]") {
+		t.Errorf("follower: status %d, %d bytes (a prefix of the leader's: %v), read error %v; want 200, the bytes that fitted, then a broken body",
+			resp.StatusCode, len(body), strings.HasPrefix(ra.body, string(body)), err)
 	}
 }

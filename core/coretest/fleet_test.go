@@ -206,6 +206,47 @@ type killableClient struct {
 	// whose reply a busy replica read too late; each is sent on lost.
 	lose atomic.Pointer[string]
 	lost chan []string
+	// hold, when set, makes a command with an argument that contains its
+	// part wait for the test's release, whatever its deadline.
+	hold atomic.Pointer[commandGate]
+}
+
+type commandGate struct {
+	part    string
+	release chan struct{}
+	held    chan struct{} // one value per command held
+}
+
+// holdCommands makes every command with an argument that contains part
+// wait until release is called (then it runs, however late); held gets
+// one value per command held.
+func (k *killableClient) holdCommands(part string) (held <-chan struct{}, release func()) {
+	g := &commandGate{part: part, release: make(chan struct{}), held: make(chan struct{}, 100)}
+	k.hold.Store(g)
+	var once sync.Once
+	return g.held, func() {
+		once.Do(func() {
+			k.hold.Store(nil)
+			close(g.release)
+		})
+	}
+}
+
+// wait holds cmd while a gate names it, and returns the context to run it
+// with (a held command's deadline is lifted).
+func (k *killableClient) wait(ctx context.Context, cmd []string) context.Context {
+	g := k.hold.Load()
+	if g == nil {
+		return ctx
+	}
+	for _, a := range cmd {
+		if strings.Contains(a, g.part) {
+			g.held <- struct{}{}
+			<-g.release
+			return context.WithoutCancel(ctx)
+		}
+	}
+	return ctx
 }
 
 var errKilled = fmt.Errorf("killed by the test")
@@ -250,7 +291,7 @@ func (k *killableClient) Do(ctx context.Context, args ...string) (fleetstore.Red
 		<-ctx.Done()
 		return fleetstore.RedisValue{}, ctx.Err()
 	}
-	return k.inner.Do(ctx, args...)
+	return k.inner.Do(k.wait(ctx, args), args...)
 }
 
 func (k *killableClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleetstore.RedisValue, error) {
