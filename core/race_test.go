@@ -435,6 +435,13 @@ func TestMayChangeStateEscapedKey(t *testing.T) {
 	if mayChangeState([]byte(`{"model":"m","messages":[]}`), "/v1/chat/completions") {
 		t.Fatal("plain chat request judged stateful")
 	}
+	// Every acting tool, its name escaped (yaegi test runs this too: a
+	// tagless switch's case list once let all but "mcp" through there).
+	for _, tool := range []string{`m\u0063p`, `code_interpr\u0065ter`, `local_sh\u0065ll`, `sh\u0065ll`, `apply_p\u0061tch`, `c\u006fmputer_use_preview`} {
+		if body := `{"model":"m","tools":[{"type":"` + tool + `"}]}`; !mayChangeState([]byte(body), "/v1/chat/completions") {
+			t.Errorf("mayChangeState(%s) = false, want true: the tool acts", body)
+		}
+	}
 	if !mayChangeState([]byte(`{"model":"m"}`), "/v1/responses") {
 		t.Fatal(`mayChangeState({"model":"m"}, /v1/responses) = false, want true: the Responses API stores by default`)
 	} else if mayChangeState([]byte(`{"store":false}`), "/v1/responses") {

@@ -630,9 +630,8 @@ func escapedToolsMayAct(tools []byte) bool {
 		if !ok {
 			continue
 		}
-		switch {
-		case s == "mcp", s == "code_interpreter", s == "local_shell", s == "shell", s == "apply_patch",
-			strings.HasPrefix(s, "computer_use"):
+		if s == "mcp" || s == "code_interpreter" || s == "local_shell" || s == "shell" || s == "apply_patch" ||
+			strings.HasPrefix(s, "computer_use") {
 			return true
 		}
 	}

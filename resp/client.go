@@ -142,7 +142,10 @@ func (c *Client) Stats() Stats {
 	var nodes []*node
 	if c.cl != nil {
 		nodes = clusterNodes(c.cl)
-		s.Moved, s.Asked, s.SlotMaps = clusterCounters(c.cl)
+		moved, asked, slotMaps := clusterCounters(c.cl)
+		s.Moved = moved
+		s.Asked = asked
+		s.SlotMaps = slotMaps
 	} else {
 		nodes = append(nodes, c.single)
 	}

@@ -27,6 +27,7 @@ var deterministicBugs = []struct {
 	{"CompositeToInterfaceField", probe.CompositeToInterfaceField, "`s.iface = T{}` panics: valueInterface not assignable"},
 	{"TypedIotaConst", probe.TypedIotaConst, "a `T = iota + 1` constant compares unequal to an equal T variable"},
 	{"InterfaceResultNilCompare", probe.InterfaceResultNilCompare, "a compiled value returned as an interpreted interface panics when compared with nil"},
+	{"TaglessSwitchCaseList", probe.TaglessSwitchCaseList, "a tagless switch's `case a, b:` tests only a"},
 }
 
 // TestYaegiDeterministicBugs demonstrates each single-caller bug: the

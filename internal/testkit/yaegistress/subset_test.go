@@ -124,6 +124,14 @@ func unsafeConstructs(file *ast.File, ifaces map[string]bool) []violation {
 			checkReturns(n, ifaces, imports, add)
 		case *ast.SelectStmt:
 			add(n, "select: concurrent invocations share its cases (wrong answers, hangs); use one event channel and plain receives")
+		case *ast.SwitchStmt:
+			if n.Tag == nil {
+				for _, c := range n.Body.List {
+					if cc, ok := c.(*ast.CaseClause); ok && len(cc.List) > 1 {
+						add(cc, "tagless switch with a case list: only the first condition is tested; one condition per case, or join them with ||")
+					}
+				}
+			}
 		case *ast.ReturnStmt:
 			for i, r := range n.Results {
 				if u, ok := r.(*ast.UnaryExpr); ok && u.Op == token.ARROW {
@@ -134,6 +142,16 @@ func unsafeConstructs(file *ast.File, ifaces map[string]bool) []violation {
 				}
 			}
 		case *ast.AssignStmt:
+			if n.Tok == token.ASSIGN && len(n.Lhs) > 1 && len(n.Rhs) == 1 {
+				if _, ok := n.Rhs[0].(*ast.CallExpr); ok {
+					for _, l := range n.Lhs {
+						if _, ok := l.(*ast.SelectorExpr); ok {
+							add(n, "a call's results assigned straight to fields (CONTRIBUTING: multi-value results to locals first); assign them to locals, then the fields")
+							break
+						}
+					}
+				}
+			}
 			if n.Tok == token.ASSIGN && len(n.Lhs) > 1 && len(n.Rhs) > 1 {
 				for _, r := range n.Rhs {
 					if _, ok := r.(*ast.CallExpr); ok {
@@ -284,6 +302,7 @@ func TestSubsetCheckerFindsTheProbes(t *testing.T) {
 		"compiled value returned directly as an interpreted interface",
 		"typed constant `T = iota + k` compares unequal to equal values; give explicit values",
 		"func literal inside a loop",
+		"tagless switch with a case list",
 	} {
 		if !kinds[want] {
 			t.Errorf("the checker missed %q in probe/unsafe.go (found %v)", want, kinds)

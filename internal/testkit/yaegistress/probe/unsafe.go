@@ -247,3 +247,16 @@ func TypedIotaConst(id int) int {
 	}
 	return id
 }
+
+// TaglessSwitchCaseList matches a tagless switch's case that lists two
+// conditions, the second true. Yaegi v0.16.1 evaluates only the first
+// condition of such a case list, so the case does not match. Core writes
+// one condition per case, or joins them with ||.
+func TaglessSwitchCaseList(id int) int {
+	s := "second"
+	switch {
+	case s == "first", s == "second":
+		return id
+	}
+	return -1
+}
