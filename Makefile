@@ -89,7 +89,7 @@ unit:
 	$(GO) test -race -short -count=1 -timeout 15m ./...
 
 # The packages whose tests start processes: redis-server (redisproc), a
-# built Caddy or Traefik (caddybin, traefikbin), node and npm (nodesdk),
+# built Caddy, Traefik or Jaeger (caddybin, traefikbin, jaeger), node and npm (nodesdk),
 # prometheus or promtool (deploy), or the command under test as a child
 # (the cmd packages, envoyfilter's hostile client). A package whose tests
 # start one joins this list.
@@ -105,6 +105,7 @@ E2E_PKGS := \
 	./fleetredis \
 	./internal/fleete2e \
 	./internal/testkit/caddybin \
+	./internal/testkit/jaeger \
 	./internal/testkit/nodesdk \
 	./internal/testkit/proc \
 	./internal/testkit/redisproc \

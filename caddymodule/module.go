@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/llmhedge/llmhedge/core"
+	"github.com/llmhedge/llmhedge/oteltrace"
 )
 
 func init() {
@@ -111,7 +112,7 @@ func (h *Handler) Provision(ctx caddy.Context) error {
 	}
 	logger := h.logger
 	h.hedger, err = core.New(h.cfg, core.Options{Transport: h.httpTrans, State: state, Observer: core.ObserverFunc(h.observe), Fleet: fleet, Switches: processSwitches,
-		Log: func(fields []core.LogField) { zapfields.LogFleetState(logger, fields) }})
+		Tracer: tracer, Log: func(fields []core.LogField) { zapfields.LogFleetState(logger, fields) }})
 	if err != nil {
 		return err
 	}
@@ -162,6 +163,13 @@ func (h *Handler) Cleanup() error {
 	h.stateKey, h.transportKey, h.fleetKey = "", "", ""
 	return errors.Join(errs...)
 }
+
+// tracer traces the requests that Caddy's tracing handler wraps: their
+// context carries its recording span, the parent of the request's span
+// (the attempts' spans nest under it), exported by the provider Caddy
+// configured. Other requests cost one context lookup and send the
+// client's trace headers unchanged. One instance: it holds no state.
+var tracer = oteltrace.FromContext()
 
 // ServeHTTP hedges r. It never calls next: the handler is terminal.
 //

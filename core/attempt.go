@@ -60,6 +60,11 @@ type attempt struct {
 
 	result        string
 	cancelLatency time.Duration
+
+	// Traced requests only: the trace headers the attempt sends (see
+	// Trace.Attempt).
+	traceparent string
+	tracestate  string
 }
 
 // Error codes of the answers the engine writes itself when no attempt won,
@@ -103,6 +108,9 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	req, err := attemptRequest(h, a.ctx, p, a.upstream, a.index)
 	if err != nil {
 		return notBuilt(h, a, p, err)
+	}
+	if a.traceparent != "" {
+		setTraceHeaders(req.Header, a)
 	}
 	resp, err := h.opts.Transport.RoundTrip(req)
 	if err != nil {

@@ -37,6 +37,10 @@ type Options struct {
 	// Switches are the process's kill switches (its admin surface's); nil:
 	// none but the fleet's. One table per process, kept across reloads.
 	Switches *Switches
+	// Tracer traces requests: a span per request and per attempt, and
+	// each attempt's own traceparent; nil: no spans, and the client's
+	// trace headers go to every attempt unchanged. Optional.
+	Tracer Tracer
 	// Log receives the fields of the engine's rare log lines (the spend
 	// cap reached); nil: the Fleet's Log, if any. Optional.
 	Log func(fields []LogField)
@@ -254,6 +258,9 @@ func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	start := clockNow(h)
 	rep := &Report{Request: r, Route: h.cfg.Route, Winner: -1, Start: start}
+	if h.opts.Tracer != nil {
+		startTrace(h, r, rep, start)
+	}
 	if h.fleet != nil {
 		fleetDeposit(h)
 	} else {
@@ -269,21 +276,26 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	default:
 		err = handleKeyed(h, w, p, rep, start)
 	}
-	if h.opts.Observer != nil {
-		observe(h, p, rep)
+	if h.opts.Observer != nil || rep.trace != nil {
+		report(h, p, rep)
 	}
 	return err
 }
 
-// observe hands the request's report to the observer. (handle's rare
-// branches are functions of their own: under Yaegi every slot of a frame
-// is allocated on each call.)
-func observe(h *Hedger, p *preparedRequest, rep *Report) {
+// report hands the request's report to the observer and ends its spans.
+// (handle's rare branches are functions of their own: under Yaegi every
+// slot of a frame is allocated on each call.)
+func report(h *Hedger, p *preparedRequest, rep *Report) {
 	if p != nil && p.clientKey {
 		// A generated key names nothing the client knows: no hash.
 		rep.KeyHash = KeyHash(p.key)
 	}
-	h.opts.Observer.Observe(rep)
+	if h.opts.Observer != nil {
+		h.opts.Observer.Observe(rep)
+	}
+	if rep.trace != nil {
+		endTrace(h, p, rep)
+	}
 }
 
 // rejectRequest answers a request that prepare refused.
@@ -313,6 +325,7 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 	replay, follow, lead, conflict := h.state.idem.claim(identity, p.fingerprint(), int(idem.MaxResponseBytes))
 	switch {
 	case conflict:
+		rep.Idempotency = IdempotencyRejected
 		rep.Outcome = OutcomeRejected
 		rep.Status = http.StatusUnprocessableEntity
 		setNoRaceReport(h, w.Header(), OutcomeRejected)
@@ -320,6 +333,7 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 			"this idempotency key was already used with a different request")
 		return nil
 	case replay != nil:
+		rep.Idempotency = IdempotencyReplayed
 		rep.Outcome = OutcomeReplayed
 		rep.Status = replay.Status
 		copyHeader(w.Header(), replay.Header)
@@ -331,6 +345,7 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 	case follow != nil:
 		setNoRaceReport(h, w.Header(), OutcomeJoined)
 		status, complete := follow.follow(r.Context(), w)
+		rep.Idempotency = IdempotencyJoined
 		rep.Outcome = OutcomeJoined
 		rep.Status = status
 		if !complete && status != http.StatusConflict && r.Context().Err() == nil {
@@ -339,6 +354,19 @@ func handleKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Repo
 		return nil
 	}
 	return leadKeyed(h, w, p, rep, start, identity, lead)
+}
+
+// fleetIdempotency names what became of a key another replica answered.
+func fleetIdempotency(rep *Report) string {
+	switch rep.Outcome {
+	case OutcomeReplayed:
+		return IdempotencyReplayed
+	case OutcomeRejected:
+		if rep.Status == http.StatusUnprocessableEntity {
+			return IdempotencyRejected
+		}
+	}
+	return IdempotencyJoined
 }
 
 // leadKeyed runs the race of a keyed request that leads its flight. The
@@ -366,6 +394,7 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 		joined := fleetJoin(h, fw, p, rep, identity, readers)
 		if joined.answered {
 			complete = joined.complete
+			rep.Idempotency = fleetIdempotency(rep)
 			return joined.err
 		}
 		remote = joined.leader
@@ -379,6 +408,7 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 			lead.mu.Unlock()
 		}
 	}
+	rep.Idempotency = IdempotencyLed
 	rc := newRace(h, p, rep, start)
 	rc.clientCtx = readers
 	rc.ctx = readers

@@ -34,7 +34,18 @@ type LogField struct {
 // only: a Report carries no credential, and idempotency_key_hash is
 // KeyHash, never the key.
 func ReportLogFields(r *Report) []LogField {
-	fields := make([]LogField, 0, 18)
+	fields := requestFields(r, 1)
+	list := make([][]LogField, 0, len(r.Attempts))
+	for i := range r.Attempts {
+		list = append(list, attemptLogFields(&r.Attempts[i]))
+	}
+	return append(fields, LogField{Key: "attempt_list", Kind: LogObjects, Objects: list})
+}
+
+// requestFields are the log line's fields but the attempt list, with room
+// for extra more.
+func requestFields(r *Report, extra int) []LogField {
+	fields := make([]LogField, 0, 18+extra)
 	fields = append(fields, stringField("route", r.Route))
 	fields = append(fields, stringField("outcome", r.Outcome))
 	fields = append(fields, intField("status", int64(r.Status)))
@@ -61,20 +72,21 @@ func ReportLogFields(r *Report) []LogField {
 	if r.KeyHash != "" {
 		fields = append(fields, stringField("idempotency_key_hash", r.KeyHash))
 	}
+	if r.Idempotency != "" {
+		fields = append(fields, stringField("idempotency", r.Idempotency))
+	}
 	if r.Validation != "" {
 		fields = append(fields, stringField("validation", r.Validation))
 	}
-	list := make([][]LogField, 0, len(r.Attempts))
-	for i := range r.Attempts {
-		list = append(list, attemptLogFields(&r.Attempts[i]))
-	}
-	fields = append(fields, LogField{Key: "attempt_list", Kind: LogObjects, Objects: list})
 	return fields
 }
 
 // attemptLogFields are the fields of one attempt within attempt_list.
-func attemptLogFields(a *AttemptReport) []LogField {
-	fields := make([]LogField, 0, 9)
+func attemptLogFields(a *AttemptReport) []LogField { return attemptFields(a, 0) }
+
+// attemptFields are attemptLogFields with room for extra more.
+func attemptFields(a *AttemptReport, extra int) []LogField {
+	fields := make([]LogField, 0, 11+extra)
 	fields = append(fields, intField("index", int64(a.Index)))
 	fields = append(fields, stringField("upstream", a.Upstream))
 	fields = append(fields, stringField("role", a.Role))
@@ -92,12 +104,27 @@ func attemptLogFields(a *AttemptReport) []LogField {
 	if a.Invalid != "" {
 		fields = append(fields, stringField("invalid_check", a.Invalid))
 	}
+	if a.Explore {
+		fields = append(fields, LogField{Key: "explore", Kind: LogBool, Bool: true})
+	}
+	if a.ErrorType != "" {
+		fields = append(fields, stringField("error_type", a.ErrorType))
+	}
 	if a.Error != "" {
 		// Redacted by core: no URL query or userinfo, no header value.
 		fields = append(fields, stringField("error", a.Error))
 	}
 	return fields
 }
+
+// What became of a request with the client's idempotency key
+// (Report.Idempotency, the log line's "idempotency").
+const (
+	IdempotencyLed      = "led"      // it ran the race (its answer is kept for the key)
+	IdempotencyJoined   = "joined"   // it read the answer of a race in flight
+	IdempotencyReplayed = "replayed" // it got the stored answer
+	IdempotencyRejected = "rejected" // the key was used with another request
+)
 
 func stringField(key, v string) LogField { return LogField{Key: key, Kind: LogString, Str: v} }
 

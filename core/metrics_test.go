@@ -25,7 +25,7 @@ func hedgeWonReport() *Report {
 	return &Report{
 		Route: "chat", Outcome: OutcomeOK, Status: 200, Hedged: true, Winner: 1,
 		TTFT: 80 * time.Millisecond, Total: 200 * time.Millisecond, Delay: 50 * time.Millisecond,
-		HedgesStarted: 1, Denials: []string{DenyBudget}, WastedPromptTokens: 12, KeyHash: "0123456789abcdef",
+		HedgesStarted: 1, Denials: []string{DenyBudget}, WastedPromptTokens: 12, KeyHash: "0123456789abcdef", Idempotency: IdempotencyLed,
 		Attempts: []AttemptReport{
 			{Index: 0, Upstream: "A", Role: RolePrimary, Result: ResultLost, Status: 200, CancelLatency: time.Millisecond},
 			{Index: 1, Upstream: "B", Role: RoleHedge, Result: ResultWon, Status: 200, Started: 50 * time.Millisecond, TTFT: 30 * time.Millisecond},
@@ -118,7 +118,7 @@ func TestReportLogFields(t *testing.T) {
 		keys = append(keys, f.Key)
 		byKey[f.Key] = f
 	}
-	want := "route outcome status hedged attempts hedges_started delay_ms total_ms winner_attempt winner_upstream winner_role ttft_ms denials wasted_prompt_tokens idempotency_key_hash attempt_list"
+	want := "route outcome status hedged attempts hedges_started delay_ms total_ms winner_attempt winner_upstream winner_role ttft_ms denials wasted_prompt_tokens idempotency_key_hash idempotency attempt_list"
 	if got := strings.Join(keys, " "); got != want {
 		t.Errorf("keys %s\nwant %s", got, want)
 	}

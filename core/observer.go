@@ -61,6 +61,23 @@ type AttemptReport struct {
 	// Invalid names the validity check this attempt's answer failed
 	// (result invalid).
 	Invalid string
+	// Explore: the attempt went to the runner-up to measure it (a route
+	// with primary fastest), not to the best upstream.
+	Explore bool
+	// ErrorType classes a failure: an error code of the engine's answers
+	// (upstream_unreachable, upstream_timeout, upstream_bad_response,
+	// upstream_error) or the HTTP status, e.g. "503".
+	ErrorType string
+
+	// Filled for traced requests only (see Tracer): when the attempt's span
+	// ends, since the request started; the upstream's host and port, the
+	// provider its host names ("" when unknown) and the model the attempt
+	// asked for when the upstream sets its own.
+	Ended         time.Duration
+	ServerAddress string
+	ServerPort    int
+	Provider      string
+	Model         string
 }
 
 // Report is everything the engine knows about one request when it ends.
@@ -99,6 +116,14 @@ type Report struct {
 	// any: ValidationPassed, ValidationUnchecked (the answer outgrew
 	// max_prefix) or ValidationFailed (every answer was invalid).
 	Validation string
+	// Idempotency says what became of the client's idempotency key
+	// (Idempotency* values); "" when the request did not go through the
+	// keyed path (no key, idempotency off, not hedgeable).
+	Idempotency string
+	// Model is the request's top-level "model"; filled for traced requests.
+	Model string
+
+	trace Trace // the request's spans, nil when it is not traced
 }
 
 // Observer receives a Report when each request ends. It is called on the

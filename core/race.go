@@ -373,6 +373,9 @@ func launch(rc *race, role string, up int, probe uint64) {
 	rc.attempts = append(rc.attempts, a)
 	rc.used[up]++
 	rc.inFlight++
+	if rc.rep.trace != nil {
+		startAttemptSpan(rc, a)
+	}
 	if len(rc.attempts) > 1 {
 		countExtra(rc)
 	}
@@ -533,9 +536,8 @@ func finishReport(rc *race) {
 			noteValidation(rc)
 		}
 	}
-	if rc.h.opts.Observer != nil {
+	if rc.h.opts.Observer != nil || rc.rep.trace != nil {
 		reportAttempts(rc)
-		rc.rep.Total = clockNow(rc.h).Sub(rc.start)
 	}
 }
 
@@ -566,13 +568,21 @@ func learnFromLostPrimary(rc *race) {
 // reportAttempts fills the report's attempt list and wasted-token estimate.
 func reportAttempts(rc *race) {
 	h, rep := rc.h, rc.rep
+	total := clockNow(h).Sub(rc.start)
+	rep.Total = total
 	tokens := promptTokens(rc.p)
 	for _, a := range rc.attempts {
 		ar := AttemptReport{Index: a.index, Upstream: h.cfg.Upstreams[a.upstream].Name, Role: a.role,
-			Result: a.result, Status: a.status, Started: a.started.Sub(rc.start), CancelLatency: a.cancelLatency}
+			Result: a.result, Status: a.status, Started: a.started.Sub(rc.start), CancelLatency: a.cancelLatency,
+			Explore: rc.exploring && a.index == 0}
 		if a.result == ResultFailed || a.result == ResultInvalid {
 			ar.Error = a.reason
 			ar.Invalid = a.invalid
+			ar.ErrorType = errorType(a)
+		}
+		if rep.trace != nil {
+			ar.Ended = attemptEnded(rc, a, total)
+			describeUpstream(h, &ar, a.upstream)
 		}
 		if !a.firstAt.IsZero() && a == rc.winner {
 			ar.TTFT = a.firstAt.Sub(a.started)

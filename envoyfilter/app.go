@@ -276,7 +276,7 @@ func (a *App) Reload() error {
 		a.log.Error("configuration reload failed; keeping the running configuration", zap.Error(err))
 		return err
 	}
-	if fields := restartOnly(a.started, cfg, a.Server.ownTransport); len(fields) > 0 {
+	if fields := restartOnly(a.started, cfg, a.Server.ownTransport, a.Server.injectedTracing == nil); len(fields) > 0 {
 		a.log.Warn("restart-only settings changed; they keep their running values until a restart",
 			zap.Strings("fields", fields))
 	}
@@ -296,8 +296,9 @@ func (a *App) Reload() error {
 // the gRPC server's options are fixed when it starts, and so are TLS on or
 // off and the log format. transportReloads is false when the upstream
 // transport was injected (Options.Transport) and the file's transport
-// section is not used.
-func restartOnly(running, next *FileConfig, transportReloads bool) []string {
+// section is not used; tracingReloads likewise for Options.TracerProvider
+// and the tracing section.
+func restartOnly(running, next *FileConfig, transportReloads, tracingReloads bool) []string {
 	var fields []string
 	changed := func(name string, differs bool) {
 		if differs {
@@ -314,6 +315,7 @@ func restartOnly(running, next *FileConfig, transportReloads bool) []string {
 	changed("log.format", running.Log.Format != next.Log.Format)
 	changed("transport", !transportReloads &&
 		config.TransportKey(running.Transport.TransportConfig, nil) != config.TransportKey(next.Transport.TransportConfig, nil))
+	changed("tracing", !tracingReloads && tracingKey(running.Tracing) != tracingKey(next.Tracing))
 	return fields
 }
 
@@ -372,7 +374,9 @@ func (a *App) Shutdown(timeout time.Duration) {
 		}
 	}
 	a.serving.Wait()
-	a.Server.closeFleets()
+	ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+	a.Server.Close(ctx) // flushes the last spans
+	cancel()
 	a.log.Info("stopped")
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"regexp"
@@ -43,6 +44,9 @@ type FileConfig struct {
 	// Fleet shares keyed requests with the other replicas through Redis,
 	// for every route without a fleet of its own. Default off.
 	Fleet config.FleetConfig `json:"fleet"`
+	// Tracing exports a span per hedged request and per upstream attempt
+	// over OTLP. Default off.
+	Tracing TracingConfig `json:"tracing"`
 }
 
 // GRPCConfig configures the gRPC listener.
@@ -132,6 +136,147 @@ type ShutdownConfig struct {
 	// after the listener closed before they are cancelled (which cancels their upstream
 	// attempts). Default 30s.
 	DrainTimeout Duration `json:"drain_timeout"`
+}
+
+// TracingConfig configures the spans of hedged requests: an OpenTelemetry
+// SDK tracer provider with a batch span processor and an OTLP exporter.
+// Off unless endpoint is set or enabled is true: the environment alone
+// (OTEL_EXPORTER_OTLP_ENDPOINT) never turns it on. Reloadable: a reload
+// that changes the section builds a new exporter for new streams.
+type TracingConfig struct {
+	// Enabled turns tracing on or off. Default: on when endpoint is set.
+	// enabled: true without an endpoint takes the endpoint from the
+	// environment (see Endpoint).
+	Enabled *bool `json:"enabled"`
+	// Endpoint is the OTLP receiver's URL: http://host:port (plaintext)
+	// or https://host:port (TLS, the system's roots). With http/protobuf a
+	// URL without a path gets /v1/traces; a path is used as it is. With
+	// grpc the URL has no path. Default: the standard environment
+	// variables OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, then
+	// OTEL_EXPORTER_OTLP_ENDPOINT, else localhost:4318 (4317 for grpc).
+	Endpoint string `json:"endpoint"`
+	// Protocol is http/protobuf or grpc. Default:
+	// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, then OTEL_EXPORTER_OTLP_PROTOCOL,
+	// else http/protobuf.
+	Protocol string `json:"protocol"`
+	// ServiceName is the resource's service.name. Default: OTEL_SERVICE_NAME,
+	// else "llmhedge-envoy". OTEL_RESOURCE_ATTRIBUTES adds attributes.
+	ServiceName string `json:"service_name"`
+	// SampleRatio is the share of requests traced among those whose
+	// parent (the trace context Envoy sends) made no decision. Parent-based:
+	// a sampled parent is always traced, an unsampled one never. Default 1.
+	SampleRatio *float64 `json:"sample_ratio"`
+	// Headers go with every export, e.g. a collector's API key. "${NAME}"
+	// in a value is replaced by the environment variable NAME. Values are
+	// never logged. Default: OTEL_EXPORTER_OTLP_HEADERS.
+	Headers map[string]string `json:"headers"`
+	// Timeout bounds one export. Default 10s.
+	Timeout Duration `json:"timeout"`
+}
+
+// OTLP protocols of tracing.protocol.
+const (
+	TracingProtoHTTP = "http/protobuf"
+	TracingProtoGRPC = "grpc"
+)
+
+// Defaults of the tracing section.
+const (
+	DefaultTracingServiceName = "llmhedge-envoy"
+	DefaultTracingTimeout     = 10 * time.Second
+)
+
+// On reports whether tracing is on: enabled when set, else whether an
+// endpoint is.
+func (t TracingConfig) On() bool {
+	if t.Enabled != nil {
+		return *t.Enabled
+	}
+	return t.Endpoint != ""
+}
+
+// protocol is the OTLP protocol in force: the section's, else the
+// environment's, else http/protobuf.
+func (t TracingConfig) protocol() string {
+	if t.Protocol != "" {
+		return t.Protocol
+	}
+	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"} {
+		if v := os.Getenv(name); v != "" {
+			return v
+		}
+	}
+	return TracingProtoHTTP
+}
+
+// serviceName is the service.name in force.
+func (t TracingConfig) serviceName() string {
+	if t.ServiceName != "" {
+		return t.ServiceName
+	}
+	if v := os.Getenv("OTEL_SERVICE_NAME"); v != "" {
+		return v
+	}
+	return DefaultTracingServiceName
+}
+
+// validate reports the section's problems (defaults applied).
+func (t TracingConfig) validate(bad func(format string, args ...interface{})) {
+	if !t.On() {
+		if t.Enabled == nil && (t.Protocol != "" || t.ServiceName != "" || len(t.Headers) > 0) {
+			bad("tracing: settings without tracing.endpoint or tracing.enabled: true; tracing is off")
+		}
+		return
+	}
+	proto := t.protocol()
+	if proto != TracingProtoHTTP && proto != TracingProtoGRPC {
+		where := "tracing.protocol"
+		if t.Protocol == "" {
+			where = "tracing.protocol (from OTEL_EXPORTER_OTLP_PROTOCOL)"
+		}
+		bad("%s %q: want %s or %s", where, proto, TracingProtoHTTP, TracingProtoGRPC)
+	}
+	if t.Endpoint != "" {
+		if _, err := tracingEndpoint(t.Endpoint, proto); err != nil {
+			bad("tracing.endpoint: %v", err)
+		}
+	}
+	if r := *t.SampleRatio; r < 0 || r > 1 {
+		bad("tracing.sample_ratio %v: want 0..1", r)
+	}
+	if t.Timeout <= 0 {
+		bad("tracing.timeout must be positive")
+	}
+	for name, value := range t.Headers {
+		if !httpguts.ValidHeaderFieldName(name) {
+			bad("tracing.headers: name %q is not a valid header name", name)
+			continue
+		}
+		// The value is never quoted: it may hold a key.
+		if v, err := expandEnv(value); err != nil {
+			bad("tracing.headers %s: %v", name, err)
+		} else if !validFieldValue(v) {
+			bad("tracing.headers %s: the value has a control character", name)
+		}
+	}
+}
+
+// tracingEndpoint checks an endpoint URL and returns it parsed.
+func tracingEndpoint(endpoint, proto string) (*url.URL, error) {
+	u, err := url.Parse(endpoint)
+	switch {
+	case err != nil || u.Scheme != "http" && u.Scheme != "https":
+		return nil, errors.New("want http://host:port (plaintext) or https://host:port (TLS)")
+	case u.Host == "":
+		return nil, errors.New("no host")
+	case u.User != nil:
+		return nil, errors.New("credentials in the URL: put them in tracing.headers")
+	case u.RawQuery != "" || u.Fragment != "":
+		return nil, errors.New("a query or fragment: want none")
+	case proto == TracingProtoGRPC && u.Path != "" && u.Path != "/":
+		return nil, errors.New("a path: an OTLP/gRPC endpoint has none")
+	}
+	return u, nil
 }
 
 // Body modes the server understands, as spelled in the configuration.
@@ -287,6 +432,7 @@ func (c *FileConfig) applyDefaults() {
 func serverDefaults() FileConfig {
 	requests, streamed := true, true
 	grace, override := Duration(DefaultHealthGrace), Duration(DefaultOverrideMessageTimeout)
+	ratio := 1.0
 	return FileConfig{
 		GRPC:     GRPCConfig{Listen: DefaultGRPCListen, MaxRecvMsgSize: DefaultMaxRecvMsgSize},
 		Metrics:  MetricsConfig{Listen: DefaultMetricsListen, Path: "/metrics"},
@@ -294,6 +440,7 @@ func serverDefaults() FileConfig {
 		Shutdown: ShutdownConfig{HealthGrace: &grace, DrainTimeout: Duration(DefaultDrainTimeout)},
 		Envoy: EnvoyConfig{RequestBodyMode: BodyModeFullDuplex, StreamedImmediateResponse: &streamed,
 			MaxImmediateResponse: DefaultMaxImmediateResponse, BodyChunk: DefaultBodyChunk, OverrideMessageTimeout: &override},
+		Tracing: TracingConfig{SampleRatio: &ratio, Timeout: Duration(DefaultTracingTimeout)},
 	}
 }
 
@@ -377,6 +524,7 @@ func (c *FileConfig) Validate() error {
 	if err := c.Transport.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	c.Tracing.validate(bad)
 	names := map[string]bool{}
 	for i, r := range c.Routes {
 		where := fmt.Sprintf("routes[%d]", i)

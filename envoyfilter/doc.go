@@ -24,6 +24,13 @@
 //     whole body arrives and answered with one ImmediateResponse, after
 //     extending Envoy's message timer with override_message_timeout.
 //
+// With a tracing section (TracingConfig) every hedged request gets an
+// OpenTelemetry span, and each upstream attempt a span under it whose
+// context the attempt's upstream receives as its traceparent, exported
+// over OTLP. The parent is the context of Envoy's ext_proc span, which
+// Envoy sends in the stream's gRPC metadata, else the traceparent of the
+// request headers (tracing.go).
+//
 // The rules each step relies on were read from Envoy's ext_proc filter
 // (source/extensions/filters/http/ext_proc/ext_proc.cc, processor_state.cc,
 // config.cc, mutation_utils.cc) and are cited where they are used. The

@@ -2,6 +2,7 @@ package envoyfilter_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -46,9 +47,12 @@ func TestLightExtProcHelper(t *testing.T) {
 	}
 	gs, conn := serveGRPC(t, srv)
 	conn.Close()
-	defer gs.Stop()
 	fmt.Printf("ADDR %s\n", conn.Target())
 	io.Copy(io.Discard, os.Stdin)
+	gs.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	srv.Close(ctx) // a tracing pipeline's goroutines end
 }
 
 // startExtProcProcess runs the ext_proc server with configuration yaml in

@@ -75,9 +75,10 @@ func (t *routeTable) match(head *requestHead) *route {
 // buildRoutes builds the hedgers of cfgs. A route whose name and upstream
 // shape are unchanged from prev keeps its core.State (TTFT estimators,
 // budgets, breakers, idempotency table), so a reload neither forgets the
-// learned delay nor refills the hedge budget.
+// learned delay nor refills the hedge budget. tracer (nil: none) traces
+// every route's requests.
 func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripper, clock core.Clock, switches *core.Switches,
-	observer core.Observer, fleetFor func(config.FleetConfig) (*core.Fleet, error)) (*routeTable, error) {
+	observer core.Observer, fleetFor func(config.FleetConfig) (*core.Fleet, error), tracer core.Tracer) (*routeTable, error) {
 	t := &routeTable{states: make(map[string]*core.State)}
 	for _, rc := range cfgs {
 		cc, err := rc.CoreConfig()
@@ -93,7 +94,8 @@ func buildRoutes(cfgs []RouteConfig, prev *routeTable, transport http.RoundTripp
 		if err != nil {
 			return nil, fmt.Errorf("route %s: fleet: %w", rc.Name, err)
 		}
-		h, err := core.New(cc, core.Options{Transport: transport, Clock: clock, Observer: observer, State: state, Fleet: fleet, Switches: switches})
+		h, err := core.New(cc, core.Options{Transport: transport, Clock: clock, Observer: observer, State: state, Fleet: fleet, Switches: switches,
+			Tracer: tracer})
 		if err != nil {
 			return nil, fmt.Errorf("route %s: %w", rc.Name, err)
 		}

@@ -1,13 +1,17 @@
 package envoyfilter
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/llmhedge/llmhedge/core/config"
 
 	extprocv3 "github.com/envoyproxy/go-control-plane/envoy/service/ext_proc/v3"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/llmhedge/llmhedge/core"
@@ -35,8 +39,14 @@ type Server struct {
 	ownTransport bool
 	transportKey string                  // config.TransportKey of the built transport
 	fleets       map[string]*serverFleet // by fleetKey, the fleets in use
-	current      atomic.Pointer[settings]
-	inFlight     atomic.Int64
+	// tracing is the pipeline of the tracing section in force; a reload
+	// that changes the section retires it (retiredTracing) and builds
+	// another. injectedTracing (Options.TracerProvider) replaces both.
+	tracing         *serverTracing
+	injectedTracing *serverTracing
+	retiredTracing  map[*serverTracing]*time.Timer
+	current         atomic.Pointer[settings]
+	inFlight        atomic.Int64
 }
 
 // settings is everything a configuration decides, swapped whole on reload.
@@ -66,6 +76,12 @@ type Options struct {
 	// Observer, if set, also receives every hedged request's report (after
 	// the metrics and the request log). It must not block.
 	Observer core.Observer
+	// TracerProvider, if set, traces every hedged request (a span per
+	// request and per attempt, parented as the tracing section describes)
+	// whatever the file's tracing section says: the section is then
+	// ignored, at start and on reload. The embedding program owns it: the
+	// server never shuts it down. Default: the tracing section's.
+	TracerProvider trace.TracerProvider
 }
 
 // NewServer builds a Server for cfg (as returned by LoadConfig or
@@ -80,6 +96,9 @@ func NewServer(cfg *FileConfig, opts Options) (*Server, error) {
 		s.metrics = NewMetrics(s.eachHedger)
 	}
 	s.ownTransport = s.transport == nil
+	if opts.TracerProvider != nil {
+		s.injectedTracing = &serverTracing{key: "injected", tracer: newExtprocTracer(opts.TracerProvider)}
+	}
 	if err := s.apply(cfg); err != nil {
 		return nil, err
 	}
@@ -140,16 +159,40 @@ func (s *Server) apply(cfg *FileConfig) error {
 			retired, _ = s.transport.(*http.Transport)
 		}
 	}
+	tracing, freshTracing, err := s.pickTracing(cfg.Tracing)
+	if err != nil {
+		if fresh != nil {
+			fresh.CloseIdleConnections()
+		}
+		return fmt.Errorf("tracing: %w", err)
+	}
 	fleets := &fleetPicker{s: s, used: map[string]*serverFleet{}}
-	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, s.switches, core.ObserverFunc(s.observe), fleets.fleet)
+	table, err := buildRoutes(cfg.Routes, prev, transport, s.clock, s.switches, core.ObserverFunc(s.observe), fleets.fleet, tracing.tracer)
 	if err != nil {
 		fleets.abort()
 		if fresh != nil {
 			fresh.CloseIdleConnections()
 		}
+		if freshTracing {
+			tracing.shutdown(context.Background(), s.log) // it traced nothing
+		}
 		return err
 	}
 	fleets.commit()
+	if freshTracing {
+		if tracing.tp != nil {
+			endpoint := cfg.Tracing.Endpoint
+			if endpoint == "" {
+				endpoint = "(the OTEL_EXPORTER_OTLP_* environment, else the exporter's default)"
+			}
+			s.log.Info("tracing on", zap.String("endpoint", endpoint), zap.String("protocol", cfg.Tracing.protocol()),
+				zap.String("service", cfg.Tracing.serviceName()), zap.Float64("sample_ratio", *cfg.Tracing.SampleRatio))
+		} else if s.tracing != nil && s.tracing.tp != nil {
+			s.log.Info("tracing off")
+		}
+		s.retireTracing(time.Duration(cfg.Shutdown.DrainTimeout))
+		s.tracing = tracing
+	}
 	s.transport = transport
 	s.transportKey = transportKey
 	if retired != nil {
@@ -157,6 +200,68 @@ func (s *Server) apply(cfg *FileConfig) error {
 	}
 	s.current.Store(&settings{table: table, envoy: cfg.Envoy, logRequests: cfg.Log.Requests == nil || *cfg.Log.Requests})
 	return nil
+}
+
+// pickTracing returns the tracing pipeline of section c: the injected
+// one, the one in force when the section is unchanged, else a new one
+// (fresh). Call with reloadMu held.
+func (s *Server) pickTracing(c TracingConfig) (tracing *serverTracing, fresh bool, err error) {
+	if s.injectedTracing != nil {
+		return s.injectedTracing, false, nil
+	}
+	if s.tracing != nil && s.tracing.key == tracingKey(c) {
+		return s.tracing, false, nil
+	}
+	tracing, err = newServerTracing(c)
+	return tracing, err == nil, err
+}
+
+// retireTracing shuts the pipeline in force down after drain (streams in
+// flight keep their hedgers, and so its tracer: their spans are exported
+// if they end within drain), or at Close. Call with reloadMu held.
+func (s *Server) retireTracing(drain time.Duration) {
+	old := s.tracing
+	if old == nil || old.tp == nil {
+		return
+	}
+	if s.retiredTracing == nil {
+		s.retiredTracing = make(map[*serverTracing]*time.Timer)
+	}
+	s.retiredTracing[old] = time.AfterFunc(drain, func() {
+		s.reloadMu.Lock()
+		_, ok := s.retiredTracing[old]
+		delete(s.retiredTracing, old)
+		s.reloadMu.Unlock()
+		if ok {
+			ctx, cancel := context.WithTimeout(context.Background(), tracingFlushTimeout)
+			old.shutdown(ctx, s.log)
+			cancel()
+		}
+	})
+}
+
+// Close releases what the server holds beside its streams: it flushes the
+// spans its tracing pipelines still hold to their exporters and closes
+// them (within ctx), and closes its fleet clients. Call it once every
+// stream has ended (App.Shutdown does); an injected TracerProvider is left
+// to its owner.
+func (s *Server) Close(ctx context.Context) {
+	s.reloadMu.Lock()
+	var pipelines []*serverTracing
+	if s.tracing != nil {
+		pipelines = append(pipelines, s.tracing)
+	}
+	s.tracing = nil
+	for st, timer := range s.retiredTracing {
+		timer.Stop()
+		pipelines = append(pipelines, st)
+	}
+	s.retiredTracing = nil
+	s.reloadMu.Unlock()
+	for _, st := range pipelines {
+		st.shutdown(ctx, s.log)
+	}
+	s.closeFleets()
 }
 
 // observe receives every hedged request's report.

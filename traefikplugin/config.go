@@ -68,6 +68,9 @@ type Config struct {
 	// Fleet shares joins, replays and conflicts of keyed requests across
 	// replicas through Redis. Default off.
 	Fleet Fleet `json:"fleet,omitempty" yaml:"fleet,omitempty"`
+	// Tracing exports a span per request and per attempt over OTLP/HTTP,
+	// spelled like Traefik's own tracing options (tracing.go). Default off.
+	Tracing Tracing `json:"tracing,omitempty" yaml:"tracing,omitempty"`
 }
 
 // Fleet is config.FleetConfig in Traefik's spelling.
@@ -192,6 +195,8 @@ func CreateConfig() *Config {
 	// configuration sets.
 	c.Idempotency.ScopeHeaders = nil
 	c.Log = logStdout
+	c.Tracing.ServiceName = defaultTraceService
+	c.Tracing.SampleRate = defaultSampleRate
 	return c
 }
 
@@ -228,6 +233,7 @@ func (c *Config) coreConfig(route string) (config.Config, error) {
 	if err := out.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, tracingErrors(&c.Tracing)...)
 	if len(errs) > 0 {
 		return config.Config{}, errors.Join(errs...)
 	}

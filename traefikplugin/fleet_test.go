@@ -202,8 +202,8 @@ func TestFleetIsSharedAcrossRoutersAndReloadsAndMadeLazily(t *testing.T) {
 		}
 		handlers = append(handlers, newHedge(t, cfg, "router"+strconv.Itoa(i%2), nil, nil))
 	}
-	if n := goroutinesOfOurs(); n > goroutinesBefore {
-		t.Fatalf("New started goroutines: %d before, %d after", goroutinesBefore, n)
+	if after := goroutinesOfOurs(); len(after) > len(goroutinesBefore) {
+		t.Fatalf("New started goroutines: %d before, %d after:\n%s\nbefore:\n%s", len(goroutinesBefore), len(after), strings.Join(after, "\n"), strings.Join(goroutinesBefore, "\n"))
 	}
 	if n := len(fleets.clients); n != 0 {
 		t.Fatalf("Redis clients after New = %d, want 0 (made on the first request)", n)

@@ -115,7 +115,7 @@ func serveMetrics(s *metricStore, w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "llmhedge: metrics answer GET", http.StatusMethodNotAllowed)
 		return
 	}
-	body := s.exposition()
+	body := appendTraceMetrics(s.exposition(), exporters)
 	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
@@ -254,4 +254,30 @@ func escapeLabelValue(s string) string {
 func escapeHelp(s string) string {
 	s = strings.ReplaceAll(s, `\`, `\\`)
 	return strings.ReplaceAll(s, "\n", `\n`)
+}
+
+// traceMetricDefs are the plugin's own counters of its span exporters
+// (tracing.go), shown once tracing has been used: the other adapters
+// export spans with OpenTelemetry's SDK, which counts on its own.
+var traceMetricDefs = []core.MetricDef{
+	{Name: "llm_hedge_trace_spans_exported_total", Type: core.MetricCounter, Help: "Spans the trace collector accepted."},
+	{Name: "llm_hedge_trace_spans_dropped_total", Type: core.MetricCounter, Help: "Spans dropped because the export queue was full."},
+	{Name: "llm_hedge_trace_spans_failed_total", Type: core.MetricCounter, Help: "Spans lost in posts the trace collector did not accept (not retried)."},
+	{Name: "llm_hedge_trace_export_failures_total", Type: core.MetricCounter, Help: "Posts to the trace collector that failed or got no 2xx answer."},
+}
+
+// appendTraceMetrics appends the exporters' counters, summed over all of
+// them, when there is one.
+func appendTraceMetrics(b []byte, g *exporterRegistry) []byte {
+	st, ok := traceStats(g)
+	if !ok {
+		return b
+	}
+	values := []uint64{st.Exported, st.Dropped, st.FailedSpans, st.FailedPosts}
+	for i := range traceMetricDefs {
+		def := &traceMetricDefs[i]
+		b = appendFamilyHeader(b, def)
+		b = appendSample(b, def.Name, nil, nil, "", "", float64(values[i]))
+	}
+	return b
 }

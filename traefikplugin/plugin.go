@@ -31,8 +31,9 @@ type Hedge struct {
 	next        http.Handler
 	cfg         config.Config
 	passThrough bool
-	logOut      io.Writer // nil: no log lines
-	metricsPath string    // "": no metrics (see metrics.go)
+	logOut      io.Writer      // nil: no log lines
+	metricsPath string         // "": no metrics (see metrics.go)
+	tracing     *traceSettings // nil: no traces (see tracing.go)
 
 	// stateKey keys the route's shared state; newSeq is this handler's New
 	// in the registry's count (see shared.go).
@@ -63,6 +64,7 @@ func New(ctx context.Context, next http.Handler, config *Config, name string) (h
 		return nil, fmt.Errorf("llmhedge middleware %q: invalid configuration: fleet: %w", name, err)
 	}
 	h := &Hedge{name: name, next: next, cfg: cfg.WithDefaults(), passThrough: config.PassThrough, metricsPath: config.MetricsPath}
+	h.tracing = traceSettingsOf(&config.Tracing)
 	h.stateKey = core.StateKey(h.cfg)
 	// A New is a use of the route's state: Traefik calls New for every
 	// live middleware on every reload, so an unchanged route keeps it.

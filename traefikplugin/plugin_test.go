@@ -646,8 +646,8 @@ func TestNewStartsNothingAndSharesStateAcrossReloads(t *testing.T) {
 	for i := 0; i < 50; i++ {
 		handlers = append(handlers, newHedge(t, cfg, "reload", nil, nil))
 	}
-	if n := goroutinesOfOurs(); n > goroutinesBefore {
-		t.Fatalf("New started goroutines: %d before, %d after", goroutinesBefore, n)
+	if after := goroutinesOfOurs(); len(after) > len(goroutinesBefore) {
+		t.Fatalf("New started goroutines: %d before, %d after:\n%s\nbefore:\n%s", len(goroutinesBefore), len(after), strings.Join(after, "\n"), strings.Join(goroutinesBefore, "\n"))
 	}
 	if shared.size() != statesBefore {
 		t.Fatalf("New created shared state before any request")

@@ -202,6 +202,13 @@ func (g *registry) hedger(h *Hedge) (*core.Hedger, *sharedEntry, error) {
 		engineLog := &fleetLogger{out: h.logOut}
 		opts.Log = engineLog.log
 	}
+	if h.tracing != nil {
+		tracer, err := tracerFor(exporters, h.tracing)
+		if err != nil {
+			return nil, nil, err
+		}
+		opts.Tracer = tracer
+	}
 	var counted *metricStore
 	if h.metricsPath != "" {
 		counted = sharedMetrics

@@ -324,11 +324,13 @@ func TestPluginTransportIsCoresDefault(t *testing.T) {
 	}
 }
 
-// goroutinesOfOurs counts the goroutines not started by net/http: the
-// connections of earlier tests' clients and servers start and end on their
-// own (a cancelled attempt's dial may land later and start its read and
-// write loops), so only the rest say whether New started something.
-func goroutinesOfOurs() int {
+// goroutinesOfOurs lists the goroutines started neither by net/http nor by
+// a timer firing, each by its state and creator: the connections of
+// earlier tests' clients and servers start and end on their own (a
+// cancelled attempt's dial may land later and start its read and write
+// loops), and so do their timers' callbacks (an exporter's flush), so only
+// the rest say whether New started something.
+func goroutinesOfOurs() []string {
 	buf := make([]byte, 1<<20)
 	for {
 		n := runtime.Stack(buf, true)
@@ -338,11 +340,16 @@ func goroutinesOfOurs() int {
 		}
 		buf = make([]byte, 2*len(buf))
 	}
-	count := 0
+	var ours []string
 	for _, g := range strings.Split(string(buf), "\n\ngoroutine ") {
-		if !strings.Contains(g, "\ncreated by net/http.") {
-			count++
+		if strings.Contains(g, "\ncreated by net/http.") || strings.Contains(g, "\ncreated by time.goFunc") {
+			continue
 		}
+		desc := strings.SplitN(g, "\n", 2)[0]
+		if i := strings.Index(g, "\ncreated by "); i >= 0 {
+			desc += " " + strings.SplitN(g[i+1:], "\n", 2)[0]
+		}
+		ours = append(ours, desc)
 	}
-	return count
+	return ours
 }

@@ -95,6 +95,13 @@ func (c *caddyProc) caddyfile() string {
 // one in between, Caddy is started again on fresh ports.
 func startCaddy(t testing.TB, global string, sites ...string) *caddyProc {
 	t.Helper()
+	return startCaddyEnv(t, nil, global, sites...)
+}
+
+// startCaddyEnv is startCaddy with extra environment variables for the
+// Caddy process (e.g. OTEL_* for its tracing handler's exporter).
+func startCaddyEnv(t testing.TB, env []string, global string, sites ...string) *caddyProc {
+	t.Helper()
 	for try := 1; ; try++ {
 		dir := t.TempDir()
 		c := &caddyProc{t: t, dir: dir, global: global, sites: sites,
@@ -106,7 +113,7 @@ func startCaddy(t testing.TB, global string, sites ...string) *caddyProc {
 		if err := os.WriteFile(config, []byte(c.caddyfile()), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		err := c.launch(config, nil)
+		err := c.launch(config, env)
 		if err == nil {
 			return c
 		}

@@ -4,7 +4,7 @@
 #
 # The cache key is the same as internal/testkit/caddybin's (used by the e2e tests):
 # the Go version, go.mod, go.sum and every non-test .go file under core/,
-# caddymodule/, fleetredis/ and metrics/, so the tests, the demo and CI's fresh clone share one build.
+# caddymodule/, fleetredis/, metrics/ and oteltrace/, so the tests, the demo and CI's fresh clone share one build.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 cache="${LLMHEDGE_CACHE:-$HOME/.cache/llmhedge}"
@@ -12,7 +12,7 @@ cd "$root"
 hash="$(
   {
     go env GOVERSION
-    for f in go.mod go.sum $(find core caddymodule fleetredis metrics -name '*.go' ! -name '*_test.go' ! -path '*/testdata/*' | LC_ALL=C sort); do
+    for f in go.mod go.sum $(find core caddymodule fleetredis metrics oteltrace -name '*.go' ! -name '*_test.go' ! -path '*/testdata/*' | LC_ALL=C sort); do
       printf '%s\n' "$f"
       cat "$f"
     done

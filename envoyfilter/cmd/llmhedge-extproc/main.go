@@ -15,6 +15,9 @@ import (
 	"runtime/debug"
 	"syscall"
 
+	"go.opentelemetry.io/otel"
+	"go.uber.org/zap"
+
 	"github.com/llmhedge/llmhedge/envoyfilter"
 )
 
@@ -46,6 +49,12 @@ func main() {
 		os.Exit(1)
 	}
 	defer log.Sync()
+	// The tracing pipeline's failures (a collector that does not answer,
+	// a full queue) go to the server's log rather than to stderr's
+	// default logger. They name the endpoint, never an export header.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		log.Warn("tracing: export failed", zap.Error(err))
+	}))
 	app, err := envoyfilter.NewApp(*configPath, cfg, log, level, envoyfilter.Options{})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "llmhedge-extproc:", err)

@@ -4,7 +4,7 @@
 //
 // The cache path is $LLMHEDGE_CACHE (default $HOME/.cache/llmhedge) /
 // caddy-<hash>/caddy, where hash covers the Go version, go.mod, go.sum and
-// every non-test .go file under core/, caddymodule/, fleetredis/ and
+// every non-test .go file under core/, caddymodule/, fleetredis/, oteltrace/ and
 // metrics/ (the packages the module imports from this one): a fresh clone of the
 // same source reuses the binary, any change to what goes into it rebuilds
 // it. examples/caddy/build-caddy.sh computes the same hash.
@@ -137,7 +137,7 @@ func RepoRoot() (string, error) {
 
 // SourceHash returns the first 16 hex digits of the SHA-256 of the Go
 // version line, then, for go.mod, go.sum and every non-test .go file under
-// core/, caddymodule/, fleetredis/ and metrics/ (testdata excluded; paths sorted bytewise),
+// core/, caddymodule/, fleetredis/, metrics/ and oteltrace/ (testdata excluded; paths sorted bytewise),
 // the slash path and a newline followed by the file's content.
 func SourceHash(root string) (string, error) {
 	version, err := exec.Command("go", "env", "GOVERSION").Output()
@@ -145,7 +145,7 @@ func SourceHash(root string) (string, error) {
 		return "", fmt.Errorf("caddybin: go env GOVERSION: %v", err)
 	}
 	var files []string
-	for _, dir := range []string{"core", "caddymodule", "fleetredis", "metrics"} {
+	for _, dir := range []string{"core", "caddymodule", "fleetredis", "metrics", "oteltrace"} {
 		err := filepath.WalkDir(filepath.Join(root, dir), func(path string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return err

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -250,4 +251,20 @@ func AllReady(checks ...func() error) func() error {
 		}
 		return nil
 	}
+}
+
+// RunBuildScript runs a build script of the repository (bash script, in
+// dir) that prints the built binary's path as its last line, and returns
+// that path; the error carries the script's stderr.
+func RunBuildScript(dir, script string) (string, error) {
+	cmd := exec.Command("bash", script)
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %v\n%s", filepath.Base(script), err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1]), nil
 }

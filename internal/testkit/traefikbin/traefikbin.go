@@ -4,7 +4,6 @@
 package traefikbin
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -39,17 +38,7 @@ func Binary(t testing.TB) string {
 			buildErr = err
 			return
 		}
-		cmd := exec.Command("bash", filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
-		cmd.Dir = root
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		if err != nil {
-			buildErr = fmt.Errorf("build-traefik.sh: %v\n%s", err, stderr.String())
-			return
-		}
-		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		binPath = strings.TrimSpace(lines[len(lines)-1])
+		binPath, buildErr = proc.RunBuildScript(root, filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
