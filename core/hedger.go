@@ -260,6 +260,10 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	rep := &Report{Request: r, Route: h.cfg.Route, Winner: -1, Start: start}
 	if h.opts.Tracer != nil {
 		startTrace(h, r, rep, start)
+		if rep.trace != nil {
+			// A panic (a handler's abort, a bug) still ends the spans.
+			defer endTraceCut(h, rep)
+		}
 	}
 	if h.fleet != nil {
 		fleetDeposit(h)

@@ -16,6 +16,9 @@ const (
 	OutcomeRejected      = "rejected"       // bad input (e.g. idempotency conflict)
 	OutcomeReplayed      = "replayed"       // answered from the idempotency store
 	OutcomeJoined        = "joined"         // joined an in-flight race with the same key
+	// OutcomeCut names a request whose handler panicked (an abort, a bug),
+	// on its span only: no report is observed for it.
+	OutcomeCut = "cut"
 )
 
 // Attempt roles and results, as reported in AttemptReport.

@@ -179,7 +179,24 @@ func endTrace(h *Hedger, p *preparedRequest, rep *Report) {
 	if p != nil && rep.Model == "" {
 		rep.Model = requestModel(p.body)
 	}
-	rep.trace.End(rep)
+	t := rep.trace
+	rep.trace = nil // ended: endTraceCut has nothing left to do
+	t.End(rep)
+}
+
+// endTraceCut ends the spans of a request that did not reach its end (its
+// goroutine is panicking): the report holds what was known, no attempt
+// list; the request span says so.
+func endTraceCut(h *Hedger, rep *Report) {
+	if rep.trace == nil {
+		return
+	}
+	t := rep.trace
+	rep.trace = nil
+	rep.Outcome = OutcomeCut
+	rep.Attempts = nil
+	rep.Total = clockNow(h).Sub(rep.Start)
+	t.End(rep)
 }
 
 // requestModel is the top-level "model" of a JSON body, "" when it has

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -254,5 +255,36 @@ func TestNoIdempotencyOutcomeWhenIdempotencyIsOff(t *testing.T) {
 		if f.Key == "idempotency" {
 			t.Errorf("log field idempotency = %q with idempotency off, want none", f.Str)
 		}
+	}
+}
+
+// panickingWriter panics on the first body write, as a handler's abort
+// does.
+type panickingWriter struct{ http.ResponseWriter }
+
+func (w panickingWriter) Write([]byte) (int, error) { panic(http.ErrAbortHandler) }
+
+// A request whose handler panics still ends its spans, marked cut.
+func TestTraceEndsWhenTheHandlerPanics(t *testing.T) {
+	hs, rt := newTracedHarness(t)
+	done := make(chan interface{}, 1)
+	go func() {
+		defer func() { done <- recover() }()
+		hs.h.Handle(panickingWriter{httptest.NewRecorder()}, chatRequest(""))
+	}()
+	a := hs.tr.next(t)
+	a.respond(200, "text/event-stream")
+	a.write(roleChunk + tokenChunk("A1"))
+	if got := <-done; got == nil {
+		t.Fatal("Handle returned, want the writer's panic") // (under Yaegi recover's value is the interpreter's)
+	}
+	a.end()
+	tr := <-rt.traces
+	rep := <-tr.ended
+	if d := SpanOf(rep); !d.Failed || d.ErrorMessage != OutcomeCut {
+		t.Errorf("request span after a panic: failed %v, message %q, want failed %q", d.Failed, d.ErrorMessage, OutcomeCut)
+	}
+	if len(tr.attempts) != 1 {
+		t.Errorf("Attempt called %d times, want 1", len(tr.attempts))
 	}
 }

@@ -333,6 +333,11 @@ func TracesURL(endpoint string) (string, error) {
 	if u.Host == "" {
 		return "", errors.New("endpoint has no host (want e.g. http://collector:4318)")
 	}
+	if u.User != nil {
+		// A credential belongs in the headers, which no error or log
+		// line repeats.
+		return "", errors.New("endpoint carries credentials (user:password@): put them in the headers")
+	}
 	if u.Path == "" || u.Path == "/" {
 		u.Path = TracesPath
 		u.RawPath = ""

@@ -137,9 +137,9 @@ func TestFailuresAreCountedWithoutSecrets(t *testing.T) {
 		t.Errorf("stats %+v, want 1 failed post of 2 spans, last error \"status 503\"", s)
 	}
 
-	// An endpoint that refuses connections (user and password in its URL).
+	// An endpoint that refuses connections (a key in its query).
 	down := startCollector(t, http.StatusOK, false)
-	url := strings.Replace(down.srv.URL, "http://", "http://user:pw-sekrit@", 1)
+	url := down.srv.URL + "/v1/traces?api_key=sekrit"
 	down.srv.Close()
 	e2 := newTestExporter(t, Options{Endpoint: url, Headers: headers, BatchSize: 1})
 	enqueue(e2, testSpans(1))
@@ -148,7 +148,7 @@ func TestFailuresAreCountedWithoutSecrets(t *testing.T) {
 	if s.FailedPosts != 1 || s.LastError == "" {
 		t.Fatalf("stats %+v, want one failed post with a reason", s)
 	}
-	for _, secret := range []string{"sekrit", "user:"} {
+	for _, secret := range []string{"sekrit", "api_key"} {
 		if strings.Contains(s.LastError, secret) {
 			t.Errorf("last error %q holds %q", s.LastError, secret)
 		}
@@ -165,6 +165,7 @@ func TestTracesURL(t *testing.T) {
 		{"collector:4318", "", "scheme"},
 		{"grpc://collector:4317", "", `scheme "grpc"`},
 		{"http://", "", "no host"},
+		{"http://user:s3cr3t@collector:4318", "", "carries credentials"},
 		{"http://a b:1/\x7f", "", "not a URL"},
 	} {
 		got, err := TracesURL(c.in)
