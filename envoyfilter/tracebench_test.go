@@ -5,12 +5,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
 	"github.com/llmhedge/llmhedge/internal/testkit/envoydriver"
+	"github.com/llmhedge/llmhedge/internal/testkit/heyload"
 	"github.com/llmhedge/llmhedge/internal/testkit/jaeger"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -80,4 +82,15 @@ func TestBenchTracingOverhead(t *testing.T) {
 	}
 	t.Logf("  req/s tracing on / off = %.3f (rounds %.2f); server CPU/request on / off = %.2f",
 		cmp.RPS(1)/cmp.RPS(0), cmp.RoundRatios(1, 0), float64(cmp.CPUPerRequest(1))/float64(cmp.CPUPerRequest(0)))
+	cpuOf := func(pid int) func() time.Duration {
+		return func() time.Duration {
+			d, err := lightload.ProcessCPU(pid)
+			if err != nil {
+				t.Fatalf("reading the server's CPU time: %v", err)
+			}
+			return d
+		}
+	}
+	heyload.Compare(t, [2]string{"tracing on", "tracing off"}, [2]string{servers[1].front.URL + "/v1/chat/completions", servers[0].front.URL + "/v1/chat/completions"},
+		[2]func() time.Duration{cpuOf(servers[1].pid), cpuOf(servers[0].pid)}, "ext_proc server")
 }

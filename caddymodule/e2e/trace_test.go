@@ -14,6 +14,7 @@ import (
 
 	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
+	"github.com/llmhedge/llmhedge/internal/testkit/heyload"
 	"github.com/llmhedge/llmhedge/internal/testkit/jaeger"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
@@ -485,4 +486,13 @@ func TestBenchTracingOnOff(t *testing.T) {
 		cmp.RPS(0)/cmp.RPS(1), cmp.RoundRatios(0, 1), cpu(0, 1), cmp.CPUPerRequest(0)-cmp.CPUPerRequest(1))
 	t.Logf("  reverse_proxy req/s on / off = %.3f (rounds %.2f); Caddy CPU per request on / off = %.2f (+%v)",
 		cmp.RPS(2)/cmp.RPS(3), cmp.RoundRatios(2, 3), cpu(2, 3), cmp.CPUPerRequest(2)-cmp.CPUPerRequest(3))
+	caddyCPU := func() time.Duration {
+		d, err := lightload.ProcessCPU(c.cmd.Process.Pid)
+		if err != nil {
+			t.Fatalf("reading Caddy's CPU time: %v", err)
+		}
+		return d
+	}
+	heyload.Compare(t, [2]string{"llm_hedge, tracing on", "llm_hedge, tracing off"}, [2]string{c.url(0) + "/v1/chat/completions", c.url(1) + "/v1/chat/completions"},
+		[2]func() time.Duration{caddyCPU, caddyCPU}, "Caddy")
 }

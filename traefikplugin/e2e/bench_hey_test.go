@@ -1,19 +1,16 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
+	"github.com/llmhedge/llmhedge/internal/testkit/heyload"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 )
@@ -29,7 +26,7 @@ import (
 //	LLMHEDGE_BENCH=1 go test ./traefikplugin/e2e -run TestBenchHeyOverhead -v
 func TestBenchHeyOverhead(t *testing.T) {
 	envgate.Bench(t)
-	hey := heyPath(t)
+	hey := heyload.Path(t)
 	const rounds, conns = 3, 20
 	dur := 4 * time.Second
 	if v, err := time.ParseDuration(os.Getenv("LLMHEDGE_BENCH_HEY_DURATION")); err == nil && v > 0 {
@@ -61,19 +58,19 @@ func TestBenchHeyOverhead(t *testing.T) {
 		{"streaming, 20 tokens", "hedge", "plain", lightload.ChatStreamBody, f},
 		{"non-streaming, 1 token", "hedge1", "plain1", oneBody, f1},
 	} {
-		run := func(route string, d time.Duration) heyResult {
+		run := func(route string, d time.Duration) heyload.Result {
 			cpu0 := tr.cpuTime()
-			r := runHey(t, hey, tr.URL+"/"+route+"/v1/chat/completions", w.body, conns, d)
-			r.cpu = tr.cpuTime() - cpu0
+			r := heyload.Run(t, hey, tr.URL+"/"+route+"/v1/chat/completions", w.body, conns, d)
+			r.CPU = tr.cpuTime() - cpu0
 			return r
 		}
 		run(w.plugin, time.Second) // the warm-up, the interpreter's too
 		run(w.plain, time.Second)
 		w.sim.ResetCounters()
-		var sum [2]heyResult // plugin, plain
+		var sum [2]heyload.Result // plugin, plain
 		var ratios []string
 		for r := 0; r < rounds; r++ {
-			var res [2]heyResult
+			var res [2]heyload.Result
 			// Alternate which goes first, so that bursts of other load
 			// on a shared machine hit both alike.
 			for k := 0; k < 2; k++ {
@@ -86,21 +83,21 @@ func TestBenchHeyOverhead(t *testing.T) {
 				if profiled != nil {
 					<-profiled
 				}
-				sum[i].add(res[i])
+				sum[i].Add(res[i])
 			}
-			ratios = append(ratios, fmt.Sprintf("%.0f/%.0f=%.3f", res[0].rps(), res[1].rps(), res[0].rps()/res[1].rps()))
+			ratios = append(ratios, fmt.Sprintf("%.0f/%.0f=%.3f", res[0].RPS(), res[1].RPS(), res[0].RPS()/res[1].RPS()))
 		}
 		for i, name := range []string{"plugin", "plain LB"} {
-			if sum[i].failed != 0 {
-				t.Errorf("%s, %s: %d requests not answered 200 (%s)", w.name, name, sum[i].failed, sum[i].errors)
+			if sum[i].Failed != 0 {
+				t.Errorf("%s, %s: %d requests not answered 200 (%s)", w.name, name, sum[i].Failed, sum[i].Errors)
 			}
 		}
-		if served, sent := w.sim.Served(), int64(sum[0].ok+sum[0].failed+sum[1].ok+sum[1].failed); served > sent {
+		if served, sent := w.sim.Served(), int64(sum[0].OK+sum[0].Failed+sum[1].OK+sum[1].Failed); served > sent {
 			t.Errorf("%s: the upstream served %d requests for %d sent: a hedge fired", w.name, served, sent)
 		}
 		t.Logf("hey -c %d -z %v, %s, no hedge: plugin %.0f req/s (Traefik CPU %v/request), plain LB %.0f req/s (%v/request): ratio %.3f; rounds plugin/plain %s",
-			conns, dur, w.name, sum[0].rps(), sum[0].cpuPerRequest(), sum[1].rps(), sum[1].cpuPerRequest(),
-			sum[0].rps()/sum[1].rps(), strings.Join(ratios, " "))
+			conns, dur, w.name, sum[0].RPS(), sum[0].CPUPerRequest(), sum[1].RPS(), sum[1].CPUPerRequest(),
+			sum[0].RPS()/sum[1].RPS(), strings.Join(ratios, " "))
 	}
 }
 
@@ -125,95 +122,4 @@ func profileTraefik(t *testing.T, adminURL string, d time.Duration, path string)
 		}
 	}()
 	return done
-}
-
-// heyPath finds hey: $HEY, then PATH, then Debian's /usr/bin/hey and Go's
-// bin directory; the benchmark is skipped without it.
-func heyPath(t *testing.T) string {
-	candidates := []string{os.Getenv("HEY")}
-	if p, err := exec.LookPath("hey"); err == nil {
-		candidates = append(candidates, p)
-	}
-	candidates = append(candidates, "/usr/bin/hey")
-	if home, err := os.UserHomeDir(); err == nil {
-		candidates = append(candidates, home+"/go/bin/hey")
-	}
-	for _, c := range candidates {
-		if c == "" {
-			continue
-		}
-		if st, err := os.Stat(c); err == nil && !st.IsDir() {
-			return c
-		}
-	}
-	t.Skip("hey not found (apt-get install hey, go install github.com/rakyll/hey@latest, or HEY=/path)")
-	return ""
-}
-
-// heyResult is one or more runs of hey: answers by status, its wall time.
-type heyResult struct {
-	ok, failed int
-	errors     string
-	wall, cpu  time.Duration
-}
-
-func (r *heyResult) add(o heyResult) {
-	r.ok += o.ok
-	r.failed += o.failed
-	r.wall += o.wall
-	r.cpu += o.cpu
-	if r.errors == "" {
-		r.errors = o.errors
-	}
-}
-
-func (r heyResult) rps() float64 { return float64(r.ok) / r.wall.Seconds() }
-
-func (r heyResult) cpuPerRequest() time.Duration {
-	if r.ok == 0 {
-		return 0
-	}
-	return r.cpu / time.Duration(r.ok)
-}
-
-var (
-	heyTotal  = regexp.MustCompile(`Total:\s+([0-9.]+) secs`)
-	heyStatus = regexp.MustCompile(`\[(\d+)\]\s+(\d+) responses`)
-	heyErrors = regexp.MustCompile(`(?s)Error distribution:\n(.*)`)
-)
-
-// runHey runs hey's summary mode against url and parses its report.
-func runHey(t *testing.T, hey, url, body string, conns int, dur time.Duration) heyResult {
-	ctx, cancel := context.WithTimeout(t.Context(), dur+time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, hey, "-c", strconv.Itoa(conns), "-z", dur.String(), "-m", "POST",
-		"-T", "application/json", "-d", body, url).CombinedOutput()
-	if err != nil {
-		t.Fatalf("hey: %v\n%s", err, out)
-	}
-	var r heyResult
-	m := heyTotal.FindSubmatch(out)
-	if m == nil {
-		t.Fatalf("hey printed no total time:\n%s", out)
-	}
-	secs, _ := strconv.ParseFloat(string(m[1]), 64)
-	r.wall = time.Duration(secs * float64(time.Second))
-	for _, s := range heyStatus.FindAllSubmatch(out, -1) {
-		n, _ := strconv.Atoi(string(s[2]))
-		if string(s[1]) == "200" {
-			r.ok += n
-		} else {
-			r.failed += n
-		}
-	}
-	if e := heyErrors.FindSubmatch(out); e != nil {
-		r.errors = strings.TrimSpace(string(e[1]))
-		for _, line := range strings.Split(r.errors, "\n") {
-			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "[") {
-				n, _ := strconv.Atoi(strings.Trim(f[0], "[]"))
-				r.failed += n
-			}
-		}
-	}
-	return r
 }

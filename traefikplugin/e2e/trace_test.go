@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/envgate"
+	"github.com/llmhedge/llmhedge/internal/testkit/heyload"
 	"github.com/llmhedge/llmhedge/internal/testkit/jaeger"
 	"github.com/llmhedge/llmhedge/internal/testkit/llmsim"
 	"github.com/llmhedge/llmhedge/internal/testkit/proc"
@@ -437,4 +438,6 @@ func TestBenchTracingOverhead(t *testing.T) {
 		t.Errorf("the sink received %d spans in %d posts, want %d (2 per traced request)", got, sink.posts.Load(), sink.want)
 	}
 	t.Logf("spans exported: %d in %d posts", sink.spans.Load(), sink.posts.Load())
+	heyload.Compare(t, [2]string{"tracing on", "tracing off"}, [2]string{tr.URL + "/on/v1/chat/completions", tr.URL + "/off/v1/chat/completions"},
+		[2]func() time.Duration{tr.cpuTime, tr.cpuTime}, "Traefik")
 }
