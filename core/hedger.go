@@ -103,6 +103,8 @@ type Hedger struct {
 	spendCap int64
 	// attachKey is fleetAttachKey (with a fleet).
 	attachKey string
+	// upstreamSpans[i] is what a traced attempt's span says of upstream i.
+	upstreamSpans []upstreamSpan
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -170,6 +172,9 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 		fastest: cfg.Primary == config.PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: cfg.Budget.SpendCapTokens()}
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
+	}
+	if opts.Tracer != nil {
+		h.upstreamSpans = upstreamSpans(bases)
 	}
 	return h, nil
 }

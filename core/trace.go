@@ -221,13 +221,31 @@ type modelOnly struct {
 	Model string `json:"model"`
 }
 
-// describeUpstream fills what a span says of upstream up: its address and
-// the provider its host names.
+// upstreamSpan is what an attempt's span says of its upstream, worked out
+// once per upstream (New) rather than per traced attempt.
+type upstreamSpan struct {
+	address  string
+	port     int
+	provider string
+}
+
+// upstreamSpans describes each upstream of bases for the spans.
+func upstreamSpans(bases []*url.URL) []upstreamSpan {
+	out := make([]upstreamSpan, len(bases))
+	for i, base := range bases {
+		host := base.Hostname()
+		out[i] = upstreamSpan{address: host, port: portOf(base), provider: providerOf(host)}
+	}
+	return out
+}
+
+// describeUpstream fills what a span says of upstream up: its address, the
+// provider its host names, and the model it asks for.
 func describeUpstream(h *Hedger, ar *AttemptReport, up int) {
-	base := h.bases[up]
-	ar.ServerAddress = base.Hostname()
-	ar.ServerPort = portOf(base)
-	ar.Provider = providerOf(ar.ServerAddress)
+	u := &h.upstreamSpans[up]
+	ar.ServerAddress = u.address
+	ar.ServerPort = u.port
+	ar.Provider = u.provider
 	ar.Model = h.cfg.Upstreams[up].Model
 }
 
