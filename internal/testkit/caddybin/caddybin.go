@@ -197,3 +197,34 @@ func GoBuild(t testing.TB, pkg string) string {
 	}
 	return bin
 }
+
+// ScriptBuild is a binary that a build script of this repository builds
+// and caches (examples/traefik/build-traefik.sh, the Jaeger kit's
+// build-jaeger.sh), built at most once per test process.
+type ScriptBuild struct {
+	Script string // the script, relative to the repository root
+	What   string // what -short skips, e.g. "build-traefik.sh (go build of Traefik)"
+
+	once sync.Once
+	path string
+	err  error
+}
+
+// Binary returns the built binary's path, running the script on the first
+// call; -short skips t, a failed build fails it.
+func (b *ScriptBuild) Binary(t testing.TB) string {
+	t.Helper()
+	proc.SkipShort(t, b.What)
+	b.once.Do(func() {
+		root, err := RepoRoot()
+		if err != nil {
+			b.err = err
+			return
+		}
+		b.path, b.err = proc.RunBuildScript(root, filepath.Join(root, filepath.FromSlash(b.Script)))
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}

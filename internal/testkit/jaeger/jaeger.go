@@ -63,7 +63,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -79,11 +78,8 @@ const Version = "v1.75.0"
 // the bound only decides how long a missing span takes to fail.
 const TraceTimeout = 60 * time.Second
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// build is the binary's build script.
+var build = caddybin.ScriptBuild{Script: "internal/testkit/jaeger/build-jaeger.sh", What: "build-jaeger.sh (go build of Jaeger)"}
 
 // Binary returns the cached Jaeger binary, building it once per test
 // process with internal/testkit/jaeger/build-jaeger.sh (minutes on a cold
@@ -91,19 +87,7 @@ var (
 // builds with flock).
 func Binary(t testing.TB) string {
 	t.Helper()
-	proc.SkipShort(t, "build-jaeger.sh (go build of Jaeger)")
-	buildOnce.Do(func() {
-		root, err := caddybin.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath, buildErr = proc.RunBuildScript(root, filepath.Join(root, "internal", "testkit", "jaeger", "build-jaeger.sh"))
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return build.Binary(t)
 }
 
 // Jaeger is a running Jaeger v2 with in-memory storage, started by Start

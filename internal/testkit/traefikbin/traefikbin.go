@@ -9,41 +9,24 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/llmhedge/llmhedge/internal/testkit/caddybin"
-	"github.com/llmhedge/llmhedge/internal/testkit/proc"
 )
 
 // ModulePath is the plugin's module: the moduleName of Traefik's
 // experimental.localPlugins entry.
 const ModulePath = caddybin.ModulePath
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
+// build is the binary's build script.
+var build = caddybin.ScriptBuild{Script: "examples/traefik/build-traefik.sh", What: "build-traefik.sh (go build of Traefik)"}
 
 // Binary returns the cached Traefik v3.6.12 binary, building it once per
 // test process with examples/traefik/build-traefik.sh (minutes on a cold
 // cache; the script keys its cache by version).
 func Binary(t testing.TB) string {
 	t.Helper()
-	proc.SkipShort(t, "build-traefik.sh (go build of Traefik)")
-	buildOnce.Do(func() {
-		root, err := caddybin.RepoRoot()
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath, buildErr = proc.RunBuildScript(root, filepath.Join(root, "examples", "traefik", "build-traefik.sh"))
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return build.Binary(t)
 }
 
 // PluginPackages are the folders of this module that Traefik interprets:
