@@ -342,7 +342,8 @@ func fleetTenantGiveBack(m *fleetTenantMeter, tenant string, tokens int64) {
 func chargeHedge(rc *race, now time.Time) string {
 	h := rc.h
 	st := h.state
-	if !st.bucket.take() {
+	free := freeHedge(rc)
+	if !free && !st.bucket.take() {
 		return DenyBudget
 	}
 	tokens := promptTokens(rc.p)
@@ -351,14 +352,14 @@ func chargeHedge(rc *race, now time.Time) string {
 	if h.tenantCaps && rc.p.tenant != "" {
 		tenant = rc.p.tenant
 		if !st.tenants.take(tenant, tokens, now) {
-			refund(st.bucket)
+			refundUnless(free, st.bucket)
 			return DenyTenant
 		}
 		if h.fleet != nil && atomic.LoadInt32(&st.share.live) == 1 {
 			fleetTenant = tenantHash(tenant)
 			if !fleetTenantTake(st.share.tenants, fleetTenant, tokens, h.cfg.Budget.TenantTokensPerMinute, now) {
 				st.tenants.giveBack(tenant, tokens)
-				refund(st.bucket)
+				refundUnless(free, st.bucket)
 				return DenyTenant
 			}
 		}
@@ -376,8 +377,15 @@ func chargeHedge(rc *race, now time.Time) string {
 	if tenant != "" {
 		st.tenants.giveBack(tenant, tokens)
 	}
-	refund(st.bucket)
+	refundUnless(free, st.bucket)
 	return DenySpendCap
+}
+
+// refundUnless refunds b's token unless the hedge was free (took none).
+func refundUnless(free bool, b *hedgeBucket) {
+	if !free {
+		refund(b)
+	}
 }
 
 // logSpendCapReached writes the one line of an hour whose spend cap is

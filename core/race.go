@@ -70,8 +70,15 @@ type race struct {
 	exploring  bool
 	delayFrom  int
 	exploreCap time.Duration // an exploring race's delay at most (see planRoute)
-	inFlight   int
-	timer      Timer // the hedge timer on an injected clock
+	// racing: a cold start's race, attempt 1 at once (routeColdRaces);
+	// hedgeBack: the next hedge goes to the primary's upstream (hedgeBack);
+	// reasked: a denied hedge asked again (askAgain).
+	racing        bool
+	hedgeBack     bool
+	reasked       bool
+	changesAtPlan int64 // the route's primary changes when it was planned (freeHedge)
+	inFlight      int
+	timer         Timer // the hedge timer on an injected clock
 	// sysTimer is the hedge timer on the system clock, kept as it is:
 	// under Yaegi converting it to Timer, and calling Stop through that
 	// interface, cost a reflective method value each (see earlyHeaders.sys).
@@ -88,7 +95,9 @@ func newRace(h *Hedger, p *preparedRequest, rep *Report, start time.Time) *race 
 	clientCtx := p.orig.Context()
 	rc := &race{h: h, p: p, rep: rep, start: start, clientCtx: clientCtx, ctx: clientCtx, limit: h.cfg.MaxAttempts,
 		used: make([]int, len(h.cfg.Upstreams))}
-	rc.events = make(chan event, 2*h.cfg.MaxAttempts+6) // +2: the keep-alive timer (earlyheaders.go)
+	// +2: the keep-alive timer (earlyheaders.go); +2: an exploring race's
+	// extra attempt and its timer.
+	rc.events = make(chan event, 2*h.cfg.MaxAttempts+8)
 	if !p.hedgeable {
 		rc.limit = 1
 		rc.passthrough = true
@@ -133,6 +142,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		role = RoleSingle
 	}
 	launch(rc, role, first, probe)
+	if rc.racing {
+		tryLaunch(rc, RoleHedge)
+	}
 	// earlyHeadersFor's first test inline: a request that asks for no
 	// stream costs no call (Yaegi allocates the callee's whole frame).
 	if rc.p.streams && earlyHeadersFor(rc) {
@@ -221,8 +233,11 @@ func raceLoop(rc *race) {
 			if ev.seq == rc.timerSeq && rc.heldFatal == nil && !holdingOutput(rc) {
 				if rc.order != nil {
 					routeWaiting(rc)
+					rc.hedgeBack = hedgeBack(rc)
 				}
-				tryLaunch(rc, RoleHedge)
+				if !tryLaunch(rc, RoleHedge) {
+					askAgain(rc)
+				}
 			}
 		case evReady:
 			settle(rc, ev.attempt)
@@ -297,7 +312,10 @@ func tryLaunch(rc *race, role string) bool {
 	h, st := rc.h, rc.h.state
 	now := clockNow(h)
 	deny := func(reason string) bool {
-		rc.rep.Denials = append(rc.rep.Denials, reason)
+		// A hedge asked again is denied once in the report for each reason.
+		if n := len(rc.rep.Denials); !rc.reasked || n == 0 || rc.rep.Denials[n-1] != reason {
+			rc.rep.Denials = append(rc.rep.Denials, reason)
+		}
 		return false
 	}
 	if len(rc.attempts) >= rc.limit {
@@ -326,7 +344,7 @@ func tryLaunch(rc *race, role string) bool {
 	if extra && !takeHedgeSlot(st, hedgeCap(h)) {
 		return deny(DenyConcurrency)
 	}
-	up, available, probe := claimUpstream(h, rc.order, rc.used, now)
+	up, available, probe := claimNext(rc, now)
 	if !available {
 		if extra {
 			releaseHedgeSlot(st)
@@ -349,6 +367,37 @@ func tryLaunch(rc *race, role string) bool {
 // paid for.
 func payForHedge(rc *race, now time.Time) string {
 	return chargeHedge(rc, now)
+}
+
+// claimNext claims the upstream of the race's next attempt: the newest
+// attempt's again when hedgeBack said so at the hedge timer and it admits
+// one, else the next by claimUpstream.
+func claimNext(rc *race, now time.Time) (int, bool, uint64) {
+	if rc.hedgeBack {
+		rc.hedgeBack = false
+		up := rc.attempts[len(rc.attempts)-1].upstream
+		if probe, ok := admit(rc.h.state.health[up], now); ok {
+			return up, true, probe
+		}
+	}
+	up, available, probe := claimUpstream(rc.h, rc.order, rc.used, now)
+	return up, available, probe
+}
+
+// askAgain re-arms the hedge timer after a hedge the budget or the cap on
+// hedges in flight denied: both refill as requests come and hedges end,
+// and a primary stalled for seconds would otherwise wait them out alone.
+// Other denials stand (the race is full, hedging is paused, the spend cap
+// is reached, no upstream is free, too little time is left).
+func askAgain(rc *race) {
+	n := len(rc.rep.Denials)
+	if n == 0 || len(rc.attempts) >= rc.limit {
+		return
+	}
+	if last := rc.rep.Denials[n-1]; last == DenyBudget || last == DenyConcurrency {
+		rc.reasked = true
+		armHedgeTimer(rc)
+	}
 }
 
 // hedgeCap is the cap on hedges in flight: the configured one, or in a
@@ -380,13 +429,28 @@ func launch(rc *race, role string, up int, probe uint64) {
 		countExtra(rc)
 	}
 	go runAttempt(h, a, rc.p, rc.events, rc.passthrough)
+	armHedgeTimer(rc)
+}
+
+// armHedgeTimer (re-)arms the hedge timer for the race's next attempt, one
+// delay from now, when there may be one; a timer armed before is stopped
+// and its event, if already sent, is stale (timerSeq).
+func armHedgeTimer(rc *race) {
+	h := rc.h
 	if rc.sysTimer != nil {
 		rc.sysTimer.Stop()
 	} else if rc.timer != nil {
 		rc.timer.Stop()
 	}
 	rc.timerSeq++
-	if rc.p.hedgeable && len(rc.attempts) < h.cfg.MaxAttempts {
+	// An exploring race's limit is one above max_attempts (exploreRoute);
+	// a race limited to one attempt still times its hedge, whose denial
+	// says why.
+	most := h.cfg.MaxAttempts
+	if rc.limit > most {
+		most = rc.limit
+	}
+	if rc.p.hedgeable && len(rc.attempts) < most {
 		seq := rc.timerSeq
 		events := rc.events
 		fire := func() { events <- event{kind: evHedgeTimer, seq: seq} }

@@ -48,6 +48,29 @@ const (
 	// the second-ranked upstream (its hedge to the first), so that an
 	// upstream that recovered is noticed: about 3 % of requests.
 	routeExploreEvery uint64 = 32
+	// routeColdRaces: a route that starts with no estimate (a new process,
+	// a new configuration) sends each request to its first two upstreams
+	// at once until this many of those races have finished; an upstream
+	// that won at least routeColdWins of them becomes the primary. Two
+	// upstreams of equal speed do that about once in 4,000 starts; one 3x
+	// slower than the other loses 15 of 16 about 19 times in 20, stalls
+	// included. The route does not start blind on an upstream that is in
+	// an incident right now, and needs no hedge, so no budget, to learn it.
+	routeColdRaces int = 16
+	routeColdWins  int = 15
+	// routeColdRaceMax bounds what the cold start costs: at most this many
+	// requests race (those in flight when the 16th race ends are the rest).
+	routeColdRaceMax uint64 = 64
+	// routeBackSlack: a hedge goes back to its primary's upstream only
+	// while 6 of the primary's last 8 attempts took at most this times its
+	// median (hedgeBack): a calm upstream's spread and a stall or two stay
+	// within it, one turning slow leaves it within a few attempts.
+	routeBackSlack float64 = 2
+	// routeDelayCap: on a fastest route the adaptive delay of an upstream
+	// is at most this times the lowest median of the others, so that it
+	// does not climb into a degraded primary's distribution, where no hedge
+	// would fire and nothing would show that the primary should move.
+	routeDelayCap float64 = 2
 )
 
 // routeEstimate is one upstream's recent TTFT, durations in float64
@@ -84,6 +107,9 @@ type routeEstimate struct {
 	// preferFactor is 1 + the upstream's prefer_margin: its times are
 	// divided by it before comparison.
 	preferFactor float64
+
+	// last is what the newest finished attempt waited (hedgeBack).
+	last float64
 }
 
 // router keeps the estimates of one route's upstreams, the primary in
@@ -101,10 +127,18 @@ type router struct {
 	// mostPreferred is the largest preferFactor of any upstream: a primary
 	// with it has no candidate of higher preference (routePlanOf's calm path).
 	mostPreferred float64
+
+	// The cold start (routeColdRaces): cold while it races; raced counts
+	// the racing requests planned, racesDone those finished with a winner,
+	// raceWins[i] the races upstream i won.
+	cold      bool
+	raced     uint64
+	racesDone int
+	raceWins  []int
 }
 
 func newRouter(n int) *router {
-	r := &router{hedging: true, mostPreferred: 1}
+	r := &router{hedging: true, mostPreferred: 1, cold: n > 1, raceWins: make([]int, n)}
 	for i := 0; i < n; i++ {
 		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow),
 			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1}
@@ -124,6 +158,9 @@ func setPreferences(r *router, cfg *config.Config) {
 	}
 	refreshMostPreferred(r)
 	r.hedging = cfg.MaxAttempts != 1
+	if !r.hedging {
+		r.cold = false
+	}
 	r.mu.Unlock()
 }
 
@@ -195,7 +232,8 @@ func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten 
 	if beaten {
 		e.beatenRecent++
 	}
-	e.recent[e.recentNext] = float64(d)
+	e.last = v
+	e.recent[e.recentNext] = v
 	e.recentBeaten[e.recentNext] = beaten
 	e.recentNext = (e.recentNext + 1) % len(e.recent)
 	if e.recentCount < len(e.recent) {
@@ -326,6 +364,10 @@ type routeChoice struct {
 	// exploreCap: an exploring request hedges after this at the latest,
 	// routeHysteresis times the primary's median (0: no median yet).
 	exploreCap time.Duration
+	// race: a cold start's request, sent to the first two upstreams at once.
+	race bool
+	// changes: the primary changes so far (freeHedge).
+	changes int64
 }
 
 // routePlanOf is routePlan, with the exploring request's delay cap read
@@ -348,12 +390,55 @@ func routePlanOf(r *router) routeChoice {
 	} else {
 		order = appendRanked(r, order)
 	}
-	if n > 1 && r.requests%routeExploreEvery == 0 {
+	c.changes = r.changes
+	if r.cold && !r.est[r.primary].known {
+		c.race = coldRace(r)
+	} else if n > 1 && r.requests%routeExploreEvery == 0 {
 		explore(r, &c)
 	}
 	r.mu.Unlock()
 	c.order = order
 	return c
+}
+
+// coldRace reports whether a request of a cold route (its primary without
+// an estimate) races, counting it; r.mu is held. Past routeColdRaceMax
+// racing requests the cold start ends undecided: the rules of a warm route
+// take over.
+func coldRace(r *router) bool {
+	if r.raced >= routeColdRaceMax {
+		r.cold = false
+		return false
+	}
+	r.raced++
+	return true
+}
+
+// routeRaceWon counts a finished cold-start race that upstream won, and
+// when it is the routeColdRaces-th, ends the cold start: an upstream that
+// won routeColdWins of them becomes the primary.
+func routeRaceWon(r *router, won int) {
+	r.mu.Lock()
+	if r.racesDone < routeColdRaces {
+		r.racesDone++
+		r.raceWins[won]++
+		if r.racesDone == routeColdRaces {
+			endColdStart(r)
+		}
+	}
+	r.mu.Unlock()
+}
+
+// endColdStart ends the cold start on its races' tally; r.mu is held.
+func endColdStart(r *router) {
+	r.cold = false
+	for i := 0; i < len(r.raceWins); i++ {
+		if i != r.primary && r.raceWins[i] >= routeColdWins {
+			r.primary = i
+			r.changes++
+			return
+		}
+	}
 }
 
 // changePrimary makes the fastest upstream that takes over from the
@@ -449,12 +534,21 @@ func planRoute(rc *race) {
 	if plan.explore && !rc.passthrough {
 		exploreRoute(rc, order, plan.exploreCap)
 	}
+	rc.racing = plan.race && !rc.passthrough && rc.limit > 1
+	rc.changesAtPlan = plan.changes
 	rc.order = order
 }
 
 // exploreRoute makes rc an exploring race: attempt 0 to the runner-up.
+// The probe is the exploration's, not the request's: the race may make
+// one attempt more than max_attempts, so that a request whose probe found
+// an upstream in an incident still has the hedges of any other (its
+// first hedge may stall).
 func exploreRoute(rc *race, order []int, exploreCap time.Duration) {
 	rc.exploreCap = exploreCap
+	if rc.limit == rc.h.cfg.MaxAttempts {
+		rc.limit++
+	}
 	swap := order[0]
 	order[0] = order[1]
 	order[1] = swap
@@ -501,12 +595,111 @@ func routeWaiting(rc *race) {
 // read (started, result, routeSample), never what its goroutine writes.
 func learnRoute(rc *race) {
 	a := rc.attempts[0]
+	if rc.racing && len(rc.attempts) > 1 {
+		learnRace(rc)
+		return
+	}
 	switch {
 	case a == rc.winner && !a.firstAt.IsZero():
 		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
 	case a != rc.winner && a.result == "":
 		routeFinish(rc.h.state.router, a.upstream, a.routeSample, rc.commitAt.Sub(a.started), true, true)
 	}
+}
+
+// learnRace is learnRoute for a cold start's race: its two attempts
+// started together, so each is a fair draw of its upstream (the winner's
+// TTFT, the loser's wait as a censored sample), and the race counts for
+// the cold start's tally when neither had failed.
+func learnRace(rc *race) {
+	r := rc.h.state.router
+	w := rc.winner
+	for _, a := range rc.attempts[:2] {
+		switch {
+		case a == w:
+			routeFinish(r, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
+		case a.result == "":
+			routeFinish(r, a.upstream, a.routeSample, rc.commitAt.Sub(a.started), true, true)
+		}
+	}
+	loser := rc.attempts[0]
+	if loser == w {
+		loser = rc.attempts[1]
+	}
+	if loser.result == "" && loser.upstream != w.upstream {
+		routeRaceWon(r, w.upstream)
+	}
+}
+
+// freeHedge reports whether the hedge of rc is not the budget's: the
+// extra attempt of an exploring race or a cold start's race (exploration
+// has its own bound: one request in routeExploreEvery, routeColdRaceMax
+// per cold start; its safety net is never denied), or of a race left on
+// an upstream the route has moved away from since it started (at most
+// one per request in flight at a primary change, which hysteresis makes
+// rare): the budget rations hedges against stalls, not the routing's lag.
+func freeHedge(rc *race) bool {
+	if rc.exploring || rc.racing {
+		return true
+	}
+	if rc.order == nil {
+		return false
+	}
+	r := rc.h.state.router
+	r.mu.Lock()
+	moved := r.changes != rc.changesAtPlan && r.primary != rc.attempts[0].upstream
+	r.mu.Unlock()
+	return moved
+}
+
+// hedgeBack reports whether the next attempt of rc goes to the upstream
+// of its newest attempt again rather than to the next: an exploring
+// race's second hedge (back to the primary, not to the probe), or the
+// hedge of a primary timed out while every
+// other upstream's newest finished attempt took at least routeHysteresis
+// times the primary's median (an upstream in an incident, as its last
+// exploring request found), while the primary's own recent attempts were
+// not (routeBackSlack: a primary itself turning slow is hedged elsewhere). A
+// stall is one request's (a queue, a replica): a second request to the
+// same provider draws again, from its calm distribution. An upstream
+// never tried is not slow.
+func hedgeBack(rc *race) bool {
+	if rc.exploring {
+		// Its second hedge goes to the primary again, not to the probe.
+		return len(rc.attempts) == 2
+	}
+	if rc.racing || len(rc.attempts) != 1 {
+		return false
+	}
+	r := rc.h.state.router
+	p := rc.attempts[0].upstream
+	r.mu.Lock()
+	ep := r.est[p]
+	back := ep.known && ep.fast <= ep.median*routeBackSlack
+	for i := 0; back && i < len(r.est); i++ {
+		if i != p && r.est[i].last <= ep.median*routeHysteresis {
+			back = false
+		}
+	}
+	r.mu.Unlock()
+	return back
+}
+
+// routeDelayRef is the cap routeDelayCap puts on upstream up's adaptive
+// delay: that factor times the lowest median of the other upstreams with
+// an estimate, times up's prefer factor (a preferred upstream may be that
+// much slower); 0 when no other has an estimate.
+func routeDelayRef(r *router, up int) time.Duration {
+	best := 0.0
+	r.mu.Lock()
+	for i := 0; i < len(r.est); i++ {
+		if i != up && r.est[i].known && (best == 0 || r.est[i].median < best) {
+			best = r.est[i].median
+		}
+	}
+	f := r.est[up].preferFactor
+	r.mu.Unlock()
+	return time.Duration(best * routeDelayCap * f)
 }
 
 // RouteStatus is a snapshot of a fastest route's routing state.
@@ -579,6 +772,9 @@ func routeReport(rc *race) string {
 	s := " primary=" + rc.h.cfg.Upstreams[primary].Name + " primary_changes=" + strconv.FormatInt(changes, 10)
 	if rc.exploring {
 		s += " explore=1"
+	}
+	if rc.racing {
+		s += " cold_race=1"
 	}
 	return s
 }

@@ -29,7 +29,7 @@ import (
 type raceSim struct {
 	h       *Hedger
 	clock   *simClock
-	draws   [2][]time.Duration
+	draws   [4][]time.Duration
 	factor  float64       // A's TTFT multiplier while degraded; 0: calm
 	epoch   time.Duration // regime periods count from here
 	events  simQueue
@@ -44,6 +44,17 @@ type raceSim struct {
 	started []time.Duration
 	hedges  int
 	delays  []time.Duration // of each measured request
+
+	// both: B degrades with A. inst: the incident instrumentation
+	// (routing_incident_sim_test.go), nil when not recorded.
+	both bool
+	inst *simInst
+	// period, winFrom, winTo override the reference regime's timing (0: it).
+	period, winFrom, winTo time.Duration
+	// restartAt: the first request started at or after it goes to a new
+	// Hedger of restartCfg, as after a restart of the gateway (0: never).
+	restartAt  time.Duration
+	restartCfg config.Config
 }
 
 // Timing of the reference regime at time scale 0.05 (llmsim.RegimeShift).
@@ -111,18 +122,20 @@ func simCancel() {}
 
 // simRequest is one request in flight.
 type simRequest struct {
-	i      int
-	rc     *race
-	t0     time.Duration
-	first  time.Duration // attempt 0's TTFT
-	winner *attempt
+	i       int
+	rc      *race
+	t0      time.Duration
+	firstAt time.Duration // when the winner so far has its first token
+	winner  *attempt
 }
 
-// simDraws draws n requests' TTFTs on two upstreams from seed.
-func simDraws(seed int64, n int) [2][]time.Duration {
+// simDraws draws n requests' TTFTs on two upstreams from seed: [up] for a
+// request's first attempt on upstream up, [2+up] for a second one (a new
+// request to the same provider draws again).
+func simDraws(seed int64, n int) [4][]time.Duration {
 	rng := rand.New(rand.NewSource(seed))
-	var d [2][]time.Duration
-	for up := 0; up < 2; up++ {
+	var d [4][]time.Duration
+	for up := 0; up < 4; up++ {
 		d[up] = make([]time.Duration, n)
 		for i := 0; i < n; i++ {
 			coin := rng.Float64()
@@ -148,7 +161,7 @@ func simTrueP95() time.Duration {
 // newRaceSim builds a route of two upstreams, A (prefer_margin preferA)
 // and B, with primary policy, the benchmark's delay (adaptive from the
 // true p95) and budget.
-func newRaceSim(primary string, preferA float64, draws [2][]time.Duration) *raceSim {
+func newRaceSim(primary string, preferA float64, draws [4][]time.Duration) *raceSim {
 	cfg := config.Config{
 		Primary:   primary,
 		Upstreams: []config.UpstreamConfig{{Name: "A", URL: "http://a.test", PreferMargin: config.Fraction(preferA)}, {Name: "B", URL: "http://b.test"}},
@@ -172,10 +185,14 @@ func (s *raceSim) push(at time.Duration, kind simEventKind, r *simRequest) {
 	s.events.push(&simEvent{at: at, seq: s.seq, kind: kind, req: r})
 }
 
-// ttftOf is upstream up's TTFT for request i sent at t.
-func (s *raceSim) ttftOf(up, i int, t time.Duration) time.Duration {
+// ttftOf is the TTFT of the nth attempt (from 1) of request i on
+// upstream up, sent at t.
+func (s *raceSim) ttftOf(up, nth, i int, t time.Duration) time.Duration {
 	d := s.draws[up][i]
-	if up == 0 && s.degraded(t) {
+	if nth > 1 {
+		d = s.draws[2+up][i]
+	}
+	if (up == 0 || s.both) && s.degraded(t) {
 		d = time.Duration(float64(d) * s.factor)
 	}
 	return d
@@ -185,8 +202,12 @@ func (s *raceSim) degraded(t time.Duration) bool {
 	if s.factor <= 0 || t < s.epoch {
 		return false
 	}
-	phase := (t - s.epoch) % simPeriod
-	return phase >= simWindowFrom && phase < simWindowTo
+	period, from, to := simPeriod, simWindowFrom, simWindowTo
+	if s.period > 0 {
+		period, from, to = s.period, s.winFrom, s.winTo
+	}
+	phase := (t - s.epoch) % period
+	return phase >= from && phase < to
 }
 
 // run sends requests [from, to) with clients at a time, starting at now,
@@ -216,8 +237,17 @@ func (s *raceSim) run(from, to, clients int, now time.Duration) time.Duration {
 	return now
 }
 
-// start is runRace up to the launch of attempt 0.
+// start is runRace up to the launch of attempt 0 (and a cold start's
+// racing attempt 1).
 func (s *raceSim) start(r *simRequest, now time.Duration) {
+	if s.restartAt > 0 && now >= s.restartAt {
+		h, err := New(s.restartCfg, Options{Clock: s.clock})
+		if err != nil {
+			panic(err)
+		}
+		s.h = h
+		s.restartAt = 0
+	}
 	h := s.h
 	deposit(h.state.bucket)
 	rc := &race{h: h, p: simPrepared, rep: &Report{}, limit: h.cfg.MaxAttempts, used: make([]int, 2), start: s.clock.now}
@@ -229,43 +259,69 @@ func (s *raceSim) start(r *simRequest, now time.Duration) {
 		first = rc.order[0]
 	}
 	rc.delay = delayInForce(h, rc, first)
-	rc.attempts = append(rc.attempts, &attempt{index: 0, upstream: first, role: RolePrimary, started: s.clock.now, cancel: simCancel})
-	rc.used[first]++
-	r.first = s.ttftOf(first, r.i, now)
+	s.launch(r, first, RolePrimary, now)
+	if rc.racing {
+		s.launch(r, 1-first, RoleHedge, now)
+	}
 	if r.i >= s.measure {
 		s.started[r.i-s.measure] = now
 		s.onA[r.i-s.measure] = first == 0 && !rc.exploring
 		s.explore[r.i-s.measure] = rc.exploring
 		s.delays[r.i-s.measure] = rc.delay
 	}
-	if r.first <= rc.delay {
-		r.winner = rc.attempts[0]
-		s.push(now+r.first, simFirst, r)
+	if s.inst != nil {
+		s.inst.started(s, r, now)
+	}
+	s.queueNext(r, now)
+}
+
+// launch starts an attempt of r on upstream up at now.
+func (s *raceSim) launch(r *simRequest, up int, role string, now time.Duration) {
+	rc := r.rc
+	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: s.clock.now, cancel: simCancel}
+	rc.attempts = append(rc.attempts, a)
+	rc.used[up]++
+	if a.index > 0 {
+		s.hedges++
+	}
+	if at := now + s.ttftOf(up, rc.used[up], r.i, now); r.winner == nil || at < r.firstAt {
+		r.firstAt = at
+		r.winner = a
+	}
+}
+
+// queueNext queues r's next event: the hedge timer when another attempt may
+// start before the winner so far answers, else the first token.
+func (s *raceSim) queueNext(r *simRequest, now time.Duration) {
+	rc := r.rc
+	if len(rc.attempts) < rc.limit && now+rc.delay < r.firstAt {
+		s.push(now+rc.delay, simTimer, r)
 		return
 	}
-	s.push(now+rc.delay, simTimer, r)
+	s.push(r.firstAt, simFirst, r)
 }
 
 // hedgeTimer is the race loop's hedge timer: the primary's wait is noted,
-// and the hedge goes to the other upstream if the budget has a token.
+// and the hedge goes where the engine sends it (the other upstream, or the
+// primary's again: hedgeBack) if it is free or the budget has a token; a
+// denied hedge asks again one delay later (askAgain).
 func (s *raceSim) hedgeTimer(r *simRequest, now time.Duration) {
 	rc := r.rc
+	up := 1 - rc.attempts[0].upstream
 	if rc.order != nil {
 		routeWaiting(rc)
-	}
-	firstAt := r.t0 + r.first
-	r.winner = rc.attempts[0]
-	if rc.h.state.bucket.take() {
-		up := 1 - rc.attempts[0].upstream
-		hedge := &attempt{index: 1, upstream: up, role: RoleHedge, started: s.clock.now, cancel: simCancel}
-		rc.attempts = append(rc.attempts, hedge)
-		s.hedges++
-		if at := now + s.ttftOf(up, r.i, now); at < firstAt {
-			firstAt = at
-			r.winner = hedge
+		if hedgeBack(rc) {
+			up = rc.attempts[len(rc.attempts)-1].upstream
 		}
 	}
-	s.push(firstAt, simFirst, r)
+	took := freeHedge(rc) || rc.h.state.bucket.take()
+	if s.inst != nil {
+		s.inst.timer(s, r, now, took, up)
+	}
+	if took {
+		s.launch(r, up, RoleHedge, now)
+	}
+	s.queueNext(r, now)
 }
 
 // firstToken commits the winner (commit), then the others lose (drain).

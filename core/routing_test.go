@@ -303,8 +303,10 @@ func TestRouteRaceFollowsRanking(t *testing.T) {
 	cfg.ReportHeader = "X-Hedge"
 	hs := newHarness(t, cfg)
 	r := hs.h.state.router
+	// A's attempts lost to their hedges, but not by far: its newest is
+	// not slow enough for the hedge to go back to B (hedgeBack).
 	for i := 0; i < routeWindow; i++ {
-		beatenAttempt(r, 0, 300*time.Millisecond)
+		beatenAttempt(r, 0, 40*time.Millisecond)
 		routeSample(r, 1, 30*time.Millisecond, false)
 	}
 	out := hs.serve(chatRequest(""))
@@ -531,6 +533,7 @@ func TestRouteWithoutHedgesUsesTheMedians(t *testing.T) {
 func TestRouteLearnsAtTheCommit(t *testing.T) {
 	hs := newHarness(t, fastestConfig())
 	r := hs.h.state.router
+	r.cold = false // the first request hedges after its delay, not at once
 	out := hs.serve(chatRequest(""))
 	a := hs.tr.next(t)
 	a.respond(200, "text/event-stream")

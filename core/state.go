@@ -111,20 +111,26 @@ func hedgeDelay(s *State, cfg *config.Config, up int) time.Duration {
 	if d.Mode != config.DelayAdaptive {
 		return time.Duration(d.Fixed)
 	}
-	return adaptiveDelay(s, d, up)
+	return adaptiveDelay(s, d, up, cfg.Primary == config.PrimaryFastest && len(cfg.Upstreams) > 1)
 }
 
-// adaptiveDelay is hedgeDelay for an adaptive delay.
-func adaptiveDelay(s *State, d *config.DelayConfig, up int) time.Duration {
+// adaptiveDelay is hedgeDelay for an adaptive delay. On a fastest route
+// it is capped by the other upstreams' speed (routeDelayRef).
+func adaptiveDelay(s *State, d *config.DelayConfig, up int, fastest bool) time.Duration {
 	q, n := quantile(s.estimators[up])
 	if n < d.MinSamples {
 		return time.Duration(d.Fixed)
 	}
-	if q < time.Duration(d.Min) {
-		q = time.Duration(d.Min)
-	}
 	if q > time.Duration(d.Max) {
 		q = time.Duration(d.Max)
+	}
+	if fastest {
+		if c := routeDelayRef(s.router, up); c > 0 && q > c {
+			q = c
+		}
+	}
+	if q < time.Duration(d.Min) {
+		q = time.Duration(d.Min)
 	}
 	return q
 }

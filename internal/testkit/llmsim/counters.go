@@ -134,7 +134,7 @@ func (s *Server) WaitFor(ctx context.Context, cond func() bool) error {
 }
 
 // begin records a request that starts.
-func (s *Server) begin(req Request) {
+func (s *Server) begin(req Request) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.served++
@@ -145,6 +145,7 @@ func (s *Server) begin(req Request) {
 	s.attempts[req.RequestID]++
 	s.requests = appendBounded(s.requests, req, s.logLimit())
 	s.notifyLocked()
+	return s.attempts[req.RequestID]
 }
 
 // finish records how a request ended, then calls OnCancel for a

@@ -6,6 +6,8 @@
 // a seeded distribution (lognormal around a median, with rare long
 // stalls), so every run is reproducible and the ideal hedged result can be
 // computed from the same draws (NoHedge, IdealHedge, Sequential, RaceAll).
+// A request that reaches the same Server again (a hedge sent back to the
+// same provider) draws anew, as a provider's second request would.
 //
 // A Server serves OpenAI Chat Completions, OpenAI Responses, Anthropic
 // Messages and Ollama chat, streaming or not. Streams are the hard, realistic

@@ -109,7 +109,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id := s.requestID(r)
 	attempt := r.Header.Get(HeaderAttempt)
-	s.begin(Request{
+	nth := s.begin(Request{
 		RequestID:      id,
 		Method:         r.Method,
 		Path:           r.URL.Path,
@@ -167,7 +167,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	sc := Call{Format: format, Stream: stream, Upstream: s.Name, Model: fields.Model, RequestID: id, Tokens: wl.Tokens}.script()
-	ttft := s.regime.p.Load().apply(wl.TTFT(s.Name, id), start, wl.Scale)
+	ttft := s.regime.p.Load().apply(wl.TTFT(s.Name, drawID(id, nth)), start, wl.Scale)
 	if b.TTFT > 0 {
 		ttft = b.TTFT
 	}
@@ -181,6 +181,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	} else {
 		x.answer(sc, b)
 	}
+}
+
+// drawID is what the TTFT of the nth request with id at a server is drawn
+// for: id for the first, "id#n" after it (since the last ResetCounters).
+// A provider gives a second request of the same prompt a latency of its
+// own: a hedge sent back to the same upstream draws again, as it would.
+func drawID(id string, nth int) string {
+	if nth <= 1 {
+		return id
+	}
+	return id + "#" + strconv.Itoa(nth)
 }
 
 // requestID is the X-Sim-Request header, else the Idempotency-Key header,

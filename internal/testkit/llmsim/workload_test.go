@@ -272,3 +272,26 @@ func absDur(d time.Duration) time.Duration {
 	}
 	return d
 }
+
+// A request id's second arrival at a server draws for "id#2": a draw of
+// its own, not the first arrival's again.
+func TestRepeatedRequestDrawsAgain(t *testing.T) {
+	w := Reference(1, 1)
+	if got := drawID("req-1", 1); got != "req-1" {
+		t.Fatalf("first arrival draws for %q, want req-1", got)
+	}
+	second := drawID("req-1", 2)
+	if second != "req-1#2" {
+		t.Fatalf("second arrival draws for %q, want req-1#2", second)
+	}
+	same := 0
+	for i := 0; i < 100; i++ {
+		id := "r" + strconv.Itoa(i)
+		if w.TTFT("A", id) == w.TTFT("A", drawID(id, 2)) {
+			same++
+		}
+	}
+	if same != 0 {
+		t.Fatalf("%d of 100 second arrivals drew the first arrival's TTFT, want 0", same)
+	}
+}
