@@ -19,6 +19,15 @@ func TestBenchRegimeShift(t *testing.T) {
 	regimeload.Bench(t, "envoy ext_proc (driver)", startRegimeRoutes, regimeload.EnvOptions(1.25, 0))
 }
 
+// TestBenchIncident is regimeload's incident benchmark through
+// the Envoy-side driver and the ext_proc server: every run starts a fresh
+// server (startRegimeRoutes, in process). Its long form
+// (regimeload.IncidentEnvOptions) is LLMHEDGE_BENCH=1 go test -run
+// TestBenchIncident -v ./envoyfilter.
+func TestBenchIncident(t *testing.T) {
+	regimeload.Incident(t, "envoy ext_proc (driver)", startRegimeRoutes, regimeload.IncidentEnvOptions())
+}
+
 // startRegimeRoutes serves the benchmark's routes from one ext_proc server
 // behind the driver.
 func startRegimeRoutes(t *testing.T, routes []regimeload.Route) map[string]string {
@@ -34,9 +43,15 @@ func startRegimeRoutes(t *testing.T, routes []regimeload.Route) map[string]strin
     primary: %s
     upstreams: [{name: A, url: %q%s}, {name: B, url: %q}]
     delay: {mode: adaptive, fixed: %s}
-    budget: {burst: %g}
     report_header: %s
-`, r.Name, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader)
+`, r.Name, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, regimeload.ReportHeader)
+		// A field left 0 is not written: the engine's default holds.
+		if r.Burst != 0 {
+			fmt.Fprintf(&yaml, "    budget: {burst: %g}\n", r.Burst)
+		}
+		if r.MaxAttempts != 0 {
+			fmt.Fprintf(&yaml, "    max_attempts: %d\n", r.MaxAttempts)
+		}
 	}
 	cfg, err := envoyfilter.ParseConfig([]byte(yaml.String()))
 	if err != nil {

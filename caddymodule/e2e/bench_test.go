@@ -403,6 +403,14 @@ func TestBenchRegimeShift(t *testing.T) {
 	regimeload.Bench(t, "caddy", startRegimeSites, regimeload.EnvOptions(0, 0))
 }
 
+// TestBenchIncident is regimeload's incident benchmark through
+// the real Caddy: every run starts a fresh Caddy (startRegimeSites), one
+// site per route. Its long form (regimeload.IncidentEnvOptions) is
+// LLMHEDGE_BENCH=1 go test -run TestBenchIncident -v ./caddymodule/e2e.
+func TestBenchIncident(t *testing.T) {
+	regimeload.Incident(t, "caddy", startRegimeSites, regimeload.IncidentEnvOptions())
+}
+
 // startRegimeSites serves each route as a Caddy site of its own.
 func startRegimeSites(t *testing.T, routes []regimeload.Route) map[string]string {
 	var sites []string
@@ -410,6 +418,14 @@ func startRegimeSites(t *testing.T, routes []regimeload.Route) map[string]string
 		prefer := ""
 		if r.PreferA != 0 {
 			prefer = fmt.Sprintf("\n\t\t\tprefer_margin %g%%", 100*r.PreferA)
+		}
+		// A field left 0 is not written: the engine's default holds.
+		optional := ""
+		if r.Burst != 0 {
+			optional += fmt.Sprintf("\n\t\tbudget {\n\t\t\tburst %g\n\t\t}", r.Burst)
+		}
+		if r.MaxAttempts != 0 {
+			optional += fmt.Sprintf("\n\t\tmax_attempts %d", r.MaxAttempts)
 		}
 		sites = append(sites, fmt.Sprintf(`	llm_hedge {
 		route %s
@@ -420,12 +436,9 @@ func startRegimeSites(t *testing.T, routes []regimeload.Route) map[string]string
 		upstream %s {
 			name B
 		}
-		delay adaptive %v
-		budget {
-			burst %g
-		}
+		delay adaptive %v%s
 		report_header %s
-	}`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader))
+	}`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, optional, regimeload.ReportHeader))
 	}
 	c := startCaddy(t, "", sites...)
 	bases := map[string]string{}

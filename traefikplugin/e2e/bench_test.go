@@ -363,6 +363,15 @@ func TestBenchRegimeShift(t *testing.T) {
 	regimeload.Bench(t, "traefik", startRegimeMiddlewares, regimeload.EnvOptions(1.25, 1.10))
 }
 
+// TestBenchIncident is regimeload's incident benchmark through
+// the real Traefik (the plugin interpreted by Yaegi): every run starts a
+// fresh Traefik (startRegimeMiddlewares), one middleware and router per
+// route. Its long form (regimeload.IncidentEnvOptions) is LLMHEDGE_BENCH=1
+// go test -run TestBenchIncident -v ./traefikplugin/e2e.
+func TestBenchIncident(t *testing.T) {
+	regimeload.Incident(t, "traefik", startRegimeMiddlewares, regimeload.IncidentEnvOptions())
+}
+
 // startRegimeMiddlewares serves each route under /<route>/ through a
 // plugin middleware of its own.
 func startRegimeMiddlewares(t *testing.T, routes []regimeload.Route) map[string]string {
@@ -371,6 +380,14 @@ func startRegimeMiddlewares(t *testing.T, routes []regimeload.Route) map[string]
 		prefer := ""
 		if r.PreferA != 0 {
 			prefer = fmt.Sprintf("\n    preferMargin: %g", r.PreferA)
+		}
+		// A field left 0 is not written: the engine's default holds.
+		optional := ""
+		if r.Burst != 0 {
+			optional += fmt.Sprintf("budget:\n  burst: %g\n", r.Burst)
+		}
+		if r.MaxAttempts != 0 {
+			optional += fmt.Sprintf("maxAttempts: %d\n", r.MaxAttempts)
 		}
 		cfg := fmt.Sprintf(`route: %s
 primary: %s
@@ -381,11 +398,9 @@ upstreams:
     url: %s
 delayMode: adaptive
 delay: %v
-budget:
-  burst: %g
-reportHeader: %s
+%sreportHeader: %s
 log: off
-`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, r.Burst, regimeload.ReportHeader)
+`, r.Name, r.Primary, r.A, prefer, r.B, r.Delay, optional, regimeload.ReportHeader)
 		d.hedge("hedge-"+r.Name, cfg).route(r.Name, "noop@internal", "hedge-"+r.Name)
 	}
 	tr := startTraefik(t, "ERROR", d)

@@ -12,3 +12,18 @@ func EnvOptions(p99Bound, calmBound float64) Options {
 	}
 	return Options{N: 200, P99Bound: p99Bound, CalmBound: calmBound}
 }
+
+// IncidentEnvOptions are the options of an adapter's TestBenchIncident:
+// the CI form (a few hundred requests a run, one run per variant, the
+// clients taking turns, one seed, numbers only logged) unless
+// LLMHEDGE_BENCH=1, the long form (4,000 requests a run, each variant
+// with each client and three seeds, the bounds checked).
+// LLMHEDGE_INCIDENT_VARIANTS (e.g. "a,g") runs only those variants.
+func IncidentEnvOptions() IncidentOptions {
+	opts := IncidentOptions{CI: true, Variants: os.Getenv("LLMHEDGE_INCIDENT_VARIANTS")}
+	if os.Getenv("LLMHEDGE_BENCH") == "1" {
+		opts.CI = false
+		opts.Check = true
+	}
+	return opts
+}

@@ -7,6 +7,10 @@
 // changed, and how many requests and milliseconds the fastest route needed
 // to leave A after it degraded and to come back after it recovered.
 //
+// Incident (incident.go) is the incident benchmark: the
+// adaptive parts of `primary fastest` together, from a cold start inside
+// a provider incident, on fresh proxy instances every run.
+//
 // It is test support: nothing outside this module's tests imports it.
 package regimeload
 
@@ -36,15 +40,22 @@ const ReportHeader = "X-Llm-Hedge-Report"
 // Route is one route an adapter must serve: upstreams A then B of the
 // named pair, `primary` Primary, an adaptive delay starting at Delay
 // (delay mode adaptive, fixed Delay), report header ReportHeader, hedge
-// budget burst Burst, A's prefer margin PreferA when it is not 0,
-// defaults for the rest.
+// budget burst Burst and max_attempts MaxAttempts when they are not 0,
+// A's prefer margin PreferA when it is not 0, defaults for the rest. An
+// adapter's configuration writes nothing for a field that is 0, so that
+// the engine's default holds.
 type Route struct {
 	Name    string // short, unique, safe in a URL path and a config key
 	Primary string // "ordered" or "fastest"
 	A, B    string // the upstreams' base URLs
 	Delay   time.Duration
-	Burst   float64
+	// Burst is the hedge budget's burst; 0 leaves the default (10).
+	Burst float64
+	// PreferA is A's prefer margin; 0 sets none.
 	PreferA float64
+	// MaxAttempts bounds the race; 0 leaves the default (2), 1 is a route
+	// that never hedges.
+	MaxAttempts int
 }
 
 // RunPrefix starts the request ids of every measured run (RunPrefix0,
@@ -101,7 +112,12 @@ type Request struct {
 	Primary string        // the route's primary in force at the commit (fastest routes)
 	Explore bool          // the request explored (attempt 0 on the runner-up)
 	Changes int64         // primary changes so far (fastest routes)
-	Err     string
+	// Instance is the proxy instance the request went to: 0, or 1 after
+	// a gateway restart (Incident's variant g).
+	Instance int
+	// Report is the report header as the proxy sent it.
+	Report string
+	Err    string
 }
 
 // Run is one series of requests through one route.
@@ -121,8 +137,24 @@ type Run struct {
 // time, with ids prefix0…, and checks every answer: the whole text of its
 // own request from one upstream.
 func Drive(ctx context.Context, client *http.Client, base, prefix string, n, c, tokens int) *Run {
-	sdk := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey("sk-client"), option.WithMaxRetries(0),
+	sdk := newSDK(client, base)
+	return drive(ctx, prefix, n, c, func(ctx context.Context, id string) Request { return one(ctx, sdk, id, tokens) })
+}
+
+// newSDK is the OpenAI client of the benchmarks: no retries, so that a
+// failure is counted rather than hidden.
+func newSDK(client *http.Client, base string) openai.Client {
+	return openai.NewClient(option.WithBaseURL(base), option.WithAPIKey("sk-client"), option.WithMaxRetries(0),
 		option.WithHTTPClient(client))
+}
+
+// caller runs one request with id and reports what the client saw.
+type caller func(ctx context.Context, id string) Request
+
+// drive sends n requests through call, c at a time, with ids prefix0…,
+// and counts the failed and wrong answers (an Err starting "wrong
+// answer").
+func drive(ctx context.Context, prefix string, n, c int, call caller) *Run {
 	run := &Run{Requests: make([]Request, n), Start: time.Now()}
 	next := make(chan int)
 	var mu sync.Mutex
@@ -132,11 +164,11 @@ func Drive(ctx context.Context, client *http.Client, base, prefix string, n, c, 
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				req := one(ctx, sdk, prefix+strconv.Itoa(i), tokens)
+				req := call(ctx, prefix+strconv.Itoa(i))
 				mu.Lock()
 				run.Requests[i] = req
 				if req.Err != "" {
-					if strings.HasPrefix(req.Err, "wrong answer") {
+					if strings.HasPrefix(req.Err, wrongAnswer) {
 						run.Wrong++
 					} else {
 						run.Failed++
@@ -158,6 +190,10 @@ func Drive(ctx context.Context, client *http.Client, base, prefix string, n, c, 
 	return run
 }
 
+// wrongAnswer starts the Err of a request whose answer arrived but was
+// not its own whole answer (Run.Wrong), as opposed to a failure.
+const wrongAnswer = "wrong answer"
+
 // one runs one streaming chat completion.
 func one(ctx context.Context, sdk openai.Client, id string, tokens int) Request {
 	var resp *http.Response
@@ -168,41 +204,68 @@ func one(ctx context.Context, sdk openai.Client, id string, tokens int) Request 
 	}
 	s := sdk.Chat.Completions.NewStreaming(ctx, params, option.WithHeader(llmsim.HeaderRequest, id), option.WithResponseInto(&resp))
 	defer s.Close()
-	var content strings.Builder
-	ids := map[string]bool{}
-	finished := false
-	var ttft time.Duration
+	var a answer
 	for s.Next() {
 		ch := s.Current()
-		ids[ch.ID] = true
 		for _, choice := range ch.Choices {
-			if choice.Delta.Content != "" {
-				if ttft == 0 {
-					ttft = time.Since(out.Start)
-				}
-				content.WriteString(choice.Delta.Content)
-			}
-			if choice.FinishReason == "stop" {
-				finished = true
-			}
+			a.chunk(ch.ID, choice.Delta.Content, choice.FinishReason, out.Start)
+		}
+		if len(ch.Choices) == 0 {
+			a.chunk(ch.ID, "", "", out.Start)
 		}
 	}
 	if err := s.Err(); err != nil {
 		out.Err = err.Error()
 		return out
 	}
-	if !finished || len(ids) != 1 || content.String() != llmsim.ExpectedChatText(id, tokens) {
-		out.Err = fmt.Sprintf("wrong answer: %d chunk ids, finished %v, %d bytes of text", len(ids), finished, content.Len())
-		return out
-	}
-	for chunkID := range ids {
-		out.Winner = strings.TrimSuffix(strings.TrimPrefix(chunkID, "chatcmpl-"), "-"+id)
-	}
-	out.TTFT = ttft
+	report := ""
 	if resp != nil {
-		parseReport(&out, resp.Header.Get(ReportHeader))
+		report = resp.Header.Get(ReportHeader)
 	}
+	a.settle(&out, tokens, report)
 	return out
+}
+
+// answer is what a client read of one streamed chat answer.
+type answer struct {
+	ids      map[string]bool // the chunks' ids: one upstream's answer has one
+	content  strings.Builder
+	ttft     time.Duration // from the request's start to the first content delta
+	finished bool          // a chunk said finish_reason "stop"
+}
+
+// chunk records one choice of a chunk (id, its delta's content, its
+// finish reason) of a request started at start.
+func (a *answer) chunk(id, content, finish string, start time.Time) {
+	if a.ids == nil {
+		a.ids = map[string]bool{}
+	}
+	a.ids[id] = true
+	if content != "" {
+		if a.ttft == 0 {
+			a.ttft = time.Since(start)
+		}
+		a.content.WriteString(content)
+	}
+	if finish == "stop" {
+		a.finished = true
+	}
+}
+
+// settle checks the whole answer (finished, one upstream's chunks, the
+// text of its own request) and records it in out: its winner, TTFT and
+// the report header's fields, or a wrong answer.
+func (a *answer) settle(out *Request, tokens int, report string) {
+	if !a.finished || len(a.ids) != 1 || a.content.String() != llmsim.ExpectedChatText(out.ID, tokens) {
+		out.Err = fmt.Sprintf("%s: %d chunk ids, finished %v, %d bytes of text", wrongAnswer, len(a.ids), a.finished, a.content.Len())
+		return
+	}
+	for chunkID := range a.ids {
+		out.Winner = strings.TrimSuffix(strings.TrimPrefix(chunkID, "chatcmpl-"), "-"+out.ID)
+	}
+	out.TTFT = a.ttft
+	out.Report = report
+	parseReport(out, report)
 }
 
 // parseReport reads the report header's winner=, upstream=, primary=,
@@ -249,15 +312,21 @@ func (r *Run) TTFTs(keep func(Request) bool) []time.Duration {
 	return out
 }
 
-// Changes is the number of primary changes the route reported last.
+// Changes is the number of primary changes the route reported last,
+// summed over the proxy instances the run went to (a restarted proxy
+// counts from 0 again).
 func (r *Run) Changes() int64 {
-	var max int64
+	last := map[int]int64{}
 	for _, q := range r.Requests {
-		if q.Changes > max {
-			max = q.Changes
+		if q.Changes > last[q.Instance] {
+			last[q.Instance] = q.Changes
 		}
 	}
-	return max
+	var sum int64
+	for _, n := range last {
+		sum += n
+	}
+	return sum
 }
 
 // Reaction is how long the fastest route took to leave A after it
