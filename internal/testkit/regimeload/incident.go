@@ -364,9 +364,18 @@ func (p pair) extra(n int) float64 {
 	return float64(p.a.Served()+p.b.Served()-int64(n)) / float64(n)
 }
 
+// ControlPrefix starts the request ids of the control route: the calm
+// workload on draws of its own. A run's slowest request is decided by a
+// double stall (a stall hedged to an attempt that stalls too, about 1 in
+// 2,500 requests), in a calm run as in an incident, so the control's
+// maximum against the calm baseline's shows how far two calm runs differ
+// there, beside the incident's ratio.
+const ControlPrefix = "ctl-"
+
 // Route names of an incident run.
 const (
 	calmRoute     = "calm"     // the calm pair: the baseline
+	controlRoute  = "control"  // a second calm pair on other draws (ControlPrefix): the maximum's noise
 	shiftRoute    = "shift"    // the shifting pair: the incident
 	unhedgedRoute = "unhedged" // variant f: max_attempts 1 on a third shifting pair
 )
@@ -391,8 +400,9 @@ type IncidentRun struct {
 	// (variant g); the zero time for the others.
 	SwitchAt time.Time
 	// Calm, Shift and (variant f) Unhedged are the routes' runs, Extra
-	// filled in from their upstreams' counters.
-	Calm, Shift, Unhedged *Run
+	// filled in from their upstreams' counters; Control is the calm route
+	// again on other draws (ControlPrefix), at the same time.
+	Calm, Shift, Unhedged, Control *Run
 }
 
 // runIncident starts the upstreams and fresh proxy instances for one run
@@ -401,8 +411,8 @@ type IncidentRun struct {
 func runIncident(t *testing.T, start Start, v Variant, cl Client, seed int64, opts IncidentOptions) *IncidentRun {
 	wl := llmsim.Reference(seed, opts.Scale)
 	n := opts.N
-	pairs := map[string]pair{calmRoute: startPair(t, wl), shiftRoute: startPair(t, wl)}
-	names := []string{calmRoute, shiftRoute}
+	pairs := map[string]pair{calmRoute: startPair(t, wl), shiftRoute: startPair(t, wl), controlRoute: startPair(t, wl)}
+	names := []string{calmRoute, shiftRoute, controlRoute}
 	if v.BothDegrade {
 		pairs[unhedgedRoute] = startPair(t, wl)
 		names = append(names, unhedgedRoute)
@@ -436,6 +446,7 @@ func runIncident(t *testing.T, start Start, v Variant, cl Client, seed int64, op
 		runs[name].Extra = pairs[name].extra(n)
 	}
 	run.Calm = runs[calmRoute]
+	run.Control = runs[controlRoute]
 	run.Shift = runs[shiftRoute]
 	run.Unhedged = runs[unhedgedRoute]
 	return run
@@ -461,7 +472,11 @@ func driveRoutes(names []string, instances []map[string]string, cl Client, switc
 		go func() {
 			defer wg.Done()
 			defer hc.CloseIdleConnections()
-			r := drive(ctx, RunPrefix, n, c, switching(calls, switchAt))
+			prefix := RunPrefix
+			if name == controlRoute {
+				prefix = ControlPrefix
+			}
+			r := drive(ctx, prefix, n, c, switching(calls, switchAt))
 			mu.Lock()
 			runs[name] = r
 			mu.Unlock()
@@ -493,7 +508,7 @@ func Incident(t *testing.T, proxy string, start Start, opts IncidentOptions) {
 			for _, seed := range opts.Seeds {
 				t.Run(fmt.Sprintf("%s/%s/seed%d", v.Name, cl.Name, seed), func(t *testing.T) {
 					run := runIncident(t, start, v, cl, seed, opts)
-					for _, r := range []*Run{run.Calm, run.Shift, run.Unhedged} {
+					for _, r := range []*Run{run.Calm, run.Shift, run.Unhedged, run.Control} {
 						switch {
 						case r == nil:
 						case r.Wrong > 0:
@@ -524,8 +539,8 @@ func (r *IncidentRun) Summary() string {
 	if !r.SwitchAt.IsZero() {
 		fmt.Fprintf(&b, ", %d after the restart", r.afterSwitch())
 	}
-	fmt.Fprintf(&b, "): TTFT p99 %s max %s, calm p99 %s max %s: p99 %.3fx, max %.3fx; extra %.2f%%, calm %.2f%%: %+.2f points; primary changes %d (calm %d); failed %d (calm %d), wrong %d (calm %d); wall %v",
-		ms(shift.P99), ms(shift.Max), ms(calm.P99), ms(calm.Max), r.P99Ratio(), r.MaxRatio(),
+	fmt.Fprintf(&b, "): TTFT p99 %s max %s, calm p99 %s max %s: p99 %.3fx, max %.3fx (control max %s: %.3fx); extra %.2f%%, calm %.2f%%: %+.2f points; primary changes %d (calm %d); failed %d (calm %d), wrong %d (calm %d); wall %v",
+		ms(shift.P99), ms(shift.Max), ms(calm.P99), ms(calm.Max), r.P99Ratio(), r.MaxRatio(), ms(r.Control.summary().Max), r.ControlMaxRatio(),
 		100*r.Shift.Extra, 100*r.Calm.Extra, r.ExtraGap(), r.Shift.Changes(), r.Calm.Changes(),
 		r.Shift.Failed, r.Calm.Failed, r.Shift.Wrong, r.Calm.Wrong, r.Shift.Wall.Round(100*time.Millisecond))
 	if r.Unhedged != nil {
@@ -571,6 +586,15 @@ func (r *IncidentRun) MaxRatio() float64 {
 	return float64(r.Shift.summary().Max) / float64(r.Calm.summary().Max)
 }
 
+// ControlMaxRatio is the control route's largest TTFT over the calm
+// baseline's: two calm runs on different draws.
+func (r *IncidentRun) ControlMaxRatio() float64 {
+	if r.Control == nil {
+		return 0
+	}
+	return float64(r.Control.summary().Max) / float64(r.Calm.summary().Max)
+}
+
 // ExtraGap is the shifting route's extra load minus the calm baseline's,
 // in percentage points.
 func (r *IncidentRun) ExtraGap() float64 { return 100 * (r.Shift.Extra - r.Calm.Extra) }
@@ -591,7 +615,7 @@ func BudgetShare(n int) float64 {
 // failed counts the failed requests of every route of the run.
 func (r *IncidentRun) failed() int {
 	n := 0
-	for _, run := range []*Run{r.Calm, r.Shift, r.Unhedged} {
+	for _, run := range []*Run{r.Calm, r.Shift, r.Unhedged, r.Control} {
 		if run != nil {
 			n += run.Failed
 		}
@@ -673,6 +697,16 @@ func judge(t *testing.T, proxy string, v Variant, client string, runs []*Inciden
 		}
 		t.Logf("  %s %s", map[bool]string{true: "ok  ", false: "MISS"}[ok], msg)
 	}
+	over, controlOver := 0, 0
+	for _, r := range runs {
+		if r.MaxRatio() > opts.MaxBound {
+			over++
+		}
+		if r.ControlMaxRatio() > opts.MaxBound {
+			controlOver++
+		}
+	}
+	t.Logf("  maximum over %.1fx the calm baseline's in %d of %d runs; the control (calm on other draws) in %d", opts.MaxBound, over, len(runs), controlOver)
 	changes := worst(runs, func(r *IncidentRun) float64 { return float64(r.Shift.Changes()) })
 	t.Logf("  most primary changes: %d (seed %d)", changes.Shift.Changes(), changes.Seed)
 }
