@@ -238,6 +238,9 @@ func raceLoop(rc *race) {
 				if !tryLaunch(rc, RoleHedge) {
 					askAgain(rc)
 				}
+				// hedgeBack is this timer's choice: a retry after a
+				// failure goes elsewhere.
+				rc.hedgeBack = false
 			}
 		case evReady:
 			settle(rc, ev.attempt)
