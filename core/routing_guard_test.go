@@ -80,19 +80,28 @@ func TestColdStartRacesTheFirstTwoUpstreams(t *testing.T) {
 	}
 }
 
-// The cold start ends on its 16th race: an upstream that won 15 of them is
-// the primary; two of equal speed keep the configured one.
+// The cold start ends on its 16th race: an upstream that won 14 of them is
+// the primary; one that won 13, or two of equal speed, keep the configured
+// one.
 func TestColdStartEndsOnItsTally(t *testing.T) {
 	r := newRouter(2)
-	for i := 0; i < routeColdRaces-1; i++ {
+	for i := 0; i < routeColdRaces-2; i++ {
 		routeRaceWon(r, 1)
 	}
+	routeRaceWon(r, 0)
 	if r.primary != 0 || !r.cold {
 		t.Fatalf("after %d races the primary = %d (cold %v), want 0 and still cold", routeColdRaces-1, r.primary, r.cold)
 	}
 	routeRaceWon(r, 0)
 	if r.primary != 1 || r.cold || r.changes != 1 {
-		t.Fatalf("B won 15 of 16 races: primary %d, cold %v, %d changes; want 1, false, 1", r.primary, r.cold, r.changes)
+		t.Fatalf("B won 14 of 16 races: primary %d, cold %v, %d changes; want 1, false, 1", r.primary, r.cold, r.changes)
+	}
+	close := newRouter(2)
+	for i := 0; i < routeColdRaces; i++ {
+		routeRaceWon(close, map[bool]int{true: 1, false: 0}[i < routeColdWins-1])
+	}
+	if close.primary != 0 || close.changes != 0 {
+		t.Fatalf("B won 13 of 16 races: primary %d, %d changes; want 0, 0", close.primary, close.changes)
 	}
 	even := newRouter(2)
 	for i := 0; i < routeColdRaces; i++ {
@@ -242,8 +251,8 @@ func TestAdaptiveDelayIsCappedByTheOthers(t *testing.T) {
 	for i := 0; i < 20; i++ {
 		addSample(st.estimators[0], 500*time.Millisecond)
 	}
-	if d := hedgeDelay(st, hs.h.cfg, 0); d != 500*time.Millisecond {
-		t.Fatalf("delay with no other estimate = %v, want A's own 500ms", d)
+	if d := hedgeDelay(st, hs.h.cfg, 0); d != 100*time.Millisecond {
+		t.Fatalf("delay with no other estimate = %v, want the starting delay, 100ms", d)
 	}
 	calmSamples(st.router, 1, routeMinSamples, 30*time.Millisecond)
 	if d := hedgeDelay(st, hs.h.cfg, 0); d != 60*time.Millisecond {

@@ -115,7 +115,9 @@ func hedgeDelay(s *State, cfg *config.Config, up int) time.Duration {
 }
 
 // adaptiveDelay is hedgeDelay for an adaptive delay. On a fastest route
-// it is capped by the other upstreams' speed (routeDelayRef).
+// it is capped by the other upstreams' speed (routeDelayRef), or, while
+// no other upstream has an estimate to compare with, by the starting
+// delay: a primary that degrades before then must still be hedged.
 func adaptiveDelay(s *State, d *config.DelayConfig, up int, fastest bool) time.Duration {
 	q, n := quantile(s.estimators[up])
 	if n < d.MinSamples {
@@ -125,7 +127,11 @@ func adaptiveDelay(s *State, d *config.DelayConfig, up int, fastest bool) time.D
 		q = time.Duration(d.Max)
 	}
 	if fastest {
-		if c := routeDelayRef(s.router, up); c > 0 && q > c {
+		c := routeDelayRef(s.router, up)
+		if c == 0 {
+			c = time.Duration(d.Fixed)
+		}
+		if q > c {
 			q = c
 		}
 	}
