@@ -595,11 +595,17 @@ func routeWaiting(rc *race) {
 // queued behind the winner's: only the race loop's own fields of it are
 // read (started, result, routeSample), never what its goroutine writes.
 func learnRoute(rc *race) {
-	a := rc.attempts[0]
 	if rc.racing && len(rc.attempts) > 1 {
 		learnRace(rc)
 		return
 	}
+	learnAttempt(rc, rc.attempts[0])
+}
+
+// learnAttempt feeds attempt a into its upstream's estimate at the commit:
+// its TTFT when it won, its wait until the commit (censored) when another
+// attempt won while it had not failed.
+func learnAttempt(rc *race, a *attempt) {
 	switch {
 	case a == rc.winner && !a.firstAt.IsZero():
 		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
@@ -613,22 +619,15 @@ func learnRoute(rc *race) {
 // TTFT, the loser's wait as a censored sample), and the race counts for
 // the cold start's tally when neither had failed.
 func learnRace(rc *race) {
-	r := rc.h.state.router
+	learnAttempt(rc, rc.attempts[0])
+	learnAttempt(rc, rc.attempts[1])
 	w := rc.winner
-	for _, a := range rc.attempts[:2] {
-		switch {
-		case a == w:
-			routeFinish(r, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
-		case a.result == "":
-			routeFinish(r, a.upstream, a.routeSample, rc.commitAt.Sub(a.started), true, true)
-		}
-	}
 	loser := rc.attempts[0]
 	if loser == w {
 		loser = rc.attempts[1]
 	}
 	if loser.result == "" && loser.upstream != w.upstream {
-		routeRaceWon(r, w.upstream)
+		routeRaceWon(rc.h.state.router, w.upstream)
 	}
 }
 
