@@ -177,3 +177,28 @@ func TestHedgeStoredResponses(t *testing.T) {
 		})
 	}
 }
+
+// With the default max_attempts (3) a request whose upstreams all fail is
+// tried three times, the third on the first upstream again; after a 429
+// it is retried only on an upstream not tried yet.
+func TestDefaultRaceRetriesThriceButNotARateLimit(t *testing.T) {
+	for _, status := range []int{500, 429} {
+		cfg := testConfig()
+		cfg.MaxAttempts = 0 // the default
+		hs := newHarness(t, cfg)
+		res := hs.serve(chatRequest(`{"model":"m","messages":[]}`))
+		var hosts []string
+		want := map[int]string{500: "a.test b.test a.test", 429: "a.test b.test"}[status]
+		for i := 0; i < len(strings.Fields(want)); i++ {
+			c := hs.tr.next(t)
+			hosts = append(hosts, c.req.URL.Host)
+			answerStatus(c, status)
+		}
+		s := <-res
+		<-hs.reports
+		if got := strings.Join(hosts, " "); got != want || s.rec.Code != status || hs.tr.count() != len(hosts) {
+			t.Errorf("every upstream answering %d: attempts to %s (%d in all), status %d; want %s, %d",
+				status, got, hs.tr.count(), s.rec.Code, want, status)
+		}
+	}
+}

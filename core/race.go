@@ -277,7 +277,9 @@ func onFailed(rc *race, a *attempt) bool {
 		rc.heldFatal = a
 		return true
 	}
-	if a.retryable && rc.heldFatal == nil {
+	// A rate limit is not asked again within milliseconds: after a 429
+	// the race retries only on an upstream it has not tried.
+	if a.retryable && rc.heldFatal == nil && (a.status != 429 || len(rc.attempts) < len(rc.used)) {
 		role := RoleHedge
 		if rc.inFlight == 0 {
 			role = RoleRetry
@@ -372,18 +374,22 @@ func payForHedge(rc *race, now time.Time) string {
 	return chargeHedge(rc, now)
 }
 
-// claimNext claims the upstream of the race's next attempt: the newest
-// attempt's again when hedgeBack said so at the hedge timer and it admits
-// one, else the next by claimUpstream.
+// claimNext claims the upstream of the race's next attempt: the one
+// hedgeBack chose at the hedge timer, when it admits one (an exploring
+// race's newest attempt's, the primary; any other race's attempt 0's),
+// else the next by claimUpstream in rescueOrder.
 func claimNext(rc *race, now time.Time) (int, bool, uint64) {
 	if rc.hedgeBack {
 		rc.hedgeBack = false
-		up := rc.attempts[len(rc.attempts)-1].upstream
+		up := rc.attempts[0].upstream
+		if rc.exploring {
+			up = rc.attempts[len(rc.attempts)-1].upstream
+		}
 		if probe, ok := admit(rc.h.state.health[up], now); ok {
 			return up, true, probe
 		}
 	}
-	up, available, probe := claimUpstream(rc.h, rc.order, rc.used, now)
+	up, available, probe := claimUpstream(rc.h, rescueOrder(rc), rc.used, now)
 	return up, available, probe
 }
 

@@ -72,6 +72,14 @@ const (
 	// does not climb into a degraded primary's distribution, where no hedge
 	// would fire and nothing would show that the primary should move.
 	routeDelayCap float64 = 2
+	// routeHedged: a primary whose attempts are slow moves when the hedges
+	// beat each of its last this many attempts that ran against one,
+	// however few of its recent attempts had a hedge (a budget spent in
+	// the incident's first moments hedges few): a calm primary's hedged
+	// attempts lose about one in two (its stalls), so four in a row
+	// together with slow recent attempts is an incident, and under a
+	// stall of the gateway the hedges are as slow and lose.
+	routeHedged int = 4
 )
 
 // routeEstimate is one upstream's recent TTFT, durations in float64
@@ -111,6 +119,14 @@ type routeEstimate struct {
 
 	// last is what the newest finished attempt waited (hedgeBack).
 	last float64
+
+	// The last routeHedged finished attempts that ran against a hedge:
+	// whether the hedge beat each; hedgesBeatIt says it beat all of them.
+	hedged       []bool
+	hedgedNext   int
+	hedgedCount  int
+	hedgesWon    int
+	hedgesBeatIt bool
 }
 
 // router keeps the estimates of one route's upstreams, the primary in
@@ -142,7 +158,8 @@ func newRouter(n int) *router {
 	r := &router{hedging: true, mostPreferred: 1, cold: n > 1, raceWins: make([]int, n)}
 	for i := 0; i < n; i++ {
 		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow),
-			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1}
+			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1,
+			hedged: make([]bool, routeHedged)}
 		r.est = append(r.est, e)
 	}
 	return r
@@ -208,11 +225,12 @@ func recordSample(e *routeEstimate, d time.Duration, censored bool) uint64 {
 }
 
 // routeFinish records a finished attempt of upstream up that waited d
-// (censored: it did not answer, another attempt won; beaten says so):
-// among its recent finished attempts, and in its ring, where it raises
-// sample k (from routeSample, when the hedge delay passed) to d if that
-// is still in the ring, or else is a sample of its own.
-func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten bool) {
+// (censored: it did not answer, another attempt won; beaten says so;
+// hedged: a hedge ran against it): among its recent finished attempts,
+// and in its ring, where it raises sample k (from routeSample, when the
+// hedge delay passed) to d if that is still in the ring, or else is a
+// sample of its own.
+func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten, hedged bool) {
 	r.mu.Lock()
 	e := r.est[up]
 	v := float64(d)
@@ -240,8 +258,28 @@ func routeFinish(r *router, up int, k uint64, d time.Duration, censored, beaten 
 	if e.recentCount < len(e.recent) {
 		e.recentCount++
 	}
+	if hedged {
+		noteHedged(e, beaten)
+	}
 	refreshRanks(e)
 	r.mu.Unlock()
+}
+
+// noteHedged records whether the hedge beat a finished attempt of e that
+// ran against one; r.mu is held.
+func noteHedged(e *routeEstimate, beaten bool) {
+	if e.hedgedCount == routeHedged && e.hedged[e.hedgedNext] {
+		e.hedgesWon--
+	}
+	if beaten {
+		e.hedgesWon++
+	}
+	e.hedged[e.hedgedNext] = beaten
+	e.hedgedNext = (e.hedgedNext + 1) % routeHedged
+	if e.hedgedCount < routeHedged {
+		e.hedgedCount++
+	}
+	e.hedgesBeatIt = e.hedgesWon == routeHedged
 }
 
 // finishCensoredOrNoted is routeFinish's ring update for an attempt that
@@ -328,12 +366,14 @@ func takesOver(r *router, p, c int) bool {
 	if ep.beatenRecent >= routeRecent-1 && ep.slow/ep.preferFactor > cs {
 		return true
 	}
-	// The other rules need at least half of p's last 8 attempts beaten
-	// too: a stall of the gateway itself (a GC pause, a busy CPU) makes
-	// every attempt in flight slow, the hedges too, and then the
-	// primaries, which started first, still answer first; a degraded
-	// primary loses to the hedges on the upstream that is not degraded.
-	if r.hedging && ep.beatenRecent < routeRecent/2 {
+	// The other rules need at least half of p's last 8 attempts beaten,
+	// or each of its last 4 that ran against a hedge (routeHedged: when
+	// the budget hedged few of them): a stall of the gateway itself (a GC
+	// pause, a busy CPU) makes every attempt in flight slow, the hedges
+	// too, and then the primaries, which started first, still answer
+	// first; a degraded primary loses to the hedges on the upstream that
+	// is not degraded.
+	if r.hedging && !hedgesBeat(ep) {
 		return false
 	}
 	// 7 of p's last 8 attempts took 1.6x c's median...
@@ -382,7 +422,7 @@ func routePlanOf(r *router) routeChoice {
 	ep := r.est[r.primary]
 	// The calm case without a call: a candidate of no higher preference
 	// needs half of the primary's recent attempts beaten (see takesOver).
-	if !r.hedging || ep.beatenRecent >= routeRecent/2 || r.mostPreferred > ep.preferFactor {
+	if !r.hedging || ep.beatenRecent >= routeRecent/2 || ep.hedgesBeatIt || r.mostPreferred > ep.preferFactor {
 		c.changed = changePrimary(r, ep)
 	}
 	order = append(order, r.primary)
@@ -442,6 +482,13 @@ func endColdStart(r *router) {
 	}
 }
 
+// hedgesBeat reports whether hedges beat e's attempts often enough for
+// its slowness to be its own, not the gateway's: half of its last 8
+// finished attempts, or each of its last routeHedged hedged ones.
+func hedgesBeat(e *routeEstimate) bool {
+	return e.beatenRecent >= routeRecent/2 || e.hedgesBeatIt
+}
+
 // changePrimary makes the fastest upstream that takes over from the
 // primary ep (see takesOver) the primary, and reports whether one did;
 // r.mu is held.
@@ -449,7 +496,7 @@ func changePrimary(r *router, ep *routeEstimate) bool {
 	next := -1
 	nextScore := 0.0
 	for i := 0; i < len(r.est); i++ {
-		if i == r.primary || r.hedging && ep.beatenRecent < routeRecent/2 && r.est[i].preferFactor <= ep.preferFactor {
+		if i == r.primary || r.hedging && !hedgesBeat(ep) && r.est[i].preferFactor <= ep.preferFactor {
 			continue
 		}
 		if !takesOver(r, r.primary, i) {
@@ -606,11 +653,12 @@ func learnRoute(rc *race) {
 // its TTFT when it won, its wait until the commit (censored) when another
 // attempt won while it had not failed.
 func learnAttempt(rc *race, a *attempt) {
+	hedged := len(rc.attempts) > 1 && !rc.racing
 	switch {
 	case a == rc.winner && !a.firstAt.IsZero():
-		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false)
+		routeFinish(rc.h.state.router, a.upstream, a.routeSample, a.firstAt.Sub(a.started), false, false, hedged)
 	case a != rc.winner && a.result == "":
-		routeFinish(rc.h.state.router, a.upstream, a.routeSample, rc.commitAt.Sub(a.started), true, true)
+		routeFinish(rc.h.state.router, a.upstream, a.routeSample, rc.commitAt.Sub(a.started), true, true, hedged)
 	}
 }
 
@@ -652,14 +700,14 @@ func freeHedge(rc *race) bool {
 	return moved
 }
 
-// hedgeBack reports whether the next attempt of rc goes to the upstream
-// of its newest attempt again rather than to the next: an exploring
-// race's second hedge (back to the primary, not to the probe), or the
-// hedge of a primary timed out while every
-// other upstream's newest finished attempt took at least routeHysteresis
-// times the primary's median (an upstream in an incident, as its last
-// exploring request found), while the primary's own recent attempts were
-// not (routeBackSlack: a primary itself turning slow is hedged elsewhere). A
+// hedgeBack reports whether the next attempt of rc goes back to an
+// upstream it tried already rather than to the next (claimNext says
+// which): an exploring race's second hedge (back to the primary, not to
+// the probe), or any hedge of a primary timed out while every other
+// upstream's newest finished attempt took at least routeHysteresis times
+// the primary's median (an upstream in an incident, as its last exploring
+// request found), while the primary's own recent attempts were not
+// (routeBackSlack: a primary itself turning slow is hedged elsewhere). A
 // stall is one request's (a queue, a replica): a second request to the
 // same provider draws again, from its calm distribution. An upstream
 // never tried is not slow.
@@ -668,7 +716,7 @@ func hedgeBack(rc *race) bool {
 		// Its second hedge goes to the primary again, not to the probe.
 		return len(rc.attempts) == 2
 	}
-	if rc.racing || len(rc.attempts) != 1 {
+	if rc.racing {
 		return false
 	}
 	r := rc.h.state.router
@@ -683,6 +731,34 @@ func hedgeBack(rc *race) bool {
 	}
 	r.mu.Unlock()
 	return back
+}
+
+// rescueOrder is the ranking rc's next attempt is picked from: the one
+// planned with it until every upstream has had an attempt, then the
+// route's ranking now (nil on an ordered route). An attempt after every
+// upstream was tried rescues attempts that all stalled: it goes where the
+// route sends requests by now, not where it sent them when this one
+// started (a primary that degraded since has been left), and during a
+// cold start to the upstream that won most of its races so far.
+func rescueOrder(rc *race) []int {
+	if rc.order == nil || len(rc.attempts) < len(rc.order) {
+		return rc.order
+	}
+	r := rc.h.state.router
+	order := make([]int, 0, len(r.est))
+	r.mu.Lock()
+	first := r.primary
+	if r.cold {
+		for i := 0; i < len(r.raceWins); i++ {
+			if r.raceWins[i] > r.raceWins[first] {
+				first = i
+			}
+		}
+	}
+	order = append(order, first)
+	order = appendRanked(r, order)
+	r.mu.Unlock()
+	return order
 }
 
 // routeDelayRef is the cap routeDelayCap puts on upstream up's adaptive

@@ -16,7 +16,7 @@ import (
 // calmSamples gives upstream up n finished attempts of d each.
 func calmSamples(r *router, up, n int, d time.Duration) {
 	for i := 0; i < n; i++ {
-		routeFinish(r, up, 0, d, false, false)
+		routeFinish(r, up, 0, d, false, false, false)
 	}
 }
 
@@ -30,6 +30,16 @@ func warmFastest(t *testing.T) (*harness, *router) {
 	r.cold = false
 	calmSamples(r, 0, routeWindow, 30*time.Millisecond)
 	return hs, r
+}
+
+// afterStall lets the race's newest attempt stall until its hedge timer
+// fires d later, and returns the attempt that starts then, its headers sent.
+func afterStall(t *testing.T, hs *harness, d time.Duration) *call {
+	hs.clock.waitArmed(t, 1)
+	hs.clock.Advance(d)
+	c := hs.tr.next(t)
+	c.respond(200, "text/event-stream")
+	return c
 }
 
 // emptyBudget leaves the hedge budget without a whole token.
@@ -166,13 +176,8 @@ func TestExploringRaceHedgesFreeAndTwice(t *testing.T) {
 	out := hs.serve(chatRequest(""))
 	probe := hs.tr.next(t)
 	probe.respond(200, "text/event-stream")
-	hs.clock.waitArmed(t, 1)
-	hs.clock.Advance(45 * time.Millisecond)
-	hedge := hs.tr.next(t)
-	hedge.respond(200, "text/event-stream")
-	hs.clock.waitArmed(t, 1)
-	hs.clock.Advance(45 * time.Millisecond)
-	second := hs.tr.next(t)
+	hedge := afterStall(t, hs, 45*time.Millisecond)
+	second := afterStall(t, hs, 45*time.Millisecond)
 	hosts := probe.req.URL.Host + " " + hedge.req.URL.Host + " " + second.req.URL.Host
 	if hosts != "b.test a.test a.test" {
 		t.Fatalf("the exploring race's attempts went to %s, want b.test a.test a.test", hosts)
@@ -263,4 +268,105 @@ func TestAdaptiveDelayIsCappedByTheOthers(t *testing.T) {
 	if d := hedgeDelay(st, &ordered, 0); d != 500*time.Millisecond {
 		t.Fatalf("ordered route's delay = %v, want A's own 500ms", d)
 	}
+}
+
+// A primary whose recent attempts are slow moves once hedges beat each of
+// its last routeHedged attempts that had one, though the budget hedged
+// few of them; one hedge that lost keeps it (the gateway may be slow).
+func TestSlowPrimaryMovesOnItsFewHedgedAttempts(t *testing.T) {
+	for _, lost := range []bool{false, true} {
+		r := newRouter(2)
+		r.hedging = true
+		calmSamples(r, 0, routeWindow, 30*time.Millisecond)
+		calmSamples(r, 1, routeWindow, 30*time.Millisecond)
+		for i := 0; i < routeHedged; i++ {
+			beaten := !(lost && i == 1)
+			routeFinish(r, 0, 0, 90*time.Millisecond, beaten, beaten, true)
+		}
+		// Then the unhedged ones: fewer than half the last 8 are beaten.
+		for i := 0; i < routeRecent-routeHedged+1; i++ {
+			routeFinish(r, 0, 0, 240*time.Millisecond, false, false, false)
+		}
+		routePlan(r)
+		if want := map[bool]int{false: 1, true: 0}[lost]; r.primary != want {
+			t.Errorf("slow primary, %d of its last %d hedged attempts beaten: primary = %d, want %d",
+				r.est[0].hedgesWon, routeHedged, r.primary, want)
+		}
+	}
+}
+
+// With the default max_attempts (3) a request whose primary and hedge both
+// stall gets a third attempt: back to a healthy primary while the
+// runner-up is in an incident (its newest attempt took 10x A's median),
+// every hedge does; else where the route sends requests now, not back to
+// a primary the route has left since the request was planned.
+func TestThirdAttemptRescuesTwoStalls(t *testing.T) {
+	cases := []struct {
+		name      string
+		bSamples  int
+		bTTFT     time.Duration
+		moveToB   bool
+		wantHosts string
+	}{
+		{"runner-up in an incident", 1, 300 * time.Millisecond, false, "a.test a.test a.test"},
+		{"the route moved to B meanwhile", routeWindow, 30 * time.Millisecond, true, "a.test b.test b.test"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := fastestConfig()
+			cfg.MaxAttempts = 0 // the default
+			hs := newHarness(t, cfg)
+			r := hs.h.state.router
+			r.cold = false
+			calmSamples(r, 0, routeWindow, 30*time.Millisecond)
+			calmSamples(r, 1, tc.bSamples, tc.bTTFT)
+			out := hs.serve(chatRequest(""))
+			first := hs.tr.next(t)
+			first.respond(200, "text/event-stream")
+			hedge := afterStall(t, hs, 100*time.Millisecond)
+			if tc.moveToB {
+				r.mu.Lock()
+				r.primary = 1
+				r.changes++
+				r.mu.Unlock()
+			}
+			third := afterStall(t, hs, 100*time.Millisecond)
+			hosts := first.req.URL.Host + " " + hedge.req.URL.Host + " " + third.req.URL.Host
+			if hosts != tc.wantHosts {
+				t.Fatalf("attempts went to %s, want %s", hosts, tc.wantHosts)
+			}
+			third.write(tokenChunk("C") + "data: [DONE]\n\n")
+			third.end()
+			<-out
+			if rep := <-hs.reports; rep.HedgesStarted != 2 {
+				t.Fatalf("%d hedges, want 2", rep.HedgesStarted)
+			}
+		})
+	}
+}
+
+// A cold start's race whose two attempts both stall gets its third attempt
+// on the upstream that has won most races so far.
+func TestColdRaceRescueGoesToTheTallyLeader(t *testing.T) {
+	cfg := fastestConfig()
+	cfg.MaxAttempts = 3
+	hs := newHarness(t, cfg)
+	r := hs.h.state.router
+	r.mu.Lock()
+	r.raceWins[1] = 3
+	r.racesDone = 3
+	r.mu.Unlock()
+	out := hs.serve(chatRequest(""))
+	c1 := hs.tr.next(t)
+	c2 := hs.tr.next(t)
+	c1.respond(200, "text/event-stream")
+	c2.respond(200, "text/event-stream")
+	third := afterStall(t, hs, 100*time.Millisecond)
+	if third.req.URL.Host != "b.test" {
+		t.Fatalf("the cold race's third attempt went to %s, want b.test (it won 3 of 3 races)", third.req.URL.Host)
+	}
+	third.write(tokenChunk("B") + "data: [DONE]\n\n")
+	third.end()
+	<-out
+	<-hs.reports
 }

@@ -116,6 +116,9 @@ func ablate(cfg *config.Config) {
 		f, _ := strconv.ParseFloat(b, 64)
 		cfg.Budget.Burst = f
 	}
+	if a := os.Getenv("LLMHEDGE_INCIDENT_ATTEMPTS"); a != "" {
+		cfg.MaxAttempts, _ = strconv.Atoi(a)
+	}
 	if os.Getenv("LLMHEDGE_INCIDENT_FIXED") == "1" {
 		cfg.Delay.Mode = config.DelayFixed
 	}
@@ -393,6 +396,7 @@ func TestRouteSimIncidentMaxAgainstControl(t *testing.T) {
 	}
 	const seeds = 20
 	cfg := incidentConfig()
+	ablate(&cfg)
 	over := map[string]int{}
 	for seed := int64(1); seed <= seeds; seed++ {
 		calm := simulateIncident(cfg, incidentVariant{name: "calm"}, seed, 4000)
@@ -410,6 +414,10 @@ func TestRouteSimIncidentMaxAgainstControl(t *testing.T) {
 			r := simulateIncident(cfg, v, seed, 4000)
 			if float64(pct(r.ttft, 1)) > 1.5*float64(pct(c.ttft, 1)) {
 				over[v.name]++
+				if os.Getenv("LLMHEDGE_INCIDENT_DIAG") == "1" {
+					t.Logf("%s seed %d: %v", v.name, seed, summarize(r, c))
+					diagnose(t, r)
+				}
 			}
 		}
 	}

@@ -29,7 +29,7 @@ import (
 type raceSim struct {
 	h       *Hedger
 	clock   *simClock
-	draws   [4][]time.Duration
+	draws   [6][]time.Duration
 	factor  float64       // A's TTFT multiplier while degraded; 0: calm
 	epoch   time.Duration // regime periods count from here
 	events  simQueue
@@ -130,12 +130,12 @@ type simRequest struct {
 }
 
 // simDraws draws n requests' TTFTs on two upstreams from seed: [up] for a
-// request's first attempt on upstream up, [2+up] for a second one (a new
-// request to the same provider draws again).
-func simDraws(seed int64, n int) [4][]time.Duration {
+// request's first attempt on upstream up, [2+up] for a second one, [4+up]
+// for a third (a new request to the same provider draws again).
+func simDraws(seed int64, n int) [6][]time.Duration {
 	rng := rand.New(rand.NewSource(seed))
-	var d [4][]time.Duration
-	for up := 0; up < 4; up++ {
+	var d [6][]time.Duration
+	for up := 0; up < 6; up++ {
 		d[up] = make([]time.Duration, n)
 		for i := 0; i < n; i++ {
 			coin := rng.Float64()
@@ -161,7 +161,7 @@ func simTrueP95() time.Duration {
 // newRaceSim builds a route of two upstreams, A (prefer_margin preferA)
 // and B, with primary policy, the benchmark's delay (adaptive from the
 // true p95) and budget.
-func newRaceSim(primary string, preferA float64, draws [4][]time.Duration) *raceSim {
+func newRaceSim(primary string, preferA float64, draws [6][]time.Duration) *raceSim {
 	cfg := config.Config{
 		Primary:   primary,
 		Upstreams: []config.UpstreamConfig{{Name: "A", URL: "http://a.test", PreferMargin: config.Fraction(preferA)}, {Name: "B", URL: "http://b.test"}},
@@ -189,8 +189,11 @@ func (s *raceSim) push(at time.Duration, kind simEventKind, r *simRequest) {
 // upstream up, sent at t.
 func (s *raceSim) ttftOf(up, nth, i int, t time.Duration) time.Duration {
 	d := s.draws[up][i]
+	if nth > 3 {
+		nth = 3 // a fourth attempt draws as the third did
+	}
 	if nth > 1 {
-		d = s.draws[2+up][i]
+		d = s.draws[2*(nth-1)+up][i]
 	}
 	if (up == 0 || s.both) && s.degraded(t) {
 		d = time.Duration(float64(d) * s.factor)
@@ -307,13 +310,11 @@ func (s *raceSim) queueNext(r *simRequest, now time.Duration) {
 // denied hedge asks again one delay later (askAgain).
 func (s *raceSim) hedgeTimer(r *simRequest, now time.Duration) {
 	rc := r.rc
-	up := 1 - rc.attempts[0].upstream
 	if rc.order != nil {
 		routeWaiting(rc)
-		if hedgeBack(rc) {
-			up = rc.attempts[len(rc.attempts)-1].upstream
-		}
+		rc.hedgeBack = hedgeBack(rc)
 	}
+	up, _, _ := claimNext(rc, s.clock.now)
 	took := freeHedge(rc) || rc.h.state.bucket.take()
 	if s.inst != nil {
 		s.inst.timer(s, r, now, took, up)

@@ -67,7 +67,7 @@ func (s *routeSim) run(n int) []int {
 		s.sent++
 		for len(s.raises) > 0 && s.raises[0].due <= s.sent {
 			p := s.raises[0]
-			routeFinish(s.r, p.up, p.k, p.d, p.beaten, p.beaten)
+			routeFinish(s.r, p.up, p.k, p.d, p.beaten, p.beaten, true)
 			s.raises = s.raises[1:]
 		}
 		order, explore, _ := routePlan(s.r)
@@ -78,7 +78,7 @@ func (s *routeSim) run(n int) []int {
 		sent[first]++
 		ttft := s.ttft(first)
 		if ttft <= s.delay {
-			routeFinish(s.r, first, 0, ttft, false, false)
+			routeFinish(s.r, first, 0, ttft, false, false, false)
 		} else {
 			k := routeSample(s.r, first, s.delay, true)
 			hedge := order[0]
@@ -504,7 +504,7 @@ func TestRouteIgnoresAGatewayStall(t *testing.T) {
 // beatenAttempt records a finished attempt of upstream up that waited d
 // and lost to its hedge.
 func beatenAttempt(r *router, up int, d time.Duration) {
-	routeFinish(r, up, 0, d, false, true)
+	routeFinish(r, up, 0, d, false, true, true)
 }
 
 // Without hedges (max_attempts 1) no attempt is ever beaten: a primary
@@ -513,8 +513,8 @@ func beatenAttempt(r *router, up int, d time.Duration) {
 func TestRouteWithoutHedgesUsesTheMedians(t *testing.T) {
 	r := newRouter(2)
 	for i := 0; i < routeWindow; i++ {
-		routeFinish(r, 1, 0, 30*time.Millisecond, false, false)
-		routeFinish(r, 0, 0, 100*time.Millisecond, false, false)
+		routeFinish(r, 1, 0, 30*time.Millisecond, false, false, false)
+		routeFinish(r, 0, 0, 100*time.Millisecond, false, false, false)
 	}
 	routePlan(r)
 	if r.primary != 0 {

@@ -38,7 +38,7 @@ type Config struct {
 	// Delay decides when a hedge starts if no output event has arrived.
 	// Default: fixed 1s.
 	Delay DelayConfig `json:"delay,omitzero"`
-	// MaxAttempts bounds the race, the first attempt included. Default 2.
+	// MaxAttempts bounds the race, the first attempt included. Default 3.
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Timeout is the shared deadline of all attempts, the streamed answer
 	// included. Zero means no deadline beyond the client's own.
@@ -417,7 +417,7 @@ func (c Config) WithDefaults() Config {
 	}
 	delayDefaults(&c.Delay)
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 2
+		c.MaxAttempts = 3
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = 4 << 20

@@ -290,7 +290,8 @@ func (s *suite) stalledPrimary(t *testing.T) {
 }
 
 // allFailing: every upstream answers 500 (or 429). The gateway already
-// tried both; its x-should-retry: false keeps the SDK from making two more
+// made its three attempts (A, B, A again; after a 429 only B, an upstream
+// not tried yet); its x-should-retry: false keeps the SDK from making two more
 // calls, each a race of its own. allfailbefore is the same with the header
 // removed before the SDK sees it: the client against a gateway without it.
 func (s *suite) allFailing(t *testing.T) {
@@ -309,9 +310,9 @@ func (s *suite) allFailing(t *testing.T) {
 		}
 		calls = append(calls, node{nodesdk.Call{API: api, BaseURL: base, Headers: headers(id, behavior), StripShouldRetry: strip}, id, requests, upstreams})
 	}
-	add("chat", "allfail", "*=status:500", false, 1, 2)
-	add("messages", "allfail", "*=status:500", false, 1, 2)
-	add("chat", "allfailbefore", "*=status:500", true, 3, 6)
+	add("chat", "allfail", "*=status:500", false, 1, 3)
+	add("messages", "allfail", "*=status:500", false, 1, 3)
+	add("chat", "allfailbefore", "*=status:500", true, 3, 9)
 	add("chat", "ratelimited", "*=status:429,retry_after:1", false, 1, 2)
 	var wg sync.WaitGroup
 	var goRes goResult
@@ -338,8 +339,8 @@ func (s *suite) allFailing(t *testing.T) {
 		}
 	}
 	t.Logf("go chat: %d SDK request(s), %d upstream request(s), error %v", goRes.requests, s.upstreamAttempts(goID), goRes.err)
-	if goRes.err == nil || goRes.requests != 1 || s.upstreamAttempts(goID) != 2 {
-		t.Errorf("go chat: error %v, %d SDK requests, %d upstream requests; want an error, 1 and 2", goRes.err, goRes.requests, s.upstreamAttempts(goID))
+	if goRes.err == nil || goRes.requests != 1 || s.upstreamAttempts(goID) != 3 {
+		t.Errorf("go chat: error %v, %d SDK requests, %d upstream requests; want an error, 1 and 3", goRes.err, goRes.requests, s.upstreamAttempts(goID))
 	}
 }
 
