@@ -452,7 +452,7 @@ func armHedgeTimer(rc *race) {
 		rc.timer.Stop()
 	}
 	rc.timerSeq++
-	// An exploring race's limit is one above max_attempts (exploreRoute);
+	// An exploring race's limit may be above max_attempts (exploreRoute);
 	// a race limited to one attempt still times its hedge, whose denial
 	// says why.
 	most := h.cfg.MaxAttempts
@@ -869,9 +869,14 @@ func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 // setReportHeader adds the optional header that reports the race.
 func setReportHeader(rc *race, a *attempt, hdr http.Header) {
 	h := rc.h
-	hdr.Set(h.cfg.ReportHeader, fmt.Sprintf("llmhedge;dur=%d;desc=\"attempts=%d winner=%d upstream=%s delay_ms=%d%s\"",
+	denied := ""
+	if len(rc.rep.Denials) > 0 {
+		// Why a slow answer had no (further) hedge.
+		denied = " denied=" + strings.Join(rc.rep.Denials, ",")
+	}
+	hdr.Set(h.cfg.ReportHeader, fmt.Sprintf("llmhedge;dur=%d;desc=\"attempts=%d winner=%d upstream=%s delay_ms=%d%s%s\"",
 		a.firstAt.Sub(rc.start).Milliseconds(), len(rc.attempts), a.index, h.cfg.Upstreams[a.upstream].Name, rc.delay.Milliseconds(),
-		routeReport(rc)))
+		denied, routeReport(rc)))
 }
 
 // errClientWrite marks a failed write to the client in copyRest's result.

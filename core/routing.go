@@ -48,6 +48,10 @@ const (
 	// the second-ranked upstream (its hedge to the first), so that an
 	// upstream that recovered is noticed: about 3 % of requests.
 	routeExploreEvery uint64 = 32
+	// routeExploreAttempts: an exploring race may make this many attempts
+	// whatever max_attempts says, its hedges outside the budget (the
+	// probe, a hedge to the primary, and that hedge's rescue).
+	routeExploreAttempts int = 3
 	// routeColdRaces: a route that starts with no estimate (a new process,
 	// a new configuration) sends each request to its first two upstreams
 	// at once until this many of those races have finished; an upstream
@@ -588,14 +592,14 @@ func planRoute(rc *race) {
 }
 
 // exploreRoute makes rc an exploring race: attempt 0 to the runner-up.
-// The probe is the exploration's, not the request's: the race may make
-// one attempt more than max_attempts, so that a request whose probe found
-// an upstream in an incident still has the hedges of any other (its
-// first hedge may stall).
+// The probe is the exploration's, not the request's: the race makes at
+// least routeExploreAttempts attempts, so that a request whose probe found
+// an upstream in an incident still has a hedge and its rescue (its first
+// hedge may stall).
 func exploreRoute(rc *race, order []int, exploreCap time.Duration) {
 	rc.exploreCap = exploreCap
-	if rc.limit == rc.h.cfg.MaxAttempts {
-		rc.limit++
+	if rc.limit == rc.h.cfg.MaxAttempts && rc.limit < routeExploreAttempts {
+		rc.limit = routeExploreAttempts
 	}
 	swap := order[0]
 	order[0] = order[1]
@@ -680,14 +684,15 @@ func learnRace(rc *race) {
 }
 
 // freeHedge reports whether the hedge of rc is not the budget's: the
-// extra attempt of an exploring race or a cold start's race (exploration
-// has its own bound: one request in routeExploreEvery, routeColdRaceMax
-// per cold start; its safety net is never denied), or of a race left on
+// hedges of an exploring race up to routeExploreAttempts, or of a cold
+// start's race (exploration has its own bound: one request in
+// routeExploreEvery, routeColdRaceMax per cold start; its safety net is
+// never denied), or of a race left on
 // an upstream the route has moved away from since it started (at most
 // one per request in flight at a primary change, which hysteresis makes
 // rare): the budget rations hedges against stalls, not the routing's lag.
 func freeHedge(rc *race) bool {
-	if rc.exploring || rc.racing {
+	if rc.exploring && len(rc.attempts) < routeExploreAttempts || rc.racing {
 		return true
 	}
 	if rc.order == nil {

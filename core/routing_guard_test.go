@@ -195,6 +195,7 @@ func TestExploringRaceHedgesFreeAndTwice(t *testing.T) {
 func TestDeniedHedgeAsksAgain(t *testing.T) {
 	cfg := testConfig()
 	cfg.Budget = config.BudgetConfig{Ratio: 0.1, Burst: 1}
+	cfg.ReportHeader = "X-Hedge"
 	hs := newHarness(t, cfg)
 	st := hs.h.state
 	emptyBudget(st)
@@ -215,10 +216,13 @@ func TestDeniedHedgeAsksAgain(t *testing.T) {
 	hs.clock.Advance(100 * time.Millisecond)
 	b := hs.tr.next(t)
 	answerToken(b, "B")
-	<-out
+	res := <-out
 	rep := <-hs.reports
 	if b.req.URL.Host != "b.test" || rep.HedgesStarted != 1 || len(rep.Denials) != 1 || rep.Denials[0] != DenyBudget {
 		t.Fatalf("hedge to %s, %d hedges, denials %v; want b.test, 1, [budget]", b.req.URL.Host, rep.HedgesStarted, rep.Denials)
+	}
+	if got := res.rec.Header().Get("X-Hedge"); !strings.Contains(got, " delay_ms=100 denied=budget\"") {
+		t.Fatalf("report header %q, want it to say denied=budget", got)
 	}
 }
 

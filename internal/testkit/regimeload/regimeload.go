@@ -53,7 +53,7 @@ type Route struct {
 	Burst float64
 	// PreferA is A's prefer margin; 0 sets none.
 	PreferA float64
-	// MaxAttempts bounds the race; 0 leaves the default (2), 1 is a route
+	// MaxAttempts bounds the race; 0 leaves the default (3), 1 is a route
 	// that never hedges.
 	MaxAttempts int
 }
