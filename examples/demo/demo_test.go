@@ -78,7 +78,8 @@ func TestDemoRuns(t *testing.T) {
 
 // TestDemoRegimeRuns runs the regime scenario small: both variants answer
 // every request, the fastest one reports its primary changes, and the
-// timeline chart is written.
+// timeline chart is written with A's degraded window even when a run ends
+// before A's first 50 s of calm (scaled) are over.
 func TestDemoRegimeRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the regime demo's 600-request load run, ~30 s under -race")
@@ -101,10 +102,7 @@ func TestDemoRegimeRuns(t *testing.T) {
 			t.Fatalf("%s: %d failed, %d wrong, p50 %.1fms; want 0, 0, > 0", r.Name, r.Failed, r.Wrong, r.All[0])
 		}
 	}
-	svg, err := os.ReadFile(res.Chart)
-	if err != nil || !bytes.Contains(svg, []byte("A degraded")) || !bytes.Contains(svg, []byte("primary fastest")) {
-		t.Fatalf("chart %s (%v): no degraded window or no fastest line", res.Chart, err)
-	}
+	svg := regimeChart(t, res.Chart)
 	if !bytes.Contains(svg, []byte("×50 for real time")) {
 		t.Error("chart: the time axis does not say ×50 for real time (scale 0.02)")
 	}
@@ -117,6 +115,35 @@ func TestDemoRegimeRuns(t *testing.T) {
 	if !strings.Contains(out.String(), "A degraded") || !strings.Contains(out.String(), "chart: ") {
 		t.Fatalf("table:\n%s", out.String())
 	}
+	regimeChart(t, opts.chart)
+}
+
+// regimeChart reads the regime chart at path and checks that it shades
+// A's degraded window and draws a line with points for both variants.
+func regimeChart(t *testing.T, path string) []byte {
+	t.Helper()
+	svg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(svg, []byte("A degraded")) {
+		t.Errorf("chart %s: no \"A degraded\" window", path)
+	}
+	for _, name := range []string{"llm_hedge primary ordered", "llm_hedge primary fastest"} {
+		if !bytes.Contains(svg, []byte(name+": TTFT p95")) {
+			t.Errorf("chart %s: no legend of %s", path, name)
+		}
+	}
+	lines := 0
+	for _, e := range svgElements(t, svg) {
+		if e.name == "path" && strings.HasPrefix(e.attr["d"], "M") {
+			lines++
+		}
+	}
+	if lines != 2 {
+		t.Errorf("chart %s: %d lines with points, want 2", path, lines)
+	}
+	return svg
 }
 
 // svgElement is one element of a chart, its attributes and text.

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/llmhedge/llmhedge/internal/stats"
@@ -25,7 +26,9 @@ import (
 // streaming requests go through llm_hedge with `primary ordered` (the
 // first upstream is the primary, the hedge saves what it can) and with
 // `primary fastest` (the primary moves to B while A is slow), each from the
-// start of a fresh regime.
+// start of a fresh regime. A's first window opens 50 s (scaled) into a run,
+// or when a third of its requests have been sent if that comes first (see
+// degradeBy), so that every run shows one.
 
 // RegimeRow is one variant of the regime scenario. Durations are in
 // milliseconds of the scaled run.
@@ -121,8 +124,8 @@ func runRegime(ctx context.Context, opts options, stdout, stderr io.Writer) erro
 		opts.scale, shape.Factor, shape.Window, shape.Period)
 	res := &RegimeResults{Scale: opts.scale, Seed: opts.seed, Concurrency: opts.concurrency, Factor: shape.Factor,
 		WindowS: shape.Window.Seconds(), PeriodS: shape.Period.Seconds()}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConns: 4 * opts.concurrency, MaxIdleConnsPerHost: 4 * opts.concurrency}}
-	defer client.CloseIdleConnections()
+	transport := &http.Transport{MaxIdleConns: 4 * opts.concurrency, MaxIdleConnsPerHost: 4 * opts.concurrency}
+	defer transport.CloseIdleConnections()
 	var lines []timeline
 	var regime llmsim.Regime
 	for _, site := range sites {
@@ -131,7 +134,9 @@ func runRegime(ctx context.Context, opts options, stdout, stderr io.Writer) erro
 		regime = llmsim.RegimeShift(time.Now())
 		a.SetRegime(regime)
 		fmt.Fprintf(stderr, "%s: %d requests...\n", site.name, opts.n)
+		client := &http.Client{Transport: &degradeBy{RoundTripper: transport, a: a, k: max(1, int64(opts.n)/3), w: w}}
 		run := regimeload.Drive(ctx, client, site.url+"/v1/", site.primary+"-", opts.n, opts.concurrency, w.Tokens)
+		regime = a.Regime() // as degradeBy may have moved it
 		a.SetRegime(llmsim.Regime{})
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -162,6 +167,31 @@ func runRegime(ctx context.Context, opts options, stdout, stderr io.Writer) erro
 	}
 	printRegimeTable(stdout, res)
 	return nil
+}
+
+// degradeBy sends a run's requests and opens A's first degraded window
+// when the k-th is sent, unless it is open or over already: a run is a
+// number of requests and the regime is clock time, so a fast machine (or a
+// small -n) would otherwise end the run before A ever degrades. The window
+// then opens before the k-th request, so before the run ends.
+type degradeBy struct {
+	http.RoundTripper
+	a    *llmsim.Running
+	k    int64
+	w    llmsim.Workload // its Scale is the regime's
+	sent atomic.Int64
+}
+
+func (d *degradeBy) RoundTrip(r *http.Request) (*http.Response, error) {
+	if d.sent.Add(1) == d.k {
+		g := d.a.Regime()
+		offset := d.w.Scaled(g.Offset)
+		if now := time.Now(); now.Before(g.Epoch.Add(offset)) {
+			g.Epoch = now.Add(-offset) // calm until now, then the window
+			d.a.SetRegime(g)
+		}
+	}
+	return d.RoundTripper.RoundTrip(r)
 }
 
 func pct3(ds []time.Duration) [3]float64 {
