@@ -48,6 +48,14 @@ const (
 	// the second-ranked upstream (its hedge to the first), so that an
 	// upstream that recovered is noticed: about 3 % of requests.
 	routeExploreEvery uint64 = 32
+	// routeExploreMax: while the runner-up's newest attempt found it slow
+	// (routeExploreSlow times the primary's median: a calm upstream's
+	// stall or tail about 3 times in 100), the interval doubles at each
+	// exploration up to this: an upstream in an incident costs a probe and
+	// its hedge one request in 128 rather than one in 32, and a recovery is
+	// still noticed within a few hundred requests.
+	routeExploreMax  uint64  = 128
+	routeExploreSlow float64 = 2
 	// routeExploreAttempts: an exploring race may make this many attempts
 	// whatever max_attempts says, its hedges outside the budget (the
 	// probe, a hedge to the primary, and that hedge's rescue).
@@ -142,6 +150,11 @@ type router struct {
 	primary  int
 	requests uint64
 	changes  int64
+	// The exploration's schedule: the next exploring request, and the
+	// interval in force (routeExploreEvery, doubled while the runner-up is
+	// slow, up to routeExploreMax).
+	nextExplore  uint64
+	exploreEvery uint64
 	// hedging: the route can hedge (max_attempts > 1); without hedges no
 	// attempt is ever beaten, and the median rule decides alone.
 	hedging bool
@@ -159,7 +172,8 @@ type router struct {
 }
 
 func newRouter(n int) *router {
-	r := &router{hedging: true, mostPreferred: 1, cold: n > 1, raceWins: make([]int, n)}
+	r := &router{hedging: true, mostPreferred: 1, cold: n > 1, raceWins: make([]int, n),
+		nextExplore: routeExploreEvery, exploreEvery: routeExploreEvery}
 	for i := 0; i < n; i++ {
 		e := &routeEstimate{ring: make([]float64, routeWindow), sorted: make([]float64, 0, routeWindow),
 			recent: make([]float64, routeRecent), recentBeaten: make([]bool, routeRecent), preferFactor: 1,
@@ -438,8 +452,8 @@ func routePlanOf(r *router) routeChoice {
 	c.changes = r.changes
 	if r.cold && !r.est[r.primary].known {
 		c.race = coldRace(r)
-	} else if n > 1 && r.requests%routeExploreEvery == 0 {
-		explore(r, &c)
+	} else if n > 1 && r.requests >= r.nextExplore {
+		explore(r, &c, order[1])
 	}
 	r.mu.Unlock()
 	c.order = order
@@ -519,12 +533,23 @@ func changePrimary(r *router, ep *routeEstimate) bool {
 	return true
 }
 
-// explore marks c as an exploring request, with its delay cap; r.mu is held.
-func explore(r *router, c *routeChoice) {
+// explore marks c as an exploring request of runnerUp, with its delay cap,
+// and schedules the next (routeExploreMax); r.mu is held.
+func explore(r *router, c *routeChoice, runnerUp int) {
 	c.explore = true
-	if e := r.est[r.primary]; e.known {
+	e := r.est[r.primary]
+	if e.known {
 		c.exploreCap = time.Duration(e.median * routeHysteresis)
 	}
+	if e.known && r.est[runnerUp].last > e.median*routeExploreSlow {
+		r.exploreEvery *= 2
+		if r.exploreEvery > routeExploreMax {
+			r.exploreEvery = routeExploreMax
+		}
+	} else {
+		r.exploreEvery = routeExploreEvery
+	}
+	r.nextExplore = r.requests + r.exploreEvery
 }
 
 // appendRanked appends every upstream but order[0] to order: those with an

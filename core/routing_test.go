@@ -151,16 +151,21 @@ func TestRouteRecoveryThroughExploration(t *testing.T) {
 }
 
 // Without exploration a recovered upstream would never be sampled again:
-// while B is primary, A still gets one request in routeExploreEvery.
+// while B is primary, A still gets one request in routeExploreEvery, and
+// while A is found slow, one in routeExploreMax.
 func TestRouteExploresTheRunnerUp(t *testing.T) {
 	s := newRouteSim(3, 2)
 	s.run(500)
-	s.factor[0] = 8
-	s.run(200)
 	sent := s.run(3200)
-	want := 3200 / int(routeExploreEvery)
-	if sent[0] != want {
-		t.Fatalf("A got %d of 3200 requests while degraded, want %d (one in %d)", sent[0], want, routeExploreEvery)
+	// A slow probe of the calm B (a stall) doubles the next interval once.
+	if want := 3200 / int(routeExploreEvery); sent[1] < want*9/10 || sent[1] > want {
+		t.Fatalf("B got %d of 3200 requests while A, as fast, was primary, want %d..%d (one in %d)", sent[1], want*9/10, want, routeExploreEvery)
+	}
+	s.factor[0] = 8
+	s.run(1000)
+	sent = s.run(3200)
+	if want := 3200 / int(routeExploreMax); sent[0] != want {
+		t.Fatalf("A got %d of 3200 requests while degraded, want %d (one in %d)", sent[0], want, routeExploreMax)
 	}
 }
 
