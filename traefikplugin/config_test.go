@@ -25,8 +25,8 @@ func TestCreateConfigHoldsTheEngineDefaults(t *testing.T) {
 	// Spot checks against the documented values.
 	if cfg.Delay != "1s" {
 		t.Fatalf("CreateConfig: Delay = %q, want \"1s\"", cfg.Delay)
-	} else if cfg.MaxAttempts != 2 {
-		t.Fatalf("CreateConfig: MaxAttempts = %d, want 2", cfg.MaxAttempts)
+	} else if cfg.MaxAttempts != 3 {
+		t.Fatalf("CreateConfig: MaxAttempts = %d, want 3", cfg.MaxAttempts)
 	} else if cfg.Budget.Ratio != 0.1 {
 		t.Fatalf("CreateConfig: Budget.Ratio = %v, want 0.1", cfg.Budget.Ratio)
 	} else if cfg.Idempotency.Header != "Idempotency-Key" {
