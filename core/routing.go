@@ -84,13 +84,13 @@ const (
 	// does not climb into a degraded primary's distribution, where no hedge
 	// would fire and nothing would show that the primary should move.
 	routeDelayCap float64 = 2
-	// routeHedged: a primary whose attempts are slow moves when the hedges
-	// beat each of its last this many attempts that ran against one,
-	// however few of its recent attempts had a hedge (a budget spent in
-	// the incident's first moments hedges few): a calm primary's hedged
-	// attempts lose about one in two (its stalls), so four in a row
-	// together with slow recent attempts is an incident, and under a
-	// stall of the gateway the hedges are as slow and lose.
+	// routeHedged: a primary whose recent attempts are slow moves when the
+	// hedges beat all but one of its last this many attempts that ran
+	// against one, however few of its recent attempts had a hedge (a
+	// budget spent in the incident's first moments hedges few; a degraded
+	// primary still wins one race in five or so): the slow recent attempts
+	// say it is slow, and under a stall of the gateway the hedges are as
+	// slow and lose.
 	routeHedged int = 4
 )
 
@@ -133,7 +133,7 @@ type routeEstimate struct {
 	last float64
 
 	// The last routeHedged finished attempts that ran against a hedge:
-	// whether the hedge beat each; hedgesBeatIt says it beat all of them.
+	// whether the hedge beat each; hedgesBeatIt says it beat all but one.
 	hedged       []bool
 	hedgedNext   int
 	hedgedCount  int
@@ -297,7 +297,7 @@ func noteHedged(e *routeEstimate, beaten bool) {
 	if e.hedgedCount < routeHedged {
 		e.hedgedCount++
 	}
-	e.hedgesBeatIt = e.hedgesWon == routeHedged
+	e.hedgesBeatIt = e.hedgesWon >= routeHedged-1
 }
 
 // finishCensoredOrNoted is routeFinish's ring update for an attempt that
@@ -385,7 +385,7 @@ func takesOver(r *router, p, c int) bool {
 		return true
 	}
 	// The other rules need at least half of p's last 8 attempts beaten,
-	// or each of its last 4 that ran against a hedge (routeHedged: when
+	// or 3 of its last 4 that ran against a hedge (routeHedged: when
 	// the budget hedged few of them): a stall of the gateway itself (a GC
 	// pause, a busy CPU) makes every attempt in flight slow, the hedges
 	// too, and then the primaries, which started first, still answer
@@ -502,7 +502,7 @@ func endColdStart(r *router) {
 
 // hedgesBeat reports whether hedges beat e's attempts often enough for
 // its slowness to be its own, not the gateway's: half of its last 8
-// finished attempts, or each of its last routeHedged hedged ones.
+// finished attempts, or all but one of its last routeHedged hedged ones.
 func hedgesBeat(e *routeEstimate) bool {
 	return e.beatenRecent >= routeRecent/2 || e.hedgesBeatIt
 }
