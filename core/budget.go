@@ -35,7 +35,20 @@ type hedgeBucket struct {
 	// (the heartbeat's figures).
 	requests int64
 	hedges   int64
+
+	// timeAt is when take last refilled a local bucket by time.
+	timeAt time.Time
 }
+
+// budgetRefillTime: a local bucket that gets no requests still refills,
+// by time: all of burst in this long (one token a second at the defaults).
+// Requests refill it far faster on a busy route; the floor is for the one
+// a provider incident left with every request stuck on a stalled
+// upstream, or a replica a restart left to drain its last requests: no
+// request deposits anything there, and without it their stalls would
+// wait alone. A route under 10 requests a second may so hedge more than
+// ratio of them, at most one hedge a second more (at the defaults).
+const budgetRefillTime = 10 * time.Second
 
 func newHedgeBucket(ratio, burst float64) *hedgeBucket {
 	return &hedgeBucket{tokens: burst, ratio: ratio, burst: burst}
@@ -171,11 +184,14 @@ func bucketFigures(b *hedgeBucket) (requests, hedges int64, tokens float64) {
 	return requests, hedges, tokens
 }
 
-func (b *hedgeBucket) take() bool {
+func (b *hedgeBucket) take(now time.Time) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.asked++
 	if b.ratio >= 0 {
+		if !b.leased {
+			refillByTime(b, now)
+		}
 		if b.tokens < 1 {
 			return false
 		}
@@ -183,6 +199,18 @@ func (b *hedgeBucket) take() bool {
 	}
 	b.hedges++
 	return true
+}
+
+// refillByTime adds what budgetRefillTime gives a local bucket since the
+// last take; b.mu is held.
+func refillByTime(b *hedgeBucket, now time.Time) {
+	if !b.timeAt.IsZero() && now.After(b.timeAt) {
+		b.tokens += b.burst * float64(now.Sub(b.timeAt)) / float64(budgetRefillTime)
+		if b.tokens > b.burst {
+			b.tokens = b.burst
+		}
+	}
+	b.timeAt = now
 }
 
 // refund gives back the token of a hedge that took one and then did not

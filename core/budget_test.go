@@ -1,6 +1,7 @@
 package core
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -364,5 +365,29 @@ func TestCallersOwn429CoolsOnlyThatCaller(t *testing.T) {
 			<-out
 			<-hs.reports
 		})
+	}
+}
+
+// A local bucket that gets no requests refills by time, burst per
+// budgetRefillTime (one token a second at the defaults); a fleet's lease
+// does not (the fleet's bucket refills it).
+func TestBucketRefillsByTimeWithoutRequests(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, leased := range []bool{false, true} {
+		b := newHedgeBucket(0.1, 10)
+		b.tokens = 0
+		b.leased = leased
+		got := []bool{b.take(t0), b.take(t0.Add(500 * time.Millisecond)), b.take(t0.Add(time.Second)), b.take(t0.Add(time.Second))}
+		want := []bool{false, false, !leased, false}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("leased %v: takes at 0, 0.5 s, 1 s and 1 s again = %v, want %v", leased, got, want)
+		}
+	}
+	b := newHedgeBucket(0.1, 10)
+	b.take(t0)
+	b.tokens = 0
+	b.take(t0.Add(time.Hour))
+	if b.tokens != 9 {
+		t.Errorf("after an hour without requests and one hedge: %v tokens, want 9 (burst 10, less the hedge)", b.tokens)
 	}
 }

@@ -343,7 +343,7 @@ func chargeHedge(rc *race, now time.Time) string {
 	h := rc.h
 	st := h.state
 	free := freeHedge(rc)
-	if !free && !st.bucket.take() {
+	if !free && !st.bucket.take(now) {
 		return DenyBudget
 	}
 	tokens := promptTokens(rc.p)

@@ -315,7 +315,7 @@ func (s *raceSim) hedgeTimer(r *simRequest, now time.Duration) {
 		rc.hedgeBack = hedgeBack(rc)
 	}
 	up, _, _ := claimNext(rc, s.clock.now)
-	took := freeHedge(rc) || rc.h.state.bucket.take()
+	took := freeHedge(rc) || rc.h.state.bucket.take(s.clock.now)
 	if s.inst != nil {
 		s.inst.timer(s, r, now, took, up)
 	}

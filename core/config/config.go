@@ -257,7 +257,8 @@ const (
 // BudgetConfig rations hedges (the extra load).
 type BudgetConfig struct {
 	// Ratio of requests that may start a hedge, as a token bucket refilled by
-	// every request. Default 0.1. A negative value means no budget.
+	// every request (and, without requests, all of Burst in 10 s). Default
+	// 0.1. A negative value means no budget.
 	Ratio float64 `json:"ratio,omitempty"`
 	// Burst is the bucket's size in hedges. Default 10.
 	Burst float64 `json:"burst,omitempty"`
