@@ -40,15 +40,15 @@ type hedgeBucket struct {
 	timeAt time.Time
 }
 
-// budgetRefillTime: a local bucket that gets no requests still refills,
-// by time: all of burst in this long (one token a second at the defaults).
+// BudgetRefillTime is how long a local hedge bucket takes to refill by
+// time alone: all of burst (one token a second at the defaults).
 // Requests refill it far faster on a busy route; the floor is for the one
 // a provider incident left with every request stuck on a stalled
 // upstream, or a replica a restart left to drain its last requests: no
 // request deposits anything there, and without it their stalls would
 // wait alone. A route under 10 requests a second may so hedge more than
 // ratio of them, at most one hedge a second more (at the defaults).
-const budgetRefillTime = 10 * time.Second
+const BudgetRefillTime = 10 * time.Second
 
 func newHedgeBucket(ratio, burst float64) *hedgeBucket {
 	return &hedgeBucket{tokens: burst, ratio: ratio, burst: burst}
@@ -201,11 +201,11 @@ func (b *hedgeBucket) take(now time.Time) bool {
 	return true
 }
 
-// refillByTime adds what budgetRefillTime gives a local bucket since the
+// refillByTime adds what BudgetRefillTime gives a local bucket since the
 // last take; b.mu is held.
 func refillByTime(b *hedgeBucket, now time.Time) {
 	if !b.timeAt.IsZero() && now.After(b.timeAt) {
-		b.tokens += b.burst * float64(now.Sub(b.timeAt)) / float64(budgetRefillTime)
+		b.tokens += b.burst * float64(now.Sub(b.timeAt)) / float64(BudgetRefillTime)
 		if b.tokens > b.burst {
 			b.tokens = b.burst
 		}

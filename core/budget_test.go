@@ -369,7 +369,7 @@ func TestCallersOwn429CoolsOnlyThatCaller(t *testing.T) {
 }
 
 // A local bucket that gets no requests refills by time, burst per
-// budgetRefillTime (one token a second at the defaults); a fleet's lease
+// BudgetRefillTime (one token a second at the defaults); a fleet's lease
 // does not (the fleet's bucket refills it).
 func TestBucketRefillsByTimeWithoutRequests(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)

@@ -765,14 +765,30 @@ func hedgeBack(rc *race) bool {
 
 // rescueOrder is the ranking rc's next attempt is picked from: the one
 // planned with it until every upstream has had an attempt, then the
-// route's ranking now (nil on an ordered route). An attempt after every
-// upstream was tried rescues attempts that all stalled: it goes where the
-// route sends requests by now, not where it sent them when this one
-// started (a primary that degraded since has been left), and during a
-// cold start to the upstream that won most of its races so far.
+// route's ranking now. An attempt after every upstream was tried rescues
+// attempts that all stalled: it goes where the route sends requests by
+// now, not where it sent them when this one started (a primary that
+// degraded since has been left), and during a cold start to the upstream
+// that won most of its races so far; on an ordered route, which ranks
+// nothing, to the newest attempt's upstream while that attempt still runs
+// (the primary's had the longer wait for nothing).
 func rescueOrder(rc *race) []int {
-	if rc.order == nil || len(rc.attempts) < len(rc.order) {
+	if len(rc.attempts) < len(rc.used) {
 		return rc.order
+	}
+	if rc.order == nil {
+		if rc.attempts[len(rc.attempts)-1].result != "" {
+			return nil // a retry after a failure: the configured order
+		}
+		newest := rc.attempts[len(rc.attempts)-1].upstream
+		order := make([]int, 0, len(rc.used))
+		order = append(order, newest)
+		for i := 0; i < len(rc.used); i++ {
+			if i != newest {
+				order = append(order, i)
+			}
+		}
+		return order
 	}
 	r := rc.h.state.router
 	order := make([]int, 0, len(r.est))

@@ -374,3 +374,23 @@ func TestColdRaceRescueGoesToTheTallyLeader(t *testing.T) {
 	<-out
 	<-hs.reports
 }
+
+// On an ordered route a third attempt after two stalls goes to the
+// hedge's upstream again, not back to the primary that stalled longer.
+func TestOrderedRouteRescueGoesToTheHedgesUpstream(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxAttempts = 0 // the default
+	hs := newHarness(t, cfg)
+	out := hs.serve(chatRequest(""))
+	first := hs.tr.next(t)
+	first.respond(200, "text/event-stream")
+	hedge := afterStall(t, hs, 100*time.Millisecond)
+	third := afterStall(t, hs, 100*time.Millisecond)
+	if hosts := first.req.URL.Host + " " + hedge.req.URL.Host + " " + third.req.URL.Host; hosts != "a.test b.test b.test" {
+		t.Fatalf("attempts went to %s, want a.test b.test b.test", hosts)
+	}
+	third.write(tokenChunk("B") + "data: [DONE]\n\n")
+	third.end()
+	<-out
+	<-hs.reports
+}

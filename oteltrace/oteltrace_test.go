@@ -91,7 +91,7 @@ func fails(w http.ResponseWriter, r *http.Request) {
 }
 
 // newHedger is a hedger on a then b: a hedge after delay, a retry at once
-// after a retryable failure.
+// after a retryable failure, and no third attempt (the spans are counted).
 func newHedger(t *testing.T, tracer core.Tracer, delay time.Duration, a, b *upstream) *core.Hedger {
 	t.Helper()
 	h, err := core.New(config.Config{
@@ -100,7 +100,8 @@ func newHedger(t *testing.T, tracer core.Tracer, delay time.Duration, a, b *upst
 			{Name: "A", URL: a.URL},
 			{Name: "B", URL: b.URL},
 		},
-		Delay: config.DelayConfig{Fixed: config.Duration(delay)},
+		Delay:       config.DelayConfig{Fixed: config.Duration(delay)},
+		MaxAttempts: 2,
 	}, core.Options{Tracer: tracer})
 	if err != nil {
 		t.Fatal(err)

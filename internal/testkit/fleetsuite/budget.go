@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/internal/metricscheck"
 )
 
@@ -30,13 +31,16 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 		requests, hedges int
 		metricHedges     float64
 		perReplica       string
+		took             time.Duration
 	}
 	measure := func(route string) side {
 		a, b := s.upstream(route, "A"), s.upstream(route, "B")
 		a.ResetCounters()
 		b.ResetCounters()
 		before := s.metricSum(t, "llm_hedge_hedges_started_total", map[string]string{"route": route})
+		start := time.Now()
 		failed, first := s.roundRobin(ctx, route, route, n, concurrency)
+		took := time.Since(start)
 		if failed != 0 {
 			t.Fatalf("%s: %d of %d requests failed; first: %s", route, failed, n, first)
 		}
@@ -48,12 +52,15 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_ = b.WaitFor(wait, func() bool { return float64(b.Served()) >= metric })
 		cancel()
-		return side{route: route, requests: int(a.Served()), hedges: int(b.Served()), metricHedges: metric, perReplica: s.countsLine(byReplica(b.Requests()))}
+		return side{route: route, requests: int(a.Served()), hedges: int(b.Served()), metricHedges: metric, perReplica: s.countsLine(byReplica(b.Requests())), took: took}
 	}
 	local := measure(RouteBudgetLocal)
 	fleet := measure(RouteBudget)
 	fleetBound := budgetRatio + float64(budgetBurst)/float64(n)
-	localBound := budgetRatio + float64(replicas*budgetBurst)/float64(n)
+	// A local bucket also refills by time (all of burst in
+	// core.BudgetRefillTime): the baseline's bound counts what the run's
+	// duration gave each replica. The fleet's lease does not.
+	localBound := budgetRatio + float64(replicas*budgetBurst)*(1+float64(local.took)/float64(core.BudgetRefillTime))/float64(n)
 	rate := func(x side) float64 { return float64(x.hedges) / float64(n) }
 	for _, x := range []side{local, fleet} {
 		t.Logf("budget %s: %d requests round-robin over %d replicas, %d hedges started (upstream B) = %.4f per request; metrics say %v; per replica: %s",
@@ -65,11 +72,11 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 			t.Errorf("%s: upstream B served %d hedges but the replicas' llm_hedge_hedges_started_total rose by %v", x.route, x.hedges, x.metricHedges)
 		}
 	}
-	t.Logf("ACCEPTANCE budget (ratio %.2f, burst %d, %d replicas, %d requests round-robin, all wanting a hedge): fleet-wide hedges/requests %.4f (bound %.4f = %.2f + %d/%d while the fleet's bucket lives; + %d×%d/%d = %.4f more only if it starts over); per-replica budgets (no fleet) in the same run %.4f (their bound %.4f = %.2f + %d×%d/%d)",
+	t.Logf("ACCEPTANCE budget (ratio %.2f, burst %d, %d replicas, %d requests round-robin, all wanting a hedge): fleet-wide hedges/requests %.4f (bound %.4f = %.2f + %d/%d while the fleet's bucket lives; + %d×%d/%d = %.4f more only if it starts over); per-replica budgets (no fleet) in the same run %.4f (their bound %.4f = %.2f + %d×%d×(1 + %v/%v)/%d)",
 		budgetRatio, budgetBurst, replicas, n, rate(fleet), fleetBound, budgetRatio, budgetBurst, n, replicas, BudgetLeaseBound, n, float64(replicas*BudgetLeaseBound)/float64(n),
-		rate(local), localBound, budgetRatio, replicas, budgetBurst, n)
+		rate(local), localBound, budgetRatio, replicas, budgetBurst, local.took.Round(time.Millisecond), core.BudgetRefillTime, n)
 	if rate(local) > localBound {
-		t.Errorf("per-replica baseline: hedges/requests = %.4f, want at most %.4f (ratio + replicas × burst / requests)", rate(local), localBound)
+		t.Errorf("per-replica baseline: hedges/requests = %.4f, want at most %.4f (ratio + replicas × burst × (1 + its refill by time) / requests)", rate(local), localBound)
 	}
 	if rate(fleet) > fleetBound {
 		t.Errorf("fleet budget: hedges/requests = %.4f (%d hedges in %d requests), want at most %.4f (ratio + burst/requests); fleet operation errors on the replicas: %v",
