@@ -279,7 +279,7 @@ func onFailed(rc *race, a *attempt) bool {
 	}
 	// A rate limit is not asked again within milliseconds: after a 429
 	// the race retries only on an upstream it has not tried.
-	if a.retryable && rc.heldFatal == nil && (a.status != 429 || len(rc.attempts) < len(rc.used)) {
+	if a.retryable && rc.heldFatal == nil && (a.status != 429 || untried(rc)) {
 		role := RoleHedge
 		if rc.inFlight == 0 {
 			role = RoleRetry
@@ -287,6 +287,16 @@ func onFailed(rc *race, a *attempt) bool {
 		tryLaunch(rc, role)
 	}
 	return rc.inFlight > 0
+}
+
+// untried reports whether some upstream has had no attempt of rc yet.
+func untried(rc *race) bool {
+	for _, n := range rc.used {
+		if n == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // stopped reports (and records) whether the client left or the deadline passed.

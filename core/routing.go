@@ -773,7 +773,7 @@ func hedgeBack(rc *race) bool {
 // nothing, to the newest attempt's upstream while that attempt still runs
 // (the primary's had the longer wait for nothing).
 func rescueOrder(rc *race) []int {
-	if len(rc.attempts) < len(rc.used) {
+	if untried(rc) {
 		return rc.order
 	}
 	if rc.order == nil {
