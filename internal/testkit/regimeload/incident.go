@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/llmhedge/llmhedge/core"
 	"github.com/llmhedge/llmhedge/core/config"
 	"github.com/llmhedge/llmhedge/internal/stats"
 	"github.com/llmhedge/llmhedge/internal/testkit/lightload"
@@ -546,7 +547,7 @@ func (r *IncidentRun) Summary() string {
 	if r.Unhedged != nil {
 		u := r.Unhedged.summary()
 		fmt.Fprintf(&b, "; unhedged p99 %s max %s: p99 %.3fx unhedged's, extra %.2f%% (unhedged %.2f%%, budget %.2f%%); unhedged failed %d, wrong %d",
-			ms(u.P99), ms(u.Max), r.VsUnhedged(), 100*r.Shift.Extra, 100*r.Unhedged.Extra, 100*BudgetShare(r.N), r.Unhedged.Failed, r.Unhedged.Wrong)
+			ms(u.P99), ms(u.Max), r.VsUnhedged(), 100*r.Shift.Extra, 100*r.Unhedged.Extra, 100*BudgetShare(r.N, r.Shift.Wall), r.Unhedged.Failed, r.Unhedged.Wrong)
 	}
 	return b.String()
 }
@@ -606,10 +607,18 @@ func (r *IncidentRun) VsUnhedged() float64 {
 }
 
 // BudgetShare is the most extra load the default hedge budget allows over
-// n requests: its ratio, plus its bucket's burst, which starts full.
-func BudgetShare(n int) float64 {
+// n requests that took wall: its ratio, plus its bucket's burst, which
+// starts full, plus what the bucket refills by time (all of burst in
+// core.BudgetRefillTime).
+func BudgetShare(n int, wall time.Duration) float64 {
 	b := config.Config{}.WithDefaults().Budget
-	return b.Ratio + b.Burst/float64(n)
+	return b.Ratio + b.Burst*(1+float64(wall)/float64(core.BudgetRefillTime))/float64(n)
+}
+
+// BudgetUse is the shifting route's extra load over what the budget
+// allowed it in its run (variant f): at most 1.
+func (r *IncidentRun) BudgetUse() float64 {
+	return r.Shift.Extra / BudgetShare(r.N, r.Shift.Wall)
 }
 
 // failed counts the failed requests of every route of the run.
@@ -663,7 +672,7 @@ func bounds(v Variant, opts IncidentOptions) []bound {
 	if v.BothDegrade {
 		return []bound{
 			{"TTFT p99 / the unhedged route's (x)", (*IncidentRun).VsUnhedged, 1 + UnhedgedTolerance},
-			{"extra load (%, the budget's ratio + burst/N)", func(r *IncidentRun) float64 { return 100 * r.Shift.Extra }, 100 * BudgetShare(opts.N)},
+			{"extra load / the budget's share (ratio + burst × (1 + wall / 10 s) / N)", (*IncidentRun).BudgetUse, 1},
 			failed,
 		}
 	}

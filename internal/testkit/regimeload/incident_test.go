@@ -80,8 +80,11 @@ func TestClientsFor(t *testing.T) {
 }
 
 func TestBudgetShare(t *testing.T) {
-	if got, want := BudgetShare(4000), 0.1025; got < want-1e-12 || got > want+1e-12 {
-		t.Fatalf("BudgetShare(4000) = %v, want %v (the default ratio and burst)", got, want)
+	if got, want := BudgetShare(4000, 0), 0.1025; got < want-1e-12 || got > want+1e-12 {
+		t.Fatalf("BudgetShare(4000, 0) = %v, want %v (the default ratio and burst)", got, want)
+	}
+	if got, want := BudgetShare(4000, 20*time.Second), 0.1075; got < want-1e-12 || got > want+1e-12 {
+		t.Fatalf("BudgetShare(4000, 20s) = %v, want %v (and two bursts refilled by time)", got, want)
 	}
 }
 
@@ -194,7 +197,7 @@ func TestBounds(t *testing.T) {
 	if v := bs[0].value(runs[1]); v != 0.5 {
 		t.Errorf("f: p99 / unhedged = %v, want 0.5", v)
 	}
-	if want := 100 * BudgetShare(ciRequests); ciOpts.N != ciRequests || bs[1].limit != want {
-		t.Errorf("f: extra load limit %v%%, want the budget's %v%%", bs[1].limit, want)
+	if bs[1].limit != 1 {
+		t.Errorf("f: extra load's limit %v of the budget's share, want 1", bs[1].limit)
 	}
 }
