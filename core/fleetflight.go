@@ -28,8 +28,10 @@ import (
 //     lease/3. Data is batched: whatever accumulates while a write is on
 //     the wire goes in the next; while no follower reads (as the last
 //     write reported), for up to fleetstore.LoneBatchWindow (see
-//     fleetAppendDue); the renewal that confirms the lease before the
-//     answer's end marker carries what is queued.
+//     fleetAppendDue). At a stream's end marker, before the marker goes
+//     to any client, the end goes in with what is queued and the answer
+//     to store, fenced by the lease (fleetLeaderEndAtMarker): a client
+//     has a whole answer only once its generation's end is in Redis.
 //   - a follower reads the stream from 0-0 with XREAD BLOCK and writes each
 //     entry as it comes. When a read times out it checks the lease: gone
 //     before head means the leader died before commit (or ended without an
@@ -247,8 +249,9 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 			return followFailed(ctx, headSeen)
 		}
 		if v.Kind == fleetstore.RedisNil {
-			// The leader lives while it holds the lease, or the seal of
-			// its generation (its last append and end are on their way).
+			// The leader lives while it holds the lease, or (a replica of
+			// an earlier version) the seal of its generation: its last
+			// append and end are on their way.
 			lv, err := fleetstore.ReadLease(f.conn, ctx, keys)
 			if err != nil {
 				return followFailed(ctx, headSeen)
@@ -364,10 +367,11 @@ type fleetLeader struct {
 	fp         string
 	maxBytes   int
 	ttl        time.Duration
-	// store: the keys and budgets of fleetstore.AdmitStored for this answer.
-	storeKeys                 []string
-	identity                  string
-	routeBudget, callerBudget int64
+	// store: where this answer counts against the fleet store's budgets
+	// (its size set at the end, by fleetLeaderEnd); storeRefusedAt: the
+	// route's State.storeRefusedAt.
+	store          fleetstore.Store
+	storeRefusedAt *int64
 	// readersGone tells the local flight this generation feeds that no
 	// follower on another replica reads (fleetRenew); it stops the race
 	// when nobody reads anywhere. A func, not the *flight: Yaegi mistypes
@@ -385,11 +389,8 @@ type fleetLeader struct {
 	windowTimer Timer
 	windowTick  func()
 	// confirmWanted: fleetLeaderConfirm waits for the sender to renew
-	// the lease (sealing it when confirmSeal) with the queued data.
-	confirmWanted, confirmSeal bool
-	// markerConfirmed: the end marker's confirmation is done; the rest
-	// goes with the end, which follows: no window to arm.
-	markerConfirmed bool
+	// the lease with the queued data.
+	confirmWanted bool
 
 	headSent bool // the head went out (so the end is ok or cut)
 	seq      int  // sequence number of the next entry
@@ -435,9 +436,11 @@ func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetstore.Keys, ident
 	idem := &h.cfg.Idempotency
 	l := &fleetLeader{f: f, keys: keys, holder: holder, stream: keys.Stream(holder), leaseValue: holder + " " + fp, fp: fp,
 		maxBytes: int(idem.MaxResponseBytes), ttl: h.idempotencyTTL, seq: 1, finished: make(chan struct{}),
-		validUntil: claimed.Add(time.Duration(f.cfg.Lease)), storeKeys: fleetstore.StoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]),
-		identity: identity, routeBudget: int64(idem.MaxBytes), callerBudget: int64(idem.MaxBytesPerCaller),
-		uncertain: claimErr != nil, claimTimedOut: isTimeout(claimErr)}
+		validUntil: claimed.Add(time.Duration(f.cfg.Lease)),
+		store: fleetstore.Store{Keys: fleetstore.StoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]), Identity: identity,
+			RouteBudget: int64(idem.MaxBytes), CallerBudget: int64(idem.MaxBytesPerCaller)},
+		storeRefusedAt: &h.state.storeRefusedAt,
+		uncertain:      claimErr != nil, claimTimedOut: isTimeout(claimErr)}
 	l.cond = sync.NewCond(&l.mu)
 	// Created once: the timers re-arm with these same funcs (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }
@@ -478,7 +481,7 @@ func fleetRenew(l *fleetLeader) {
 	}
 	// A renewal that timed out may have landed all the same: the next one
 	// tells. Only the commit and the end need the lease surely held.
-	readers := fleetRenewOnce(l, false, false)
+	readers := fleetRenewOnce(l, false)
 	l.mu.Lock()
 	if !l.stopped && !l.lost && !l.detached {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
@@ -492,39 +495,24 @@ func fleetRenew(l *fleetLeader) {
 	}
 }
 
-// fleetSealMillis is how long a seal holds a key for its leader's last
-// append and end: five leases (a leader starved that long has surely lost
-// more than its lease), at most the stream's linger, capped by the TTL.
-func fleetSealMillis(f *Fleet, ttl time.Duration) string {
-	d := 5 * time.Duration(f.cfg.Lease)
-	if d > fleetstore.StreamLinger {
-		d = fleetstore.StreamLinger
-	}
-	return fleetstore.LingerMillis(d, ttl)
-}
-
 // fleetRenewOnce sends one renewal (strict: one without an answer counts
 // as unconfirmed, see leaseUnconfirmed) and returns the followers reading,
 // -1 when unknown.
-func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
-	readers := fleetWrite(l, 0, nil, seal, strict)
+func fleetRenewOnce(l *fleetLeader, strict bool) int64 {
+	readers := fleetWrite(l, 0, nil, strict)
 	return readers
 }
 
 // fleetWrite sends one write of the leader: entries from seq (none: a
-// renewal only), renewing the lease, and sealing the generation when seal
-// is set; it records what Redis found of the lease and returns the
-// followers reading, -1 when unknown. strict: a write without an answer
+// renewal only), renewing the lease; it records what Redis found of the
+// lease and returns the followers reading, -1 when unknown. strict: a write without an answer
 // counts as unconfirmed (leaseUnconfirmed). Entries that did not go in
 // fail the stream: it takes no more.
-func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, seal, strict bool) int64 {
+func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, strict bool) int64 {
 	f := l.f
 	w := &fleetstore.Write{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder,
 		StreamMs: fleetstore.StreamMillis(l.ttl), LeaseMs: fleetstore.Millis(time.Duration(f.cfg.Lease)),
 		Seq: seq, Entries: entries}
-	if seal {
-		w.SealMs = fleetSealMillis(f, l.ttl)
-	}
 	sent := f.clock.Now()
 	fence, readers, err := fleetstore.WriteLeader(f.conn, context.Background(), l.keys, w)
 	l.mu.Lock()
@@ -560,13 +548,13 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	if detached {
 		return true
 	}
-	if uncertain && !fleetLeaderConfirm(l, false) {
+	if uncertain && !fleetLeaderConfirm(l) {
 		// Its claim timed out and another leader holds the key (or
 		// stored its answer) now.
 		return false
 	}
 	head := []fleetstore.Entry{{Kind: "h", Value: fleetstore.EncodeHead(status, hdr)}}
-	fleetWrite(l, 1, head, false, true)
+	fleetWrite(l, 1, head, true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost {
@@ -582,7 +570,9 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 // its lease: its client's answer must end broken.
 func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	l.mu.Lock()
-	if !l.overflow && !l.failed && !l.lost {
+	// Bytes after the end (ended at the answer's end marker) go to the
+	// clients only.
+	if !l.overflow && !l.failed && !l.lost && !l.ended {
 		l.size += len(p)
 		if l.size > l.maxBytes {
 			// What is queued fits: it goes at once, then the stream
@@ -619,19 +609,13 @@ func fleetAppendDue(l *fleetLeader) bool {
 
 // fleetLeaderConfirm renews the lease at once and reports whether it
 // surely holds (a renewal that failed still counts while the lease cannot
-// have run out). The end of the answer waits for it and, when the stream
-// has the whole answer so far, seals the generation with it (see
-// fleetstore.Write): no other generation may start while this leader
-// appends its last bytes and its end, however late (within the seal's
-// time). Queued data goes with the renewal, in one call from the sender.
-func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
+// have run out). Queued data goes with the renewal, in one call from the
+// sender.
+func fleetLeaderConfirm(l *fleetLeader) bool {
 	l.mu.Lock()
-	l.markerConfirmed = l.markerConfirmed || seal
 	detached := l.detached
-	seal = seal && l.headSent && !l.failed && !l.overflow
 	if !detached && len(l.data) > 0 && !l.ended {
 		l.confirmWanted = true
-		l.confirmSeal = seal
 		l.cond.Broadcast()
 		for l.confirmWanted {
 			l.cond.Wait()
@@ -644,7 +628,40 @@ func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	if detached {
 		return true
 	}
-	fleetRenewOnce(l, true, seal)
+	fleetRenewOnce(l, true)
+	l.mu.Lock()
+	lost := l.lost
+	l.mu.Unlock()
+	return !lost
+}
+
+// fleetLeaderEndAtMarker ends the stream at the answer's end marker (the
+// last bytes, p), before the marker goes to any client: the last bytes,
+// the end and the stored answer in one fenced call (fleetFinish), the
+// generation's commit. Nothing is left to append after a client has the
+// marker, so no other generation can start between a whole answer and its
+// end in Redis. It reports false when the lease was lost: the marker must
+// not go out (another leader may answer the key), and the answer ends
+// broken.
+func fleetLeaderEndAtMarker(l *fleetLeader, lead *flight, p []byte) bool {
+	done := ""
+	lead.mu.Lock()
+	if !lead.overflow && len(lead.body)+len(p) <= lead.maxBytes && lead.status >= 200 && lead.status < 300 {
+		body := make([]byte, 0, len(lead.body)+len(p))
+		body = append(body, lead.body...)
+		body = append(body, p...)
+		// The generation's holder, for followers that finish from it.
+		done = fleetstore.EncodeDone(l.fp, l.holder, lead.status, lead.header, body)
+	}
+	lead.mu.Unlock()
+	fleetLeaderData(l, p)
+	l.mu.Lock()
+	kind := fleetEndKind(l, true)
+	if kind != "ok" || l.lost {
+		done = ""
+	}
+	l.mu.Unlock()
+	fleetLeaderFinish(l, kind, done)
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -658,13 +675,12 @@ func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 // Redis failed (each operation is bounded).
 func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	l.mu.Lock()
-	kind := "none"
-	if l.headSent {
-		kind = "cut"
-		if complete && !l.overflow && !l.failed {
-			kind = "ok"
-		}
+	if l.ended {
+		// Ended at its end marker (fleetLeaderEndAtMarker).
+		l.mu.Unlock()
+		return
 	}
+	kind := fleetEndKind(l, complete)
 	lost := l.lost
 	l.mu.Unlock()
 	done := ""
@@ -676,10 +692,31 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 		}
 		lead.mu.Unlock()
 	}
-	if done != "" && !fleetStoreAdmits(l, redisFootprint(len(done))) {
-		done = ""
+	fleetLeaderFinish(l, kind, done)
+}
+
+// fleetEndKind is the end entry of a generation whose answer ended, whole
+// or not (l.mu held): ok when the stream has the whole answer, cut when an
+// answer started but the stream misses some of it, none when none started.
+func fleetEndKind(l *fleetLeader, complete bool) string {
+	if !l.headSent {
+		return "none"
 	}
+	if complete && !l.overflow && !l.failed {
+		return "ok"
+	}
+	return "cut"
+}
+
+// fleetLeaderFinish hands the end (kind, and done: the answer to store, ""
+// for none) to the sender, which sends it with the queued data, and waits
+// until it is in Redis or Redis failed (each operation is bounded).
+func fleetLeaderFinish(l *fleetLeader, kind, done string) {
 	l.mu.Lock()
+	if done != "" {
+		// Admitted to the store with the end (fleetFinish).
+		l.store.Size = redisFootprint(len(done))
+	}
 	l.ended = true
 	l.endKind = kind
 	l.done = done
@@ -696,6 +733,12 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	<-l.finished
 }
 
+// fleetStoreRefusedLately: for this long after the fleet store refused
+// one of a route's answers, its leaders ask the store before they store an
+// answer (a round trip more each) rather than store it and take it back
+// when refused (a round trip more for each refused one).
+const fleetStoreRefusedLately = time.Second
+
 // redisFootprint is what a string value of n bytes takes in Redis: its
 // allocation rounded up to the allocator's size class (jemalloc's: four
 // classes per power of two, so up to 25 % more), plus the key's own.
@@ -711,13 +754,6 @@ func redisFootprint(n int) int {
 	return (n+step-1)/step*step + keyOverhead
 }
 
-// fleetStoreAdmits reports whether an answer of size bytes fits the
-// route's and the caller's budgets of the fleet store (and counts it).
-// Redis failing admits nothing.
-func fleetStoreAdmits(l *fleetLeader, size int) bool {
-	return fleetstore.AdmitStored(l.f.conn, l.storeKeys, size, fleetstore.Millis(l.ttl), l.identity, l.routeBudget, l.callerBudget)
-}
-
 // fleetAppend is the leader's one sender: it sends the queued data when
 // due (fleetAppendDue), with a renewal when fleetLeaderConfirm asks for
 // one, then the end with the last data, each batch in one fenced script
@@ -726,7 +762,7 @@ func fleetAppend(l *fleetLeader) {
 	for {
 		l.mu.Lock()
 		for !fleetAppendDue(l) {
-			if len(l.data) > 0 && l.windowTimer == nil && !l.markerConfirmed {
+			if len(l.data) > 0 && l.windowTimer == nil {
 				// A typed local first (Yaegi: see SystemClock.AfterFunc).
 				t := l.f.clock.AfterFunc(fleetstore.LoneBatchWindow, l.windowTick)
 				l.windowTimer = t
@@ -737,9 +773,7 @@ func fleetAppend(l *fleetLeader) {
 		ended := l.ended
 		skip := l.failed || l.lost
 		lost, detached := l.lost, l.detached
-		// A write that failed since the confirmation was asked leaves a
-		// stream that misses some of the answer: not sealed.
-		confirm, seal := l.confirmWanted, l.confirmSeal && !l.failed
+		confirm := l.confirmWanted
 		seq := l.seq
 		l.data = nil
 		l.batchDue = false
@@ -763,7 +797,7 @@ func fleetAppend(l *fleetLeader) {
 			entries = []fleetstore.Entry{{Kind: "d", Value: string(data)}}
 		}
 		if confirm {
-			fleetWrite(l, seq, entries, seal, true)
+			fleetWrite(l, seq, entries, true)
 			l.mu.Lock()
 			l.confirmWanted = false
 			l.cond.Broadcast()
@@ -771,7 +805,7 @@ func fleetAppend(l *fleetLeader) {
 			continue
 		}
 		if len(entries) > 0 {
-			fleetWrite(l, seq, entries, false, false)
+			fleetWrite(l, seq, entries, false)
 		}
 	}
 }
@@ -796,7 +830,24 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	end := &fleetstore.End{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder, Kind: kind, Done: done,
 		Seq: seq, Last: last, TTLMs: fleetstore.Millis(l.ttl), StreamMs: fleetstore.StreamMillis(l.ttl),
 		EndMs: fleetstore.LingerMillis(fleetstore.EndLinger, l.ttl), DoneMs: fleetstore.LingerMillis(fleetstore.DoneLinger, l.ttl)}
-	sent, v, err := fleetstore.Finish(l.f.conn, l.keys, end)
+	var sent time.Time
+	var v fleetstore.RedisValue
+	var err error
+	admitted := true
+	refusedAt := atomic.LoadInt64(l.storeRefusedAt)
+	if done != "" && l.f.clock.Now().UnixNano()-refusedAt > int64(fleetStoreRefusedLately) {
+		// The end and the admission in one round trip (FinishStored).
+		sent, v, admitted, err = fleetstore.FinishStored(l.f.conn, l.keys, end, &l.store)
+	} else {
+		if done != "" && !fleetstore.AdmitStored(l.f.conn, &l.store, end.TTLMs) {
+			admitted = false
+			end.Done = ""
+		}
+		sent, v, err = fleetstore.Finish(l.f.conn, l.keys, end)
+	}
+	if !admitted {
+		atomic.StoreInt64(l.storeRefusedAt, l.f.clock.Now().UnixNano())
+	}
 	l.mu.Lock()
 	fencedWrite(l, sent, v.Str, err)
 	if err != nil {

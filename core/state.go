@@ -25,6 +25,9 @@ type State struct {
 	router *router
 	// hedgesInFlight counts hedge attempts running now (atomic).
 	hedgesInFlight int64
+	// storeRefusedAt is when the fleet store last refused one of the
+	// route's answers (Unix nanoseconds, atomic; see fleetFinish).
+	storeRefusedAt int64
 	// spend counts the route's estimated extra prompt tokens per hour.
 	spend *spendMeter
 	// share is the fleet's view, kept here so that it outlives a

@@ -32,6 +32,11 @@ var traceScenarios = []traceScenario{
 			t.Fatalf("answer %q, want B's", body)
 		}
 		calls := rig.takeCalls(2)
+		if calls[0].upstream != "A" {
+			// The hedge's call arrived first: the primary's took longer
+			// than the hedge's 50ms delay to reach its upstream.
+			calls[0], calls[1] = calls[1], calls[0]
+		}
 		waitClosed(t, calls[0].cancelled, "the held primary's cancellation")
 		rig.report()
 		for _, c := range calls {

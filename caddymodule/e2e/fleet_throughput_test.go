@@ -17,14 +17,27 @@ import (
 )
 
 // Keyed requests per second with the fleet on and off: 20 clients, unique
-// keys, a fast upstream, one Caddy.
+// keys, one Caddy, on two upstreams: a 20-event answer streamed 1 ms apart
+// (a fast model's pace), and 5 tokens at once (no model answers that fast:
+// the fleet's cost undiluted).
 func TestFleetBenchThroughput(t *testing.T) {
 	envgate.FleetBench(t)
-	// TokenGap 0 would be the workload default (20ms): a microsecond.
-	w := llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: time.Microsecond, PingEvery: time.Second}
+	redis := redisproc.Start(t, redisproc.Options{})
+	for _, w := range []struct {
+		name string
+		w    llmsim.Workload
+	}{
+		{"20 events 1 ms apart", llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 20, TokenGap: time.Millisecond, PingEvery: time.Second}},
+		// TokenGap 0 would be the workload default (20ms): a microsecond.
+		{"5 tokens at once", llmsim.Workload{MedianTTFT: time.Millisecond, Sigma: -1, StallProb: -1, Tokens: 5, TokenGap: time.Microsecond, PingEvery: time.Second}},
+	} {
+		fleetThroughput(t, redis, w.name, w.w)
+	}
+}
+
+func fleetThroughput(t *testing.T, redis *redisproc.Server, name string, w llmsim.Workload) {
 	sim := llmsim.Start("A", w)
 	defer sim.Close()
-	redis := redisproc.Start(t, redisproc.Options{})
 	off := startCaddy(t, "", fmt.Sprintf("\tllm_hedge {\n\t\troute fleet\n\t\tupstream %s {\n\t\t\tname A\n\t\t}\n\t\tmax_attempts 1\n\t}", sim.URL))
 	on := startCaddy(t, "", fleetSite(sim, redis.URL()))
 	cpu := func(pid int) time.Duration {
@@ -84,8 +97,8 @@ func TestFleetBenchThroughput(t *testing.T) {
 		}
 		rounds = append(rounds, fmt.Sprintf("off %.0f on %.0f (%.2f)", offRate, onRate, ratio))
 	}
-	t.Logf("keyed requests/s, 20 clients, one Caddy, 3 alternating rounds of 5s: %s; worst %.2f", strings.Join(rounds, ", "), worst)
+	t.Logf("%s: keyed requests/s, 20 clients, one Caddy, 3 alternating rounds of 5s: %s; worst %.2f", name, strings.Join(rounds, ", "), worst)
 	per := func(d time.Duration, n int64) time.Duration { return d / time.Duration(max(n, 1)) }
-	t.Logf("CPU per request: Caddy %v fleet off, %v fleet on; Redis %v fleet on",
+	t.Logf("%s: CPU per request: Caddy %v fleet off, %v fleet on; Redis %v fleet on", name,
 		per(caddyCPU[0], served[0]), per(caddyCPU[1], served[1]), per(redisCPU[1], served[1]))
 }

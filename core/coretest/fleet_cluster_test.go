@@ -2,7 +2,8 @@ package coretest
 
 // The keyed-request protocol on a real Redis Cluster (3 masters, 3
 // replicas, Debian's redis-server started by the test) through the
-// cluster-aware go-redis adapter (redis+cluster://). Route-level features
+// cluster-aware go-redis adapter (redis+cluster://) and, for joins and
+// replays, the Traefik plugin's client. Route-level features
 // (budget, switches, health) are not tested here: their keys get their
 // hash tags elsewhere.
 
@@ -44,17 +45,57 @@ func doneKeys(t *testing.T, cl *redisproc.Cluster) map[string]string {
 }
 
 // Joins and replays across two replicas on a cluster, for keys whose
-// identities land on each of the three masters.
+// identities land on each of the three masters, through the Redis client of
+// the Caddy module and the Envoy server (go-redis: one pipeline may span
+// slots) and the Traefik plugin's (resp: a pipeline stays on one slot, so
+// an answer's end and its admission to the store go one after the other);
+// then answers the store's budget refuses, which must not stay stored.
 func TestFleetClusterJoinAndReplay(t *testing.T) {
 	cl := redisproc.StartCluster(t, redisproc.ClusterOptions{Masters: 3, Replicas: 1})
-	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), "go-redis", nil)
+	for _, client := range []string{"go-redis", "resp"} {
+		t.Run(client, func(t *testing.T) {
+			clusterJoinAndReplay(t, cl, client)
+			clusterStoreRefuses(t, cl, client)
+		})
+	}
+}
+
+// clusterStoreRefuses: with a store budget below any answer, answers end
+// whole, none stays stored, and the same key runs anew.
+func clusterStoreRefuses(t *testing.T, cl *redisproc.Cluster, client string) {
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 1), client, func(cfg *config.Config) {
+		cfg.Idempotency.MaxBytes, cfg.Idempotency.MaxBytesPerCaller = 64, 64
+	})
+	a := rig.replicas[0]
+	before := doneKeys(t, cl)
+	for i := 0; i < 6; i++ {
+		key := client + "-full" + strconv.Itoa(i)
+		for n := 1; n <= 2; n++ {
+			r := a.send(t, key, "alice", chatBody)
+			if !r.complete || r.status != 200 {
+				t.Fatalf("%s, request %d: status %d complete %v, want 200 and complete", key, n, r.status, r.complete)
+			}
+			for k := range doneKeys(t, cl) {
+				if _, ok := before[k]; !ok {
+					t.Fatalf("%s, request %d: stored answer %s left in Redis, want none (the store's budget is 64 bytes)", key, n, k)
+				}
+			}
+		}
+		if got := rig.upstream.generations(key); got != 2 {
+			t.Fatalf("%s: generations = %d, want 2 (nothing stored to replay)", key, got)
+		}
+	}
+}
+
+func clusterJoinAndReplay(t *testing.T, cl *redisproc.Cluster, client string) {
+	rig := newFleetRigOn(t, cl.URL(), make([]core.Clock, 2), client, nil)
 	a, b := rig.replicas[0], rig.replicas[1]
 	covered := map[string]int{}
 	for i := 0; len(covered) < 3; i++ {
 		if i == 40 {
 			t.Fatalf("40 keys landed on %d masters only (%v), want all 3", len(covered), covered)
 		}
-		key := "ck" + strconv.Itoa(i)
+		key := client + "-ck" + strconv.Itoa(i)
 		before := doneKeys(t, cl)
 		release := rig.upstream.hold(key, true) // b joins mid-answer
 		first := a.sendAsync(t, key, "alice", chatBody)

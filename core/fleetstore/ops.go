@@ -3,6 +3,7 @@ package fleetstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"time"
 )
@@ -64,15 +65,15 @@ func Readers(c *Conn, k Keys, holder string) (RedisValue, error) {
 type Entry struct{ Kind, Value string }
 
 // Write is one write of a generation's leader (writeScript): its entries
-// from Seq on, a renewal of its lease, a seal, or any of them at once.
+// from Seq on, a renewal of its lease, or both at once. It never seals
+// (see writeScript).
 type Write struct {
 	Stream, LeaseValue, Holder string
 	StreamMs                   string
-	// LeaseMs renews the lease for that long ("": no renewal), SealMs
-	// seals the generation for that long ("": no seal).
-	LeaseMs, SealMs string
-	Seq             int
-	Entries         []Entry
+	// LeaseMs renews the lease for that long ("": no renewal).
+	LeaseMs string
+	Seq     int
+	Entries []Entry
 }
 
 // WriteLeader sends w (writeScript) and returns what it found of the lease
@@ -81,7 +82,7 @@ type Write struct {
 // metrics, one without as a renewal.
 func WriteLeader(c *Conn, ctx context.Context, k Keys, w *Write) (fence string, readers int64, err error) {
 	args := make([]string, 0, 6+2*len(w.Entries))
-	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs, w.SealMs)
+	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs, "")
 	for _, e := range w.Entries {
 		args = append(args, e.Kind, e.Value)
 	}
@@ -118,21 +119,81 @@ type End struct {
 // failure on the way (the script knows its own end); it returns when the
 // answered call was sent.
 func Finish(c *Conn, k Keys, e *End) (time.Time, RedisValue, error) {
-	keys := []string{k.Lease, e.Stream, k.Done, k.Sealed}
-	sent, v, err := EvalAgain(c, context.Background(), OpFinish, finishScript, keys,
-		e.LeaseValue, e.Kind, e.Done, e.TTLMs, e.StreamMs, strconv.Itoa(e.Seq), e.Last, e.EndMs, e.DoneMs, e.Holder)
+	sent, v, err := EvalAgain(c, context.Background(), OpFinish, finishScript, finishKeys(k, e), finishArgs(e)...)
 	return sent, v, err
 }
 
-// AdmitStored counts an answer of size bytes against the store budgets of
-// the route and the caller (StoreKeys; storeBudgetScript) and reports
-// whether it fits. Sent again after a failure: a first one that landed
-// counts the answer twice until it expires (the budget errs on the safe
-// side). Redis failing admits nothing.
-func AdmitStored(c *Conn, storeKeys []string, size int, ttlMs, identity string, routeBudget, callerBudget int64) bool {
-	_, v, err := EvalAgain(c, context.Background(), OpFinish, storeBudgetScript, storeKeys,
-		strconv.Itoa(size), ttlMs, identity, strconv.FormatInt(routeBudget, 10), strconv.FormatInt(callerBudget, 10))
+// finishKeys and finishArgs are finishScript's keys and arguments for e.
+func finishKeys(k Keys, e *End) []string {
+	return []string{k.Lease, e.Stream, k.Done, k.Sealed}
+}
+
+func finishArgs(e *End) []string {
+	return []string{e.LeaseValue, e.Kind, e.Done, e.TTLMs, e.StreamMs, strconv.Itoa(e.Seq), e.Last, e.EndMs, e.DoneMs, e.Holder}
+}
+
+// Store is where a leader's answer counts against the fleet store's byte
+// budgets (storeBudgetScript): the route's and the caller's keys
+// (StoreKeys), the identity, the budgets, and the answer's footprint.
+type Store struct {
+	Keys                      []string
+	Identity                  string
+	RouteBudget, CallerBudget int64
+	Size                      int
+}
+
+// admitArgs are storeBudgetScript's arguments for s.
+func admitArgs(s *Store, ttlMs string) []string {
+	return []string{strconv.Itoa(s.Size), ttlMs, s.Identity, strconv.FormatInt(s.RouteBudget, 10), strconv.FormatInt(s.CallerBudget, 10)}
+}
+
+// admitted reads storeBudgetScript's reply.
+func admitted(v RedisValue, err error) bool {
 	return err == nil && v.Kind == RedisInt && v.Int == 1
+}
+
+// AdmitStored counts an answer against the store budgets of the route and
+// the caller and reports whether it fits. Sent again after a failure: a
+// first one that landed counts the answer twice until it expires (the
+// budget errs on the safe side). Redis failing admits nothing.
+func AdmitStored(c *Conn, s *Store, ttlMs string) bool {
+	_, v, err := EvalAgain(c, context.Background(), OpFinish, storeBudgetScript, s.Keys, admitArgs(s, ttlMs)...)
+	return admitted(v, err)
+}
+
+// FinishStored is Finish for an answer to store (e.Done set), with its
+// admission to the store (AdmitStored) in the same round trip, and reports
+// whether the store admitted it. The finish stores the answer before the
+// admission's reply is known; an answer the budgets refuse is taken back
+// at once (unstoreScript), before the leader's answer ends: the store may
+// hold a refused answer for a round trip, never once its leader is done.
+// A store that is full pays that round trip for each answer, so callers
+// send the admission first (AdmitStored, then Finish) while the store
+// refuses. The two scripts' keys are on different slots: on a Redis
+// Cluster whose client does not split a pipeline, and after any failure of
+// the pipeline (a script Redis does not know yet, a timeout), each is sent
+// on its own; both are safe to run twice.
+func FinishStored(c *Conn, k Keys, e *End, s *Store) (sent time.Time, v RedisValue, ok bool, err error) {
+	finish := finishArgs(e)
+	sent = c.now()
+	vals, perr := Pipeline(c, context.Background(), OpFinish, [][]string{
+		scriptCmd("EVALSHA", storeBudgetScript.sha, s.Keys, admitArgs(s, e.TTLMs)),
+		scriptCmd("EVALSHA", finishScript.sha, finishKeys(k, e), finish),
+	})
+	switch {
+	case perr == nil && len(vals) == 2:
+		ok = admitted(vals[0], nil)
+		v = vals[1]
+	case errors.Is(perr, ErrDown):
+		return sent, v, false, perr
+	default:
+		ok = AdmitStored(c, s, e.TTLMs)
+		sent, v, err = EvalAgain(c, context.Background(), OpFinish, finishScript, finishKeys(k, e), finish...)
+	}
+	if !ok {
+		_, _ = Eval(c, context.Background(), OpFinish, unstoreScript, []string{k.Done, e.Stream}, e.Holder, e.EndMs)
+	}
+	return sent, v, ok, err
 }
 
 // Publish adds health events (field -> ms) to a route's health key
