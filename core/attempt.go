@@ -99,7 +99,7 @@ func retryableStatus(status int) bool {
 // (ready) or a failure, then posts exactly one event.
 func runAttempt(h *Hedger, a *attempt, p *preparedRequest, events chan<- event, passthrough bool) {
 	kind := sendAttempt(h, a, p, passthrough)
-	a.endedAt = clockNow(h)
+	a.endedAt = h.now()
 	events <- event{kind: kind, attempt: a}
 }
 
@@ -121,18 +121,21 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	if passthrough {
 		return passedThrough(h, a, resp)
 	}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+	if a.status/100 != 2 { // not 2xx, in fewer frame slots under Yaegi
 		keepErrorAnswer(h, a, resp)
 		return evFailed
 	}
-	format, streaming := stream.FormatOf(resp.Header.Get("Content-Type"))
-	a.streaming = streaming
-	a.sse = format == stream.FormatSSE
+	// The two common Content-Types without stream.FormatOf's call: under
+	// Yaegi a call allocates the callee's whole frame.
 	var ready bool
-	if streaming {
-		ready = readUntilFirstEvent(h, a, p, resp, stream.NewDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine)))
+	if ct := resp.Header.Get("Content-Type"); ct == "text/event-stream" {
+		a.streaming = true
+		a.sse = true
+		ready = readUntilFirstEvent(h, a, p, resp, stream.FormatSSE)
+	} else if ct == "application/json" {
+		ready = readWhole(h, a, p, resp, true)
 	} else {
-		ready = readWhole(h, a, p, resp)
+		ready = readByFormat(h, a, p, resp, ct)
 	}
 	if ready {
 		a.resp = resp
@@ -142,6 +145,19 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 		return evReady // a.prefix goes back to the pool once delivered
 	}
 	return lostRace(h, a, resp)
+}
+
+// readByFormat reads resp, of Content-Type ct, as a stream or a whole
+// answer, whichever ct says. It reports whether the attempt is ready to
+// win.
+func readByFormat(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, ct string) bool {
+	format, streaming := stream.FormatOf(ct)
+	a.streaming = streaming
+	a.sse = format == stream.FormatSSE
+	if streaming {
+		return readUntilFirstEvent(h, a, p, resp, format)
+	}
+	return readWhole(h, a, p, resp, ct != "" && looksJSON(ct))
 }
 
 // notBuilt records an attempt whose request could not be built. (The rare
@@ -158,7 +174,7 @@ func notBuilt(h *Hedger, a *attempt, p *preparedRequest, err error) eventKind {
 // whatever it is, goes to the client as it comes.
 func passedThrough(h *Hedger, a *attempt, resp *http.Response) eventKind {
 	a.resp = resp
-	a.firstAt = clockNow(h)
+	a.firstAt = h.now()
 	return evReady
 }
 
@@ -231,14 +247,16 @@ func keepErrorAnswer(h *Hedger, a *attempt, resp *http.Response) {
 	a.retryable = retryableStatus(resp.StatusCode)
 }
 
-// readUntilFirstEvent reads a streamed resp until its first output event
-// (det decides), keeping every byte in a.prefix, a pooled buffer read into
-// directly. It reports whether the attempt is ready to win. (Streams and
-// whole answers are read by two functions: under Yaegi each call
-// allocates every slot of its frame, so neither carries the other's.)
-func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *stream.Detector) bool {
+// readUntilFirstEvent reads a streamed resp of the given format until its
+// first output event (a stream.Detector decides), keeping every byte in
+// a.prefix, a pooled buffer read into directly. It reports whether the
+// attempt is ready to win. (Streams and whole answers are read by two
+// functions: under Yaegi each call allocates every slot of its frame, so
+// neither carries the other's.)
+func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, format stream.Format) bool {
+	det := stream.NewDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine))
 	body := resp.Body
-	limit := int(h.cfg.MaxPrefix)
+	limit := h.maxPrefix
 	buf := getBuffer()[:0]
 	for {
 		if len(buf) == cap(buf) {
@@ -250,7 +268,7 @@ func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.R
 		a.prefix = buf
 		if n > 0 {
 			if v, why := stream.Feed(det, buf[end:]); v == stream.VerdictOutput {
-				a.firstAt = clockNow(h) // decided's common case, without its frame
+				a.firstAt = h.now() // decided's common case, without its frame
 				return true
 			} else if v != stream.VerdictPending {
 				return decided(h, a, p, v, why)
@@ -260,7 +278,7 @@ func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.R
 			}
 		}
 		if err != nil {
-			return readEnded(h, a, p, resp, det, err)
+			return readEnded(h, a, p, det, err)
 		}
 	}
 }
@@ -270,8 +288,12 @@ func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.R
 // readUntilFirstEvent does. It reports whether the attempt is ready to win.
 // io.ReadFull reads until the buffer is full or the body ends: one compiled
 // call where an interpreted loop would take one iteration per read.
-func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response) bool {
-	limit := int(h.cfg.MaxPrefix)
+//
+// isJSON: resp's Content-Type names JSON, whose validity is then checked.
+// The body's end is decided here (readEnded's case for a whole answer):
+// under Yaegi a call allocates the callee's whole frame.
+func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, isJSON bool) bool {
+	limit := h.maxPrefix
 	buf := getBuffer()[:0]
 	for {
 		if len(buf) == cap(buf) {
@@ -288,11 +310,18 @@ func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response) b
 		if len(buf) > limit {
 			return prefixFull(h, a, false)
 		}
-		if err == io.ErrUnexpectedEOF {
-			err = io.EOF // the body ended before the buffer filled
+		if err == io.ErrUnexpectedEOF || err == io.EOF {
+			// The body ended (before the buffer filled, for the former).
+			if isJSON && !json.Valid(buf) {
+				a.reason = "upstream answered 2xx with invalid JSON"
+				return false
+			}
+			a.complete = true
+			a.firstAt = h.now()
+			return true
 		}
 		if err != nil {
-			return readEnded(h, a, p, resp, nil, err)
+			return readEnded(h, a, p, nil, err)
 		}
 	}
 }
@@ -301,7 +330,7 @@ func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response) b
 // whether it is ready to win.
 func decided(h *Hedger, a *attempt, p *preparedRequest, v stream.Verdict, why string) bool {
 	if v == stream.VerdictOutput {
-		a.firstAt = clockNow(h)
+		a.firstAt = h.now()
 		return true
 	}
 	a.reason = why
@@ -322,7 +351,7 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 	if !streaming {
 		// A large non-streaming answer: it wins on what it has, and the
 		// rest is streamed rather than held in memory.
-		a.firstAt = clockNow(h)
+		a.firstAt = h.now()
 		return true
 	}
 	a.reason = fmt.Sprintf("no output event in the first %d bytes", h.cfg.MaxPrefix)
@@ -330,24 +359,16 @@ func prefixFull(h *Hedger, a *attempt, streaming bool) bool {
 }
 
 // readEnded decides an attempt whose body ended (err, io.EOF included)
-// before readUntilFirstEvent or readWhole could.
-func readEnded(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, det *stream.Detector, err error) bool {
-	if err != io.EOF {
+// before readUntilFirstEvent could, or failed (not io.EOF) before
+// readWhole could (readWhole decides a whole body's end itself).
+func readEnded(h *Hedger, a *attempt, p *preparedRequest, det *stream.Detector, err error) bool {
+	if err != io.EOF || det == nil {
 		a.reason = "cancelled" // a loser's, the common case: nothing to redact
 		if !errors.Is(err, context.Canceled) {
 			a.reason = "upstream stream broke before the first output event: " + redact.Text(err.Error(), reasonSecrets(h, p.orig))
 		}
 		return false
 	}
-	if det != nil {
-		v, why := det.End()
-		return decided(h, a, p, v, why)
-	}
-	if ct := resp.Header.Get("Content-Type"); ct != "" && looksJSON(ct) && !json.Valid(a.prefix) {
-		a.reason = "upstream answered 2xx with invalid JSON"
-		return false
-	}
-	a.complete = true
-	a.firstAt = clockNow(h)
-	return true
+	v, why := det.End()
+	return decided(h, a, p, v, why)
 }

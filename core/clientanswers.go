@@ -64,7 +64,7 @@ func setNoRetryHeaders(rc *race, hdr http.Header) {
 // soonestRetryAfter returns the smallest Retry-After (in seconds) among
 // the failed attempts' answers, "" when none gave one.
 func soonestRetryAfter(rc *race) string {
-	now := clockNow(rc.h)
+	now := rc.h.now()
 	best := time.Duration(-1)
 	for _, a := range rc.attempts {
 		if a.resp == nil || a.result != ResultFailed {

@@ -33,17 +33,35 @@ type earlyHeaders struct {
 	trailers  bool // the client accepts trailers (TE: trailers)
 }
 
-// earlyHeadersFor reports whether rc may send early headers: the route
-// has them on, the client asked for a stream ("stream": true) of an API
-// whose streams are SSE (OpenAI Chat, Completions and Responses,
-// Anthropic Messages), and the request is raced (pass-through answers go
-// out as they come anyway).
-func earlyHeadersFor(rc *race) bool {
-	if rc.h.earlyHeaders == 0 || !rc.p.streams || rc.passthrough {
-		return false
+// startEarlyHeaders arms the grace timer of a race that may send early
+// headers: the route has them on, the client asked for a stream
+// ("stream": true, runRace's test) of an API whose streams are SSE (OpenAI
+// Chat, Completions and Responses, Anthropic Messages), and the request is
+// raced (pass-through answers go out as they come anyway). The test and
+// the first arming are one function: under Yaegi each call allocates the
+// callee's whole frame.
+func startEarlyHeaders(rc *race, w http.ResponseWriter) {
+	h := rc.h
+	if h.earlyHeaders == 0 || rc.passthrough {
+		return
 	}
 	orig := rc.p.orig
-	return sseAPIPath(orig.URL.Path) && orig.Context().Value(noEarlyHeadersKey) == nil
+	// The SSE APIs' paths (OpenAI Chat and Completions, Responses,
+	// Anthropic Messages).
+	path := strings.TrimRight(orig.URL.Path, "/")
+	if !strings.HasSuffix(path, "/completions") && !strings.HasSuffix(path, "/responses") && !strings.HasSuffix(path, "/messages") ||
+		orig.Context().Value(noEarlyHeadersKey) != nil {
+		return
+	}
+	e := &earlyHeaders{w: w}
+	events := rc.events
+	e.fire = func() { events <- event{kind: evKeepAlive} }
+	rc.early = e
+	if h.systemClock {
+		e.sys = time.AfterFunc(h.earlyHeaders, e.fire) // armKeepAlive's first, inline
+		return
+	}
+	e.timer = clockAfterFunc(h, h.earlyHeaders, e.fire)
 }
 
 // noEarlyHeadersKey marks a request context in which early headers are
@@ -60,22 +78,6 @@ type earlyHeadersOff int
 // status into a 200.
 func WithoutEarlyHeaders(r *http.Request) *http.Request {
 	return r.WithContext(context.WithValue(r.Context(), noEarlyHeadersKey, true))
-}
-
-// sseAPIPath reports whether path is an API whose streams are SSE (OpenAI
-// Chat and Completions, Responses, Anthropic Messages).
-func sseAPIPath(path string) bool {
-	path = strings.TrimRight(path, "/")
-	return strings.HasSuffix(path, "/completions") || strings.HasSuffix(path, "/responses") || strings.HasSuffix(path, "/messages")
-}
-
-// startEarlyHeaders arms the grace timer of a race that may send early headers.
-func startEarlyHeaders(rc *race, w http.ResponseWriter) {
-	e := &earlyHeaders{w: w}
-	events := rc.events
-	e.fire = func() { events <- event{kind: evKeepAlive} }
-	rc.early = e
-	armKeepAlive(rc, e)
 }
 
 // armKeepAlive arms the timer of the next keep-alive (the first: the grace
@@ -287,20 +289,13 @@ type errorProbe struct {
 	Error json.RawMessage `json:"error"`
 }
 
+// streamProbe reads "stream": a body that plainJSON passed (at most one
+// "stream" key, in lowercase, unescaped) asks for a stream at its top
+// level when its decoding into a streamProbe finds "stream": true
+// (prepare). The standard library's decoding (compiled under Yaegi too)
+// checks the whole body as json.Valid does first, and fails with a
+// *json.SyntaxError exactly when it is not valid: one pass over the body,
+// where json.Valid and a decoding would be two.
 type streamProbe struct {
 	Stream json.RawMessage `json:"stream"`
-}
-
-// plainStreamRequested reports whether a body that plainJSON passed (at
-// most one "stream" key, in lowercase, unescaped) asks for a stream at its
-// top level. Decoded by the standard library, compiled under Yaegi too.
-func plainStreamRequested(body []byte) bool {
-	if !bytes.Contains(body, keyStream) {
-		return false
-	}
-	var probe streamProbe
-	if json.Unmarshal(body, &probe) != nil {
-		return false
-	}
-	return string(probe.Stream) == "true"
 }

@@ -257,7 +257,7 @@ func spendSnapshot(m *spendMeter, now time.Time) (int64, bool) {
 // hedges in the current clock hour (fleet-wide as last read, with a
 // fleet), and whether the spend cap is reached.
 func (h *Hedger) SpendTokens() (tokens int64, capped bool) {
-	t, c := spendSnapshot(h.state.spend, clockNow(h))
+	t, c := spendSnapshot(h.state.spend, h.now())
 	return t, c
 }
 
@@ -398,7 +398,7 @@ func logSpendCapReached(h *Hedger) {
 	if log == nil {
 		return
 	}
-	total, _ := spendSnapshot(h.state.spend, clockNow(h))
+	total, _ := spendSnapshot(h.state.spend, h.now())
 	fields := []LogField{stringField("msg", "llmhedge spend cap reached: no hedge starts until the hour ends"),
 		stringField("route", h.cfg.Route), intField("spend_tokens", total), intField("spend_cap_tokens", h.spendCap)}
 	log(fields)

@@ -60,7 +60,7 @@ type Hedger struct {
 	rewritesModel bool
 	// keyHeader is cfg.Idempotency.Header in canonical form.
 	keyHeader string
-	// systemClock: opts.Clock is SystemClock, read directly (see clockNow).
+	// systemClock: opts.Clock is SystemClock, read directly (see now).
 	systemClock bool
 	// methods holds cfg.Methods as spelled, for a lookup without a loop.
 	methods map[string]bool
@@ -105,6 +105,36 @@ type Hedger struct {
 	attachKey string
 	// upstreamSpans[i] is what a traced attempt's span says of upstream i.
 	upstreamSpans []upstreamSpan
+
+	// Read on every request, copied here at New so that the request's
+	// path tests one field (under Yaegi each selector and operator is a
+	// frame slot, and a call allocates the callee's whole frame):
+	// pathPrefixes, the route has some; maxBody is cfg.MaxBody;
+	// validates, the route has validity checks; hedgeStored is
+	// cfg.HedgeStoredResponses.
+	pathPrefixes bool
+	maxBody      int64
+	validates    bool
+	hedgeStored  bool
+	// adaptiveDelay: cfg.Delay.Mode is adaptive; else every delay is
+	// fixedDelay, cfg.Delay.Fixed.
+	adaptiveDelay bool
+	fixedDelay    time.Duration
+	// now reads the clock: time.Now with the system clock (see
+	// injectedNow).
+	now func() time.Time
+	// maxAttempts is cfg.MaxAttempts; eventsBuffer, the size of a race's
+	// event channel (newRace); timeout: cfg.Timeout is set; maxPrefix is
+	// cfg.MaxPrefix.
+	maxAttempts  int
+	maxPrefix    int
+	eventsBuffer int
+	timeout      bool
+	// traced: opts.Tracer is set; observed: opts.Observer is; reports:
+	// either is.
+	traced   bool
+	observed bool
+	reports  bool
 }
 
 // New validates cfg and returns a Hedger for it.
@@ -170,6 +200,26 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 		idempotencyTTL: time.Duration(cfg.Idempotency.TTL), secrets: secretsOf(cfg.Upstreams), publicNames: publicNames,
 		scopeHeaders: scopeHeaders, routeScope: routeScope(&cfg), passedCredentials: passedCredentials(cfg.Upstreams), earlyHeaders: earlyGrace(&cfg), fleet: opts.Fleet, switches: opts.Switches, validation: newValidation(&cfg),
 		fastest: cfg.Primary == config.PrimaryFastest && len(cfg.Upstreams) > 1, spendCap: cfg.Budget.SpendCapTokens()}
+	if systemClock {
+		h.now = time.Now
+	} else {
+		h.now = func() time.Time { return injectedNow(h) }
+	}
+	h.maxAttempts = cfg.MaxAttempts
+	h.maxPrefix = int(cfg.MaxPrefix)
+	// +2: the keep-alive timer (earlyheaders.go); +2: an exploring race's
+	// extra attempt and its timer.
+	h.eventsBuffer = 2*cfg.MaxAttempts + 8
+	h.timeout = cfg.Timeout > 0
+	h.traced = opts.Tracer != nil
+	h.observed = opts.Observer != nil
+	h.reports = h.traced || h.observed
+	h.pathPrefixes = len(cfg.PathPrefixes) > 0
+	h.maxBody = int64(cfg.MaxBody)
+	h.validates = h.validation.checks != 0
+	h.hedgeStored = cfg.HedgeStoredResponses
+	h.adaptiveDelay = cfg.Delay.Mode == config.DelayAdaptive
+	h.fixedDelay = time.Duration(cfg.Delay.Fixed)
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
 	}
@@ -241,15 +291,7 @@ func (h *Hedger) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // when the winner failed after its answer started (the response is then
 // incomplete), else nil: every other failure is answered to the client.
 func (h *Hedger) Handle(w http.ResponseWriter, r *http.Request) error {
-	return handle(h, w, r)
-}
-
-// HandleRequest is h.Handle(w, r) as a function, for interpreted callers:
-// Yaegi calls a method of an interpreted type through reflect.MakeFunc and
-// reflect.Value.Call, a function directly (the Traefik plugin calls this
-// once per request).
-func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
-	return handle(h, w, r)
+	return HandleRequest(h, w, r)
 }
 
 // The engine's per-request path is written as functions rather than
@@ -259,11 +301,15 @@ func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 // slot of a callee's frame on each call, taken branch or not. Under Traefik
 // this halved the interpreter's cost per request.
 
-// handle is Handle.
-func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
-	start := clockNow(h)
+// HandleRequest is h.Handle(w, r) as a function, for interpreted callers:
+// Yaegi calls a method of an interpreted type through reflect.MakeFunc and
+// reflect.Value.Call, a function directly (the Traefik plugin calls this
+// once per request). It is Handle's body itself, not a wrapper: under
+// Yaegi each call costs a frame.
+func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
+	start := h.now()
 	rep := &Report{Request: r, Route: h.cfg.Route, Winner: -1, Start: start}
-	if h.opts.Tracer != nil {
+	if h.traced {
 		startTrace(h, r, rep, start)
 		if rep.trace != nil {
 			// A panic (a handler's abort, a bug) still ends the spans.
@@ -280,13 +326,13 @@ func handle(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	switch {
 	case perr != nil:
 		rejectRequest(h, w, rep, perr)
-	case !p.hedgeable || !p.clientKey || h.idempotencyTTL < 0:
-		err = runRace(newRace(h, p, rep, start), w)
-	default:
+	case p.clientKey && p.hedgeable && h.idempotencyTTL >= 0:
 		err = handleKeyed(h, w, p, rep, start)
+	default:
+		err = runRace(newRace(h, p, rep, start), w)
 	}
-	if h.opts.Observer != nil || rep.trace != nil {
-		report(h, p, rep)
+	if h.reports {
+		report(h, p, rep) // it tells a traced request by rep.trace
 	}
 	return err
 }

@@ -93,20 +93,28 @@ type race struct {
 
 func newRace(h *Hedger, p *preparedRequest, rep *Report, start time.Time) *race {
 	clientCtx := p.orig.Context()
-	rc := &race{h: h, p: p, rep: rep, start: start, clientCtx: clientCtx, ctx: clientCtx, limit: h.cfg.MaxAttempts,
-		used: make([]int, len(h.cfg.Upstreams))}
-	// +2: the keep-alive timer (earlyheaders.go); +2: an exploring race's
-	// extra attempt and its timer.
-	rc.events = make(chan event, 2*h.cfg.MaxAttempts+8)
-	if !p.hedgeable {
-		rc.limit = 1
-		rc.passthrough = true
-	} else if p.stateful && !p.clientKey {
-		rc.limit = 1
-		rc.limitReason = DenyNotIdempotent
+	rc := &race{h: h, p: p, rep: rep, start: start, clientCtx: clientCtx, ctx: clientCtx, limit: h.maxAttempts,
+		used: make([]int, len(h.bases))}
+	rc.events = make(chan event, h.eventsBuffer)
+	if !p.hedgeable || p.stateful {
+		limitRace(rc, p)
 	}
 	rep.Hedged = p.hedgeable
 	return rc
+}
+
+// limitRace limits to one attempt the race of a request that may not be
+// raced, or that may change state upstream without a key of the client's.
+// (newRace's rare case: under Yaegi every slot of a frame is allocated on
+// each call.)
+func limitRace(rc *race, p *preparedRequest) {
+	if !p.hedgeable {
+		rc.limit = 1
+		rc.passthrough = true
+	} else if !p.clientKey {
+		rc.limit = 1
+		rc.limitReason = DenyNotIdempotent
+	}
 }
 
 // runRace drives the race to a winner or a final failure, writes the
@@ -117,7 +125,7 @@ func newRace(h *Hedger, p *preparedRequest, rep *Report, start time.Time) *race 
 func runRace(rc *race, w http.ResponseWriter) error {
 	h := rc.h
 	var deadlineTimer Timer
-	if clientDeadline, ok := rc.clientCtx.Deadline(); ok || h.cfg.Timeout > 0 {
+	if clientDeadline, ok := rc.clientCtx.Deadline(); ok || h.timeout {
 		deadlineTimer = armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
@@ -131,9 +139,18 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		// nothing to the breaker (commit records nothing for it), and a
 		// long stream would hold the probe slot, keeping every hedged
 		// request off the upstream for as long as it runs.
-		first, _ = pickUpstreamIn(h, rc.order, nil, rc.start)
+		first = passThroughUpstream(rc)
 	} else {
-		first, _, probe = claimUpstream(h, rc.order, nil, rc.start)
+		// claimUpstream's attempt 0, inline (the first upstream in order,
+		// admitted when healthy): under Yaegi a call allocates the
+		// callee's whole frame.
+		if rc.order != nil {
+			first = rc.order[0]
+		}
+		ok := false
+		if probe, ok = admit(h.state.health[first], rc.start); !ok {
+			first, _, probe = pickAndAdmit(h, rc.order, nil, rc.start)
+		}
 	}
 	rc.delay = delayInForce(h, rc, first)
 	rc.rep.Delay = rc.delay
@@ -145,9 +162,9 @@ func runRace(rc *race, w http.ResponseWriter) error {
 	if rc.racing {
 		tryLaunch(rc, RoleHedge)
 	}
-	// earlyHeadersFor's first test inline: a request that asks for no
+	// startEarlyHeaders's first test inline: a request that asks for no
 	// stream costs no call (Yaegi allocates the callee's whole frame).
-	if rc.p.streams && earlyHeadersFor(rc) {
+	if rc.p.streams {
 		startEarlyHeaders(rc, w)
 	}
 	raceLoop(rc)
@@ -174,6 +191,13 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		deadlineTimer.Stop()
 	}
 	return err
+}
+
+// passThroughUpstream picks the upstream of a pass-through race's one
+// attempt (runRace's rare case, a function of its own for Yaegi).
+func passThroughUpstream(rc *race) int {
+	up, _ := pickUpstreamIn(rc.h, rc.order, nil, rc.start)
+	return up
 }
 
 // armDeadline computes the race's deadline (the route's timeout, or the
@@ -230,20 +254,13 @@ func raceLoop(rc *race) {
 		ev := <-rc.events
 		switch ev.kind {
 		case evHedgeTimer:
-			if ev.seq == rc.timerSeq && rc.heldFatal == nil && !holdingOutput(rc) {
-				if rc.order != nil {
-					routeWaiting(rc)
-					rc.hedgeBack = hedgeBack(rc)
-				}
-				if !tryLaunch(rc, RoleHedge) {
-					askAgain(rc)
-				}
-				// hedgeBack is this timer's choice: a retry after a
-				// failure goes elsewhere.
-				rc.hedgeBack = false
-			}
+			onHedgeTimer(rc, ev.seq)
 		case evReady:
-			settle(rc, ev.attempt)
+			// settle, inline.
+			rc.inFlight--
+			if ev.attempt.role == RoleHedge {
+				releaseHedgeSlot(rc.h.state)
+			}
 			rc.winner = ev.attempt
 			return
 		case evFailed:
@@ -259,6 +276,25 @@ func raceLoop(rc *race) {
 				keepAlive(rc)
 			}
 		}
+	}
+}
+
+// onHedgeTimer handles the hedge timer armed as seq: unless it is stale
+// or the race holds back, it launches a hedge. (raceLoop's rare case, a
+// function of its own: under Yaegi every slot of a frame is allocated on
+// each call, taken branch or not.)
+func onHedgeTimer(rc *race, seq int) {
+	if seq == rc.timerSeq && rc.heldFatal == nil && !holdingOutput(rc) {
+		if rc.order != nil {
+			routeWaiting(rc)
+			rc.hedgeBack = hedgeBack(rc)
+		}
+		if !tryLaunch(rc, RoleHedge) {
+			askAgain(rc)
+		}
+		// hedgeBack is this timer's choice: a retry after a
+		// failure goes elsewhere.
+		rc.hedgeBack = false
 	}
 }
 
@@ -325,7 +361,7 @@ func settle(rc *race, a *attempt) {
 // runs) pay from the budget; a retry after the only attempt failed does not.
 func tryLaunch(rc *race, role string) bool {
 	h, st := rc.h, rc.h.state
-	now := clockNow(h)
+	now := h.now()
 	deny := func(reason string) bool {
 		// A hedge asked again is denied once in the report for each reason.
 		if n := len(rc.rep.Denials); !rc.reasked || n == 0 || rc.rep.Denials[n-1] != reason {
@@ -415,6 +451,7 @@ func askAgain(rc *race) {
 	}
 	if last := rc.rep.Denials[n-1]; last == DenyBudget || last == DenyConcurrency {
 		rc.reasked = true
+		stopHedgeTimer(rc)
 		armHedgeTimer(rc)
 	}
 }
@@ -434,7 +471,7 @@ func hedgeCap(h *Hedger) int {
 // probe when probe is not 0) and re-arms the hedge timer for the next one.
 func launch(rc *race, role string, up int, probe uint64) {
 	h := rc.h
-	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: clockNow(h), probe: probe}
+	a := &attempt{index: len(rc.attempts), upstream: up, role: role, started: h.now(), probe: probe}
 	actx, acancel := context.WithCancel(rc.ctx)
 	a.ctx = actx
 	a.cancel = acancel
@@ -446,21 +483,29 @@ func launch(rc *race, role string, up int, probe uint64) {
 	}
 	if len(rc.attempts) > 1 {
 		countExtra(rc)
+		stopHedgeTimer(rc)
 	}
 	go runAttempt(h, a, rc.p, rc.events, rc.passthrough)
 	armHedgeTimer(rc)
 }
 
-// armHedgeTimer (re-)arms the hedge timer for the race's next attempt, one
-// delay from now, when there may be one; a timer armed before is stopped
-// and its event, if already sent, is stale (timerSeq).
-func armHedgeTimer(rc *race) {
-	h := rc.h
+// stopHedgeTimer stops the hedge timer armed for an earlier attempt
+// before armHedgeTimer arms the next (attempt 0 has none: its own
+// function, as under Yaegi every slot of a frame is allocated on each call).
+func stopHedgeTimer(rc *race) {
 	if rc.sysTimer != nil {
 		rc.sysTimer.Stop()
 	} else if rc.timer != nil {
 		rc.timer.Stop()
 	}
+}
+
+// armHedgeTimer arms the hedge timer for the race's next attempt, one
+// delay from now, when there may be one; a timer armed before has been
+// stopped (stopHedgeTimer), and its event, if already sent, is stale
+// (timerSeq).
+func armHedgeTimer(rc *race) {
+	h := rc.h
 	rc.timerSeq++
 	// An exploring race's limit may be above max_attempts (exploreRoute);
 	// a race limited to one attempt still times its hedge, whose denial
@@ -491,7 +536,7 @@ func countExtra(rc *race) {
 func noteFailure(rc *race, a *attempt) {
 	a.result = failedResult(a)
 	h, st := rc.h, rc.h.state
-	now := clockNow(h)
+	now := h.now()
 	if a.status == 429 && callersOwn429(h, rc.p, a.upstream) {
 		// That caller's rate limit, not the upstream's state.
 		releaseProbe(st.health[a.upstream], a.probe)
@@ -612,30 +657,26 @@ func awaitAttempts(rc *race) {
 
 // finishReport feeds the TTFT estimators and completes the report; the
 // attempt list and wasted-token estimate only when someone observes it.
+//
+// The winner's TTFT goes to the report and the estimators here, not in a
+// function of its own: under Yaegi a call allocates the callee's whole
+// frame.
 func finishReport(rc *race) {
-	if rc.winner != nil {
-		learnFromWinner(rc)
+	if w := rc.winner; w != nil {
+		rc.rep.Winner = w.index
+		rc.rep.TTFT = w.firstAt.Sub(rc.start)
+		if !rc.passthrough {
+			addSample(rc.h.state.estimators[w.upstream], w.firstAt.Sub(w.started))
+			if len(rc.attempts) > 1 {
+				learnFromLostPrimary(rc)
+			}
+		}
 		if rc.p.checks != 0 {
 			noteValidation(rc)
 		}
 	}
-	if rc.h.opts.Observer != nil || rc.rep.trace != nil {
+	if rc.h.observed || rc.rep.trace != nil {
 		reportAttempts(rc)
-	}
-}
-
-// learnFromWinner records the winner's TTFT in the report and the
-// estimators.
-func learnFromWinner(rc *race) {
-	st, w := rc.h.state, rc.winner
-	rc.rep.Winner = w.index
-	rc.rep.TTFT = w.firstAt.Sub(rc.start)
-	if rc.passthrough {
-		return
-	}
-	addSample(st.estimators[w.upstream], w.firstAt.Sub(w.started))
-	if len(rc.attempts) > 1 {
-		learnFromLostPrimary(rc)
 	}
 }
 
@@ -651,7 +692,7 @@ func learnFromLostPrimary(rc *race) {
 // reportAttempts fills the report's attempt list and wasted-token estimate.
 func reportAttempts(rc *race) {
 	h, rep := rc.h, rc.rep
-	total := clockNow(h).Sub(rc.start)
+	total := h.now().Sub(rc.start)
 	rep.Total = total
 	tokens := promptTokens(rc.p)
 	for _, a := range rc.attempts {
@@ -828,7 +869,7 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 // goroutines end on their own and are collected by drain.
 func commit(rc *race, a *attempt) {
 	h := rc.h
-	rc.commitAt = clockNow(h)
+	rc.commitAt = h.now()
 	rc.rep.CommitAt = rc.commitAt
 	if len(rc.attempts) > 1 {
 		cancelLosers(rc, a)
@@ -860,7 +901,9 @@ func writeWinnerHeader(rc *race, a *attempt, w http.ResponseWriter) {
 	h := rc.h
 	resp := a.resp
 	hdr := w.Header()
-	copyHeader(hdr, resp.Header)
+	for k, vv := range resp.Header { // copyHeader, inline
+		hdr[k] = append([]string(nil), vv...)
+	}
 	removeHopHeaders(hdr)
 	if (a.streaming || !a.complete) && !rc.passthrough {
 		// Pass-through streams the body unchanged, so its length holds

@@ -343,16 +343,20 @@ func TestOversizedBodyForwardedOnceWithoutLoss(t *testing.T) {
 	}
 }
 
-// Malformed JSON is rejected before any upstream is contacted.
+// Malformed JSON is rejected before any upstream is contacted, with or
+// without a "stream" key (with one and early headers on, as by default,
+// the decoding that reads it is the validity check).
 func TestMalformedJSONRejected(t *testing.T) {
-	hs := newHarness(t, testConfig())
-	res := <-hs.serve(chatRequest(`{"model":`))
-	if res.rec.Code != 400 {
-		t.Fatalf("res.rec.Code = %v, want 400", res.rec.Code)
-	} else if !strings.Contains(bodyOf(res), `"code":"invalid_json"`) {
-		t.Fatalf("bodyOf(res) = %q, want it to contain `\"code\":\"invalid_json\"`", bodyOf(res))
-	} else if hs.tr.count() != 0 {
-		t.Fatalf("hs.tr.count() = %v, want 0", hs.tr.count())
+	for _, body := range []string{`{"model":`, `{"model":"m","stream":true`, `{"stream":true} x`} {
+		hs := newHarness(t, testConfig())
+		res := <-hs.serve(chatRequest(body))
+		if res.rec.Code != 400 {
+			t.Fatalf("%s: res.rec.Code = %v, want 400", body, res.rec.Code)
+		} else if !strings.Contains(bodyOf(res), `"code":"invalid_json"`) {
+			t.Fatalf("%s: bodyOf(res) = %q, want it to contain `\"code\":\"invalid_json\"`", body, bodyOf(res))
+		} else if hs.tr.count() != 0 {
+			t.Fatalf("%s: hs.tr.count() = %v, want 0", body, hs.tr.count())
+		}
 	}
 }
 

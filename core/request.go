@@ -58,24 +58,45 @@ func (e *badRequest) Error() string { return e.msg }
 
 // prepare reads and checks r. It never loses bytes: a body over MaxBody is
 // kept as buffered prefix + unread rest and forwarded once.
+//
+// Under Yaegi every call allocates the callee's whole frame and every
+// selector, operator and result is a slot of its own, so the common case
+// (a hedgeable JSON request without a key of the client's) runs inline
+// here, with what it reads more than twice in locals, and each rare case
+// in a function of its own.
 func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	p := &preparedRequest{orig: r, hedgeable: true}
-	p.why = whyNotHedgeable(h, r)
-	if p.why != "" {
-		p.hedgeable = false
+	hdr := r.Header
+	// whyNotHedgeable's common case: a method configured as spelled, no
+	// path prefixes, no X-LLM-Hedge header.
+	if !h.methods[r.Method] || h.pathPrefixes || hdr.Get(canonicalHedge) != "" {
+		notHedgeable(h, p)
 	}
-	if r.Body != nil && r.Body != http.NoBody {
-		if err := readBody(h, p); err != nil {
-			return nil, err
+	var buf []byte // p.body, also in a local: a selector is a slot
+	if body := r.Body; body != nil && body != http.NoBody {
+		// readBody, inline.
+		var err error
+		buf, err = io.ReadAll(io.LimitReader(body, h.maxBody+1))
+		if err != nil {
+			return nil, bodyReadError(r, err)
+		}
+		p.body = buf
+		if int64(len(buf)) > h.maxBody {
+			bodyTooLong(p, body)
 		}
 	}
-	if err := idempotencyKey(h, p); err != nil {
-		return nil, err
+	// idempotencyKey, inline: a generated key unless the client sent one.
+	if key := hdr.Get(h.keyHeader); key != "" {
+		if err := clientKey(p, key); err != nil {
+			return nil, err
+		}
+	} else {
+		p.key = newKey()
 	}
 	if h.tenantCaps {
 		p.tenant = tenantOf(h, r)
 	}
-	if p.hedgeable && (h.validation.checks != 0 || len(r.Header[canonicalValidate]) > 0) {
+	if p.hedgeable && (h.validates || len(hdr[canonicalValidate]) > 0) {
 		if err := prepareValidation(h, p); err != nil {
 			return nil, err
 		}
@@ -83,22 +104,56 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	if p.rest != nil {
 		return unreadRest(h, p)
 	}
-	isJSON := len(bytes.TrimSpace(p.body)) > 0 && (looksJSON(r.Header.Get("Content-Type")) || h.rewritesModel)
-	if !isJSON {
+	if len(bytes.TrimSpace(buf)) == 0 {
+		return p, nil // no JSON to check
+	}
+	if h.rewritesModel {
+		return checkedJSON(h, p)
+	}
+	// looksJSON, inline.
+	if ct := hdr.Get("Content-Type"); ct != "application/json" && ct != "" && !jsonMediaType(ct) {
 		return p, nil
 	}
-	if !h.rewritesModel && plainJSON(p.body) {
-		// The common case, settled by a few compiled scans.
-		if !json.Valid(p.body) {
+	if !plainJSON(buf) {
+		return checkedJSON(h, p)
+	}
+	// The common case, settled by a few compiled scans: with early
+	// headers on, the decoding that finds "stream" checks the JSON too.
+	if h.earlyHeaders > 0 && bytes.Contains(buf, keyStream) {
+		// Whether it asks for a stream (see streamProbe).
+		var probe streamProbe
+		if err := json.Unmarshal(buf, &probe); err == nil {
+			p.streams = string(probe.Stream) == "true"
+		} else if _, syntax := err.(*json.SyntaxError); syntax {
 			return nil, errInvalidJSON
 		}
-		p.stateful = responsesPath(r.URL.Path) && !h.cfg.HedgeStoredResponses // no "store": that API stores
-		if h.earlyHeaders > 0 {
-			p.streams = plainStreamRequested(p.body)
-		}
-		return p, nil
+	} else if !json.Valid(buf) {
+		return nil, errInvalidJSON
 	}
-	if err := checkJSON(h, p, r.URL.Path); err != nil {
+	// responsesPath, inline: no "store" in the body, so that API stores.
+	p.stateful = !h.hedgeStored && strings.HasSuffix(strings.TrimRight(r.URL.Path, "/"), "/responses")
+	return p, nil
+}
+
+// notHedgeable records why p may not be raced, if it may not.
+func notHedgeable(h *Hedger, p *preparedRequest) {
+	p.why = whyNotHedgeable(h, p.orig)
+	if p.why != "" {
+		p.hedgeable = false
+	}
+}
+
+// bodyTooLong marks p, whose body outgrew MaxBody, not hedgeable, with
+// the unread rest of the client's body to forward once.
+func bodyTooLong(p *preparedRequest, rest io.Reader) {
+	p.rest = rest
+	p.hedgeable = false
+	p.why = "body over max_body"
+}
+
+// checkedJSON ends prepare for a JSON body that needs checkJSON.
+func checkedJSON(h *Hedger, p *preparedRequest) (*preparedRequest, error) {
+	if err := checkJSON(h, p, p.orig.URL.Path); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -212,24 +267,6 @@ func pathAllowed(h *Hedger, path string) bool {
 	return false
 }
 
-// readBody buffers the client's body up to MaxBody; past it the request
-// is not hedgeable and the unread rest is kept to forward once.
-func readBody(h *Hedger, p *preparedRequest) error {
-	body := p.orig.Body
-	limit := int64(h.cfg.MaxBody)
-	buf, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err != nil {
-		return bodyReadError(p.orig, err)
-	}
-	p.body = buf
-	if int64(len(buf)) > limit {
-		p.rest = body
-		p.hedgeable = false
-		p.why = "body over max_body"
-	}
-	return nil
-}
-
 // bodyReadError is the error for a client body that could not be read:
 // the client's own when it left, else a bad request.
 func bodyReadError(r *http.Request, err error) error {
@@ -251,15 +288,6 @@ func rewriteModels(h *Hedger, p *preparedRequest, keys *bodyKeys) error {
 		}
 	}
 	return nil
-}
-
-func idempotencyKey(h *Hedger, p *preparedRequest) error {
-	v := p.orig.Header.Get(h.keyHeader) // compiled: fewer slots than indexing here
-	if v == "" {
-		p.key = newKey()
-		return nil
-	}
-	return clientKey(p, v)
 }
 
 // clientKey checks and adopts the client's idempotency key.
@@ -777,7 +805,18 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	delete(hdr, "Accept-Encoding")
 	hdr[h.keyHeader] = []string{p.key}
 	hdr[canonicalAttempt] = []string{strconv.Itoa(index)}
-	setForwarded(hdr, orig)
+	// The X-Forwarded-* headers a reverse proxy sets, inline: under Yaegi
+	// a call allocates the callee's whole frame. (hdr.Get is a compiled
+	// call: it costs fewer frame slots than indexing the values here.)
+	if ip, _, err := net.SplitHostPort(orig.RemoteAddr); err == nil {
+		if prior := hdr.Get("X-Forwarded-For"); prior != "" {
+			ip = prior + ", " + ip
+		}
+		hdr["X-Forwarded-For"] = []string{ip}
+	}
+	if hdr.Get("X-Forwarded-Proto") == "" || hdr.Get("X-Forwarded-Host") == "" {
+		setForwardedOrigin(hdr, orig) // a proxy in front (Traefik) has set both
+	}
 	if !plain {
 		editHeaders(hdr, &h.cfg.Upstreams[up])
 	}
@@ -819,21 +858,6 @@ func attemptBody(p *preparedRequest, up int) (io.Reader, int64) {
 	}
 	var r io.Reader = http.NoBody
 	return r, 0
-}
-
-// setForwarded adds the X-Forwarded-* headers a reverse proxy sets.
-// (hdr.Get is a compiled call: under Yaegi it costs fewer frame slots than
-// indexing the values here.)
-func setForwarded(hdr http.Header, orig *http.Request) {
-	if ip, _, err := net.SplitHostPort(orig.RemoteAddr); err == nil {
-		if prior := hdr.Get("X-Forwarded-For"); prior != "" {
-			ip = prior + ", " + ip
-		}
-		hdr["X-Forwarded-For"] = []string{ip}
-	}
-	if hdr.Get("X-Forwarded-Proto") == "" || hdr.Get("X-Forwarded-Host") == "" {
-		setForwardedOrigin(hdr, orig) // a proxy in front (Traefik) has set both
-	}
 }
 
 // setForwardedOrigin sets X-Forwarded-Proto and X-Forwarded-Host when

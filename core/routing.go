@@ -647,7 +647,7 @@ func routeWaiting(rc *race) {
 	if p.routeSample != 0 || p.result != "" {
 		return
 	}
-	p.routeSample = routeSample(rc.h.state.router, p.upstream, clockNow(rc.h).Sub(p.started), true)
+	p.routeSample = routeSample(rc.h.state.router, p.upstream, rc.h.now().Sub(p.started), true)
 }
 
 // learnRoute feeds the race's attempt 0 (the primary, or an exploring

@@ -99,6 +99,9 @@ func delayInForce(h *Hedger, rc *race, first int) time.Duration {
 	if rc != nil && rc.exploring {
 		return exploreDelay(rc, first)
 	}
+	if !h.adaptiveDelay {
+		return h.fixedDelay // hedgeDelay's fixed case, without its frame
+	}
 	return hedgeDelay(h.state, h.cfg, first)
 }
 
@@ -146,7 +149,7 @@ func adaptiveDelay(s *State, d *config.DelayConfig, up int, fastest bool) time.D
 
 // CurrentDelay returns the hedge delay that a request starting now would use.
 func (h *Hedger) CurrentDelay() time.Duration {
-	up, _ := pickUpstreamIn(h, currentOrder(h), nil, clockNow(h))
+	up, _ := pickUpstreamIn(h, currentOrder(h), nil, h.now())
 	return delayInForce(h, nil, up)
 }
 

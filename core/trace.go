@@ -174,7 +174,7 @@ func setTraceHeaders(hdr http.Header, a *attempt) {
 // endTrace ends the request's spans with its report.
 func endTrace(h *Hedger, p *preparedRequest, rep *Report) {
 	if rep.Total == 0 {
-		rep.Total = clockNow(h).Sub(rep.Start)
+		rep.Total = h.now().Sub(rep.Start)
 	}
 	if p != nil && rep.Model == "" {
 		rep.Model = requestModel(p.body)
@@ -195,7 +195,7 @@ func endTraceCut(h *Hedger, rep *Report) {
 	rep.trace = nil
 	rep.Outcome = OutcomeCut
 	rep.Attempts = nil
-	rep.Total = clockNow(h).Sub(rep.Start)
+	rep.Total = h.now().Sub(rep.Start)
 	t.End(rep)
 }
 

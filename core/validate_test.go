@@ -93,7 +93,7 @@ func TestInvalidAnswerRetriedAtOnce(t *testing.T) {
 // upstreamOpen reports whether upstream i is unavailable now (open or
 // cooling down).
 func upstreamOpen(h *Hedger, i int) bool {
-	return !healthy(h.state.health[i], clockNow(h))
+	return !healthy(h.state.health[i], h.now())
 }
 
 type recordingSink struct {

@@ -44,6 +44,9 @@ func FormatOf(contentType string) (Format, bool) {
 	if contentType == "text/event-stream" || strings.HasPrefix(contentType, "text/event-stream;") {
 		return FormatSSE, true // the common spellings, without parsing
 	}
+	if contentType == "application/json" {
+		return 0, false // a whole answer's usual spelling: no parse, no call
+	}
 	f, ok := parseStreamFormat(contentType)
 	return f, ok
 }

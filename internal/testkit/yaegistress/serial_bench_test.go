@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -12,34 +13,47 @@ import (
 // BenchmarkPluginSerial prices one interpreted request at a time (no
 // parallel noise) against a canned 20-token stream written whole, or one
 // flushed write per event (as llmsim and real providers send it), so that
-// the per-read cost shows as the difference. With LLMHEDGE_PROFILE_DIR set
-// it profiles the measured requests alone (see startProfiles):
+// the per-read cost shows as the difference, and against a 1-token
+// non-streaming JSON answer (oneJSON). With LLMHEDGE_PROFILE_DIR set it
+// profiles the measured requests alone (see startProfiles):
 //
 //	LLMHEDGE_PROFILE_DIR=/tmp go test -run '^$' -bench PluginSerial -benchtime 3000x ./internal/testkit/yaegistress
 //	go tool pprof -top /tmp/cpu-whole.out
 func BenchmarkPluginSerial(b *testing.B) {
-	for _, perEvent := range []bool{false, true} {
-		name := "whole"
-		if perEvent {
-			name = "perEvent"
-		}
+	build := interpretedPluginBuilder(b)
+	for _, c := range []cannedCase{cannedWhole, cannedPerEvent, cannedOneJSON} {
+		name := c.String()
 		b.Run(name, func(b *testing.B) {
-			up, canned := startCannedUpstream(b, perEvent)
+			up, canned := startCannedUpstream(b, c)
 			defer up.Close()
-			h, _ := interpretedPluginBuilder(b)(b, &loadRun{}, up.URL, up.URL, 30*time.Second)
-			one := cannedRequester(b, h, canned, "serial-")
+			h, _ := build(b, &loadRun{}, up.URL, up.URL, 30*time.Second)
+			one := cannedRequester(b, h, c, canned, "serial-")
 			for i := 0; i < 50; i++ {
 				one()
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
 			stop := startProfiles(b, name)
+			cpu0 := processCPU()
 			for i := 0; i < b.N; i++ {
 				one()
 			}
+			cpu := processCPU() - cpu0
 			stop()
+			// The process's CPU (the upstream's and the client's included)
+			// varies less than ns/op on a machine shared with other load.
+			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // startProfiles writes a CPU profile of the measured loop alone (not the
