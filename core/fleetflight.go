@@ -368,10 +368,10 @@ type fleetLeader struct {
 	maxBytes   int
 	ttl        time.Duration
 	// store: where this answer counts against the fleet store's budgets
-	// (its size set at the end, by fleetLeaderEnd); storeRefusedAt: the
-	// route's State.storeRefusedAt.
-	store          fleetstore.Store
-	storeRefusedAt *int64
+	// (its size set at the end, by fleetLeaderEnd); storeFull: the
+	// route's State.storeFull.
+	store     fleetstore.Store
+	storeFull *fleetStoreFull
 	// readersGone tells the local flight this generation feeds that no
 	// follower on another replica reads (fleetRenew); it stops the race
 	// when nobody reads anywhere. A func, not the *flight: Yaegi mistypes
@@ -439,8 +439,8 @@ func startFleetLeader(h *Hedger, p *preparedRequest, keys fleetstore.Keys, ident
 		validUntil: claimed.Add(time.Duration(f.cfg.Lease)),
 		store: fleetstore.Store{Keys: fleetstore.StoreKeys(f.cfg.Prefix, h.cfg.Route, caller[:32]), Identity: identity,
 			RouteBudget: int64(idem.MaxBytes), CallerBudget: int64(idem.MaxBytesPerCaller)},
-		storeRefusedAt: &h.state.storeRefusedAt,
-		uncertain:      claimErr != nil, claimTimedOut: isTimeout(claimErr)}
+		storeFull: h.state.storeFull,
+		uncertain: claimErr != nil, claimTimedOut: isTimeout(claimErr)}
 	l.cond = sync.NewCond(&l.mu)
 	// Created once: the timers re-arm with these same funcs (Yaegi).
 	l.renewTick = func() { fleetRenew(l) }
@@ -733,11 +733,53 @@ func fleetLeaderFinish(l *fleetLeader, kind, done string) {
 	<-l.finished
 }
 
-// fleetStoreRefusedLately: for this long after the fleet store refused
-// one of a route's answers, its leaders ask the store before they store an
-// answer (a round trip more each) rather than store it and take it back
-// when refused (a round trip more for each refused one).
-const fleetStoreRefusedLately = time.Second
+// fleetStoreFull remembers until when the fleet store is full for a
+// route's answers (its budget) or for one caller's (the caller's share),
+// as the store said when it refused one (fleetstore.Admission): no answer
+// is offered to a full store, nor asked about, before the refusing
+// budget's first stored answer expires. A replica that never stored
+// learns it at its first refusal, which costs a round trip (the answer is
+// taken back).
+type fleetStoreFull struct {
+	mu      sync.Mutex
+	route   time.Time
+	callers map[string]time.Time // by the caller's store set
+}
+
+// fleetStoreFullCallers bounds the callers a route remembers (all are
+// forgotten at once past it: the next refusal of each tells again).
+const fleetStoreFullCallers = 4096
+
+// storeIsFull reports whether the store was full for caller's answers at
+// now, as last refused.
+func storeIsFull(sf *fleetStoreFull, caller string, now time.Time) bool {
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if now.Before(sf.route) {
+		return true
+	}
+	until, ok := sf.callers[caller]
+	if ok && !now.Before(until) {
+		delete(sf.callers, caller)
+		return false
+	}
+	return ok
+}
+
+// storeRefused records the store's refusal a of one of caller's answers.
+func storeRefused(sf *fleetStoreFull, caller string, a fleetstore.Admission, now time.Time) {
+	until := now.Add(a.Wait)
+	sf.mu.Lock()
+	defer sf.mu.Unlock()
+	if a.Route {
+		sf.route = until
+		return
+	}
+	if len(sf.callers) >= fleetStoreFullCallers {
+		sf.callers = map[string]time.Time{}
+	}
+	sf.callers[caller] = until
+}
 
 // redisFootprint is what a string value of n bytes takes in Redis: its
 // allocation rounded up to the allocator's size class (jemalloc's: four
@@ -833,20 +875,19 @@ func fleetFinish(l *fleetLeader, seq int, data []byte) {
 	var sent time.Time
 	var v fleetstore.RedisValue
 	var err error
-	admitted := true
-	refusedAt := atomic.LoadInt64(l.storeRefusedAt)
-	if done != "" && l.f.clock.Now().UnixNano()-refusedAt > int64(fleetStoreRefusedLately) {
-		// The end and the admission in one round trip (FinishStored).
-		sent, v, admitted, err = fleetstore.FinishStored(l.f.conn, l.keys, end, &l.store)
-	} else {
-		if done != "" && !fleetstore.AdmitStored(l.f.conn, &l.store, end.TTLMs) {
-			admitted = false
-			end.Done = ""
-		}
-		sent, v, err = fleetstore.Finish(l.f.conn, l.keys, end)
+	caller := l.store.Keys[2]
+	if done != "" && storeIsFull(l.storeFull, caller, l.f.clock.Now()) {
+		end.Done = "" // not offered to a full store
 	}
-	if !admitted {
-		atomic.StoreInt64(l.storeRefusedAt, l.f.clock.Now().UnixNano())
+	if end.Done != "" {
+		// The end and the admission in one round trip (FinishStored).
+		var a fleetstore.Admission
+		sent, v, a, err = fleetstore.FinishStored(l.f.conn, l.keys, end, &l.store)
+		if !a.Admitted {
+			storeRefused(l.storeFull, caller, a, l.f.clock.Now())
+		}
+	} else {
+		sent, v, err = fleetstore.Finish(l.f.conn, l.keys, end)
 	}
 	l.mu.Lock()
 	fencedWrite(l, sent, v.Str, err)

@@ -25,9 +25,9 @@ type State struct {
 	router *router
 	// hedgesInFlight counts hedge attempts running now (atomic).
 	hedgesInFlight int64
-	// storeRefusedAt is when the fleet store last refused one of the
-	// route's answers (Unix nanoseconds, atomic; see fleetFinish).
-	storeRefusedAt int64
+	// storeFull: until when the fleet store is full for the route's
+	// answers (see fleetFinish).
+	storeFull *fleetStoreFull
 	// spend counts the route's estimated extra prompt tokens per hour.
 	spend *spendMeter
 	// share is the fleet's view, kept here so that it outlives a
@@ -42,14 +42,15 @@ func NewState(cfg config.Config, clock Clock) *State {
 		clock = SystemClock{}
 	}
 	s := &State{
-		shape:    stateShape(cfg),
-		clock:    clock,
-		bucket:   newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
-		overload: newOverloadWindow(cfg.Budget.OverloadWindow),
-		tenants:  newTenantBudget(cfg.Budget.TenantTokensPerMinute),
-		idem:     newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
-		spend:    &spendMeter{},
-		share:    newRouteShare(),
+		shape:     stateShape(cfg),
+		clock:     clock,
+		bucket:    newHedgeBucket(cfg.Budget.Ratio, cfg.Budget.Burst),
+		storeFull: &fleetStoreFull{callers: map[string]time.Time{}},
+		overload:  newOverloadWindow(cfg.Budget.OverloadWindow),
+		tenants:   newTenantBudget(cfg.Budget.TenantTokensPerMinute),
+		idem:      newIdempotencyTable(newMemoryStore(cfg.Idempotency.MaxEntries, int64(cfg.Idempotency.MaxBytes), clock)),
+		spend:     &spendMeter{},
+		share:     newRouteShare(),
 	}
 	s.router = newRouter(len(cfg.Upstreams))
 	setPreferences(s.router, &cfg)

@@ -271,6 +271,7 @@ func TestFleetStoreHoldsAnswersOnceWithinItsBudget(t *testing.T) {
 	rig.upstream.mu.Unlock()
 	a := rig.replicas[0]
 	before := keysMemory(t, rig)
+	redisDo(t, rig.redis, "CONFIG", "RESETSTAT")
 	answerSize := 0
 	for i := 0; i < answers; i++ {
 		r := a.send(t, "m"+strconv.Itoa(i), "alice", chatBody)
@@ -303,6 +304,22 @@ func TestFleetStoreHoldsAnswersOnceWithinItsBudget(t *testing.T) {
 	}
 	if grown > budget+int64(answerSize) {
 		t.Errorf("Redis grew %d bytes, over the budget %d plus one answer %d", grown, budget, answerSize)
+	}
+	// An admitted answer is two INCRBY calls (route and caller), a refusal
+	// one ZRANGE (the refusing budget's first expiry); once the store
+	// refused, it is not asked again until that first stored answer
+	// expires (the TTL, after the test).
+	stats := redisDo(t, rig.redis, "INFO", "commandstats").Str
+	calls := func(cmd string) int {
+		m := regexp.MustCompile(`cmdstat_` + cmd + `:calls=(\d+)`).FindStringSubmatch(stats)
+		if m == nil {
+			return 0
+		}
+		n, _ := strconv.Atoi(m[1])
+		return n
+	}
+	if admitted, refused := calls("incrby")/2, calls("zrange"); admitted != stored || refused != 1 {
+		t.Errorf("the store admitted %d answers and refused %d, want the %d stored and one refusal (then no asking until one expires)", admitted, refused, stored)
 	}
 }
 

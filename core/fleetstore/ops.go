@@ -147,33 +147,47 @@ func admitArgs(s *Store, ttlMs string) []string {
 	return []string{strconv.Itoa(s.Size), ttlMs, s.Identity, strconv.FormatInt(s.RouteBudget, 10), strconv.FormatInt(s.CallerBudget, 10)}
 }
 
-// admitted reads storeBudgetScript's reply.
-func admitted(v RedisValue, err error) bool {
-	return err == nil && v.Kind == RedisInt && v.Int == 1
+// Admission is what the store's budgets said of an answer: Admitted, or
+// refused by the route's budget (Route) or the caller's, with the time
+// until that budget's first stored answer expires (Wait): no answer it
+// refused fits before then.
+type Admission struct {
+	Admitted, Route bool
+	Wait            time.Duration
+}
+
+// admission reads storeBudgetScript's reply; a failure admits nothing.
+func admission(v RedisValue, err error) Admission {
+	if err == nil && v.Kind == RedisInt && v.Int == 1 {
+		return Admission{Admitted: true}
+	}
+	if err != nil || v.Kind != RedisArray || len(v.Array) != 3 {
+		return Admission{}
+	}
+	return Admission{Route: v.Array[1].Str == "route", Wait: time.Duration(v.Array[2].Int) * time.Millisecond}
 }
 
 // AdmitStored counts an answer against the store budgets of the route and
-// the caller and reports whether it fits. Sent again after a failure: a
-// first one that landed counts the answer twice until it expires (the
-// budget errs on the safe side). Redis failing admits nothing.
-func AdmitStored(c *Conn, s *Store, ttlMs string) bool {
+// the caller and says whether it fits. Sent again after a failure: a first
+// one that landed counts the answer twice until it expires (the budget
+// errs on the safe side). Redis failing admits nothing.
+func AdmitStored(c *Conn, s *Store, ttlMs string) Admission {
 	_, v, err := EvalAgain(c, context.Background(), OpFinish, storeBudgetScript, s.Keys, admitArgs(s, ttlMs)...)
-	return admitted(v, err)
+	return admission(v, err)
 }
 
 // FinishStored is Finish for an answer to store (e.Done set), with its
-// admission to the store (AdmitStored) in the same round trip, and reports
-// whether the store admitted it. The finish stores the answer before the
-// admission's reply is known; an answer the budgets refuse is taken back
-// at once (unstoreScript), before the leader's answer ends: the store may
-// hold a refused answer for a round trip, never once its leader is done.
-// A store that is full pays that round trip for each answer, so callers
-// send the admission first (AdmitStored, then Finish) while the store
-// refuses. The two scripts' keys are on different slots: on a Redis
-// Cluster whose client does not split a pipeline, and after any failure of
-// the pipeline (a script Redis does not know yet, a timeout), each is sent
-// on its own; both are safe to run twice.
-func FinishStored(c *Conn, k Keys, e *End, s *Store) (sent time.Time, v RedisValue, ok bool, err error) {
+// admission to the store (AdmitStored) in the same round trip. The finish
+// stores the answer before the admission's reply is known; an answer the
+// budgets refuse is taken back at once (unstoreScript), before the
+// leader's answer ends: the store may hold a refused answer for a round
+// trip, never once its leader is done. Callers do not offer answers to a
+// store they know is full (Admission.Wait). The two scripts' keys are on
+// different slots: on a Redis Cluster whose client does not split a
+// pipeline, and after any failure of the pipeline (a script Redis does
+// not know yet, a timeout), each is sent on its own; both are safe to run
+// twice.
+func FinishStored(c *Conn, k Keys, e *End, s *Store) (sent time.Time, v RedisValue, a Admission, err error) {
 	finish := finishArgs(e)
 	sent = c.now()
 	vals, perr := Pipeline(c, context.Background(), OpFinish, [][]string{
@@ -182,18 +196,18 @@ func FinishStored(c *Conn, k Keys, e *End, s *Store) (sent time.Time, v RedisVal
 	})
 	switch {
 	case perr == nil && len(vals) == 2:
-		ok = admitted(vals[0], nil)
+		a = admission(vals[0], nil)
 		v = vals[1]
 	case errors.Is(perr, ErrDown):
-		return sent, v, false, perr
+		return sent, v, a, perr
 	default:
-		ok = AdmitStored(c, s, e.TTLMs)
+		a = AdmitStored(c, s, e.TTLMs)
 		sent, v, err = EvalAgain(c, context.Background(), OpFinish, finishScript, finishKeys(k, e), finish...)
 	}
-	if !ok {
+	if !a.Admitted {
 		_, _ = Eval(c, context.Background(), OpFinish, unstoreScript, []string{k.Done, e.Stream}, e.Holder, e.EndMs)
 	}
-	return sent, v, ok, err
+	return sent, v, a, err
 }
 
 // Publish adds health events (field -> ms) to a route's health key

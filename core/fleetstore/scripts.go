@@ -171,8 +171,10 @@ return 1
 // route total, caller set, caller total; ARGV size, ttl ms, member (the
 // identity), route budget, caller budget. Each set holds "<size>:<member>"
 // scored by its expiry; expired ones leave the totals first. Returns 1
-// when the answer fits both (and counts it), else 0: a full store stores
-// nothing new until stored answers expire.
+// when the answer fits both (and counts it); else {0, "route" or
+// "caller": the budget that refused, ms until that budget's first stored
+// answer expires}: a full store stores nothing new until stored answers
+// expire, and its replicas need not ask before then.
 var storeBudgetScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -186,9 +188,15 @@ local function used(set, total)
   end
   return tonumber(redis.call('GET', total) or '0')
 end
+local function refused(scope, set)
+  local first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  local ms = 1
+  if #first == 2 and tonumber(first[2]) - now > 1 then ms = tonumber(first[2]) - now end
+  return {0, scope, ms}
+end
 local size = tonumber(ARGV[1])
-if used(KEYS[1], KEYS[2]) + size > tonumber(ARGV[4]) then return 0 end
-if used(KEYS[3], KEYS[4]) + size > tonumber(ARGV[5]) then return 0 end
+if used(KEYS[1], KEYS[2]) + size > tonumber(ARGV[4]) then return refused('route', KEYS[1]) end
+if used(KEYS[3], KEYS[4]) + size > tonumber(ARGV[5]) then return refused('caller', KEYS[3]) end
 for i = 1, 3, 2 do
   redis.call('ZADD', KEYS[i], now + tonumber(ARGV[2]), ARGV[1] .. ':' .. ARGV[3])
   redis.call('INCRBY', KEYS[i + 1], size)
