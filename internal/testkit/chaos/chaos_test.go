@@ -121,6 +121,12 @@ func TestCheckerClassifies(t *testing.T) {
 		{"early headers, then an error event", healthy, 0, answer{1, "", 200, func(*Generation, *Generation) []byte {
 			return []byte(": keep-alive\n\n" + `data: {"error":{"message":"no upstream answered before the deadline"}}` + "\n\n")
 		}, nil}, OutCleanError},
+		{"early headers, then the last upstream's error naming its generation", healthy, 0, answer{1, "", 200, func(g, _ *Generation) []byte {
+			return []byte(": keep-alive\n\n" + `data: {"error":{"message":"chaos ` + g.ID + `: status 503","type":"chaos"}}` + "\n\n")
+		}, nil}, OutCleanError},
+		{"early headers, then another caller's error", healthy, 2, answer{1, "k", 200, func(g, _ *Generation) []byte {
+			return []byte(": keep-alive\n\n" + `data: {"error":{"message":"chaos ` + g.ID + `: status 503","type":"chaos"}}` + "\n\n")
+		}, nil}, VCrossCaller},
 		{"early headers, then a clean end", healthy, 0, answer{1, "", 200, func(*Generation, *Generation) []byte {
 			return []byte(": keep-alive\n\n")
 		}, nil}, VBrokenAsComplete},

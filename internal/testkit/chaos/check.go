@@ -158,12 +158,14 @@ func (c *checker) answer(s *Scenario, r *Request) (string, *Generation) {
 		return OutCleanError, g
 	}
 	got := withoutKeepAlives(r.Got)
+	if r.ReadErr == nil && earlyErrorEvent(got) {
+		// The race's headers went out before a winner (early headers),
+		// and every attempt failed: an error event, which SDKs raise. It
+		// may carry the last upstream's error, which names its generation
+		// (owner checked above).
+		return OutCleanError, g
+	}
 	if g == nil {
-		if r.ReadErr == nil && earlyErrorEvent(got) {
-			// The race's headers went out before a winner (early headers),
-			// and every attempt failed: an error event, which SDKs raise.
-			return OutCleanError, nil
-		}
 		if r.ReadErr == nil {
 			return c.fail(VBrokenAsComplete, r, s, "a 2xx answer without any generation ended cleanly: %q", clip(r.Got)), nil
 		}
