@@ -87,6 +87,28 @@ func (c *fakeClock) drainArmed() {
 	}
 }
 
+// waitDue waits until a timer is armed that Advance(d) would fire (not
+// stopped, not fired, due within d): a race re-arms its hedge timer as it
+// launches attempts, so a count of armings may be met by one that was
+// replaced before the clock moves.
+func (c *fakeClock) waitDue(t *testing.T, d time.Duration) {
+	t.Helper()
+	for {
+		c.mu.Lock()
+		due := false
+		for _, tm := range c.timers {
+			if !tm.fired && !tm.stopped && !tm.at.After(c.now.Add(d)) {
+				due = true
+			}
+		}
+		c.mu.Unlock()
+		if due {
+			return
+		}
+		<-c.armed
+	}
+}
+
 // waitArmed waits until n more timers have been armed.
 func (c *fakeClock) waitArmed(t *testing.T, n int) {
 	t.Helper()

@@ -35,7 +35,7 @@ func warmFastest(t *testing.T) (*harness, *router) {
 // afterStall lets the race's newest attempt stall until its hedge timer
 // fires d later, and returns the attempt that starts then, its headers sent.
 func afterStall(t *testing.T, hs *harness, d time.Duration) *call {
-	hs.clock.waitArmed(t, 1)
+	hs.clock.waitDue(t, d)
 	hs.clock.Advance(d)
 	c := hs.tr.next(t)
 	c.respond(200, "text/event-stream")
