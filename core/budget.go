@@ -300,18 +300,30 @@ func healthy(u *upstreamHealth, now time.Time) bool {
 // admit is healthy, and when u's breaker is half-open it makes the attempt
 // u's probe: probe is the ticket that releaseProbe and recordFailure take,
 // 0 for an ordinary attempt. Check and take are one step under u.mu.
+//
+// A closed breaker (the common case) is checked here, a tripped one by
+// admitTripped: under Yaegi every slot of a frame is allocated on each
+// call, taken branch or not, and each time comparison costs several.
 func admit(u *upstreamHealth, now time.Time) (uint64, bool) {
 	u.mu.Lock()
-	if now.Before(u.coolUntil) || (u.tripped && (now.Before(u.openUntil) || u.probe != 0)) || now.Before(u.fleetOpenUntil) {
+	if u.tripped {
+		return admitTripped(u, now)
+	}
+	ok := !now.Before(u.coolUntil) && !now.Before(u.fleetOpenUntil)
+	u.mu.Unlock()
+	return 0, ok
+}
+
+// admitTripped is admit for a tripped breaker; u.mu is held, and it
+// unlocks it.
+func admitTripped(u *upstreamHealth, now time.Time) (uint64, bool) {
+	if now.Before(u.coolUntil) || now.Before(u.openUntil) || u.probe != 0 || now.Before(u.fleetOpenUntil) {
 		u.mu.Unlock()
 		return 0, false
 	}
-	var probe uint64
-	if u.tripped {
-		u.tickets++
-		u.probe = u.tickets
-		probe = u.probe
-	}
+	u.tickets++
+	u.probe = u.tickets
+	probe := u.probe
 	u.mu.Unlock()
 	return probe, true
 }

@@ -99,6 +99,11 @@ type Hedger struct {
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet    *Fleet
 	switches *Switches // the process's kill switches (Options.Switches), nil for none
+	// What delayInForce loads per request, addressed once at New (under
+	// Yaegi each selector of a chain is a frame slot): &switches.count,
+	// nil without switches, and &state.share.switches.set.
+	switchCount   *int64
+	fleetSwitches *int32
 	// spendCap is the route's hourly spend cap in tokens (0: none).
 	spendCap int64
 	// attachKey is fleetAttachKey (with a fleet).
@@ -220,6 +225,10 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 	h.hedgeStored = cfg.HedgeStoredResponses
 	h.adaptiveDelay = cfg.Delay.Mode == config.DelayAdaptive
 	h.fixedDelay = time.Duration(cfg.Delay.Fixed)
+	if h.switches != nil {
+		h.switchCount = &h.switches.count
+	}
+	h.fleetSwitches = &h.state.share.switches.set
 	if h.fleet != nil {
 		h.attachKey = fleetAttachKey(h.fleet, h.cfg, h.spendCap)
 	}

@@ -92,7 +92,7 @@ func (s *State) fits(cfg config.Config) bool { return s.shape == stateShape(cfg)
 // first's own (hedgeDelay: fixed, or adaptive from its estimator).
 func delayInForce(h *Hedger, rc *race, first int) time.Duration {
 	// switchesSet, inline: without a switch anywhere, no call (Yaegi).
-	if h.switches != nil && atomic.LoadInt64(&h.switches.count) != 0 || atomic.LoadInt32(&h.state.share.switches.set) != 0 {
+	if h.switchCount != nil && atomic.LoadInt64(h.switchCount) != 0 || atomic.LoadInt32(h.fleetSwitches) != 0 {
 		if d := hedgeDelayOverride(h); d > 0 {
 			return d
 		}
