@@ -257,7 +257,7 @@ func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.R
 	det := stream.NewDetector(format, h.cfg.FirstEvent, int(h.cfg.MaxLine))
 	body := resp.Body
 	limit := h.maxPrefix
-	buf := buffers.Get().([]byte)[:0] // getBuffer, inline: one call fewer under Yaegi
+	buf := buffers.Get().([]byte)[:0] // a pooled buffer, taken inline: one call fewer under Yaegi
 	for {
 		if len(buf) == cap(buf) {
 			buf = grow(buf) // only when MaxPrefix exceeds the buffer
@@ -294,7 +294,7 @@ func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.R
 // under Yaegi a call allocates the callee's whole frame.
 func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, isJSON bool) bool {
 	limit := h.maxPrefix
-	buf := buffers.Get().([]byte)[:0] // getBuffer, inline: one call fewer under Yaegi
+	buf := buffers.Get().([]byte)[:0] // a pooled buffer, taken inline: one call fewer under Yaegi
 	for {
 		if len(buf) == cap(buf) {
 			buf = grow(buf) // only when MaxPrefix exceeds the buffer

@@ -28,10 +28,8 @@ import (
 //     lease/3. Data is batched: whatever accumulates while a write is on
 //     the wire goes in the next; while no follower reads (as the last
 //     write reported), for up to fleetstore.LoneBatchWindow (see
-//     fleetAppendDue). At a stream's end marker, before the marker goes
-//     to any client, the end goes in with what is queued and the answer
-//     to store, fenced by the lease (fleetLeaderEndAtMarker): a client
-//     has a whole answer only once its generation's end is in Redis.
+//     fleetAppendDue); the renewal that confirms the lease before the
+//     answer's end marker carries what is queued.
 //   - a follower reads the stream from 0-0 with XREAD BLOCK and writes each
 //     entry as it comes. When a read times out it checks the lease: gone
 //     before head means the leader died before commit (or ended without an
@@ -249,9 +247,8 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 			return followFailed(ctx, headSeen)
 		}
 		if v.Kind == fleetstore.RedisNil {
-			// The leader lives while it holds the lease, or (a replica of
-			// an earlier version) the seal of its generation: its last
-			// append and end are on their way.
+			// The leader lives while it holds the lease, or the seal of
+			// its generation (its last append and end are on their way).
 			lv, err := fleetstore.ReadLease(f.conn, ctx, keys)
 			if err != nil {
 				return followFailed(ctx, headSeen)
@@ -389,8 +386,11 @@ type fleetLeader struct {
 	windowTimer Timer
 	windowTick  func()
 	// confirmWanted: fleetLeaderConfirm waits for the sender to renew
-	// the lease with the queued data.
-	confirmWanted bool
+	// the lease (sealing it when confirmSeal) with the queued data.
+	confirmWanted, confirmSeal bool
+	// markerConfirmed: the end marker's confirmation is done; the rest
+	// goes with the end, which follows: no window to arm.
+	markerConfirmed bool
 
 	headSent bool // the head went out (so the end is ok or cut)
 	seq      int  // sequence number of the next entry
@@ -481,7 +481,7 @@ func fleetRenew(l *fleetLeader) {
 	}
 	// A renewal that timed out may have landed all the same: the next one
 	// tells. Only the commit and the end need the lease surely held.
-	readers := fleetRenewOnce(l, false)
+	readers := fleetRenewOnce(l, false, false)
 	l.mu.Lock()
 	if !l.stopped && !l.lost && !l.detached {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
@@ -495,24 +495,39 @@ func fleetRenew(l *fleetLeader) {
 	}
 }
 
+// fleetSealMillis is how long a seal holds a key for its leader's last
+// append and end: five leases (a leader starved that long has surely lost
+// more than its lease), at most the stream's linger, capped by the TTL.
+func fleetSealMillis(f *Fleet, ttl time.Duration) string {
+	d := 5 * time.Duration(f.cfg.Lease)
+	if d > fleetstore.StreamLinger {
+		d = fleetstore.StreamLinger
+	}
+	return fleetstore.LingerMillis(d, ttl)
+}
+
 // fleetRenewOnce sends one renewal (strict: one without an answer counts
 // as unconfirmed, see leaseUnconfirmed) and returns the followers reading,
 // -1 when unknown.
-func fleetRenewOnce(l *fleetLeader, strict bool) int64 {
-	readers := fleetWrite(l, 0, nil, strict)
+func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
+	readers := fleetWrite(l, 0, nil, seal, strict)
 	return readers
 }
 
 // fleetWrite sends one write of the leader: entries from seq (none: a
-// renewal only), renewing the lease; it records what Redis found of the
-// lease and returns the followers reading, -1 when unknown. strict: a write without an answer
+// renewal only), renewing the lease, and sealing the generation when seal
+// is set; it records what Redis found of the lease and returns the
+// followers reading, -1 when unknown. strict: a write without an answer
 // counts as unconfirmed (leaseUnconfirmed). Entries that did not go in
 // fail the stream: it takes no more.
-func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, strict bool) int64 {
+func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, seal, strict bool) int64 {
 	f := l.f
 	w := &fleetstore.Write{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder,
 		StreamMs: fleetstore.StreamMillis(l.ttl), LeaseMs: fleetstore.Millis(time.Duration(f.cfg.Lease)),
 		Seq: seq, Entries: entries}
+	if seal {
+		w.SealMs = fleetSealMillis(f, l.ttl)
+	}
 	sent := f.clock.Now()
 	fence, readers, err := fleetstore.WriteLeader(f.conn, context.Background(), l.keys, w)
 	l.mu.Lock()
@@ -548,13 +563,13 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	if detached {
 		return true
 	}
-	if uncertain && !fleetLeaderConfirm(l) {
+	if uncertain && !fleetLeaderConfirm(l, false) {
 		// Its claim timed out and another leader holds the key (or
 		// stored its answer) now.
 		return false
 	}
 	head := []fleetstore.Entry{{Kind: "h", Value: fleetstore.EncodeHead(status, hdr)}}
-	fleetWrite(l, 1, head, true)
+	fleetWrite(l, 1, head, false, true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost {
@@ -570,9 +585,7 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 // its lease: its client's answer must end broken.
 func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	l.mu.Lock()
-	// Bytes after the end (ended at the answer's end marker) go to the
-	// clients only.
-	if !l.overflow && !l.failed && !l.lost && !l.ended {
+	if !l.overflow && !l.failed && !l.lost {
 		l.size += len(p)
 		if l.size > l.maxBytes {
 			// What is queued fits: it goes at once, then the stream
@@ -609,13 +622,19 @@ func fleetAppendDue(l *fleetLeader) bool {
 
 // fleetLeaderConfirm renews the lease at once and reports whether it
 // surely holds (a renewal that failed still counts while the lease cannot
-// have run out). Queued data goes with the renewal, in one call from the
-// sender.
-func fleetLeaderConfirm(l *fleetLeader) bool {
+// have run out). The end of the answer waits for it and, when the stream
+// has the whole answer so far, seals the generation with it (see
+// fleetstore.Write): no other generation may start while this leader
+// appends its last bytes and its end, however late (within the seal's
+// time). Queued data goes with the renewal, in one call from the sender.
+func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 	l.mu.Lock()
+	l.markerConfirmed = l.markerConfirmed || seal
 	detached := l.detached
+	seal = seal && l.headSent && !l.failed && !l.overflow
 	if !detached && len(l.data) > 0 && !l.ended {
 		l.confirmWanted = true
+		l.confirmSeal = seal
 		l.cond.Broadcast()
 		for l.confirmWanted {
 			l.cond.Wait()
@@ -628,40 +647,7 @@ func fleetLeaderConfirm(l *fleetLeader) bool {
 	if detached {
 		return true
 	}
-	fleetRenewOnce(l, true)
-	l.mu.Lock()
-	lost := l.lost
-	l.mu.Unlock()
-	return !lost
-}
-
-// fleetLeaderEndAtMarker ends the stream at the answer's end marker (the
-// last bytes, p), before the marker goes to any client: the last bytes,
-// the end and the stored answer in one fenced call (fleetFinish), the
-// generation's commit. Nothing is left to append after a client has the
-// marker, so no other generation can start between a whole answer and its
-// end in Redis. It reports false when the lease was lost: the marker must
-// not go out (another leader may answer the key), and the answer ends
-// broken.
-func fleetLeaderEndAtMarker(l *fleetLeader, lead *flight, p []byte) bool {
-	done := ""
-	lead.mu.Lock()
-	if !lead.overflow && len(lead.body)+len(p) <= lead.maxBytes && lead.status >= 200 && lead.status < 300 {
-		body := make([]byte, 0, len(lead.body)+len(p))
-		body = append(body, lead.body...)
-		body = append(body, p...)
-		// The generation's holder, for followers that finish from it.
-		done = fleetstore.EncodeDone(l.fp, l.holder, lead.status, lead.header, body)
-	}
-	lead.mu.Unlock()
-	fleetLeaderData(l, p)
-	l.mu.Lock()
-	kind := fleetEndKind(l, true)
-	if kind != "ok" || l.lost {
-		done = ""
-	}
-	l.mu.Unlock()
-	fleetLeaderFinish(l, kind, done)
+	fleetRenewOnce(l, true, seal)
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -675,12 +661,13 @@ func fleetLeaderEndAtMarker(l *fleetLeader, lead *flight, p []byte) bool {
 // Redis failed (each operation is bounded).
 func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	l.mu.Lock()
-	if l.ended {
-		// Ended at its end marker (fleetLeaderEndAtMarker).
-		l.mu.Unlock()
-		return
+	kind := "none"
+	if l.headSent {
+		kind = "cut"
+		if complete && !l.overflow && !l.failed {
+			kind = "ok"
+		}
 	}
-	kind := fleetEndKind(l, complete)
 	lost := l.lost
 	l.mu.Unlock()
 	done := ""
@@ -692,26 +679,6 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 		}
 		lead.mu.Unlock()
 	}
-	fleetLeaderFinish(l, kind, done)
-}
-
-// fleetEndKind is the end entry of a generation whose answer ended, whole
-// or not (l.mu held): ok when the stream has the whole answer, cut when an
-// answer started but the stream misses some of it, none when none started.
-func fleetEndKind(l *fleetLeader, complete bool) string {
-	if !l.headSent {
-		return "none"
-	}
-	if complete && !l.overflow && !l.failed {
-		return "ok"
-	}
-	return "cut"
-}
-
-// fleetLeaderFinish hands the end (kind, and done: the answer to store, ""
-// for none) to the sender, which sends it with the queued data, and waits
-// until it is in Redis or Redis failed (each operation is bounded).
-func fleetLeaderFinish(l *fleetLeader, kind, done string) {
 	l.mu.Lock()
 	if done != "" {
 		// Admitted to the store with the end (fleetFinish).
@@ -731,6 +698,21 @@ func fleetLeaderFinish(l *fleetLeader, kind, done string) {
 		window.Stop()
 	}
 	<-l.finished
+}
+
+// redisFootprint is what a string value of n bytes takes in Redis: its
+// allocation rounded up to the allocator's size class (jemalloc's: four
+// classes per power of two, so up to 25 % more), plus the key's own.
+func redisFootprint(n int) int {
+	const keyOverhead = 128
+	if n <= 64 {
+		return 64 + keyOverhead
+	}
+	step := 1
+	for step*8 < n-1 {
+		step *= 2
+	}
+	return (n+step-1)/step*step + keyOverhead
 }
 
 // fleetStoreFull remembers until when the fleet store is full for a
@@ -766,8 +748,12 @@ func storeIsFull(sf *fleetStoreFull, caller string, now time.Time) bool {
 	return ok
 }
 
-// storeRefused records the store's refusal a of one of caller's answers.
+// storeRefused records the store's refusal a of one of caller's answers
+// (one whose refusal says when the store has room again: not a failure).
 func storeRefused(sf *fleetStoreFull, caller string, a fleetstore.Admission, now time.Time) {
+	if a.Wait <= 0 {
+		return
+	}
 	until := now.Add(a.Wait)
 	sf.mu.Lock()
 	defer sf.mu.Unlock()
@@ -781,21 +767,6 @@ func storeRefused(sf *fleetStoreFull, caller string, a fleetstore.Admission, now
 	sf.callers[caller] = until
 }
 
-// redisFootprint is what a string value of n bytes takes in Redis: its
-// allocation rounded up to the allocator's size class (jemalloc's: four
-// classes per power of two, so up to 25 % more), plus the key's own.
-func redisFootprint(n int) int {
-	const keyOverhead = 128
-	if n <= 64 {
-		return 64 + keyOverhead
-	}
-	step := 1
-	for step*8 < n-1 {
-		step *= 2
-	}
-	return (n+step-1)/step*step + keyOverhead
-}
-
 // fleetAppend is the leader's one sender: it sends the queued data when
 // due (fleetAppendDue), with a renewal when fleetLeaderConfirm asks for
 // one, then the end with the last data, each batch in one fenced script
@@ -804,7 +775,7 @@ func fleetAppend(l *fleetLeader) {
 	for {
 		l.mu.Lock()
 		for !fleetAppendDue(l) {
-			if len(l.data) > 0 && l.windowTimer == nil {
+			if len(l.data) > 0 && l.windowTimer == nil && !l.markerConfirmed {
 				// A typed local first (Yaegi: see SystemClock.AfterFunc).
 				t := l.f.clock.AfterFunc(fleetstore.LoneBatchWindow, l.windowTick)
 				l.windowTimer = t
@@ -815,7 +786,9 @@ func fleetAppend(l *fleetLeader) {
 		ended := l.ended
 		skip := l.failed || l.lost
 		lost, detached := l.lost, l.detached
-		confirm := l.confirmWanted
+		// A write that failed since the confirmation was asked leaves a
+		// stream that misses some of the answer: not sealed.
+		confirm, seal := l.confirmWanted, l.confirmSeal && !l.failed
 		seq := l.seq
 		l.data = nil
 		l.batchDue = false
@@ -839,7 +812,7 @@ func fleetAppend(l *fleetLeader) {
 			entries = []fleetstore.Entry{{Kind: "d", Value: string(data)}}
 		}
 		if confirm {
-			fleetWrite(l, seq, entries, true)
+			fleetWrite(l, seq, entries, seal, true)
 			l.mu.Lock()
 			l.confirmWanted = false
 			l.cond.Broadcast()
@@ -847,7 +820,7 @@ func fleetAppend(l *fleetLeader) {
 			continue
 		}
 		if len(entries) > 0 {
-			fleetWrite(l, seq, entries, false)
+			fleetWrite(l, seq, entries, false, false)
 		}
 	}
 }

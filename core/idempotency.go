@@ -423,8 +423,8 @@ type flightWriter struct {
 	// must end broken (leadKeyed).
 	fenced bool
 	// tail is the answer's last bytes while it leads a fleet flight: the
-	// write that ends a stream waits for the generation's end to be in
-	// Redis (once: confirmed).
+	// write that ends a stream waits for the lease to be confirmed (once:
+	// confirmed).
 	tail      []byte
 	confirmed bool
 }
@@ -471,12 +471,11 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 	}
 	if fw.remote != nil {
 		fw.tail = keepTail(fw.tail, p)
-		// A stream's end marker goes out only once the generation's end
-		// is in Redis, fenced by the lease: a client takes an answer with
-		// its end for whole.
+		// A stream's end marker goes out only while the lease surely
+		// holds: a client takes an answer with its end for whole.
 		ending := !fw.confirmed && stream.Finished(fw.tail)
-		// Ended first: followers get the end marker only if it holds.
-		if ending && !fleetLeaderEndAtMarker(fw.remote, fw.f, p) || !ending && !fleetLeaderData(fw.remote, p) {
+		// Confirmed first: followers get the end marker only if it holds.
+		if ending && !fleetLeaderConfirm(fw.remote, true) || !fleetLeaderData(fw.remote, p) {
 			// Another leader may answer this key: this answer stops here,
 			// for the followers in process too (the flight ends incomplete).
 			fw.fenced = true

@@ -844,7 +844,7 @@ func deliverBody(rc *race, a *attempt, w http.ResponseWriter) error {
 			return nil
 		}
 	}
-	buf := buffers.Get().([]byte) // getBuffer, inline: one call fewer under Yaegi
+	buf := buffers.Get().([]byte) // a pooled buffer, taken inline: one call fewer under Yaegi
 	// The end of the pooled buffer holds the stream's tail, the rest takes
 	// the reads: one allocation less per request.
 	reads := buf[:len(buf)-tailCompactAt]

@@ -102,8 +102,6 @@ var buffers = sync.Pool{New: func() interface{} { return make([]byte, bufferSize
 
 const bufferSize = 32 << 10
 
-func getBuffer() []byte { return buffers.Get().([]byte) }
-
 // putBuffer returns b to the pool if it is one of the pool's buffers (a
 // prefix that outgrew its buffer is not).
 func putBuffer(b []byte) {

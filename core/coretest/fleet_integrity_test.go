@@ -638,13 +638,12 @@ func waitKeys(t *testing.T, rig *fleetRig, pattern string) []string {
 	}
 }
 
-// Replicas of earlier versions sealed a generation whose end marker went
-// out: when its leader's lease ran out before its end was in (a leader
-// starved between the two), a new request follows it instead of leading a
-// second generation, and the leader still appends its last bytes and its
-// end. The scripts honour such a seal while a fleet upgrades; the test
-// seals by hand what those leaders sealed at the marker, and drops the
-// lease as Redis would at its expiry.
+// A generation whose end marker went out is sealed: when its leader's
+// lease runs out before its end is in (a leader starved between the two),
+// a new request follows it instead of leading a second generation, and the
+// leader still appends its last bytes and its end. The test seals by hand
+// what the leader's renewal seals at the marker, and drops the lease as
+// Redis would at its expiry.
 func TestFleetSealedGenerationIsFollowed(t *testing.T) {
 	rig := newFleetRig(t, 2, nil)
 	a, b := rig.replicas[0], rig.replicas[1]

@@ -40,7 +40,7 @@ func SwitchPattern(prefix string) string { return prefix + "{r:*}:switch" }
 //	<prefix>{<id>}:done        the stored complete answer, PX ttl
 //	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
 //	<prefix>{<id>}:readers     hash: holder -> followers reading its stream, PX stream linger
-//	<prefix>{<id>}:sealed      the lease value of a generation whose end marker went out, until its end (PX seal): written by replicas of earlier versions, which sent the marker before their end; honoured for them
+//	<prefix>{<id>}:sealed      the lease value of a generation whose end marker went out, until its end (PX seal)
 //
 // A stream per generation means a follower can only ever read one
 // generation's bytes: a new leader after a takeover or a cut writes a
@@ -48,9 +48,8 @@ func SwitchPattern(prefix string) string { return prefix + "{r:*}:switch" }
 // from 1, the head first), so a follower sees any gap.
 //
 // Fencing: every write of a leader (head, data, end, done) is a script
-// that first checks the lease (or an earlier version's seal) still holds
-// this leader's value; the end goes in before the end marker goes to any
-// client; a leader that lost it (paused past its
+// that first checks the lease (or, after its end marker, the seal) still
+// holds this leader's value; a leader that lost it (paused past its
 // lease, Redis lost its data) writes nothing more, and no append
 // re-creates a stream that vanished.
 type Keys struct {
@@ -58,7 +57,7 @@ type Keys struct {
 	Lease   string
 	Done    string
 	Readers string // followers per generation
-	Sealed  string // an earlier version's generation whose end marker went out, until its end is in
+	Sealed  string // the generation whose end marker went out, until its end is in
 }
 
 func NewKeys(prefix, identity string) Keys {

@@ -65,15 +65,15 @@ func Readers(c *Conn, k Keys, holder string) (RedisValue, error) {
 type Entry struct{ Kind, Value string }
 
 // Write is one write of a generation's leader (writeScript): its entries
-// from Seq on, a renewal of its lease, or both at once. It never seals
-// (see writeScript).
+// from Seq on, a renewal of its lease, a seal, or any of them at once.
 type Write struct {
 	Stream, LeaseValue, Holder string
 	StreamMs                   string
-	// LeaseMs renews the lease for that long ("": no renewal).
-	LeaseMs string
-	Seq     int
-	Entries []Entry
+	// LeaseMs renews the lease for that long ("": no renewal), SealMs
+	// seals the generation for that long ("": no seal).
+	LeaseMs, SealMs string
+	Seq             int
+	Entries         []Entry
 }
 
 // WriteLeader sends w (writeScript) and returns what it found of the lease
@@ -82,7 +82,7 @@ type Write struct {
 // metrics, one without as a renewal.
 func WriteLeader(c *Conn, ctx context.Context, k Keys, w *Write) (fence string, readers int64, err error) {
 	args := make([]string, 0, 6+2*len(w.Entries))
-	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs, "")
+	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs, w.SealMs)
 	for _, e := range w.Entries {
 		args = append(args, e.Kind, e.Value)
 	}
@@ -181,7 +181,8 @@ func AdmitStored(c *Conn, s *Store, ttlMs string) Admission {
 // stores the answer before the admission's reply is known; an answer the
 // budgets refuse is taken back at once (unstoreScript), before the
 // leader's answer ends: the store may hold a refused answer for a round
-// trip, never once its leader is done. Callers do not offer answers to a
+// trip, and, unless Redis fails to take it back twice, never once its
+// leader is done. Callers do not offer answers to a
 // store they know is full (Admission.Wait). The two scripts' keys are on
 // different slots: on a Redis Cluster whose client does not split a
 // pipeline, and after any failure of the pipeline (a script Redis does
@@ -205,7 +206,9 @@ func FinishStored(c *Conn, k Keys, e *End, s *Store) (sent time.Time, v RedisVal
 		sent, v, err = EvalAgain(c, context.Background(), OpFinish, finishScript, finishKeys(k, e), finish...)
 	}
 	if !a.Admitted {
-		_, _ = Eval(c, context.Background(), OpFinish, unstoreScript, []string{k.Done, e.Stream}, e.Holder, e.EndMs)
+		// Sent again after a failure (it deletes only this holder's
+		// answer); failing twice, the answer stays until its TTL.
+		_, _, _ = EvalAgain(c, context.Background(), OpFinish, unstoreScript, []string{k.Done, e.Stream}, e.Holder, e.EndMs)
 	}
 	return sent, v, a, err
 }

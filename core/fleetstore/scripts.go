@@ -45,9 +45,9 @@ const (
 // {"conflict"}, {"lead", holder} or {"follow", holder}. A follower counts
 // itself in the holder's field of readers (and uncounts itself when it
 // stops reading), which tells a leader whose own client left whether
-// others still read its answer. A sealed generation (see writeScript) is
-// followed even once its lease ran out: nobody leads a second generation
-// of a key whose first was delivered whole.
+// others still read its answer. A sealed generation (its end marker went
+// out: see writeScript) is followed even once its lease ran out: nobody
+// leads a second generation of a key whose first was delivered whole.
 var claimScript = newScript(`
 local d = redis.call('GET', KEYS[2])
 if d then
@@ -79,11 +79,7 @@ return {'follow', holder}
 // It writes only while this leader holds the lease, or sealed its
 // generation (a seal marks the generation until its end is in, for the
 // seal's time at most, so that no claim starts another while this leader
-// finishes, however late). Replicas of this version never seal (seal ms
-// ""): they send their end before the end marker goes to a client
-// (finishScript). Replicas of earlier versions sealed at the marker; the
-// scripts honour their seals, so that a fleet upgrades one replica at a
-// time. Then the lease is renewed only while it is
+// finishes, however late); then the lease is renewed only while it is
 // still this leader's (never taken when missing: a leader whose claim
 // timed out and never landed cannot tell whether another generation ran
 // beside its race meanwhile). Entries create the stream only with the
