@@ -46,8 +46,11 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 		}
 		// A hedge reaches B long before A's answer ends its race (hedges
 		// start at 20ms, A answers at 150ms); on a loaded machine one may
-		// still be on its way when the race ends: B's count may lag the
-		// replicas' metrics by a moment.
+		// still be on its way when the race ends (B's count lags the
+		// replicas' metrics by a moment), or its timer fired so late that
+		// the race ended before its request reached B (B never sees it).
+		// The budget governs hedges started: the bounds hold the metric,
+		// and B may never see more hedges than the replicas started.
 		metric := s.waitMetricSum(t, "llm_hedge_hedges_started_total", map[string]string{"route": route}, before+float64(b.Served())) - before
 		wait, cancel := context.WithTimeout(ctx, 2*time.Second)
 		_ = b.WaitFor(wait, func() bool { return float64(b.Served()) >= metric })
@@ -61,15 +64,15 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 	// core.BudgetRefillTime): the baseline's bound counts what the run's
 	// duration gave each replica. The fleet's lease does not.
 	localBound := budgetRatio + float64(replicas*budgetBurst)*(1+float64(local.took)/float64(core.BudgetRefillTime))/float64(n)
-	rate := func(x side) float64 { return float64(x.hedges) / float64(n) }
+	rate := func(x side) float64 { return x.metricHedges / float64(n) }
 	for _, x := range []side{local, fleet} {
-		t.Logf("budget %s: %d requests round-robin over %d replicas, %d hedges started (upstream B) = %.4f per request; metrics say %v; per replica: %s",
-			x.route, n, replicas, x.hedges, rate(x), x.metricHedges, x.perReplica)
+		t.Logf("budget %s: %d requests round-robin over %d replicas, %v hedges started = %.4f per request (the replicas' metrics); upstream B served %d; per replica: %s",
+			x.route, n, replicas, x.metricHedges, rate(x), x.hedges, x.perReplica)
 		if x.requests != n {
 			t.Errorf("%s: upstream A served %d requests, want %d (one primary each)", x.route, x.requests, n)
 		}
-		if float64(x.hedges) != x.metricHedges {
-			t.Errorf("%s: upstream B served %d hedges but the replicas' llm_hedge_hedges_started_total rose by %v", x.route, x.hedges, x.metricHedges)
+		if float64(x.hedges) > x.metricHedges {
+			t.Errorf("%s: upstream B served %d hedges but the replicas' llm_hedge_hedges_started_total rose by %v: hedges started uncounted", x.route, x.hedges, x.metricHedges)
 		}
 	}
 	t.Logf("ACCEPTANCE budget (ratio %.2f, burst %d, %d replicas, %d requests round-robin, all wanting a hedge): fleet-wide hedges/requests %.4f (bound %.4f = %.2f + %d/%d while the fleet's bucket lives; + %d×%d/%d = %.4f more only if it starts over); per-replica budgets (no fleet) in the same run %.4f (their bound %.4f = %.2f + %d×%d×(1 + %v/%v)/%d)",
@@ -79,8 +82,8 @@ func (s *Acceptance) Budget(t *testing.T, ctx context.Context, n, concurrency in
 		t.Errorf("per-replica baseline: hedges/requests = %.4f, want at most %.4f (ratio + replicas × burst × (1 + its refill by time) / requests)", rate(local), localBound)
 	}
 	if rate(fleet) > fleetBound {
-		t.Errorf("fleet budget: hedges/requests = %.4f (%d hedges in %d requests), want at most %.4f (ratio + burst/requests); fleet operation errors on the replicas: %v",
-			rate(fleet), fleet.hedges, n, fleetBound, s.metricSum(t, "llm_hedge_fleet_operation_errors_total", nil))
+		t.Errorf("fleet budget: hedges/requests = %.4f (%v hedges started in %d requests), want at most %.4f (ratio + burst/requests); fleet operation errors on the replicas: %v",
+			rate(fleet), fleet.metricHedges, n, fleetBound, s.metricSum(t, "llm_hedge_fleet_operation_errors_total", nil))
 	}
 }
 
