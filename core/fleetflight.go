@@ -22,14 +22,15 @@ import (
 //     fingerprint); else SET lease NX PX makes this request the leader;
 //     else it follows the holder of the lease (or 422).
 //   - the leader runs the race and appends to its generation's stream:
-//     head (status and headers) at commit, data as it is written, end
+//     head (status and headers) at commit (a stream's beside its first
+//     event, see fleetLeaderCommit), data as it is written, end
 //     ok|cut|none; at a complete 2xx end within max_response_bytes it
 //     stores the answer (done) for the TTL. It renews the lease every
 //     lease/3. Data is batched: whatever accumulates while a write is on
 //     the wire goes in the next; while no follower reads (as the last
 //     write reported), for up to fleetstore.LoneBatchWindow (see
-//     fleetAppendDue); the renewal that confirms the lease before the
-//     answer's end marker carries what is queued.
+//     fleetAppendDue). A stream's end marker goes out, to the leader's
+//     client too, only with the fenced end (flightWriter.Write).
 //   - a follower reads the stream from 0-0 with XREAD BLOCK and writes each
 //     entry as it comes. When a read times out it checks the lease: gone
 //     before head means the leader died before commit (or ended without an
@@ -247,8 +248,7 @@ func fleetRead(f *Fleet, fw *flightWriter, keys fleetstore.Keys, holder, leaseVa
 			return followFailed(ctx, headSeen)
 		}
 		if v.Kind == fleetstore.RedisNil {
-			// The leader lives while it holds the lease, or the seal of
-			// its generation (its last append and end are on their way).
+			// The leader lives while it holds the lease.
 			lv, err := fleetstore.ReadLease(f.conn, ctx, keys)
 			if err != nil {
 				return followFailed(ctx, headSeen)
@@ -385,15 +385,10 @@ type fleetLeader struct {
 	batchDue    bool
 	windowTimer Timer
 	windowTick  func()
-	// confirmWanted: fleetLeaderConfirm waits for the sender to renew
-	// the lease (sealing it when confirmSeal) with the queued data.
-	confirmWanted, confirmSeal bool
-	// markerConfirmed: the end marker's confirmation is done; the rest
-	// goes with the end, which follows: no window to arm.
-	markerConfirmed bool
 
-	headSent bool // the head went out (so the end is ok or cut)
-	seq      int  // sequence number of the next entry
+	headSent bool   // the head went out or is queued (so the end is ok or cut)
+	head     string // a stream's head, queued for the sender (fleetLeaderCommit)
+	seq      int    // sequence number of the next entry
 	size     int
 	overflow bool // the answer outgrew maxBytes: the stream ends cut
 	ended    bool
@@ -481,7 +476,7 @@ func fleetRenew(l *fleetLeader) {
 	}
 	// A renewal that timed out may have landed all the same: the next one
 	// tells. Only the commit and the end need the lease surely held.
-	readers := fleetRenewOnce(l, false, false)
+	readers := fleetWrite(l, 0, nil, false)
 	l.mu.Lock()
 	if !l.stopped && !l.lost && !l.detached {
 		// A typed local first (Yaegi: see SystemClock.AfterFunc).
@@ -495,39 +490,16 @@ func fleetRenew(l *fleetLeader) {
 	}
 }
 
-// fleetSealMillis is how long a seal holds a key for its leader's last
-// append and end: five leases (a leader starved that long has surely lost
-// more than its lease), at most the stream's linger, capped by the TTL.
-func fleetSealMillis(f *Fleet, ttl time.Duration) string {
-	d := 5 * time.Duration(f.cfg.Lease)
-	if d > fleetstore.StreamLinger {
-		d = fleetstore.StreamLinger
-	}
-	return fleetstore.LingerMillis(d, ttl)
-}
-
-// fleetRenewOnce sends one renewal (strict: one without an answer counts
-// as unconfirmed, see leaseUnconfirmed) and returns the followers reading,
-// -1 when unknown.
-func fleetRenewOnce(l *fleetLeader, strict, seal bool) int64 {
-	readers := fleetWrite(l, 0, nil, seal, strict)
-	return readers
-}
-
 // fleetWrite sends one write of the leader: entries from seq (none: a
-// renewal only), renewing the lease, and sealing the generation when seal
-// is set; it records what Redis found of the lease and returns the
-// followers reading, -1 when unknown. strict: a write without an answer
+// renewal only), renewing the lease; it records what Redis found of the
+// lease and returns the followers reading, -1 when unknown. strict: a write without an answer
 // counts as unconfirmed (leaseUnconfirmed). Entries that did not go in
 // fail the stream: it takes no more.
-func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, seal, strict bool) int64 {
+func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, strict bool) int64 {
 	f := l.f
 	w := &fleetstore.Write{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder,
 		StreamMs: fleetstore.StreamMillis(l.ttl), LeaseMs: fleetstore.Millis(time.Duration(f.cfg.Lease)),
 		Seq: seq, Entries: entries}
-	if seal {
-		w.SealMs = fleetSealMillis(f, l.ttl)
-	}
 	sent := f.clock.Now()
 	fence, readers, err := fleetstore.WriteLeader(f.conn, context.Background(), l.keys, w)
 	l.mu.Lock()
@@ -550,26 +522,40 @@ func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, seal, stric
 	return readers
 }
 
-// fleetLeaderCommit sends the answer's head to the stream before the
-// answer's status goes to the client, and reports whether the leader may
-// commit. It may not when it lost the lease: another leader may be
-// answering the same key. When Redis fails the leader commits all the
-// same (its client is answered from local state) and its followers' answers
-// end cut.
+// fleetLeaderCommit sends the answer's head to the stream and reports
+// whether the leader may commit. It may not when it lost the lease:
+// another leader may be answering the same key. While the lease surely
+// holds (validUntil), a stream's head (SSE, NDJSON) is queued for the
+// sender and the status goes to the client at once: the stream's end
+// marker goes out only with the fenced end (flightWriter.Write), and a
+// leader whose lease Redis lost meanwhile ends the answer broken. Any
+// other answer's head, and any head of a leader that may have outlived
+// its lease (paused, starved), goes in before the status goes out: a
+// leader that lost it answers a 503 to retry. When Redis fails the leader commits all the same (its client is
+// answered from local state) and its followers' answers end cut.
 func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	l.mu.Lock()
 	detached, uncertain := l.detached, l.uncertain
+	_, streams := stream.FormatOf(hdr.Get("Content-Type"))
+	if streams && !detached && !uncertain && !l.lost && l.f.clock.Now().Before(l.validUntil) {
+		l.head = fleetstore.EncodeHead(status, hdr)
+		l.headSent = true
+		l.seq = 2
+		l.cond.Broadcast()
+		l.mu.Unlock()
+		return true
+	}
 	l.mu.Unlock()
 	if detached {
 		return true
 	}
-	if uncertain && !fleetLeaderConfirm(l, false) {
+	if uncertain && !fleetLeaderConfirm(l) {
 		// Its claim timed out and another leader holds the key (or
 		// stored its answer) now.
 		return false
 	}
 	head := []fleetstore.Entry{{Kind: "h", Value: fleetstore.EncodeHead(status, hdr)}}
-	fleetWrite(l, 1, head, false, true)
+	fleetWrite(l, 1, head, true)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.lost {
@@ -585,21 +571,26 @@ func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 // its lease: its client's answer must end broken.
 func fleetLeaderData(l *fleetLeader, p []byte) bool {
 	l.mu.Lock()
-	if !l.overflow && !l.failed && !l.lost {
-		l.size += len(p)
-		if l.size > l.maxBytes {
-			// What is queued fits: it goes at once, then the stream
-			// takes no more.
-			l.overflow = true
-			l.cond.Broadcast()
-		} else {
-			l.data = append(l.data, p...)
-			l.cond.Broadcast()
-		}
-	}
+	queueData(l, p)
 	lost := l.lost
 	l.mu.Unlock()
 	return !lost
+}
+
+// queueData queues p for the sender (l.mu held).
+func queueData(l *fleetLeader, p []byte) {
+	if l.overflow || l.failed || l.lost {
+		return
+	}
+	l.size += len(p)
+	if l.size > l.maxBytes {
+		// What is queued fits: it goes at once, then the stream takes
+		// no more.
+		l.overflow = true
+	} else {
+		l.data = append(l.data, p...)
+	}
+	l.cond.Broadcast()
 }
 
 // fleetBatchWindowEnded makes the queued batch due (its window's timer).
@@ -611,10 +602,10 @@ func fleetBatchWindowEnded(l *fleetLeader) {
 }
 
 // fleetAppendDue reports whether the sender has something to send now
-// (l.mu held): the end, a confirmation, or data that a follower reads,
+// (l.mu held): the end, a queued head, or data that a follower reads,
 // whose window ended, that fills a batch, or the last the stream takes.
 func fleetAppendDue(l *fleetLeader) bool {
-	if l.ended || l.confirmWanted {
+	if l.ended || l.head != "" {
 		return true
 	}
 	return len(l.data) > 0 && (l.readers != 0 || l.batchDue || l.overflow || len(l.data) >= fleetstore.LoneBatchBytes)
@@ -622,32 +613,16 @@ func fleetAppendDue(l *fleetLeader) bool {
 
 // fleetLeaderConfirm renews the lease at once and reports whether it
 // surely holds (a renewal that failed still counts while the lease cannot
-// have run out). The end of the answer waits for it and, when the stream
-// has the whole answer so far, seals the generation with it (see
-// fleetstore.Write): no other generation may start while this leader
-// appends its last bytes and its end, however late (within the seal's
-// time). Queued data goes with the renewal, in one call from the sender.
-func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
+// have run out): the commit of a leader whose claim went unanswered waits
+// for it.
+func fleetLeaderConfirm(l *fleetLeader) bool {
 	l.mu.Lock()
-	l.markerConfirmed = l.markerConfirmed || seal
 	detached := l.detached
-	seal = seal && l.headSent && !l.failed && !l.overflow
-	if !detached && len(l.data) > 0 && !l.ended {
-		l.confirmWanted = true
-		l.confirmSeal = seal
-		l.cond.Broadcast()
-		for l.confirmWanted {
-			l.cond.Wait()
-		}
-		lost := l.lost
-		l.mu.Unlock()
-		return !lost
-	}
 	l.mu.Unlock()
 	if detached {
 		return true
 	}
-	fleetRenewOnce(l, true, seal)
+	fleetWrite(l, 0, nil, true)
 	l.mu.Lock()
 	lost := l.lost
 	l.mu.Unlock()
@@ -657,25 +632,29 @@ func fleetLeaderConfirm(l *fleetLeader, seal bool) bool {
 // fleetLeaderEnd ends the stream after the race: ok when the whole answer
 // was written (stored when it is a 2xx the caller may store and it fitted),
 // cut when an answer started but did not end (or the stream missed some of
-// it), none when none started. It returns once the end is in Redis or
-// Redis failed (each operation is bounded).
-func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
+// it), none when none started. held is the answer's last bytes, from its
+// end marker on, not yet in the flight: they go with the end. It returns
+// once the end is in Redis or Redis failed (each operation is bounded),
+// and reports whether held may go out: the end found the lease this
+// leader's, or Redis did not answer while the lease surely held, or the
+// fleet was away from the claim on (the answer goes out as without it).
+func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool, held []byte) bool {
 	l.mu.Lock()
-	kind := "none"
-	if l.headSent {
-		kind = "cut"
-		if complete && !l.overflow && !l.failed {
-			kind = "ok"
-		}
-	}
-	lost := l.lost
+	lost, ended := l.lost, l.ended
 	l.mu.Unlock()
+	if ended {
+		// At the stream's end event (flightWriter.endAtMarker).
+		<-l.finished
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return !l.lost
+	}
 	done := ""
 	if complete && store && !lost {
 		lead.mu.Lock()
-		if !lead.overflow && lead.status >= 200 && lead.status < 300 {
+		if !lead.overflow && len(lead.body)+len(held) <= lead.maxBytes && lead.status >= 200 && lead.status < 300 {
 			// The generation's holder, for followers that finish from it.
-			done = fleetstore.EncodeDone(l.fp, l.holder, lead.status, lead.header, lead.body)
+			done = fleetstore.EncodeDone(l.fp, l.holder, lead.status, lead.header, lead.body) + string(held)
 		}
 		lead.mu.Unlock()
 	}
@@ -683,6 +662,16 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 	if done != "" {
 		// Admitted to the store with the end (fleetFinish).
 		l.store.Size = redisFootprint(len(done))
+	}
+	// Queued with the end in one hold of the lock: the sender takes them
+	// together, so no follower gets the end marker before the end.
+	queueData(l, held)
+	kind := "none"
+	if l.headSent {
+		kind = "cut"
+		if complete && !l.overflow && !l.failed {
+			kind = "ok"
+		}
 	}
 	l.ended = true
 	l.endKind = kind
@@ -698,6 +687,9 @@ func fleetLeaderEnd(l *fleetLeader, lead *flight, complete, store bool) {
 		window.Stop()
 	}
 	<-l.finished
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return !l.lost
 }
 
 // redisFootprint is what a string value of n bytes takes in Redis: its
@@ -767,28 +759,32 @@ func storeRefused(sf *fleetStoreFull, caller string, a fleetstore.Admission, now
 	sf.callers[caller] = until
 }
 
-// fleetAppend is the leader's one sender: it sends the queued data when
-// due (fleetAppendDue), with a renewal when fleetLeaderConfirm asks for
-// one, then the end with the last data, each batch in one fenced script
-// call.
+// fleetAppend is the leader's one sender: it sends a stream's head, the
+// queued data when due (fleetAppendDue), then the end with the last data,
+// each in one fenced script call.
 func fleetAppend(l *fleetLeader) {
 	for {
 		l.mu.Lock()
 		for !fleetAppendDue(l) {
-			if len(l.data) > 0 && l.windowTimer == nil && !l.markerConfirmed {
+			if len(l.data) > 0 && l.windowTimer == nil {
 				// A typed local first (Yaegi: see SystemClock.AfterFunc).
 				t := l.f.clock.AfterFunc(fleetstore.LoneBatchWindow, l.windowTick)
 				l.windowTimer = t
 			}
 			l.cond.Wait()
 		}
+		if head := l.head; head != "" {
+			// At once and alone: followers wait for it, and its fence
+			// tells this leader whether it still holds the lease.
+			l.head = ""
+			l.mu.Unlock()
+			fleetWrite(l, 1, []fleetstore.Entry{{Kind: "h", Value: head}}, true)
+			continue
+		}
 		data := l.data
 		ended := l.ended
 		skip := l.failed || l.lost
 		lost, detached := l.lost, l.detached
-		// A write that failed since the confirmation was asked leaves a
-		// stream that misses some of the answer: not sealed.
-		confirm, seal := l.confirmWanted, l.confirmSeal && !l.failed
 		seq := l.seq
 		l.data = nil
 		l.batchDue = false
@@ -811,16 +807,8 @@ func fleetAppend(l *fleetLeader) {
 		if len(data) > 0 && !skip {
 			entries = []fleetstore.Entry{{Kind: "d", Value: string(data)}}
 		}
-		if confirm {
-			fleetWrite(l, seq, entries, seal, true)
-			l.mu.Lock()
-			l.confirmWanted = false
-			l.cond.Broadcast()
-			l.mu.Unlock()
-			continue
-		}
 		if len(entries) > 0 {
-			fleetWrite(l, seq, entries, false, false)
+			fleetWrite(l, seq, entries, false)
 		}
 	}
 }

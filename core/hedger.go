@@ -449,7 +449,7 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	defer func() {
 		stopLeaderHook()
 		if remote != nil {
-			fleetLeaderEnd(remote, lead, complete, store)
+			fleetLeaderEnd(remote, lead, complete, store, nil)
 		}
 		h.state.idem.finish(identity, lead, complete, store, h.idempotencyTTL)
 	}()
@@ -488,6 +488,21 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	// for the followers too; only a winner's is stored.
 	complete = err == nil && rep.Outcome != OutcomeClientGone && !fw.fenced
 	store = complete && rep.Outcome == OutcomeOK
+	if remote != nil {
+		ended := fleetLeaderEnd(remote, lead, complete, store, fw.held)
+		remote = nil // ended: not again when deferred
+		switch {
+		case ended && len(fw.held) > 0:
+			_, _ = fw.deliver(fw.held)
+			fw.Flush()
+		case !ended:
+			// The lease was lost before the end (the end marker, if
+			// any, did not go out): this answer ends broken.
+			fw.fenced = true
+			complete = false
+			store = false
+		}
+	}
 	if fw.fenced && !fw.refused && clientCtx.Err() == nil && !fw.clientGone {
 		// Committed, but the lease was lost before the answer's end went
 		// out: another leader may answer the key, so this answer ends

@@ -422,11 +422,12 @@ type flightWriter struct {
 	// fenced: the leader lost its lease after commit; the client's answer
 	// must end broken (leadKeyed).
 	fenced bool
-	// tail is the answer's last bytes while it leads a fleet flight: the
-	// write that ends a stream waits for the lease to be confirmed (once:
-	// confirmed).
-	tail      []byte
-	confirmed bool
+	// tail is the answer's last bytes while it leads a fleet flight; held,
+	// from the write that ends a stream (its end marker) on: what goes out
+	// only with the generation's end (leadKeyed, releaseHeld).
+	tail    []byte
+	holding bool
+	held    []byte
 }
 
 // errFleetFenced is what a leader's writer returns once its answer may no
@@ -471,18 +472,51 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 	}
 	if fw.remote != nil {
 		fw.tail = keepTail(fw.tail, p)
-		// A stream's end marker goes out only while the lease surely
-		// holds: a client takes an answer with its end for whole.
-		ending := !fw.confirmed && stream.Finished(fw.tail)
-		// Confirmed first: followers get the end marker only if it holds.
-		if ending && !fleetLeaderConfirm(fw.remote, true) || !fleetLeaderData(fw.remote, p) {
+		// A client takes an answer with its end marker for whole: the
+		// marker goes out only once the end is in Redis under this
+		// leader's lease, to this client and the followers alike.
+		fw.holding = fw.holding || stream.Finished(fw.tail)
+		if fw.holding {
+			fw.held = append(fw.held, p...)
+			if stream.EndsWhole(fw.tail) {
+				return fw.endAtMarker(len(p))
+			}
+			return len(p), nil
+		}
+		if !fleetLeaderData(fw.remote, p) {
 			// Another leader may answer this key: this answer stops here,
 			// for the followers in process too (the flight ends incomplete).
 			fw.fenced = true
 			return 0, errFleetFenced
 		}
-		fw.confirmed = fw.confirmed || ending
 	}
+	return fw.deliver(p)
+}
+
+// endAtMarker ends the fleet generation at its stream's whole end event
+// (a client such as the OpenAI SDK leaves there, before the upstream's
+// EOF), then delivers the held bytes; n is the current write's length.
+// Whatever the upstream sends after goes to this client and the local
+// flight only.
+func (fw *flightWriter) endAtMarker(n int) (int, error) {
+	held := fw.held
+	remote := fw.remote
+	// One by one: Yaegi panics on nil in a multiple assignment to fields.
+	fw.held = nil
+	fw.holding = false
+	fw.remote = nil
+	if !fleetLeaderEnd(remote, fw.f, true, true, held) {
+		fw.fenced = true
+		return 0, errFleetFenced
+	}
+	if _, err := fw.deliver(held); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// deliver writes p to the flight and the leader's client.
+func (fw *flightWriter) deliver(p []byte) (int, error) {
 	fw.f.write(p)
 	if fw.clientGone {
 		return len(p), nil

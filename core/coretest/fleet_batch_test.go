@@ -89,11 +89,10 @@ func (c *windowClock) waitArmed(t *testing.T) {
 }
 
 // A leader nobody follows holds its data for the batch's window: an
-// answer that ends within it sends its head, then the data queued before
-// the end marker's chunk with the renewal that confirms the lease, then
-// that chunk with the end (no window for it); the stream holds the whole answer in order and
-// a later request replays it.
-func TestFleetLoneLeaderSendsItsDataWithTheConfirmation(t *testing.T) {
+// answer that ends within it sends its head, then all its data, the end
+// marker's chunk included, with the end in one write; the stream holds
+// the whole answer in order and a later request replays it.
+func TestFleetLoneLeaderSendsItsDataWithTheEnd(t *testing.T) {
 	clock := newWindowClock()
 	rig := newFleetRigClocks(t, []core.Clock{clock}, nil)
 	a := rig.replicas[0]
@@ -120,10 +119,10 @@ func TestFleetLoneLeaderSendsItsDataWithTheConfirmation(t *testing.T) {
 		t.Fatalf("answer: status %d complete %v body %q, want a complete generation 1", first.status, first.complete, first.body)
 	}
 	if n := clock.armedCount() - armedBefore; n != 1 {
-		t.Errorf("batch windows armed = %d, want 1 (the first event's; none with the data left after the end marker's confirmation, which goes with the end; 0: the data went out as it came)", n)
+		t.Errorf("batch windows armed = %d, want 1 (the first event's, which the rest joined; 0: the data went out as it came)", n)
 	}
-	if got := a.sink.count(fleetstore.OpAppend) - appendsBefore; got != 2 {
-		t.Errorf("appends = %d, want 2 (the head; the data with the confirming renewal)", got)
+	if got := a.sink.count(fleetstore.OpAppend) - appendsBefore; got != 1 {
+		t.Errorf("appends = %d, want 1 (the head; the data goes with the end)", got)
 	}
 	streams := redisArray(t, rig.redis, "KEYS", "*:s:*")
 	if len(streams) != 1 {
@@ -139,8 +138,8 @@ func TestFleetLoneLeaderSendsItsDataWithTheConfirmation(t *testing.T) {
 			data.WriteString(fields[3].Str)
 		}
 	}
-	if got := strings.Join(kinds, " "); got != "h1 d2 d3 e4" {
-		t.Errorf("stream entries (kind and number) %q, want \"h1 d2 d3 e4\" (the head, the batch, the end marker's chunk with the end)", got)
+	if got := strings.Join(kinds, " "); got != "h1 d2 e3" {
+		t.Errorf("stream entries (kind and number) %q, want \"h1 d2 e3\" (the head, the data, the end)", got)
 	}
 	if data.String() != first.body {
 		t.Errorf("the stream's data %q differs from the answer %q", data.String(), first.body)

@@ -638,37 +638,72 @@ func waitKeys(t *testing.T, rig *fleetRig, pattern string) []string {
 	}
 }
 
-// A generation whose end marker went out is sealed: when its leader's
-// lease runs out before its end is in (a leader starved between the two),
-// a new request follows it instead of leading a second generation, and the
-// leader still appends its last bytes and its end. The test seals by hand
-// what the leader's renewal seals at the marker, and drops the lease as
-// Redis would at its expiry.
-func TestFleetSealedGenerationIsFollowed(t *testing.T) {
-	rig := newFleetRig(t, 2, nil)
-	a, b := rig.replicas[0], rig.replicas[1]
-	release := rig.upstream.hold("sealed", true) // after the first token: committed
+// A stream's end marker goes out with the generation's end, to the
+// leader's client and the followers alike: a leader whose lease another
+// generation took between the answer's last event and its end (a leader
+// starved past its lease) ends its client's answer broken, without the
+// marker, and stores nothing. The test holds the end (the one command
+// that carries the marker) and hands the lease to another holder, as a
+// claim after its expiry would.
+func TestFleetEndMarkerGoesOutWithTheEnd(t *testing.T) {
+	rig := newFleetRig(t, 1, nil)
+	a := rig.replicas[0]
+	held, release := a.client.holdCommands("[DONE]")
 	defer release()
-	first := a.open(t, "sealed", "alice", chatBody)
-	defer first.Body.Close()
-	head := readUntil(t, first.Body, "gen1-tok0")
-	lease := waitKeys(t, rig, "*{*}:lease")[0]
-	sealed := strings.TrimSuffix(lease, ":lease") + ":sealed"
-	redisDo(t, rig.redis, "SET", sealed, redisDo(t, rig.redis, "GET", lease).Str, "PX", "60000")
-	redisDo(t, rig.redis, "DEL", lease)
-	second := b.sendAsync(t, "sealed", "alice", chatBody)
-	b.sink.waitClaim(t)
+	releaseUpstream := rig.upstream.hold("marker", true) // after the first event: committed
+	defer releaseUpstream()
+	resp := a.open(t, "marker", "alice", chatBody)
+	defer resp.Body.Close()
+	head := readUntil(t, resp.Body, "gen1-tok0")
+	releaseUpstream()
+	<-held // the end, with the marker, is on its way to Redis
+	handLeaseOver(t, rig)
 	release()
-	rest, err := io.ReadAll(first.Body)
-	leader := answer{status: 200, body: head + string(rest), complete: err == nil}
-	follower := recvAnswer(t, second)
-	if wholeGeneration(leader) != 1 || wholeGeneration(follower) != 1 {
-		t.Errorf("leader %q (read error %v), follower status %d %q; want both generation 1 whole", leader.body, err, follower.status, follower.body)
+	wantFenced(t, rig, resp.Body, head, "the end found the lease another's")
+}
+
+// wantFenced checks that a leader's answer, read on from what it got,
+// ends broken without its end marker, and that nothing is stored.
+func wantFenced(t *testing.T, rig *fleetRig, body io.Reader, got, why string) {
+	t.Helper()
+	rest, err := io.ReadAll(body)
+	if all := got + string(rest); err == nil || strings.Contains(all, "[DONE]") {
+		t.Errorf("leader's client: read error %v, body %q; want a broken answer without its end marker (%s)", err, all, why)
 	}
-	if got := rig.upstream.generations("sealed"); got != 1 {
-		t.Errorf("generations = %d, want 1 (a claim led a second generation beside a sealed one)", got)
+	if done := redisArray(t, rig.redis, "KEYS", "*{*}:done"); len(done) != 0 {
+		t.Errorf("stored answers %v, want none", done)
 	}
-	if n := redisInt(t, rig.redis, "EXISTS", sealed); n != 0 {
-		t.Errorf("EXISTS %s = %d after the end, want 0 (the end lifts the seal)", sealed, n)
-	}
+}
+
+// handLeaseOver gives the one lease in Redis to another holder of the same
+// request, as a claim after its expiry would.
+func handLeaseOver(t *testing.T, rig *fleetRig) {
+	t.Helper()
+	lease := waitKeys(t, rig, "*{*}:lease")[0]
+	_, fp, _ := strings.Cut(redisDo(t, rig.redis, "GET", lease).Str, " ")
+	redisDo(t, rig.redis, "SET", lease, "intruder "+fp, "PX", "60000")
+}
+
+// A stream's first event does not wait for its head to reach Redis (a
+// round trip off every keyed stream's time to first token): the head is
+// queued at commit while the lease surely holds. A head that finds the
+// lease another's (Redis lost it, another claim took it) fences the
+// answer: it ends broken, without its end marker, and nothing is stored.
+// The test holds the head's write (the one command carrying the stream's
+// Content-Type) and hands the lease to another holder meanwhile.
+func TestFleetStreamHeadGoesOutBesideTheFirstEvent(t *testing.T) {
+	rig := newFleetRig(t, 1, nil)
+	a := rig.replicas[0]
+	held, release := a.client.holdCommands("text/event-stream")
+	defer release()
+	releaseUpstream := rig.upstream.hold("head", true) // after the first event
+	defer releaseUpstream()
+	resp := a.open(t, "head", "alice", chatBody)
+	defer resp.Body.Close()
+	<-held
+	got := readUntil(t, resp.Body, "gen1-tok0") // while the head's write waits
+	handLeaseOver(t, rig)
+	release()
+	releaseUpstream()
+	wantFenced(t, rig, resp.Body, got, "the head found the lease another's")
 }

@@ -304,6 +304,9 @@ func (k *killableClient) Pipeline(ctx context.Context, cmds [][]string) ([]fleet
 			return nil, ctx.Err()
 		}
 	}
+	for _, cmd := range cmds {
+		ctx = k.wait(ctx, cmd)
+	}
 	return k.inner.Pipeline(ctx, cmds)
 }
 

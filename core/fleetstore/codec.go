@@ -127,15 +127,10 @@ func DecodeDone(done, fp string) (holder string, status int, hdr http.Header, bo
 	return holder, st, h, b, good
 }
 
-// HoldsLease reports whether an MGET of the lease and the seal names this
+// HoldsLease reports whether a read of the lease (ReadLease) names this
 // lease value.
 func HoldsLease(v RedisValue, leaseValue string) bool {
-	for i := range v.Array {
-		if v.Array[i].Kind == RedisString && v.Array[i].Str == leaseValue {
-			return true
-		}
-	}
-	return false
+	return v.Kind == RedisString && v.Str == leaseValue
 }
 
 // EncodeDone is a stored answer (the done value) of the request with

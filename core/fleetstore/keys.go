@@ -40,7 +40,6 @@ func SwitchPattern(prefix string) string { return prefix + "{r:*}:switch" }
 //	<prefix>{<id>}:done        the stored complete answer, PX ttl
 //	<prefix>{<id>}:s:<holder>  the stream of one generation (one leader)
 //	<prefix>{<id>}:readers     hash: holder -> followers reading its stream, PX stream linger
-//	<prefix>{<id>}:sealed      the lease value of a generation whose end marker went out, until its end (PX seal)
 //
 // A stream per generation means a follower can only ever read one
 // generation's bytes: a new leader after a takeover or a cut writes a
@@ -48,16 +47,14 @@ func SwitchPattern(prefix string) string { return prefix + "{r:*}:switch" }
 // from 1, the head first), so a follower sees any gap.
 //
 // Fencing: every write of a leader (head, data, end, done) is a script
-// that first checks the lease (or, after its end marker, the seal) still
-// holds this leader's value; a leader that lost it (paused past its
-// lease, Redis lost its data) writes nothing more, and no append
-// re-creates a stream that vanished.
+// that first checks the lease still holds this leader's value; a leader
+// that lost it (paused past its lease, Redis lost its data) writes nothing
+// more, and no append re-creates a stream that vanished.
 type Keys struct {
 	tag     string
 	Lease   string
 	Done    string
 	Readers string // followers per generation
-	Sealed  string // the generation whose end marker went out, until its end is in
 }
 
 func NewKeys(prefix, identity string) Keys {
@@ -66,7 +63,7 @@ func NewKeys(prefix, identity string) Keys {
 		id = id[:32] // 128 bits of the SHA-256: plenty, and shorter keys
 	}
 	tag := prefix + "{" + id + "}"
-	return Keys{tag: tag, Lease: tag + ":lease", Done: tag + ":done", Readers: tag + ":readers", Sealed: tag + ":sealed"}
+	return Keys{tag: tag, Lease: tag + ":lease", Done: tag + ":done", Readers: tag + ":readers"}
 }
 
 // Stream is the key of holder's generation stream.

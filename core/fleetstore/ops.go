@@ -21,7 +21,7 @@ import (
 // request would run a race of its own, maybe a second generation. It
 // returns when the answered call was sent.
 func Claim(c *Conn, ctx context.Context, k Keys, holder, fp, leaseMs, readersMs string) (time.Time, RedisValue, error) {
-	sent, v, err := EvalAgain(c, ctx, OpClaim, claimScript, []string{k.Lease, k.Done, k.Readers, k.Sealed},
+	sent, v, err := EvalAgain(c, ctx, OpClaim, claimScript, []string{k.Lease, k.Done, k.Readers},
 		holder, fp, leaseMs, readersMs)
 	return sent, v, err
 }
@@ -42,9 +42,9 @@ func ReadStream(c *Conn, ctx context.Context, stream, last string, block time.Du
 	return v, err
 }
 
-// ReadLease reads k's lease and seal (see HoldsLease).
+// ReadLease reads k's lease.
 func ReadLease(c *Conn, ctx context.Context, k Keys) (RedisValue, error) {
-	v, err := Do(c, ctx, OpLease, 0, "MGET", k.Lease, k.Sealed)
+	v, err := Do(c, ctx, OpLease, 0, "GET", k.Lease)
 	return v, err
 }
 
@@ -65,15 +65,14 @@ func Readers(c *Conn, k Keys, holder string) (RedisValue, error) {
 type Entry struct{ Kind, Value string }
 
 // Write is one write of a generation's leader (writeScript): its entries
-// from Seq on, a renewal of its lease, a seal, or any of them at once.
+// from Seq on, a renewal of its lease, or both at once.
 type Write struct {
 	Stream, LeaseValue, Holder string
 	StreamMs                   string
-	// LeaseMs renews the lease for that long ("": no renewal), SealMs
-	// seals the generation for that long ("": no seal).
-	LeaseMs, SealMs string
-	Seq             int
-	Entries         []Entry
+	// LeaseMs renews the lease for that long ("": no renewal).
+	LeaseMs string
+	Seq     int
+	Entries []Entry
 }
 
 // WriteLeader sends w (writeScript) and returns what it found of the lease
@@ -81,8 +80,8 @@ type Write struct {
 // the generation then. A write with entries counts as an append in the
 // metrics, one without as a renewal.
 func WriteLeader(c *Conn, ctx context.Context, k Keys, w *Write) (fence string, readers int64, err error) {
-	args := make([]string, 0, 6+2*len(w.Entries))
-	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs, w.SealMs)
+	args := make([]string, 0, 5+2*len(w.Entries))
+	args = append(args, w.LeaseValue, w.StreamMs, strconv.Itoa(w.Seq), w.Holder, w.LeaseMs)
 	for _, e := range w.Entries {
 		args = append(args, e.Kind, e.Value)
 	}
@@ -90,7 +89,7 @@ func WriteLeader(c *Conn, ctx context.Context, k Keys, w *Write) (fence string, 
 	if len(w.Entries) > 0 {
 		op = OpAppend
 	}
-	v, err := Eval(c, ctx, op, writeScript, []string{k.Lease, w.Stream, k.Sealed, k.Readers}, args...)
+	v, err := Eval(c, ctx, op, writeScript, []string{k.Lease, w.Stream, k.Readers}, args...)
 	if err != nil {
 		return "", 0, err
 	}
@@ -125,7 +124,7 @@ func Finish(c *Conn, k Keys, e *End) (time.Time, RedisValue, error) {
 
 // finishKeys and finishArgs are finishScript's keys and arguments for e.
 func finishKeys(k Keys, e *End) []string {
-	return []string{k.Lease, e.Stream, k.Done, k.Sealed}
+	return []string{k.Lease, e.Stream, k.Done}
 }
 
 func finishArgs(e *End) []string {

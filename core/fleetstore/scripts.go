@@ -40,28 +40,23 @@ const (
 	FenceGone = "gone" // the lease holds but the stream vanished: nothing appended
 )
 
-// claimScript: KEYS lease, done, readers, sealed; ARGV holder,
-// fingerprint, lease ms, readers ms. Returns {"replay", doneValue, pttl},
+// claimScript: KEYS lease, done, readers; ARGV holder, fingerprint,
+// lease ms, readers ms. Returns {"replay", doneValue, pttl},
 // {"conflict"}, {"lead", holder} or {"follow", holder}. A follower counts
 // itself in the holder's field of readers (and uncounts itself when it
 // stops reading), which tells a leader whose own client left whether
-// others still read its answer. A sealed generation (its end marker went
-// out: see writeScript) is followed even once its lease ran out: nobody
-// leads a second generation of a key whose first was delivered whole.
+// others still read its answer.
 var claimScript = newScript(`
 local d = redis.call('GET', KEYS[2])
 if d then
   if string.sub(d, 1, #ARGV[2] + 1) ~= ARGV[2] .. '\n' then return {'conflict'} end
   return {'replay', d, redis.call('PTTL', KEYS[2])}
 end
-local l = redis.call('GET', KEYS[4])
-if not l then
-  if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
-    redis.call('DEL', KEYS[3])
-    return {'lead', ARGV[1]}
-  end
-  l = redis.call('GET', KEYS[1])
+if redis.call('SET', KEYS[1], ARGV[1] .. ' ' .. ARGV[2], 'NX', 'PX', ARGV[3]) then
+  redis.call('DEL', KEYS[3])
+  return {'lead', ARGV[1]}
 end
+local l = redis.call('GET', KEYS[1])
 local sp = string.find(l, ' ', 1, true)
 if string.sub(l, sp + 1) ~= ARGV[2] then return {'conflict'} end
 local holder = string.sub(l, 1, sp - 1)
@@ -71,43 +66,37 @@ return {'follow', holder}
 `)
 
 // writeScript is every write of a generation's leader but its end: a
-// batch of entries, a renewal of its lease, a seal, or any of them in one
-// call. KEYS lease, stream, sealed, readers; ARGV lease value, stream ms,
-// sequence number of the first entry, holder, lease ms ("" renews
-// nothing), seal ms ("" seals nothing), then kind and value of each entry.
+// batch of entries, a renewal of its lease, or both in one call. KEYS
+// lease, stream, readers; ARGV lease value, stream ms, sequence number of
+// the first entry, holder, lease ms ("" renews nothing), then kind and
+// value of each entry.
 //
-// It writes only while this leader holds the lease, or sealed its
-// generation (a seal marks the generation until its end is in, for the
-// seal's time at most, so that no claim starts another while this leader
-// finishes, however late); then the lease is renewed only while it is
-// still this leader's (never taken when missing: a leader whose claim
-// timed out and never landed cannot tell whether another generation ran
-// beside its race meanwhile). Entries create the stream only with the
-// first (the head): an append never re-creates a stream that vanished.
-// Returns {"ok", followers reading}, {"lost", 0} when the lease is
-// another's, {"none", 0} when there is none, {"gone", 0} when the stream
-// vanished (the renewal and the seal still done).
+// It writes only while this leader holds the lease, and renews it only
+// then (never taken when missing: a leader whose claim timed out and never
+// landed cannot tell whether another generation ran beside its race
+// meanwhile). Entries create the stream only with the first (the head):
+// an append never re-creates a stream that vanished. Returns {"ok",
+// followers reading}, {"lost", 0} when the lease is another's, {"none", 0}
+// when there is none, {"gone", 0} when the stream vanished (the renewal
+// still done).
 var writeScript = newScript(`
 local l = redis.call('GET', KEYS[1])
-if l ~= ARGV[1] and redis.call('GET', KEYS[3]) ~= ARGV[1] then
+if l ~= ARGV[1] then
   if not l then return {'none', 0} end
   return {'lost', 0}
 end
-if l == ARGV[1] then
-  if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
-  if ARGV[6] ~= '' then redis.call('SET', KEYS[3], ARGV[1], 'PX', ARGV[6]) end
-end
+if ARGV[5] ~= '' then redis.call('PEXPIRE', KEYS[1], ARGV[5]) end
 local n = tonumber(ARGV[3])
-if #ARGV > 6 and n > 1 and redis.call('EXISTS', KEYS[2]) == 0 then return {'gone', 0} end
-for i = 7, #ARGV, 2 do
+if #ARGV > 5 and n > 1 and redis.call('EXISTS', KEYS[2]) == 0 then return {'gone', 0} end
+for i = 6, #ARGV, 2 do
   redis.call('XADD', KEYS[2], '*', 't', ARGV[i], 'v', ARGV[i + 1], 'n', n)
   n = n + 1
 end
 redis.call('PEXPIRE', KEYS[2], ARGV[2])
-return {'ok', tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0')}
+return {'ok', tonumber(redis.call('HGET', KEYS[3], ARGV[4]) or '0')}
 `)
 
-// finishScript: KEYS lease, stream, done, sealed; ARGV lease value, end kind, done
+// finishScript: KEYS lease, stream, done; ARGV lease value, end kind, done
 // value ("" for none), ttl ms, stream ms, sequence number of the first
 // entry, last data ("" for none), linger ms of an ended stream, of a
 // stored answer's, holder. While this leader holds the lease it
@@ -117,11 +106,10 @@ return {'ok', tonumber(redis.call('HGET', KEYS[4], ARGV[4]) or '0')}
 // answer exists. An ended stream lingers only for the followers reading
 // it (endLinger), a stored answer's only doneLinger (they finish from the
 // stored answer), so Redis holds a stored answer once. A leader that lost
-// the lease writes nothing, unless it sealed its generation (the seal is
-// what it holds then). Sent again after a failure, it finds its own end (or
-// its stored answer) and says ok. The end lifts the seal.
+// the lease writes nothing. Sent again after a failure, it finds its own
+// end (or its stored answer) and says ok.
 var finishScript = newScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] and redis.call('GET', KEYS[4]) ~= ARGV[1] then
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
   if #last == 1 and last[1][2][2] == 'e' then return 'ok' end
   local d = redis.call('GET', KEYS[3])
@@ -145,7 +133,7 @@ if ARGV[3] ~= '' then
   redis.call('SET', KEYS[3], ARGV[3], 'PX', ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[9])
 end
-redis.call('DEL', KEYS[1], KEYS[4])
+redis.call('DEL', KEYS[1])
 return res
 `)
 

@@ -1,6 +1,9 @@
 package stream
 
-import "bytes"
+import (
+	"bytes"
+	"encoding/json"
+)
 
 // An upstream can end its body cleanly (a chunked terminator, a closed
 // connection without Content-Length) in the middle of its answer. Such an
@@ -88,4 +91,64 @@ func Finished(tail []byte) bool {
 	}
 	return bytes.Contains(end, []byte(`"response.completed"`)) || bytes.Contains(end, []byte("message_stop")) ||
 		bytes.Contains(end, []byte(`"done":true`))
+}
+
+// EndsWhole reports whether tail ends with a stream's end event, whole
+// and exactly: the last SSE event (after a blank line in tail, ended by
+// one) is `data: [DONE]`, or an event whose type (its event field, or its
+// data's "type") is response.completed or message_stop; or the last
+// NDJSON line (after a line end in tail) has "done": true at its top
+// level. Finished is the loose check; nothing follows an end EndsWhole
+// finds, so a fleet leader may end its generation there, before the
+// upstream's EOF.
+func EndsWhole(tail []byte) bool {
+	body, ok := bytes.CutSuffix(tail, []byte("\n\n"))
+	if !ok {
+		body, ok = bytes.CutSuffix(tail, []byte("\r\n\r\n"))
+	}
+	if !ok {
+		return endsWithDoneLine(tail)
+	}
+	body = bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n"))
+	i := bytes.LastIndex(body, []byte("\n\n"))
+	if i < 0 {
+		return false // the event may start before tail
+	}
+	var event, data string
+	for _, line := range bytes.Split(body[i+2:], []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
+			if data != "" {
+				data += "\n"
+			}
+			data += string(bytes.TrimPrefix(v, []byte(" ")))
+		} else if v, ok := bytes.CutPrefix(line, []byte("event:")); ok {
+			event = string(bytes.TrimPrefix(v, []byte(" ")))
+		}
+	}
+	if data == "[DONE]" {
+		return event == ""
+	}
+	var typed struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal([]byte(data), &typed) != nil || event != "" && event != typed.Type {
+		return false
+	}
+	return typed.Type == "response.completed" || typed.Type == "message_stop"
+}
+
+// endsWithDoneLine is EndsWhole for NDJSON (Ollama).
+func endsWithDoneLine(tail []byte) bool {
+	body, ok := bytes.CutSuffix(tail, []byte("\n"))
+	if !ok {
+		return false
+	}
+	i := bytes.LastIndexByte(body, '\n')
+	if i < 0 {
+		return false
+	}
+	var line struct {
+		Done bool `json:"done"`
+	}
+	return json.Unmarshal(bytes.TrimSuffix(body[i+1:], []byte("\r")), &line) == nil && line.Done
 }
