@@ -96,6 +96,8 @@ type Hedger struct {
 	// fastest: the route ranks its upstreams (primary fastest; see
 	// planRoute). An ordered route skips the routing code altogether.
 	fastest bool
+	// transport is opts.Transport (one selector less per attempt).
+	transport http.RoundTripper
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet    *Fleet
 	switches *Switches // the process's kill switches (Options.Switches), nil for none
@@ -130,9 +132,12 @@ type Hedger struct {
 	now func() time.Time
 	// maxAttempts is cfg.MaxAttempts; eventsBuffer, the size of a race's
 	// event channel (newRace); timeout: cfg.Timeout is set; maxPrefix is
-	// cfg.MaxPrefix.
+	// cfg.MaxPrefix, and firstRead how much of a whole answer readWhole
+	// reads at first (a pooled buffer's worth, or one byte past MaxPrefix
+	// if less).
 	maxAttempts  int
 	maxPrefix    int
+	firstRead    int
 	eventsBuffer int
 	timeout      bool
 	// traced: opts.Tracer is set; observed: opts.Observer is; reports:
@@ -210,8 +215,13 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 	} else {
 		h.now = func() time.Time { return injectedNow(h) }
 	}
+	h.transport = opts.Transport
 	h.maxAttempts = cfg.MaxAttempts
 	h.maxPrefix = int(cfg.MaxPrefix)
+	h.firstRead = bufferSize
+	if h.maxPrefix < bufferSize {
+		h.firstRead = h.maxPrefix + 1
+	}
 	// +2: the keep-alive timer (earlyheaders.go); +2: an exploring race's
 	// extra attempt and its timer.
 	h.eventsBuffer = 2*cfg.MaxAttempts + 8
