@@ -116,13 +116,17 @@ type Hedger struct {
 	// Read on every request, copied here at New so that the request's
 	// path tests one field (under Yaegi each selector and operator is a
 	// frame slot, and a call allocates the callee's whole frame):
-	// pathPrefixes, the route has some; maxBody is cfg.MaxBody;
-	// validates, the route has validity checks; hedgeStored is
-	// cfg.HedgeStoredResponses.
-	pathPrefixes bool
-	maxBody      int64
-	validates    bool
-	hedgeStored  bool
+	// pathPrefixes, the route has some; maxBody is cfg.MaxBody, and
+	// bodyReadLimit one byte more (what prepare reads to tell a body over
+	// it); validates, the route has validity checks; requestOptions, the
+	// route caps tenants or has validity checks (prepareOptions);
+	// hedgeStored is cfg.HedgeStoredResponses.
+	pathPrefixes   bool
+	maxBody        int
+	bodyReadLimit  int64
+	validates      bool
+	requestOptions bool
+	hedgeStored    bool
 	// adaptiveDelay: cfg.Delay.Mode is adaptive; else every delay is
 	// fixedDelay, cfg.Delay.Fixed.
 	adaptiveDelay bool
@@ -230,8 +234,10 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 	h.observed = opts.Observer != nil
 	h.reports = h.traced || h.observed
 	h.pathPrefixes = len(cfg.PathPrefixes) > 0
-	h.maxBody = int64(cfg.MaxBody)
+	h.maxBody = int(cfg.MaxBody)
+	h.bodyReadLimit = int64(cfg.MaxBody) + 1
 	h.validates = h.validation.checks != 0
+	h.requestOptions = h.tenantCaps || h.validates
 	h.hedgeStored = cfg.HedgeStoredResponses
 	h.adaptiveDelay = cfg.Delay.Mode == config.DelayAdaptive
 	h.fixedDelay = time.Duration(cfg.Delay.Fixed)
