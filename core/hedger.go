@@ -96,8 +96,14 @@ type Hedger struct {
 	// fastest: the route ranks its upstreams (primary fastest; see
 	// planRoute). An ordered route skips the routing code altogether.
 	fastest bool
-	// transport is opts.Transport (one selector less per attempt).
-	transport http.RoundTripper
+	// transport is opts.Transport; health, estimators, overload and
+	// bucket are the state's, each read per request with one selector
+	// (under Yaegi each selector of a chain is a frame slot).
+	transport  http.RoundTripper
+	health     []*upstreamHealth
+	estimators []*ttftEstimator
+	overload   *overloadWindow
+	bucket     *hedgeBucket
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet    *Fleet
 	switches *Switches // the process's kill switches (Options.Switches), nil for none
@@ -220,6 +226,10 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 		h.now = func() time.Time { return injectedNow(h) }
 	}
 	h.transport = opts.Transport
+	h.health = h.state.health
+	h.estimators = h.state.estimators
+	h.overload = h.state.overload
+	h.bucket = h.state.bucket
 	h.maxAttempts = cfg.MaxAttempts
 	h.maxPrefix = int(cfg.MaxPrefix)
 	h.firstRead = bufferSize
@@ -344,7 +354,7 @@ func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	if h.fleet != nil {
 		fleetDeposit(h)
 	} else {
-		deposit(h.state.bucket)
+		deposit(h.bucket)
 	}
 	var err error
 	p, perr := prepare(h, r)

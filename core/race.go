@@ -148,7 +148,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 			first = rc.order[0]
 		}
 		ok := false
-		if probe, ok = admit(h.state.health[first], rc.start); !ok {
+		if probe, ok = admit(h.health[first], rc.start); !ok {
 			first, _, probe = pickAndAdmit(h, rc.order, nil, rc.start)
 		}
 	}
@@ -510,7 +510,7 @@ func armHedgeTimer(rc *race) {
 	// An exploring race's limit may be above max_attempts (exploreRoute);
 	// a race limited to one attempt still times its hedge, whose denial
 	// says why.
-	most := h.cfg.MaxAttempts
+	most := h.maxAttempts
 	if rc.limit > most {
 		most = rc.limit
 	}
@@ -662,22 +662,32 @@ func awaitAttempts(rc *race) {
 	}
 }
 
-// finishReport feeds the TTFT estimators and completes the report; the
-// attempt list and wasted-token estimate only when someone observes it.
+// finishReport feeds the TTFT estimators and, when someone reads the
+// report (an observer, a trace), completes it.
 //
-// The winner's TTFT goes to the report and the estimators here, not in a
-// function of its own: under Yaegi a call allocates the callee's whole
-// frame.
+// The winner's sample goes to the estimators here, not in a function of
+// its own: under Yaegi a call allocates the callee's whole frame.
 func finishReport(rc *race) {
+	if w := rc.winner; w != nil && !rc.passthrough {
+		addSample(rc.h.estimators[w.upstream], w.firstAt.Sub(w.started))
+		if len(rc.attempts) > 1 {
+			learnFromLostPrimary(rc)
+		}
+	}
+	if rc.h.reports {
+		completeReport(rc)
+	}
+}
+
+// completeReport fills what only the report's readers see: the winner,
+// the client's TTFT, the validation, and the attempt list and
+// wasted-token estimate when an observer or the request's trace reads
+// them. (finishReport's rare case, a function of its own: under Yaegi
+// every slot of a frame is allocated on each call.)
+func completeReport(rc *race) {
 	if w := rc.winner; w != nil {
 		rc.rep.Winner = w.index
 		rc.rep.TTFT = w.firstAt.Sub(rc.start)
-		if !rc.passthrough {
-			addSample(rc.h.state.estimators[w.upstream], w.firstAt.Sub(w.started))
-			if len(rc.attempts) > 1 {
-				learnFromLostPrimary(rc)
-			}
-		}
 		if rc.p.checks != 0 {
 			noteValidation(rc)
 		}
@@ -883,8 +893,8 @@ func commit(rc *race, a *attempt) {
 	}
 	a.result = ResultWon
 	if !rc.passthrough {
-		recordSuccess(h.state.health[a.upstream], a.probe)
-		recordStatus(h.state.overload, a.status)
+		recordSuccess(h.health[a.upstream], a.probe)
+		recordStatus(h.overload, a.status)
 		if rc.order != nil {
 			learnRoute(rc) // at the commit, not after the stream: see learnRoute
 		}
