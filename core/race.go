@@ -53,7 +53,9 @@ type race struct {
 	clientCtx context.Context    // the client's; for an idempotency leader, its flight's readers' (leadFlight)
 	ctx       context.Context    // parent of every attempt: clientCtx, or its child when there is a deadline
 	cancel    context.CancelFunc // ctx's, when it is the race's own
-	timedOut  int32              // atomic: the deadline callback fired
+	// deadlineTimer cancels ctx at the deadline (with cancel, nil without).
+	deadlineTimer Timer
+	timedOut      int32 // atomic: the deadline callback fired
 
 	limit       int    // attempts allowed
 	limitReason string // denial reason when a hedge hits limit
@@ -124,9 +126,8 @@ func limitRace(rc *race, p *preparedRequest) {
 // reflective call.
 func runRace(rc *race, w http.ResponseWriter) error {
 	h := rc.h
-	var deadlineTimer Timer
 	if clientDeadline, ok := rc.clientCtx.Deadline(); ok || h.timeout {
-		deadlineTimer = armDeadline(rc, clientDeadline)
+		armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
 	var first int
@@ -183,13 +184,10 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		answerNoWinner(rc, w)
 	}
 	if rc.cancel != nil {
-		rc.cancel()
+		endDeadline(rc)
 	}
 	drain(rc)
 	finishReport(rc)
-	if deadlineTimer != nil {
-		deadlineTimer.Stop()
-	}
 	return err
 }
 
@@ -202,14 +200,23 @@ func passThroughUpstream(rc *race) int {
 
 // armDeadline computes the race's deadline (the route's timeout, or the
 // client's own, zero when it has none, if sooner) and arms its timer.
-func armDeadline(rc *race, clientDeadline time.Time) Timer {
+func armDeadline(rc *race, clientDeadline time.Time) {
 	if rc.h.cfg.Timeout > 0 {
 		rc.deadline = rc.start.Add(time.Duration(rc.h.cfg.Timeout))
 	}
 	if !clientDeadline.IsZero() && (rc.deadline.IsZero() || clientDeadline.Before(rc.deadline)) {
 		rc.deadline = clientDeadline
 	}
-	return deadlineTimer(rc)
+	rc.deadlineTimer = deadlineTimer(rc)
+}
+
+// endDeadline ends a race that had a deadline, once its answer has gone
+// out: it cancels the race's context (what is left of every attempt) and
+// stops the deadline's timer. (runRace's rare case, a function of its
+// own: under Yaegi every slot of a frame is allocated on each call.)
+func endDeadline(rc *race) {
+	rc.cancel()
+	rc.deadlineTimer.Stop()
 }
 
 // deadlineTimer arms the timer that stops the race at its deadline, and
