@@ -488,7 +488,7 @@ func launch(rc *race, role string, up int, probe uint64) {
 	if rc.rep.trace != nil {
 		startAttemptSpan(rc, a)
 	}
-	if len(rc.attempts) > 1 {
+	if a.index > 0 {
 		countExtra(rc)
 		stopHedgeTimer(rc)
 	}

@@ -85,13 +85,16 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 			bodyTooLong(p, body)
 		}
 	}
-	// idempotencyKey, inline: a generated key unless the client sent one.
+	// idempotencyKey, inline: a generated key (16 random bytes in hex)
+	// unless the client sent one.
 	if key := hdr.Get(h.keyHeader); key != "" {
 		if err := clientKey(p, key); err != nil {
 			return nil, err
 		}
 	} else {
-		p.key = newKey()
+		var random [16]byte
+		_, _ = rand.Read(random[:])
+		p.key = "llmhedge-" + hex.EncodeToString(random[:])
 	}
 	if h.requestOptions || len(hdr[canonicalValidate]) > 0 {
 		if err := prepareOptions(h, p); err != nil {
@@ -322,12 +325,6 @@ func clientKey(p *preparedRequest, key string) error {
 	p.key = key
 	p.clientKey = true
 	return nil
-}
-
-func newKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "llmhedge-" + hex.EncodeToString(b[:])
 }
 
 // fingerprint identifies a request for idempotency conflicts: its method,
