@@ -112,7 +112,7 @@ func sendAttempt(h *Hedger, a *attempt, p *preparedRequest, passthrough bool) ev
 	if a.traceparent != "" {
 		setTraceHeaders(req.Header, a)
 	}
-	resp, err := h.opts.Transport.RoundTrip(req)
+	resp, err := h.transport.RoundTrip(req)
 	if err != nil {
 		transportFailed(h, a, p, err)
 		return evFailed
@@ -287,15 +287,44 @@ func readUntilFirstEvent(h *Hedger, a *attempt, p *preparedRequest, resp *http.R
 // MaxPrefix (the rest is then streamed), into a.prefix as
 // readUntilFirstEvent does. It reports whether the attempt is ready to win.
 // io.ReadFull reads until the buffer is full or the body ends: one compiled
-// call where an interpreted loop would take one iteration per read.
+// call where an interpreted loop would take one iteration per read. A body
+// that fits the first read (the common case) needs no loop: a longer one
+// is read on by readMore, whose slots this frame does not carry (under
+// Yaegi a call allocates every slot of the callee's frame).
 //
 // isJSON: resp's Content-Type names JSON, whose validity is then checked.
-// The body's end is decided here (readEnded's case for a whole answer):
-// under Yaegi a call allocates the callee's whole frame.
+// The body's end is decided here (readEnded's case for a whole answer).
 func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, isJSON bool) bool {
+	buf := buffers.Get().([]byte)[:h.firstRead] // a pooled buffer, taken inline: one call fewer under Yaegi
+	n, err := io.ReadFull(resp.Body, buf)
+	a.prefix = buf[:n]
+	if err == nil {
+		// The buffer filled: the body may go on.
+		if err = readMore(h, a, resp.Body); err == nil {
+			return prefixFull(h, a, false)
+		}
+	}
+	if err != io.ErrUnexpectedEOF && err != io.EOF {
+		return readEnded(h, a, p, nil, err)
+	}
+	// The body ended (before the buffer filled, for ErrUnexpectedEOF).
+	if isJSON && !json.Valid(a.prefix) {
+		a.reason = "upstream answered 2xx with invalid JSON"
+		return false
+	}
+	a.complete = true
+	a.firstAt = h.now()
+	return true
+}
+
+// readMore reads body on into a.prefix, growing it past its buffer when
+// MaxPrefix allows, until the body ends or fails (the error, io.EOF or
+// io.ErrUnexpectedEOF for an end) or a.prefix holds more than MaxPrefix
+// (nil).
+func readMore(h *Hedger, a *attempt, body io.Reader) error {
 	limit := h.maxPrefix
-	buf := buffers.Get().([]byte)[:0] // a pooled buffer, taken inline: one call fewer under Yaegi
-	for {
+	buf := a.prefix
+	for len(buf) <= limit {
 		if len(buf) == cap(buf) {
 			buf = grow(buf) // only when MaxPrefix exceeds the buffer
 		}
@@ -304,26 +333,14 @@ func readWhole(h *Hedger, a *attempt, p *preparedRequest, resp *http.Response, i
 		if want > limit+1 {
 			want = limit + 1 // one byte past MaxPrefix says it was exceeded
 		}
-		n, err := io.ReadFull(resp.Body, buf[end:want])
+		n, err := io.ReadFull(body, buf[end:want])
 		buf = buf[:end+n]
 		a.prefix = buf
-		if len(buf) > limit {
-			return prefixFull(h, a, false)
-		}
-		if err == io.ErrUnexpectedEOF || err == io.EOF {
-			// The body ended (before the buffer filled, for the former).
-			if isJSON && !json.Valid(buf) {
-				a.reason = "upstream answered 2xx with invalid JSON"
-				return false
-			}
-			a.complete = true
-			a.firstAt = h.now()
-			return true
-		}
 		if err != nil {
-			return readEnded(h, a, p, nil, err)
+			return err
 		}
 	}
+	return nil
 }
 
 // decided records the detector's verdict on an attempt and reports

@@ -96,6 +96,14 @@ type Hedger struct {
 	// fastest: the route ranks its upstreams (primary fastest; see
 	// planRoute). An ordered route skips the routing code altogether.
 	fastest bool
+	// transport is opts.Transport; health, estimators, overload and
+	// bucket are the state's, each read per request with one selector
+	// (under Yaegi each selector of a chain is a frame slot).
+	transport  http.RoundTripper
+	health     []*upstreamHealth
+	estimators []*ttftEstimator
+	overload   *overloadWindow
+	bucket     *hedgeBucket
 	// fleet is opts.Fleet (nil: no fleet).
 	fleet    *Fleet
 	switches *Switches // the process's kill switches (Options.Switches), nil for none
@@ -114,13 +122,17 @@ type Hedger struct {
 	// Read on every request, copied here at New so that the request's
 	// path tests one field (under Yaegi each selector and operator is a
 	// frame slot, and a call allocates the callee's whole frame):
-	// pathPrefixes, the route has some; maxBody is cfg.MaxBody;
-	// validates, the route has validity checks; hedgeStored is
-	// cfg.HedgeStoredResponses.
-	pathPrefixes bool
-	maxBody      int64
-	validates    bool
-	hedgeStored  bool
+	// pathPrefixes, the route has some; maxBody is cfg.MaxBody, and
+	// bodyReadLimit one byte more (what prepare reads to tell a body over
+	// it); validates, the route has validity checks; requestOptions, the
+	// route caps tenants or has validity checks (prepareOptions);
+	// hedgeStored is cfg.HedgeStoredResponses.
+	pathPrefixes   bool
+	maxBody        int
+	bodyReadLimit  int64
+	validates      bool
+	requestOptions bool
+	hedgeStored    bool
 	// adaptiveDelay: cfg.Delay.Mode is adaptive; else every delay is
 	// fixedDelay, cfg.Delay.Fixed.
 	adaptiveDelay bool
@@ -130,9 +142,12 @@ type Hedger struct {
 	now func() time.Time
 	// maxAttempts is cfg.MaxAttempts; eventsBuffer, the size of a race's
 	// event channel (newRace); timeout: cfg.Timeout is set; maxPrefix is
-	// cfg.MaxPrefix.
+	// cfg.MaxPrefix, and firstRead how much of a whole answer readWhole
+	// reads at first (a pooled buffer's worth, or one byte past MaxPrefix
+	// if less).
 	maxAttempts  int
 	maxPrefix    int
+	firstRead    int
 	eventsBuffer int
 	timeout      bool
 	// traced: opts.Tracer is set; observed: opts.Observer is; reports:
@@ -210,8 +225,17 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 	} else {
 		h.now = func() time.Time { return injectedNow(h) }
 	}
+	h.transport = opts.Transport
+	h.health = h.state.health
+	h.estimators = h.state.estimators
+	h.overload = h.state.overload
+	h.bucket = h.state.bucket
 	h.maxAttempts = cfg.MaxAttempts
 	h.maxPrefix = int(cfg.MaxPrefix)
+	h.firstRead = bufferSize
+	if h.maxPrefix < bufferSize {
+		h.firstRead = h.maxPrefix + 1
+	}
 	// +2: the keep-alive timer (earlyheaders.go); +2: an exploring race's
 	// extra attempt and its timer.
 	h.eventsBuffer = 2*cfg.MaxAttempts + 8
@@ -220,8 +244,10 @@ func New(cfg config.Config, opts Options) (*Hedger, error) {
 	h.observed = opts.Observer != nil
 	h.reports = h.traced || h.observed
 	h.pathPrefixes = len(cfg.PathPrefixes) > 0
-	h.maxBody = int64(cfg.MaxBody)
+	h.maxBody = int(cfg.MaxBody)
+	h.bodyReadLimit = int64(cfg.MaxBody) + 1
 	h.validates = h.validation.checks != 0
+	h.requestOptions = h.tenantCaps || h.validates
 	h.hedgeStored = cfg.HedgeStoredResponses
 	h.adaptiveDelay = cfg.Delay.Mode == config.DelayAdaptive
 	h.fixedDelay = time.Duration(cfg.Delay.Fixed)
@@ -328,7 +354,7 @@ func HandleRequest(h *Hedger, w http.ResponseWriter, r *http.Request) error {
 	if h.fleet != nil {
 		fleetDeposit(h)
 	} else {
-		deposit(h.state.bucket)
+		deposit(h.bucket)
 	}
 	var err error
 	p, perr := prepare(h, r)

@@ -53,7 +53,9 @@ type race struct {
 	clientCtx context.Context    // the client's; for an idempotency leader, its flight's readers' (leadFlight)
 	ctx       context.Context    // parent of every attempt: clientCtx, or its child when there is a deadline
 	cancel    context.CancelFunc // ctx's, when it is the race's own
-	timedOut  int32              // atomic: the deadline callback fired
+	// deadlineTimer cancels ctx at the deadline (with cancel, nil without).
+	deadlineTimer Timer
+	timedOut      int32 // atomic: the deadline callback fired
 
 	limit       int    // attempts allowed
 	limitReason string // denial reason when a hedge hits limit
@@ -124,9 +126,8 @@ func limitRace(rc *race, p *preparedRequest) {
 // reflective call.
 func runRace(rc *race, w http.ResponseWriter) error {
 	h := rc.h
-	var deadlineTimer Timer
 	if clientDeadline, ok := rc.clientCtx.Deadline(); ok || h.timeout {
-		deadlineTimer = armDeadline(rc, clientDeadline)
+		armDeadline(rc, clientDeadline)
 	}
 	// Attempt 0 goes out even when every upstream is unavailable.
 	var first int
@@ -148,7 +149,7 @@ func runRace(rc *race, w http.ResponseWriter) error {
 			first = rc.order[0]
 		}
 		ok := false
-		if probe, ok = admit(h.state.health[first], rc.start); !ok {
+		if probe, ok = admit(h.health[first], rc.start); !ok {
 			first, _, probe = pickAndAdmit(h, rc.order, nil, rc.start)
 		}
 	}
@@ -183,13 +184,10 @@ func runRace(rc *race, w http.ResponseWriter) error {
 		answerNoWinner(rc, w)
 	}
 	if rc.cancel != nil {
-		rc.cancel()
+		endDeadline(rc)
 	}
 	drain(rc)
 	finishReport(rc)
-	if deadlineTimer != nil {
-		deadlineTimer.Stop()
-	}
 	return err
 }
 
@@ -202,14 +200,23 @@ func passThroughUpstream(rc *race) int {
 
 // armDeadline computes the race's deadline (the route's timeout, or the
 // client's own, zero when it has none, if sooner) and arms its timer.
-func armDeadline(rc *race, clientDeadline time.Time) Timer {
+func armDeadline(rc *race, clientDeadline time.Time) {
 	if rc.h.cfg.Timeout > 0 {
 		rc.deadline = rc.start.Add(time.Duration(rc.h.cfg.Timeout))
 	}
 	if !clientDeadline.IsZero() && (rc.deadline.IsZero() || clientDeadline.Before(rc.deadline)) {
 		rc.deadline = clientDeadline
 	}
-	return deadlineTimer(rc)
+	rc.deadlineTimer = deadlineTimer(rc)
+}
+
+// endDeadline ends a race that had a deadline, once its answer has gone
+// out: it cancels the race's context (what is left of every attempt) and
+// stops the deadline's timer. (runRace's rare case, a function of its
+// own: under Yaegi every slot of a frame is allocated on each call.)
+func endDeadline(rc *race) {
+	rc.cancel()
+	rc.deadlineTimer.Stop()
 }
 
 // deadlineTimer arms the timer that stops the race at its deadline, and
@@ -481,7 +488,7 @@ func launch(rc *race, role string, up int, probe uint64) {
 	if rc.rep.trace != nil {
 		startAttemptSpan(rc, a)
 	}
-	if len(rc.attempts) > 1 {
+	if a.index > 0 {
 		countExtra(rc)
 		stopHedgeTimer(rc)
 	}
@@ -510,7 +517,7 @@ func armHedgeTimer(rc *race) {
 	// An exploring race's limit may be above max_attempts (exploreRoute);
 	// a race limited to one attempt still times its hedge, whose denial
 	// says why.
-	most := h.cfg.MaxAttempts
+	most := h.maxAttempts
 	if rc.limit > most {
 		most = rc.limit
 	}
@@ -662,22 +669,32 @@ func awaitAttempts(rc *race) {
 	}
 }
 
-// finishReport feeds the TTFT estimators and completes the report; the
-// attempt list and wasted-token estimate only when someone observes it.
+// finishReport feeds the TTFT estimators and, when someone reads the
+// report (an observer, a trace), completes it.
 //
-// The winner's TTFT goes to the report and the estimators here, not in a
-// function of its own: under Yaegi a call allocates the callee's whole
-// frame.
+// The winner's sample goes to the estimators here, not in a function of
+// its own: under Yaegi a call allocates the callee's whole frame.
 func finishReport(rc *race) {
+	if w := rc.winner; w != nil && !rc.passthrough {
+		addSample(rc.h.estimators[w.upstream], w.firstAt.Sub(w.started))
+		if len(rc.attempts) > 1 {
+			learnFromLostPrimary(rc)
+		}
+	}
+	if rc.h.reports {
+		completeReport(rc)
+	}
+}
+
+// completeReport fills what only the report's readers see: the winner,
+// the client's TTFT, the validation, and the attempt list and
+// wasted-token estimate when an observer or the request's trace reads
+// them. (finishReport's rare case, a function of its own: under Yaegi
+// every slot of a frame is allocated on each call.)
+func completeReport(rc *race) {
 	if w := rc.winner; w != nil {
 		rc.rep.Winner = w.index
 		rc.rep.TTFT = w.firstAt.Sub(rc.start)
-		if !rc.passthrough {
-			addSample(rc.h.state.estimators[w.upstream], w.firstAt.Sub(w.started))
-			if len(rc.attempts) > 1 {
-				learnFromLostPrimary(rc)
-			}
-		}
 		if rc.p.checks != 0 {
 			noteValidation(rc)
 		}
@@ -883,8 +900,8 @@ func commit(rc *race, a *attempt) {
 	}
 	a.result = ResultWon
 	if !rc.passthrough {
-		recordSuccess(h.state.health[a.upstream], a.probe)
-		recordStatus(h.state.overload, a.status)
+		recordSuccess(h.health[a.upstream], a.probe)
+		recordStatus(h.overload, a.status)
 		if rc.order != nil {
 			learnRoute(rc) // at the commit, not after the stream: see learnRoute
 		}

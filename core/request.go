@@ -76,28 +76,28 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	if body := r.Body; body != nil && body != http.NoBody {
 		// readBody, inline.
 		var err error
-		buf, err = io.ReadAll(io.LimitReader(body, h.maxBody+1))
+		buf, err = io.ReadAll(io.LimitReader(body, h.bodyReadLimit))
 		if err != nil {
 			return nil, bodyReadError(r, err)
 		}
 		p.body = buf
-		if int64(len(buf)) > h.maxBody {
+		if len(buf) > h.maxBody {
 			bodyTooLong(p, body)
 		}
 	}
-	// idempotencyKey, inline: a generated key unless the client sent one.
+	// idempotencyKey, inline: a generated key (16 random bytes in hex)
+	// unless the client sent one.
 	if key := hdr.Get(h.keyHeader); key != "" {
 		if err := clientKey(p, key); err != nil {
 			return nil, err
 		}
 	} else {
-		p.key = newKey()
+		var random [16]byte
+		_, _ = rand.Read(random[:])
+		p.key = "llmhedge-" + hex.EncodeToString(random[:])
 	}
-	if h.tenantCaps {
-		p.tenant = tenantOf(h, r)
-	}
-	if p.hedgeable && (h.validates || len(hdr[canonicalValidate]) > 0) {
-		if err := prepareValidation(h, p); err != nil {
+	if h.requestOptions || len(hdr[canonicalValidate]) > 0 {
+		if err := prepareOptions(h, p); err != nil {
 			return nil, err
 		}
 	}
@@ -110,8 +110,8 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	if h.rewritesModel {
 		return checkedJSON(h, p)
 	}
-	// looksJSON, inline.
-	if ct := hdr.Get("Content-Type"); ct != "application/json" && ct != "" && !jsonMediaType(ct) {
+	// looksJSON's common case inline, the others in its call.
+	if ct := hdr.Get("Content-Type"); ct != "application/json" && !looksJSON(ct) {
 		return p, nil
 	}
 	if !plainJSON(buf) {
@@ -124,7 +124,7 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 		var probe streamProbe
 		if err := json.Unmarshal(buf, &probe); err == nil {
 			p.streams = string(probe.Stream) == "true"
-		} else if _, syntax := err.(*json.SyntaxError); syntax {
+		} else if isSyntaxError(err) {
 			return nil, errInvalidJSON
 		}
 	} else if !json.Valid(buf) {
@@ -133,6 +133,28 @@ func prepare(h *Hedger, r *http.Request) (*preparedRequest, error) {
 	// responsesPath, inline: no "store" in the body, so that API stores.
 	p.stateful = !h.hedgeStored && strings.HasSuffix(strings.TrimRight(r.URL.Path, "/"), "/responses")
 	return p, nil
+}
+
+// prepareOptions reads what the route's options or the client's headers
+// ask of a request beyond the common case: its tenant when tenants are
+// capped, its validity checks when the route or the client sets some.
+// (prepare's rare branches are functions of their own: under Yaegi every
+// slot of a frame is allocated on each call, taken branch or not.)
+func prepareOptions(h *Hedger, p *preparedRequest) error {
+	if h.tenantCaps {
+		p.tenant = tenantOf(h, p.orig)
+	}
+	if p.hedgeable && (h.validates || len(p.orig.Header[canonicalValidate]) > 0) {
+		return prepareValidation(h, p)
+	}
+	return nil
+}
+
+// isSyntaxError reports whether a decoding error says the JSON is
+// malformed (not merely that a value did not fit its field).
+func isSyntaxError(err error) bool {
+	_, syntax := err.(*json.SyntaxError)
+	return syntax
 }
 
 // notHedgeable records why p may not be raced, if it may not.
@@ -303,12 +325,6 @@ func clientKey(p *preparedRequest, key string) error {
 	p.key = key
 	p.clientKey = true
 	return nil
-}
-
-func newKey() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return "llmhedge-" + hex.EncodeToString(b[:])
 }
 
 // fingerprint identifies a request for idempotency conflicts: its method,
@@ -771,25 +787,20 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 	} else {
 		setTargetURL(h, &target, client, up)
 	}
+	// NewRequestWithContext takes the length of a bytes.Reader's body
+	// itself; attemptBody's other bodies set it after.
 	var body io.Reader = http.NoBody
-	length := int64(0)
-	if p.rest == nil && p.bodies == nil {
-		if n := len(p.body); n > 0 {
-			body = bytes.NewReader(p.body)
-			length = int64(n)
-		}
-	} else {
-		b, n := attemptBody(p, up)
-		body = b
-		length = n
+	if p.rest != nil || p.bodies != nil {
+		body = attemptBody(p, up)
+	} else if len(p.body) > 0 {
+		body = bytes.NewReader(p.body)
 	}
 	req, err := http.NewRequestWithContext(ctx, orig.Method, target.String(), body)
 	if err != nil {
 		return nil, err
 	}
-	req.ContentLength = length
-	if length < 0 {
-		req.ContentLength = -1
+	if p.rest != nil {
+		setUnreadLength(req, p)
 	}
 	hdr := orig.Header.Clone()
 	if hdr == nil {
@@ -818,7 +829,7 @@ func attemptRequest(h *Hedger, ctx context.Context, p *preparedRequest, up, inde
 		setForwardedOrigin(hdr, orig) // a proxy in front (Traefik) has set both
 	}
 	if !plain {
-		editHeaders(hdr, &h.cfg.Upstreams[up])
+		editHeaders(h, hdr, up)
 	}
 	return req, nil
 }
@@ -843,21 +854,29 @@ func setTargetURL(h *Hedger, target, client *url.URL, up int) {
 }
 
 // attemptBody returns the body an attempt to upstream up sends when the
-// client's body is not simply p.body, and its length (-1: unknown).
-func attemptBody(p *preparedRequest, up int) (io.Reader, int64) {
+// client's body is not simply p.body: the buffered prefix and the unread
+// rest (its length is setUnreadLength's), or the body with upstream up's
+// model.
+func attemptBody(p *preparedRequest, up int) io.Reader {
+	var r io.Reader = http.NoBody
 	switch {
 	case p.rest != nil:
-		var r io.Reader = io.MultiReader(bytes.NewReader(p.body), p.rest)
-		return r, p.orig.ContentLength
+		r = io.MultiReader(bytes.NewReader(p.body), p.rest)
 	case p.bodies != nil && p.bodies[up] != nil:
-		var r io.Reader = bytes.NewReader(p.bodies[up])
-		return r, int64(len(p.bodies[up]))
+		r = bytes.NewReader(p.bodies[up])
 	case len(p.body) > 0:
-		var r io.Reader = bytes.NewReader(p.body)
-		return r, int64(len(p.body))
+		r = bytes.NewReader(p.body)
 	}
-	var r io.Reader = http.NoBody
-	return r, 0
+	return r
+}
+
+// setUnreadLength sets the length of an attempt that forwards the client's
+// body as it comes (p.rest): the client's own, -1 when unknown.
+func setUnreadLength(req *http.Request, p *preparedRequest) {
+	req.ContentLength = p.orig.ContentLength
+	if req.ContentLength < 0 {
+		req.ContentLength = -1
+	}
 }
 
 // setForwardedOrigin sets X-Forwarded-Proto and X-Forwarded-Host when
@@ -875,8 +894,9 @@ func setForwardedOrigin(hdr http.Header, orig *http.Request) {
 	}
 }
 
-// editHeaders applies an upstream's configured header changes.
-func editHeaders(hdr http.Header, u *config.UpstreamConfig) {
+// editHeaders applies upstream up's configured header changes.
+func editHeaders(h *Hedger, hdr http.Header, up int) {
+	u := &h.cfg.Upstreams[up]
 	for _, name := range u.DeleteHeaders {
 		hdr.Del(name)
 	}

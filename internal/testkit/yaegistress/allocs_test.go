@@ -15,20 +15,24 @@ import (
 // interpretedAllocsBudget is what one streaming chat request may allocate
 // through the interpreted plugin on an ordered route with the default
 // options (early headers on, no validation), against an upstream that
-// writes its whole 20-token stream at once: 2,110 when it was set (2,149
-// before attempt 0's admission, the hedge delay's switch test, the winner's
-// header copy and the race's cleanup took fewer frame slots), 2,399
-// before the request's common path was taken out of 20 interpreted calls
-// (2,674 before early headers, validity checks and routing were taken off
-// the default path). Garbage is most of the plugin's cost under Yaegi (see
-// CONTRIBUTING.md, "What Yaegi charges for"); raise the budget only for
-// work the request needs.
-const interpretedAllocsBudget = 2150
+// writes its whole 20-token stream at once: 2,045 when it was set. It was
+// 2,110 before prepare's rare options, the report's completion, the
+// race's deadline and a whole answer's longer reads went to functions of
+// their own; 2,149 before attempt 0's admission, the hedge delay's switch
+// test, the winner's header copy and the race's cleanup took fewer frame
+// slots; 2,399 before the request's common path was taken out of 20
+// interpreted calls; 2,674 before early headers, validity checks and
+// routing were taken off the default path. Garbage is most of the
+// plugin's cost under Yaegi (see CONTRIBUTING.md, "What Yaegi charges
+// for"); raise the budget only for work the request needs.
+const interpretedAllocsBudget = 2090
 
 // interpretedOneJSONAllocsBudget is the same for a non-streaming request
-// answered with one JSON body of a single token: 1,527 when it was set,
-// 1,567 before the same cuts, 1,898 before the common path ran inline.
-const interpretedOneJSONAllocsBudget = 1560
+// answered with one JSON body of a single token: 1,447 when it was set,
+// 1,527 before the same cuts (readWhole's first read without a loop among
+// them), 1,567 before the earlier ones, 1,898 before the common path ran
+// inline.
+const interpretedOneJSONAllocsBudget = 1480
 
 // cannedCase is what a canned upstream answers: a 20-token stream written
 // whole or one flushed write per event (as llmsim and providers send
