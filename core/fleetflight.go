@@ -376,7 +376,7 @@ type fleetLeader struct {
 	readersGone func()
 
 	mu   sync.Mutex
-	cond *sync.Cond // data queued, a batch due, the end, a confirmation asked or done
+	cond *sync.Cond // a head or data queued, a batch due, the end
 	data []byte     // queued, not yet sent
 	// readers: followers reading this generation, as the last write or
 	// renewal reported. While none does, data waits for its batch's

@@ -467,7 +467,7 @@ func fleetIdempotency(rep *Report) string {
 func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report, start time.Time, identity string, lead *flight) error {
 	clientCtx := p.orig.Context()
 	readers, stopLeaderHook := leadFlight(lead, clientCtx)
-	fw := &flightWriter{w: w, f: lead, hdr: make(http.Header), reportHeader: h.cfg.ReportHeader}
+	fw := &flightWriter{w: w, f: lead, hdr: make(http.Header), reportHeader: h.cfg.ReportHeader, rep: rep}
 	complete := false
 	store := false
 	var remote *fleetLeader
@@ -515,13 +515,19 @@ func leadKeyed(h *Hedger, w http.ResponseWriter, p *preparedRequest, rep *Report
 	complete = err == nil && rep.Outcome != OutcomeClientGone && !fw.fenced
 	store = complete && rep.Outcome == OutcomeOK
 	if remote != nil {
-		ended := fleetLeaderEnd(remote, lead, complete, store, fw.held)
+		// Held bytes (from an end marker on) go out only with a whole
+		// answer: a cut one ends without its marker.
+		var held []byte
+		if complete {
+			held = fw.held
+		}
+		ended := fleetLeaderEnd(remote, lead, complete, store, held)
 		remote = nil // ended: not again when deferred
 		switch {
-		case ended && len(fw.held) > 0:
-			_, _ = fw.deliver(fw.held)
+		case ended && len(held) > 0:
+			_, _ = fw.deliver(held)
 			fw.Flush()
-		case !ended:
+		case !ended && !fw.refused:
 			// The lease was lost before the end (the end marker, if
 			// any, did not go out): this answer ends broken.
 			fw.fenced = true

@@ -423,11 +423,16 @@ type flightWriter struct {
 	// must end broken (leadKeyed).
 	fenced bool
 	// tail is the answer's last bytes while it leads a fleet flight; held,
-	// from the write that ends a stream (its end marker) on: what goes out
-	// only with the generation's end (leadKeyed, releaseHeld).
+	// from the write with a stream's end marker on: what goes out only
+	// with the generation's end (endAtMarker, leadKeyed).
 	tail    []byte
 	holding bool
 	held    []byte
+	// heldAtLine: held starts at a line (an event's whole lines).
+	heldAtLine bool
+	// rep is the race's report: only a winner's answer (OutcomeOK) is
+	// stored.
+	rep *Report
 }
 
 // errFleetFenced is what a leader's writer returns once its answer may no
@@ -471,14 +476,18 @@ func (fw *flightWriter) Write(p []byte) (int, error) {
 		return 0, errFleetFenced
 	}
 	if fw.remote != nil {
-		fw.tail = keepTail(fw.tail, p)
 		// A client takes an answer with its end marker for whole: the
 		// marker goes out only once the end is in Redis under this
 		// leader's lease, to this client and the followers alike.
-		fw.holding = fw.holding || stream.Finished(fw.tail)
+		if !fw.holding && stream.HasEndMarker(fw.tail, p) {
+			fw.holding = true
+			fw.heldAtLine = stream.AtLineStart(fw.tail)
+		}
+		fw.tail = keepTail(fw.tail, p)
 		if fw.holding {
 			fw.held = append(fw.held, p...)
-			if stream.EndsWhole(fw.tail) {
+			// A whole end event: nothing follows it.
+			if stream.EndsWhole(fw.tail, false) || stream.EndsWhole(fw.held, fw.heldAtLine) {
 				return fw.endAtMarker(len(p))
 			}
 			return len(p), nil
@@ -505,7 +514,7 @@ func (fw *flightWriter) endAtMarker(n int) (int, error) {
 	fw.held = nil
 	fw.holding = false
 	fw.remote = nil
-	if !fleetLeaderEnd(remote, fw.f, true, true, held) {
+	if !fleetLeaderEnd(remote, fw.f, true, fw.rep.Outcome == OutcomeOK, held) {
 		fw.fenced = true
 		return 0, errFleetFenced
 	}

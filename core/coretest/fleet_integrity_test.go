@@ -707,3 +707,22 @@ func TestFleetStreamHeadGoesOutBesideTheFirstEvent(t *testing.T) {
 	releaseUpstream()
 	wantFenced(t, rig, resp.Body, got, "the head found the lease another's")
 }
+
+// An answer that failed validation ends the generation at its end marker
+// like any stream, but it is not the winner's: the fleet does not store it
+// (a retry with the key runs afresh, it is not replayed the invalid one).
+func TestFleetInvalidAnswerIsNotStored(t *testing.T) {
+	rig := newFleetRig(t, 1, func(cfg *config.Config) { cfg.ValidateChecks = []string{config.ValidateJSON} })
+	a := rig.replicas[0]
+	first := a.send(t, "invalid", "alice", chatBody)
+	if first.status != 200 || !first.complete || !strings.Contains(first.body, "[DONE]") {
+		t.Fatalf("first answer: status %d complete %v body %q; want the invalid answer whole, marked", first.status, first.complete, first.body)
+	}
+	if done := redisArray(t, rig.redis, "KEYS", "*{*}:done"); len(done) != 0 {
+		t.Errorf("stored answers %v after an invalid answer, want none", done)
+	}
+	again := a.send(t, "invalid", "alice", chatBody)
+	if again.header.Get("Idempotent-Replayed") == "true" || rig.upstream.generations("invalid") != 2 {
+		t.Errorf("retry: replayed %q, generations %d; want a fresh race (generation 2)", again.header.Get("Idempotent-Replayed"), rig.upstream.generations("invalid"))
+	}
+}

@@ -94,28 +94,30 @@ func Finished(tail []byte) bool {
 }
 
 // EndsWhole reports whether tail ends with a stream's end event, whole
-// and exactly: the last SSE event (after a blank line in tail, ended by
-// one) is `data: [DONE]`, or an event whose type (its event field, or its
-// data's "type") is response.completed or message_stop; or the last
-// NDJSON line (after a line end in tail) has "done": true at its top
-// level. Finished is the loose check; nothing follows an end EndsWhole
-// finds, so a fleet leader may end its generation there, before the
-// upstream's EOF.
-func EndsWhole(tail []byte) bool {
+// and exactly: the last SSE event (after a blank line in tail, or from its
+// start when fromStart: tail starts at a line) is `data: [DONE]`, or an
+// event whose type (its event field, or its data's "type") is
+// response.completed or message_stop; or the last NDJSON line (after a
+// line end in tail, or from its start) has "done": true at its top level.
+// Finished is the loose check; nothing follows an end EndsWhole finds, so
+// a fleet leader may end its generation there, before the upstream's EOF.
+func EndsWhole(tail []byte, fromStart bool) bool {
 	body, ok := bytes.CutSuffix(tail, []byte("\n\n"))
 	if !ok {
 		body, ok = bytes.CutSuffix(tail, []byte("\r\n\r\n"))
 	}
 	if !ok {
-		return endsWithDoneLine(tail)
+		return endsWithDoneLine(tail, fromStart)
 	}
 	body = bytes.ReplaceAll(body, []byte("\r\n"), []byte("\n"))
-	i := bytes.LastIndex(body, []byte("\n\n"))
-	if i < 0 {
+	start := 0
+	if i := bytes.LastIndex(body, []byte("\n\n")); i >= 0 {
+		start = i + 2
+	} else if !fromStart {
 		return false // the event may start before tail
 	}
 	var event, data string
-	for _, line := range bytes.Split(body[i+2:], []byte("\n")) {
+	for _, line := range bytes.Split(body[start:], []byte("\n")) {
 		if v, ok := bytes.CutPrefix(line, []byte("data:")); ok {
 			if data != "" {
 				data += "\n"
@@ -138,17 +140,56 @@ func EndsWhole(tail []byte) bool {
 }
 
 // endsWithDoneLine is EndsWhole for NDJSON (Ollama).
-func endsWithDoneLine(tail []byte) bool {
+func endsWithDoneLine(tail []byte, fromStart bool) bool {
 	body, ok := bytes.CutSuffix(tail, []byte("\n"))
 	if !ok {
 		return false
 	}
 	i := bytes.LastIndexByte(body, '\n')
-	if i < 0 {
+	if i < 0 && !fromStart {
 		return false
 	}
 	var line struct {
 		Done bool `json:"done"`
 	}
 	return json.Unmarshal(bytes.TrimSuffix(body[i+1:], []byte("\r")), &line) == nil && line.Done
+}
+
+// endMarkers are the spellings HasEndMarker looks for. An answer's text
+// cannot forge them: inside its JSON strings quotes and line ends are
+// escaped, and these hold a bare quote or start a line.
+var endMarkers = [][]byte{
+	[]byte("\ndata: [DONE]"), []byte("\ndata:[DONE]"), // OpenAI Chat
+	[]byte(`"type":"message_stop"`), []byte("\nevent: message_stop"), // Anthropic
+	[]byte(`"type":"response.completed"`), []byte("\nevent: response.completed"), // Responses
+	[]byte(`"done":true`), // Ollama
+}
+
+// markerSpan bounds an end marker's length, for the seam between writes.
+const markerSpan = 32
+
+// HasEndMarker reports whether p, written after a stream's last bytes
+// prev, holds a stream's end marker or its start (a marker split between
+// writes included). Unlike Finished it finds one however long the event
+// around it, and never in an answer's text.
+func HasEndMarker(prev, p []byte) bool {
+	var seam [2 * markerSpan]byte
+	from := len(prev) - markerSpan
+	if from < 0 {
+		from = 0
+	}
+	n := copy(seam[:], prev[from:])
+	n += copy(seam[n:markerSpan+n], p)
+	for _, m := range endMarkers {
+		if bytes.Contains(p, m) || bytes.Contains(seam[:n], m) {
+			return true
+		}
+	}
+	return false
+}
+
+// AtLineStart reports whether the bytes after a stream's last bytes prev
+// start a line (prev empty, or ended by a line end).
+func AtLineStart(prev []byte) bool {
+	return len(prev) == 0 || prev[len(prev)-1] == '\n'
 }

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -50,8 +51,44 @@ func TestEndsWhole(t *testing.T) {
 		{"{\"done\":false}\n{\"model\":\"m\",\"done\":tr", false},
 		{"{\"model\":\"m\",\"done\":true}\n", false}, // may start before tail
 	} {
-		if got := EndsWhole([]byte(c.tail)); got != c.want {
-			t.Errorf("EndsWhole(%q) = %v, want %v", c.tail, got, c.want)
+		if got := EndsWhole([]byte(c.tail), false); got != c.want {
+			t.Errorf("EndsWhole(%q, false) = %v, want %v", c.tail, got, c.want)
+		}
+	}
+}
+
+func TestEndsWholeFromStart(t *testing.T) {
+	for _, c := range []struct {
+		held string
+		want bool
+	}{
+		{"data: [DONE]\n\n", true},
+		{"event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":\"" + strings.Repeat("x", 600) + "\"}}\n\n", true},
+		{"{\"model\":\"m\",\"done\":true,\"eval_count\":" + strings.Repeat("1", 400) + "}\n", true},
+		{"data: [DONE]\n", false},
+	} {
+		if got := EndsWhole([]byte(c.held), true); got != c.want {
+			t.Errorf("EndsWhole(%q, true) = %v, want %v", c.held, got, c.want)
+		}
+	}
+}
+
+func TestHasEndMarker(t *testing.T) {
+	for _, c := range []struct {
+		prev, p string
+		want    bool
+	}{
+		{"x\n\n", "data: [DONE]\n\n", true},
+		{"x\n\ndata: [DO", "NE]\n\n", true}, // split between writes
+		{"x\n\n", "event: response.completed\ndata: {\"type\":\"response.completed\",\"response\":{\"output\":\"" + strings.Repeat("x", 600) + "\"}}\n\n", true},
+		{"x\n\n", "data: {\"type\":\"message_stop\"}\n\n", true},
+		{"x\n\n", "{\"done\":true}\n", true},
+		// An answer's text naming a marker: escaped inside its JSON.
+		{"x\n\n", "data: {\"choices\":[{\"delta\":{\"content\":\"message_stop \\\"done\\\":true data: [DONE]\\ndata: [DONE]\"}}]}\n\n", false},
+		{"x\n\n", "data: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"\\\"type\\\":\\\"message_stop\\\"\"}}\n\n", false},
+	} {
+		if got := HasEndMarker([]byte(c.prev), []byte(c.p)); got != c.want {
+			t.Errorf("HasEndMarker(%q, %q) = %v, want %v", c.prev, c.p, got, c.want)
 		}
 	}
 }
