@@ -492,9 +492,9 @@ func fleetRenew(l *fleetLeader) {
 
 // fleetWrite sends one write of the leader: entries from seq (none: a
 // renewal only), renewing the lease; it records what Redis found of the
-// lease and returns the followers reading, -1 when unknown. strict: a write without an answer
-// counts as unconfirmed (leaseUnconfirmed). Entries that did not go in
-// fail the stream: it takes no more.
+// lease and returns the followers reading, -1 when unknown. strict: a
+// write without an answer counts as unconfirmed (leaseUnconfirmed).
+// Entries that did not go in fail the stream: it takes no more.
 func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, strict bool) int64 {
 	f := l.f
 	w := &fleetstore.Write{Stream: l.stream, LeaseValue: l.leaseValue, Holder: l.holder,
@@ -531,8 +531,9 @@ func fleetWrite(l *fleetLeader, seq int, entries []fleetstore.Entry, strict bool
 // leader whose lease Redis lost meanwhile ends the answer broken. Any
 // other answer's head, and any head of a leader that may have outlived
 // its lease (paused, starved), goes in before the status goes out: a
-// leader that lost it answers a 503 to retry. When Redis fails the leader commits all the same (its client is
-// answered from local state) and its followers' answers end cut.
+// leader that lost it answers a 503 to retry. When Redis fails the leader
+// commits all the same (its client is answered from local state) and its
+// followers' answers end cut.
 func fleetLeaderCommit(l *fleetLeader, status int, hdr http.Header) bool {
 	l.mu.Lock()
 	detached, uncertain := l.detached, l.uncertain
